@@ -1,0 +1,85 @@
+"""Attention kinds: how a head turns causal scores into attention weights.
+
+Every kind maps scores ``[batch, head, query, key]`` (already causally masked with
+``-inf`` above the diagonal) to weights of the same shape. Only ``softmax`` normalises
+rows; the others apply a fixed, input-independent scale, so their rows need not sum
+to one. That difference is exactly what the toy experiments are about.
+
+Kinds:
+- ``softmax``: softmax over visible keys.
+- ``relu``: relu(S_ik) / max(i, 1) for 0-indexed query i (Ran-Milo 2026: divide by the
+  number of visible non-BOS keys).
+- ``relu_prefix``: relu(S_ik) / (i + 1) (Guo et al. 2024: divide by visible keys).
+- ``sigmoid``: sigmoid(S_ik - log(i + 1)), no normalisation (Gu et al.'s sigmoid
+  attention; the bias uses the number of visible keys of each causal row).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+AttentionKind = Literal["softmax", "relu", "relu_prefix", "sigmoid"]
+ATTENTION_KINDS: tuple[str, ...] = ("softmax", "relu", "relu_prefix", "sigmoid")
+NORMALISED_KINDS: tuple[str, ...] = ("softmax",)
+
+
+def validate_attention_kind(kind: str) -> str:
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(
+            f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}"
+        )
+    return kind
+
+
+def causal_mask(n_query: int, n_key: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Boolean ``[query, key]`` mask, True where the key is visible (key <= query).
+
+    Queries are the last ``n_query`` positions of ``n_key`` (no KV cache in this project
+    means the two are equal, but the offset keeps the helper honest).
+    """
+    offset = n_key - n_query
+    query_pos = torch.arange(n_query, device=device).unsqueeze(1) + offset
+    key_pos = torch.arange(n_key, device=device).unsqueeze(0)
+    return key_pos <= query_pos
+
+
+def fixed_row_scale(kind: str, n_query: int, device: torch.device | str | None = None) -> torch.Tensor | None:
+    """The per-query constant a non-normalised kind uses, shape ``[query, 1]``.
+
+    ``relu``: 1 / max(i, 1); ``relu_prefix``: 1 / (i + 1); ``sigmoid``: the additive
+    bias -log(i + 1). ``softmax`` has none (returns None).
+    """
+    query_pos = torch.arange(n_query, device=device, dtype=torch.float32).unsqueeze(1)
+    if kind == "relu":
+        return 1.0 / query_pos.clamp(min=1.0)
+    if kind == "relu_prefix":
+        return 1.0 / (query_pos + 1.0)
+    if kind == "sigmoid":
+        return -torch.log(query_pos + 1.0)
+    return None
+
+
+def scores_to_pattern(kind: str, scores: torch.Tensor, row_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """Turn masked scores ``[..., query, key]`` into attention weights of one kind.
+
+    ``row_scale`` is ``fixed_row_scale(kind, n_query)``; pass it to avoid rebuilding it on
+    every call (the models cache it). Masked entries (``-inf``) come out exactly 0.
+    """
+    if kind == "softmax":
+        return torch.softmax(scores, dim=-1)
+    if row_scale is None:
+        row_scale = fixed_row_scale(kind, scores.shape[-2], scores.device)
+    row_scale = row_scale.to(scores.dtype)
+    if kind == "relu" or kind == "relu_prefix":
+        return torch.relu(scores) * row_scale
+    if kind == "sigmoid":
+        return torch.sigmoid(scores + row_scale)
+    raise ValueError(validate_attention_kind(kind))
+
+
+def score_scale(d_head: int, scaled: bool) -> float:
+    """The factor on Q K^T: 1 (the paper's toy models) or 1/sqrt(d_head) (standard)."""
+    return 1.0 / math.sqrt(d_head) if scaled else 1.0

@@ -1,0 +1,38 @@
+"""TransformerLens hook names, written once.
+
+Shapes (TransformerLens conventions):
+- ``q``, ``k``, ``v``, ``z``: ``[batch, pos, head, d_head]``
+- ``attn_scores``, ``pattern``: ``[batch, head, query, key]``
+- ``resid_pre``, ``resid_post``, ``attn_out``: ``[batch, pos, d_model]``
+"""
+
+from __future__ import annotations
+
+ATTN_HOOKS = ("q", "k", "v", "z", "attn_scores", "pattern")
+BLOCK_HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
+
+
+def attn_hook(layer: int, name: str) -> str:
+    """``blocks.{layer}.attn.hook_{name}`` for name in q, k, v, z, attn_scores, pattern."""
+    if name not in ATTN_HOOKS:
+        raise ValueError(f"unknown attention hook {name!r}; choose one of {', '.join(ATTN_HOOKS)}")
+    return f"blocks.{layer}.attn.hook_{name}"
+
+
+def block_hook(layer: int, name: str) -> str:
+    """``blocks.{layer}.hook_{name}`` for name in resid_pre, resid_mid, resid_post, attn_out, mlp_out."""
+    if name not in BLOCK_HOOKS:
+        raise ValueError(f"unknown block hook {name!r}; choose one of {', '.join(BLOCK_HOOKS)}")
+    return f"blocks.{layer}.hook_{name}"
+
+
+def pattern_hook(layer: int) -> str:
+    return attn_hook(layer, "pattern")
+
+
+def layer_of(hook_name: str) -> int:
+    """The layer index in ``blocks.{l}....``; raises ValueError for non-block hooks."""
+    parts = hook_name.split(".")
+    if len(parts) < 2 or parts[0] != "blocks" or not parts[1].isdigit():
+        raise ValueError(f"{hook_name!r} is not a per-layer hook (expected 'blocks.<layer>....')")
+    return int(parts[1])

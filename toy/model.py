@@ -1,0 +1,161 @@
+"""Toy attention-only transformers for the trigger task, as TransformerLens modules.
+
+Readable in one sitting: a stack of blocks, each ``x -> x + attn(x)`` (or, for the
+paper's single-layer model, ``x -> attn(x)`` with no residual). The paper's models have
+no MLP, LayerNorm, positional encoding or biases and score with unscaled Q K^T; the
+options beyond the paper are off by default.
+
+Hook names follow TransformerLens: ``hook_embed``, ``hook_pos_embed``,
+``blocks.{l}.hook_resid_pre|hook_attn_out|hook_resid_mid|hook_mlp_out|hook_resid_post``,
+``blocks.{l}.attn.hook_q|hook_k|hook_v|hook_attn_scores|hook_pattern|hook_z``,
+``blocks.{l}.ln1.hook_normalized``, ``blocks.{l}.mlp.hook_pre|hook_post``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from torch import nn
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from interp.attention import HookedAttention
+from interp.attention_kinds import validate_attention_kind
+from interp.layer_norm import HookedLayerNorm
+from interp.mlp import HookedMLP
+
+
+@dataclass(frozen=True)
+class ToyModelConfig:
+    """Architecture of a toy model. ``d_head=None`` means full width (d_model), as in the
+    paper; ``residual=None`` means the paper's choice (no residual for one layer,
+    residual for several)."""
+
+    n_layers: int = 1
+    n_heads: int = 1
+    d_model: int = 16
+    seq_len: int = 16
+    attention: str = "softmax"
+    d_head: int | None = None
+    residual: bool | None = None
+    layer_norm: bool = False
+    mlp: bool = False
+    d_mlp: int | None = None
+    positional_embedding: bool = False
+    scale_scores: bool = False
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        validate_attention_kind(self.attention)
+        for name in ("n_layers", "n_heads", "d_model", "seq_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_head is not None and self.d_head < 1:
+            raise ValueError(f"d_head must be >= 1 (or None for d_model), got {self.d_head}")
+        if self.d_mlp is not None and self.d_mlp < 1:
+            raise ValueError(f"d_mlp must be >= 1 (or None for 4 * d_model), got {self.d_mlp}")
+        if self.init_std <= 0:
+            raise ValueError(f"init_std must be positive, got {self.init_std}")
+
+    @property
+    def head_width(self) -> int:
+        return self.d_model if self.d_head is None else self.d_head
+
+    @property
+    def has_residual(self) -> bool:
+        return self.n_layers > 1 if self.residual is None else self.residual
+
+    @property
+    def mlp_width(self) -> int:
+        return 4 * self.d_model if self.d_mlp is None else self.d_mlp
+
+    @property
+    def target(self) -> str:
+        """Which task target this architecture is trained on (see ``toy.task``)."""
+        return "residual" if self.has_residual else "single"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ToyModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown model config keys {unknown}; known keys: {sorted(known)}")
+        return cls(**data)
+
+
+class ToyBlock(nn.Module):
+    """One layer: ``[batch, pos, d_model] -> [batch, pos, d_model]``."""
+
+    def __init__(self, config: ToyModelConfig) -> None:
+        super().__init__()
+        self.residual = config.has_residual
+        self.ln1 = HookedLayerNorm(config.d_model) if config.layer_norm else None
+        self.attn = HookedAttention(
+            config.d_model,
+            config.n_heads,
+            config.head_width,
+            attention=config.attention,
+            scale_scores=config.scale_scores,
+            init_std=config.init_std,
+        )
+        self.ln2 = HookedLayerNorm(config.d_model) if (config.layer_norm and config.mlp) else None
+        self.mlp = HookedMLP(config.d_model, config.mlp_width, config.init_std) if config.mlp else None
+        self.hook_resid_pre = HookPoint()
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_mid = HookPoint()
+        self.hook_mlp_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+
+    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+        resid = self.hook_resid_pre(resid)
+        attn_in = self.ln1(resid) if self.ln1 is not None else resid
+        attn_out = self.hook_attn_out(self.attn(attn_in))
+        resid = resid + attn_out if self.residual else attn_out
+        if self.mlp is not None:
+            resid = self.hook_resid_mid(resid)
+            mlp_in = self.ln2(resid) if self.ln2 is not None else resid
+            mlp_out = self.hook_mlp_out(self.mlp(mlp_in))
+            resid = resid + mlp_out if self.residual else mlp_out
+        return self.hook_resid_post(resid)
+
+
+class ToyTransformer(HookedRootModule):
+    """Tokens ``[batch, pos, d_model]`` (continuous vectors) -> outputs ``[batch, pos, d_model]``.
+
+    The output is the last block's ``hook_resid_post``: there is no unembedding, because
+    the task's targets live in the token space.
+    """
+
+    def __init__(self, config: ToyModelConfig) -> None:
+        super().__init__()
+        self.cfg = config
+        self.hook_embed = HookPoint()
+        self.hook_pos_embed = HookPoint()
+        self.W_pos = (
+            nn.Parameter(torch.randn(config.seq_len, config.d_model) * config.init_std)
+            if config.positional_embedding
+            else None
+        )
+        self.blocks = nn.ModuleList(ToyBlock(config) for _ in range(config.n_layers))
+        self.setup()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.ndim != 3 or tokens.shape[-1] != self.cfg.d_model:
+            raise ValueError(
+                f"expected tokens of shape [batch, pos, {self.cfg.d_model}], got {tuple(tokens.shape)}"
+            )
+        if tokens.shape[1] > self.cfg.seq_len and self.W_pos is not None:
+            raise ValueError(
+                f"sequence of {tokens.shape[1]} positions exceeds the model's positional "
+                f"embedding of {self.cfg.seq_len}; build the model with seq_len >= {tokens.shape[1]}"
+            )
+        resid = self.hook_embed(tokens)
+        if self.W_pos is not None:
+            resid = resid + self.hook_pos_embed(self.W_pos[: tokens.shape[1]]).unsqueeze(0)
+        for block in self.blocks:
+            resid = block(resid)
+        return resid

@@ -1,0 +1,211 @@
+"""The on-disk format of one toy training run, read and written in one place.
+
+A run directory holds:
+- ``config.json``: ``{"model": ToyModelConfig, "task": TaskConfig, "train": TrainConfig, "versions": ...}``
+- ``metrics.jsonl``: one JSON object per logged step (loss, L-inf error, per-head anchor mass)
+- ``checkpoints/step-XXXXXXXX/``: ``model.safetensors``, ``optimizer.safetensors`` (Adam
+  state and the data generator's RNG state) and ``state.json``; each written under a
+  temporary name and renamed when complete
+- ``model.safetensors``: the final weights, and ``result.json``: the ``TrainResult``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+
+from interp.atomic_io import atomic_directory, atomic_write_json, read_json
+from interp.checkpoint import load_tensors, save_tensors
+from toy.model import ToyModelConfig, ToyTransformer
+from toy.task import TaskConfig
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+RESULT_FILE = "result.json"
+FINAL_WEIGHTS = "model.safetensors"
+CHECKPOINTS = "checkpoints"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings; defaults are the paper's. ``lr=None`` picks the paper's
+    rate for the architecture (1e-3 for one layer, 1e-4 for several)."""
+
+    seed: int = 0
+    lr: float | None = None
+    beta1: float = 0.9
+    beta2: float = 0.95
+    batch_size: int = 128
+    max_steps: int = 50_000
+    stop_linf: float = 5e-3
+    log_every: int = 100
+    checkpoint_every: int = 2_000
+    keep_checkpoints: int = 2
+
+    def __post_init__(self) -> None:
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        for name in ("batch_size", "max_steps", "log_every", "checkpoint_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.stop_linf > 0:
+            raise ValueError(f"stop_linf must be positive, got {self.stop_linf}")
+
+    def learning_rate(self, model: ToyModelConfig) -> float:
+        if self.lr is not None:
+            return self.lr
+        return 1e-3 if model.n_layers == 1 else 1e-4
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown train config keys {unknown}; known keys: {sorted(known)}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ToyModelConfig
+    task: TaskConfig
+    train: TrainConfig
+
+    def __post_init__(self) -> None:
+        if self.model.d_model != self.task.d_model:
+            raise ValueError(
+                f"model d_model={self.model.d_model} differs from task d_model={self.task.d_model}; "
+                "set both to the same width"
+            )
+        if self.model.positional_embedding and self.model.seq_len < self.task.seq_len:
+            raise ValueError(
+                f"model seq_len={self.model.seq_len} is shorter than the task's {self.task.seq_len}; "
+                "set the model's seq_len to the task's"
+            )
+
+    def to_dict(self) -> dict:
+        return {"model": self.model.to_dict(), "task": self.task.to_dict(), "train": self.train.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        missing = {"model", "task", "train"} - set(data)
+        if missing:
+            raise ValueError(f"run config lacks {sorted(missing)}; is this a sinkscope toy run directory?")
+        return cls(
+            model=ToyModelConfig.from_dict(data["model"]),
+            task=TaskConfig(**data["task"]),
+            train=TrainConfig.from_dict(data["train"]),
+        )
+
+
+@dataclass
+class TrainResult:
+    """How a run ended. ``status`` is ``converged``, ``max_steps`` or ``diverged``;
+    ``linf_error`` is the last training batch's max absolute error."""
+
+    run_dir: str
+    status: str
+    converged: bool
+    steps: int
+    wall_seconds: float
+    linf_error: float
+    loss: float
+    resumed_from_step: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def write_config(run_dir: Path, config: RunConfig) -> None:
+    versions = {"torch": torch.__version__}
+    atomic_write_json(run_dir / CONFIG_FILE, {**config.to_dict(), "versions": versions})
+
+
+def read_config(run_dir: str | os.PathLike) -> RunConfig:
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise FileNotFoundError(
+            f"{run_dir} is not a toy run directory (no {CONFIG_FILE}); "
+            "create one with `sinkscope toy train --out DIR`"
+        )
+    data = read_json(run_dir / CONFIG_FILE)
+    data.pop("versions", None)
+    return RunConfig.from_dict(data)
+
+
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    """Complete checkpoint directories, oldest first (temporary ones are ignored)."""
+    root = run_dir / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-"))
+
+
+def write_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer_tensors: dict[str, torch.Tensor],
+    state: dict,
+    keep: int,
+) -> Path:
+    target = run_dir / CHECKPOINTS / f"step-{step:08d}"
+    with atomic_directory(target) as tmp:
+        save_tensors(tmp / "model.safetensors", model.state_dict())
+        save_tensors(tmp / "optimizer.safetensors", optimizer_tensors)
+        atomic_write_json(tmp / "state.json", {"step": step, **state})
+    for old in checkpoint_dirs(run_dir)[:-keep]:
+        for child in old.iterdir():
+            child.unlink()
+        old.rmdir()
+    return target
+
+
+def write_result(run_dir: Path, result: TrainResult) -> None:
+    atomic_write_json(run_dir / RESULT_FILE, result.to_dict())
+
+
+def read_result(run_dir: str | os.PathLike) -> TrainResult:
+    return TrainResult(**read_json(Path(run_dir) / RESULT_FILE))
+
+
+def append_metrics(run_dir: Path, record: dict) -> None:
+    with open(run_dir / METRICS_FILE, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut by an interruption: everything before it is intact
+    return records
+
+
+def load_model(run_dir: str | os.PathLike) -> ToyTransformer:
+    """The trained model of a run: final weights, else the latest checkpoint."""
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    model = ToyTransformer(config.model)
+    weights = run_dir / FINAL_WEIGHTS
+    if not weights.is_file():
+        checkpoints = checkpoint_dirs(run_dir)
+        if not checkpoints:
+            raise FileNotFoundError(f"{run_dir} holds no weights yet (no {FINAL_WEIGHTS}, no checkpoint)")
+        weights = checkpoints[-1] / "model.safetensors"
+    model.load_state_dict(load_tensors(weights))
+    model.eval()
+    return model

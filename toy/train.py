@@ -1,0 +1,199 @@
+"""Train a toy model on the trigger task, as the paper does: Adam (0.9, 0.95), no weight
+decay, fresh batches of 128 every step, stop when the batch's max absolute error falls
+below 5e-3. Resumable, reproducible (same seed, same numbers on CPU), and it refuses to
+continue past a NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from interp.atomic_io import atomic_write_text, read_json
+from interp.checkpoint import load_tensors, optimizer_from_tensors, optimizer_to_tensors, save_tensors
+from probes.sink_metrics import anchor_mass
+from toy.model import ToyTransformer
+from toy.run_dir import (
+    FINAL_WEIGHTS,
+    METRICS_FILE,
+    RunConfig,
+    TrainResult,
+    append_metrics,
+    checkpoint_dirs,
+    read_config,
+    read_metrics,
+    write_checkpoint,
+    write_config,
+    write_result,
+)
+from toy.task import TaskBatch, sample_batch
+
+DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one seed
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class RunDirectoryError(ValueError):
+    """The run directory cannot be used as asked (exists with another config, etc.)."""
+
+
+def head_anchor_masses(model: ToyTransformer, batch: TaskBatch, patterns: dict[str, torch.Tensor]) -> tuple[list, list]:
+    """Per-layer lists of per-head BOS mass at default and at trigger queries."""
+    default, trigger = [], []
+    default_mask, trigger_mask = batch.default_query_mask(), batch.trigger_query_mask()
+    for layer in range(model.cfg.n_layers):
+        pattern = patterns[f"blocks.{layer}.attn.hook_pattern"]
+        default.append([round(float(x), 6) for x in anchor_mass(pattern, 0, default_mask)])
+        trigger.append([round(float(x), 6) for x in anchor_mass(pattern, 0, trigger_mask)])
+    return default, trigger
+
+
+def _build(config: RunConfig) -> tuple[ToyTransformer, torch.optim.Adam, torch.Generator]:
+    torch.manual_seed(config.train.seed)
+    model = ToyTransformer(config.model)
+    optimizer = torch.optim.Adam(
+        model.parameters(),
+        lr=config.train.learning_rate(config.model),
+        betas=(config.train.beta1, config.train.beta2),
+        weight_decay=0.0,
+    )
+    generator = torch.Generator().manual_seed(config.train.seed + DATA_SEED_OFFSET)
+    return model, optimizer, generator
+
+
+def _restore(run_dir: Path, model: ToyTransformer, optimizer: torch.optim.Adam, generator: torch.Generator) -> tuple[int, float]:
+    """Load the latest checkpoint; returns (step, wall seconds spent before it)."""
+    latest = checkpoint_dirs(run_dir)[-1]
+    state = read_json(latest / "state.json")
+    model.load_state_dict(load_tensors(latest / "model.safetensors"))
+    tensors = load_tensors(latest / "optimizer.safetensors")
+    generator.set_state(tensors.pop("rng.data_generator"))
+    optimizer_from_tensors(optimizer, tensors, state["param_groups"])
+    # metrics logged after the checkpoint belong to steps that will be redone
+    kept = [r for r in read_metrics(run_dir) if r["step"] <= state["step"]]
+    atomic_write_text(run_dir / METRICS_FILE, "".join(_json_line(r) for r in kept))
+    return state["step"], state["wall_seconds"]
+
+
+def _json_line(record: dict) -> str:
+    return json.dumps(record) + "\n"
+
+
+def train(
+    config: RunConfig,
+    run_dir: str | os.PathLike,
+    resume: bool = True,
+    progress: bool = True,
+) -> TrainResult:
+    """Train one toy model into ``run_dir`` and return how it ended.
+
+    With ``resume=True`` an existing run directory with the same config continues from its
+    latest checkpoint (a finished run returns its stored result). A directory holding a
+    different config is refused rather than overwritten.
+    """
+    run_dir = Path(run_dir)
+    resumed_from: int | None = None
+    if (run_dir / "config.json").exists():
+        existing = read_config(run_dir)
+        if existing != config:
+            raise RunDirectoryError(
+                f"{run_dir} already holds a run with a different config; choose another --out "
+                "directory or delete it"
+            )
+        if not resume:
+            raise RunDirectoryError(f"{run_dir} already holds a run; pass resume=True (--resume) or choose another directory")
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise RunDirectoryError(f"{run_dir} exists and is not a toy run directory; choose an empty or new directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    model, optimizer, generator = _build(config)
+    step, wall_before = 0, 0.0
+    if (run_dir / "result.json").exists() and (run_dir / FINAL_WEIGHTS).exists():
+        result = TrainResult(**read_json(run_dir / "result.json"))
+        if result.status != "diverged":
+            return result
+    if checkpoint_dirs(run_dir):
+        step, wall_before = _restore(run_dir, model, optimizer, generator)
+        resumed_from = step
+    else:
+        write_config(run_dir, config)
+        if (run_dir / METRICS_FILE).exists():
+            (run_dir / METRICS_FILE).unlink()
+
+    train_cfg, task_cfg = config.train, config.task
+    target = config.model.target
+    pattern_filter = lambda name: name.endswith("hook_pattern")  # noqa: E731
+    started = time.perf_counter()
+    bar = tqdm(total=train_cfg.max_steps, initial=step, disable=not progress, desc=run_dir.name, leave=False)
+    status = "max_steps"
+    loss_value = linf_value = float("nan")
+
+    def checkpoint(at_step: int) -> None:
+        tensors, groups = optimizer_to_tensors(optimizer)
+        tensors["rng.data_generator"] = generator.get_state()
+        wall = wall_before + time.perf_counter() - started
+        write_checkpoint(run_dir, at_step, model, tensors, {"wall_seconds": wall, "param_groups": groups}, train_cfg.keep_checkpoints)
+
+    if step == 0:
+        checkpoint(0)
+    try:
+        while True:
+            batch = sample_batch(task_cfg, train_cfg.batch_size, generator, target)
+            log_now = step % train_cfg.log_every == 0
+            if log_now:
+                output, cache = model.run_with_cache(batch.tokens, names_filter=pattern_filter)
+            else:
+                output = model(batch.tokens)
+            error = output - batch.targets
+            loss = error.pow(2).mean()
+            loss_value, linf_value = float(loss.detach()), float(error.detach().abs().max())
+            if not (torch.isfinite(loss) and linf_value == linf_value and linf_value != float("inf")):
+                status = "diverged"
+                break
+            converged = linf_value < train_cfg.stop_linf
+            if log_now or converged or step >= train_cfg.max_steps:
+                if not log_now:
+                    _, cache = model.run_with_cache(batch.tokens, names_filter=pattern_filter)
+                default, trigger = head_anchor_masses(model, batch, dict(cache.items()))
+                append_metrics(run_dir, {
+                    "step": step, "loss": loss_value, "linf_error": linf_value,
+                    "anchor_mass_default": default, "anchor_mass_trigger": trigger,
+                })
+                bar.set_postfix(loss=f"{loss_value:.2e}", linf=f"{linf_value:.2e}", refresh=False)
+            if converged:
+                status = "converged"
+                break
+            if step >= train_cfg.max_steps:
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            bar.update(1)
+            if step % train_cfg.checkpoint_every == 0:
+                checkpoint(step)
+    finally:
+        bar.close()
+
+    wall = wall_before + time.perf_counter() - started
+    if status == "diverged":
+        good = checkpoint_dirs(run_dir)
+        good_step = good[-1].name if good else "none"
+        result = TrainResult(str(run_dir), status, False, step, wall, linf_value, loss_value, resumed_from)
+        write_result(run_dir, result)
+        raise TrainingDiverged(
+            f"loss became {loss_value} at step {step}; training stopped and the last good checkpoint "
+            f"({good_step}) is kept in {run_dir / 'checkpoints'}; lower the learning rate (--lr) and retrain"
+        )
+    checkpoint(step)
+    save_tensors(run_dir / FINAL_WEIGHTS, model.state_dict())
+    result = TrainResult(str(run_dir), status, status == "converged", step, wall, linf_value, loss_value, resumed_from)
+    write_result(run_dir, result)
+    return result
