@@ -1,0 +1,4 @@
+from sinkscope.cli import main
+import sys
+
+sys.exit(main())

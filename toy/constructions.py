@@ -1,0 +1,89 @@
+"""Explicit weights that solve the single-layer trigger task (PAPER.md, Theorems 1 and 3).
+
+Both constructions are one layer, one full-width head (d_head = d_model), no residual,
+with weights in TransformerLens layout (``W_Q/W_K/W_V [head, d_model, d_head]``,
+``W_O [head, d_head, d_model]``). They read only the task's fixed coordinates (BOS flag,
+trigger flag, bias), so they work for any ``TaskConfig``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from toy.model import ToyModelConfig, ToyTransformer
+from toy.task import BOS_FLAG, TRIGGER_FLAG, TaskConfig
+
+_HEAD = 0  # the single head
+_SCORE = 0  # the single head coordinate that carries the query-key match
+
+
+def _blank_model(task: TaskConfig, attention: str) -> ToyTransformer:
+    """A one-layer, one-head, no-residual model of the task's shape with all weights zero.
+
+    The random initialisation runs on a forked RNG, so building a construction leaves the
+    caller's global random stream untouched.
+    """
+    config = ToyModelConfig(
+        n_layers=1, n_heads=1, d_model=task.d_model, seq_len=task.seq_len, attention=attention
+    )
+    with torch.random.fork_rng(devices=[]):
+        model = ToyTransformer(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.zero_()
+    return model
+
+
+def relu_exact_model(task: TaskConfig) -> ToyTransformer:
+    """ReLU attention solving the single-layer target exactly, with no weight on BOS.
+
+    Why it works: ReLU attention is not normalised, so a query that should output 0 can
+    simply attend to nothing; it needs no place to park its mass (Theorem 3). The score
+    is S_ik = t_i * (b_k + t_k): the query is the trigger flag, and the key is 1 on every
+    non-BOS token (each has exactly one of bias or trigger flag) and 0 on BOS. Non-trigger
+    rows therefore score 0 everywhere and come out exactly zero; the trigger row at j
+    scores 1 on keys 1..j (the causal mask hides later ones), and the kind's fixed
+    1 / max(j, 1) turns that into weight 1/j each. With identity values and output, the
+    trigger output is mean(x_1 .. x_j).
+    """
+    model = _blank_model(task, "relu")
+    attn = model.blocks[0].attn
+    eye = torch.eye(task.d_model)
+    with torch.no_grad():
+        attn.W_Q[_HEAD, TRIGGER_FLAG, _SCORE] = 1.0
+        attn.W_K[_HEAD, TRIGGER_FLAG, _SCORE] = 1.0
+        attn.W_K[_HEAD, task.bias_coord, _SCORE] = 1.0
+        attn.W_V[_HEAD].copy_(eye)
+        attn.W_O[_HEAD].copy_(eye)
+    return model
+
+
+def softmax_scaled_model(task: TaskConfig, scale: float) -> ToyTransformer:
+    """Softmax attention solving the single-layer target up to an error that vanishes as
+    ``scale`` grows, by parking default queries on BOS (the sink of Theorem 1).
+
+    Why it works: softmax rows sum to one, so a query that must output 0 has to put its
+    mass on a key whose value is 0; BOS is the only such key, so W_V zeroes the BOS flag
+    and BOS's value is the zero vector. The score is S_ik = scale * f_k * (b_i - t_i)
+    (f = BOS flag, b = bias, t = trigger flag): a default query at i scores ``scale`` on
+    BOS and 0 elsewhere, so its BOS mass is m_i = e^scale / (e^scale + i) and its output
+    is exactly (1 - m_i) * mean(x_1 .. x_i), an error that falls as e^-scale only while
+    the sink mass climbs to 1. The trigger query scores -scale on BOS and 0 on keys
+    1..j, giving weight 1 / (j + e^-scale) to each, i.e. the mean up to a factor
+    j / (j + e^-scale). ``scale = 0`` is uniform attention.
+    """
+    if not (math.isfinite(scale) and scale >= 0):
+        raise ValueError(f"scale must be a finite number >= 0, got {scale}")
+    model = _blank_model(task, "softmax")
+    attn = model.blocks[0].attn
+    eye = torch.eye(task.d_model)
+    eye[BOS_FLAG, BOS_FLAG] = 0.0
+    with torch.no_grad():
+        attn.W_Q[_HEAD, task.bias_coord, _SCORE] = scale
+        attn.W_Q[_HEAD, TRIGGER_FLAG, _SCORE] = -scale
+        attn.W_K[_HEAD, BOS_FLAG, _SCORE] = 1.0
+        attn.W_V[_HEAD].copy_(eye)
+        attn.W_O[_HEAD].copy_(torch.eye(task.d_model))
+    return model

@@ -1,0 +1,311 @@
+"""Reproduce the paper: train the six models (1x1, 2x2, 4x4 layers x heads; softmax and
+ReLU) over several seeds, evaluate each like the paper's figures, and write
+``summary.json``, ``summary.md`` and per-model heatmaps.
+
+Runs are independent, so they train in parallel worker processes (one thread each: the
+models are tiny and per-op overhead, not FLOPs, dominates). Every run lives in its own
+run directory, so an interrupted reproduction resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from interp.atomic_io import atomic_write_json, atomic_write_text, read_json
+from toy.evaluate import HeadRow, evaluate_run
+from toy.model import ToyModelConfig
+from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
+from toy.run_dir import RunConfig, TrainConfig, read_metrics
+from toy.task import TaskConfig
+from toy.train import train
+
+PAPER_ARCHITECTURES: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (4, 4))
+PAPER_ATTENTIONS: tuple[str, ...] = ("softmax", "relu")
+QUICK_MAX_STEPS = 8_000
+REPRODUCE_FILE = "reproduce.json"
+
+
+@dataclass(frozen=True)
+class ReproduceConfig:
+    """What to train. ``quick()`` is the README's preset: one seed, capped steps."""
+
+    seeds: int = 3
+    first_seed: int = 0
+    architectures: tuple[tuple[int, int], ...] = PAPER_ARCHITECTURES
+    attentions: tuple[str, ...] = PAPER_ATTENTIONS
+    max_steps: int = 50_000
+    n_sequences: int = 1000
+    workers: int = 2
+    task: TaskConfig = field(default_factory=TaskConfig)
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
+        if self.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        if self.max_steps < 1:
+            raise ValueError(f"--max-steps must be >= 1, got {self.max_steps}")
+        if self.n_sequences < 1:
+            raise ValueError(f"--sequences must be >= 1, got {self.n_sequences}")
+        for layers, heads in self.architectures:
+            if layers < 1 or heads < 1:
+                raise ValueError(f"architecture {layers}x{heads} needs >= 1 layer and head")
+
+    @classmethod
+    def quick(cls, **overrides) -> "ReproduceConfig":
+        return cls(**{"seeds": 1, "max_steps": QUICK_MAX_STEPS, **overrides})
+
+    def run_configs(self) -> list[tuple[str, RunConfig]]:
+        """(run directory name, config) per model, the costliest first so that parallel
+        workers finish together."""
+        jobs = []
+        for layers, heads in self.architectures:
+            for attention in self.attentions:
+                for seed in range(self.first_seed, self.first_seed + self.seeds):
+                    model = ToyModelConfig(n_layers=layers, n_heads=heads, attention=attention,
+                                           d_model=self.task.d_model, seq_len=self.task.seq_len)
+                    train_config = TrainConfig(seed=seed, max_steps=self.max_steps)
+                    jobs.append((f"{attention}-{layers}x{heads}-seed{seed}", RunConfig(model, self.task, train_config)))
+        return sorted(jobs, key=lambda job: -job[1].model.n_layers * job[1].model.n_heads)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["architectures"] = [list(a) for a in self.architectures]
+        data["attentions"] = list(self.attentions)
+        return data
+
+
+@dataclass
+class ModelSummary:
+    name: str
+    layers: int
+    heads: int
+    attention: str
+    seed: int
+    converged: bool
+    status: str
+    steps: int
+    wall_seconds: float
+    linf_error: float
+    heldout_linf_error: float
+    heldout_mse: float
+    n_sink_heads: int
+    heads_table: list[HeadRow]
+    paper: str
+    paper_sink_heads: int | None
+    figures: list[str]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Check:
+    """One of the paper's claims, checked on our numbers."""
+
+    claim: str
+    passed: bool
+    detail: str
+
+
+@dataclass
+class ReproduceSummary:
+    config: ReproduceConfig
+    models: list[ModelSummary]
+    checks: list[Check]
+    wall_seconds: float
+
+    def to_dict(self) -> dict:
+        return {
+            "config": self.config.to_dict(),
+            "wall_seconds": self.wall_seconds,
+            "models": [m.to_dict() for m in self.models],
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+
+def _train_and_evaluate(name: str, config: RunConfig, out_dir: str, n_sequences: int) -> ModelSummary:
+    torch.set_num_threads(1)
+    run_dir = Path(out_dir) / name
+    result = train(config, run_dir, resume=True, progress=False)
+    evaluation = evaluate_run(run_dir, n_sequences)
+    key = (config.model.attention, config.model.n_layers, config.model.n_heads)
+    return ModelSummary(
+        name=name,
+        layers=config.model.n_layers,
+        heads=config.model.n_heads,
+        attention=config.model.attention,
+        seed=config.train.seed,
+        converged=result.converged,
+        status=result.status,
+        steps=result.steps,
+        wall_seconds=round(result.wall_seconds, 2),
+        linf_error=result.linf_error,
+        heldout_linf_error=evaluation.heldout_linf_error,
+        heldout_mse=evaluation.heldout_mse,
+        n_sink_heads=len(evaluation.sink_heads),
+        heads_table=evaluation.heads_table,
+        paper=paper_reference(*key),
+        paper_sink_heads=PAPER_SINK_HEADS.get(key),
+        figures=[f"{name}/{figure}" for figure in evaluation.figures],
+    )
+
+
+def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
+    """The paper's claims that every seed must satisfy, as pass/fail lines."""
+    checks: list[Check] = []
+    for m in models:
+        rows = m.heads_table
+        if (m.layers, m.heads) == (1, 1) and m.attention == "softmax":
+            row = rows[0]
+            trigger_keys = row.trigger_row[1:]
+            worst = max(abs(w - 1 / len(trigger_keys)) for w in trigger_keys)
+            checks.append(Check(f"{m.name}: off-trigger BOS mass >= 0.99", row.anchor_mass_default >= 0.99,
+                                f"anchor_mass_default = {row.anchor_mass_default:.4f}"))
+            checks.append(Check(f"{m.name}: trigger row within 0.03 of 1/{len(trigger_keys)} on each content key",
+                                worst <= 0.03, f"largest deviation {worst:.4f}"))
+        if (m.layers, m.heads) == (1, 1) and m.attention == "relu":
+            checks.append(Check(f"{m.name}: off-trigger rows sum to <= 0.01", rows[0].default_row_mass <= 0.01,
+                                f"default_row_mass = {rows[0].default_row_mass:.4f}"))
+        if m.layers > 1 and m.attention == "softmax":
+            checks.append(Check(f"{m.name}: at least one sink head (Theorem 2)", m.n_sink_heads >= 1,
+                                f"{m.n_sink_heads} of {len(rows)} heads sink"))
+        if m.attention != "softmax":
+            worst_row = max(r.default_row_mass for r in rows)
+            checks.append(Check(f"{m.name}: no head attends off-trigger (row mass <= 0.05)", worst_row <= 0.05,
+                                f"largest off-trigger row mass {worst_row:.4f}"))
+        checks.append(Check(f"{m.name}: reaches L-inf < {stop_linf:g}", m.converged,
+                            f"{m.status} after {m.steps} steps, batch L-inf {m.linf_error:.2e}, "
+                            f"held-out L-inf {m.heldout_linf_error:.2e}"))
+    return checks
+
+
+def _prepare_out_dir(out_dir: Path, config: ReproduceConfig, overwrite: bool) -> None:
+    marker = out_dir / REPRODUCE_FILE
+    if marker.exists() and not overwrite:
+        stored = read_json(marker)
+        if stored != config.to_dict():
+            raise FileExistsError(
+                f"{out_dir} holds a reproduction with different settings; use another --out or pass --overwrite"
+            )
+        return  # same settings: resume
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{out_dir} exists and is not empty; use another --out or pass --overwrite")
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(marker, config.to_dict())
+
+
+def reproduce(
+    config: ReproduceConfig,
+    out_dir: str | os.PathLike,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> ReproduceSummary:
+    """Train and evaluate every model of ``config`` into ``out_dir``; write the summaries."""
+    out_dir = Path(out_dir)
+    _prepare_out_dir(out_dir, config, overwrite)
+    jobs = config.run_configs()
+    started = time.perf_counter()
+    by_name: dict[str, ModelSummary] = {}
+    bar = tqdm(total=len(jobs), desc="models", disable=not progress)
+    try:
+        if config.workers == 1:
+            for name, run_config in jobs:
+                by_name[name] = _train_and_evaluate(name, run_config, str(out_dir), config.n_sequences)
+                bar.update(1)
+        else:
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(min(config.workers, len(jobs))) as pool:
+                pending = {
+                    name: pool.apply_async(_train_and_evaluate, (name, run_config, str(out_dir), config.n_sequences))
+                    for name, run_config in jobs
+                }
+                while pending:
+                    time.sleep(0.5)
+                    for name in [n for n, r in pending.items() if r.ready()]:
+                        by_name[name] = pending.pop(name).get()
+                        bar.update(1)
+                    running = [f"{n}@{_last_step(out_dir / n)}" for n in pending if (out_dir / n / "metrics.jsonl").exists()]
+                    bar.set_postfix_str(", ".join(running[: config.workers]), refresh=True)
+    finally:
+        bar.close()
+    models = [by_name[name] for name, _ in sorted(jobs, key=_job_order)]
+    summary = ReproduceSummary(
+        config=config,
+        models=models,
+        checks=check_claims(models, TrainConfig().stop_linf),
+        wall_seconds=round(time.perf_counter() - started, 2),
+    )
+    atomic_write_json(out_dir / "summary.json", summary.to_dict())
+    atomic_write_text(out_dir / "summary.md", summary_markdown(summary))
+    return summary
+
+
+def _last_step(run_dir: Path) -> int:
+    records = read_metrics(run_dir)
+    return records[-1]["step"] if records else 0
+
+
+def _job_order(job: tuple[str, RunConfig]) -> tuple:
+    model = job[1].model
+    return (model.n_layers, model.n_heads, PAPER_ATTENTIONS.index(model.attention) if model.attention in PAPER_ATTENTIONS else 9, job[1].train.seed)
+
+
+def overview_rows(models: list[ModelSummary]) -> list[list[str]]:
+    rows = []
+    for m in models:
+        rows.append([
+            m.name, "yes" if m.converged else "no", str(m.steps), f"{m.wall_seconds:.0f}",
+            f"{m.linf_error:.1e}", f"{m.heldout_linf_error:.1e}", f"{m.heldout_mse:.1e}",
+            f"{m.n_sink_heads}/{len(m.heads_table)}",
+            "-" if m.paper_sink_heads is None else f"{m.paper_sink_heads}/{m.layers * m.heads}",
+        ])
+    return rows
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def summary_markdown(summary: ReproduceSummary) -> str:
+    config = summary.config
+    parts = [
+        "# Toy reproduction: trigger-conditional tasks force softmax attention sinks\n",
+        f"{len(summary.models)} models, seeds {config.first_seed}..{config.first_seed + config.seeds - 1}, "
+        f"up to {config.max_steps} steps, evaluated on {config.n_sequences} fresh sequences with the trigger at "
+        f"1-indexed position {config.task.eval_trigger_position + 1}; total wall time {summary.wall_seconds:.0f} s.\n",
+        "A head is a sink head when its mean BOS weight over non-trigger queries (`anchor_mass_default`) is >= 0.9. "
+        "For ReLU attention the weights are relu(S)/max(i,1): rows need not sum to one, and "
+        "`default_row_mass` shows whether a head attends off-trigger at all.\n",
+        "## Overview\n",
+        markdown_table(
+            ["model", "converged", "steps", "seconds", "batch L-inf", "held-out L-inf", "held-out MSE", "sink heads", "paper"],
+            overview_rows(summary.models),
+        ),
+        "## Checks against the paper\n",
+        markdown_table(["claim", "result", "measured"],
+                       [[c.claim, "pass" if c.passed else "FAIL", c.detail] for c in summary.checks]),
+    ]
+    for m in summary.models:
+        parts.append(f"## {m.name}\n")
+        parts.append(f"Paper: {m.paper}.\n")
+        parts.append(markdown_table(
+            ["layer", "head", "anchor_mass_default", "anchor_mass_trigger", "default_row_mass", "sink head"],
+            [[str(r.layer), str(r.head), f"{r.anchor_mass_default:.3f}", f"{r.anchor_mass_trigger:.3f}",
+              f"{r.default_row_mass:.3f}", "yes" if r.is_sink_head else ""] for r in m.heads_table],
+        ))
+        if m.figures:
+            parts.append(" ".join(f"![{Path(f).stem}]({f})" for f in m.figures) + "\n")
+    return "\n".join(parts)

@@ -1,0 +1,209 @@
+"""Theorem 1's trade-off, measured: a one-layer softmax head can only make its error at
+default (non-trigger) positions small by putting its attention on BOS.
+
+A ``TradeoffPoint`` pairs a model's BOS mass at default queries with its errors on the
+single-layer target. Families of points trace the trade-off: the softmax construction
+over its score scale (``construction_curve``) and a trained model with its queries
+rescaled (``query_scale_curve``, a temperature sweep of the learned scores).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from interp.atomic_io import atomic_write_json
+from interp.plots import save_figure
+from interp.hook_names import pattern_hook
+from probes.sink_metrics import anchor_mass
+from toy.constructions import relu_exact_model, softmax_scaled_model
+from toy.model import ToyTransformer
+from toy.run_dir import load_model, read_config
+from toy.task import TaskConfig, eval_batch
+
+MSE_FLOOR = 1e-16  # where the log-scale plot draws errors that are exactly (or nearly) 0
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    """One model's place on the trade-off.
+
+    ``anchor_mass_default``: mean BOS weight over default queries (non-trigger, after
+    BOS); ``default_mse`` / ``default_linf``: mean squared and max absolute error at those
+    positions; ``trigger_mse``: mean squared error at the trigger position. ``scale`` is
+    the family parameter that produced the model (None outside a family).
+    """
+
+    label: str
+    scale: float | None
+    anchor_mass_default: float
+    default_mse: float
+    default_linf: float
+    trigger_mse: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_tradeoff_model(model: ToyTransformer, task: TaskConfig) -> None:
+    cfg = model.cfg
+    if cfg.n_layers != 1 or cfg.n_heads != 1 or cfg.has_residual:
+        raise ValueError(
+            f"the trade-off is measured on one-layer, one-head models without a residual "
+            f"(Theorem 1's setting, trained on the 'single' target); got n_layers={cfg.n_layers}, "
+            f"n_heads={cfg.n_heads}, residual={cfg.has_residual}"
+        )
+    if cfg.d_model != task.d_model:
+        raise ValueError(
+            f"model d_model={cfg.d_model} does not match the task's d_model={task.d_model}; "
+            "measure with the TaskConfig the model was trained on"
+        )
+
+
+def measure_tradeoff(
+    model: ToyTransformer,
+    task: TaskConfig,
+    n_sequences: int = 1000,
+    seed: int = 1234,
+    label: str = "",
+) -> TradeoffPoint:
+    """BOS mass and errors of a one-layer, one-head, no-residual model on the eval batch
+    (``n_sequences`` sequences, trigger at ``task.eval_trigger_position``, target 'single')."""
+    _check_tradeoff_model(model, task)
+    if n_sequences < 1:
+        raise ValueError(f"n_sequences must be >= 1, got {n_sequences}")
+    batch = eval_batch(task, n_sequences, seed, target="single")
+    hook = pattern_hook(0)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        output, cache = model.run_with_cache(batch.tokens.to(device), names_filter=hook)
+    pattern = cache[hook].cpu()  # [batch, head, query, key]
+    error = output.cpu() - batch.targets  # [batch, pos, d_model]
+    default_mask = batch.default_query_mask()  # [batch, pos]
+    default_error = error[default_mask]  # [n_default_positions, d_model]
+    trigger_error = error[batch.trigger_query_mask()]  # [batch, d_model]
+    return TradeoffPoint(
+        label=label,
+        scale=None,
+        anchor_mass_default=float(anchor_mass(pattern, 0, default_mask)[0]),
+        default_mse=float(default_error.pow(2).mean()),
+        default_linf=float(default_error.abs().max()),
+        trigger_mse=float(trigger_error.pow(2).mean()),
+    )
+
+
+def _check_scale(value: float, name: str) -> float:
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"every {name} must be a finite number >= 0, got {value}")
+    return float(value)
+
+
+def construction_curve(
+    task: TaskConfig,
+    scales: Iterable[float],
+    n_sequences: int = 1000,
+    seed: int = 1234,
+) -> list[TradeoffPoint]:
+    """The softmax construction (``softmax_scaled_model``) measured at each score scale."""
+    points = []
+    for scale in scales:
+        scale = _check_scale(scale, "scale")
+        model = softmax_scaled_model(task, scale)
+        point = measure_tradeoff(model, task, n_sequences, seed, label=f"construction scale={scale:g}")
+        points.append(replace(point, scale=scale))
+    return points
+
+
+def query_scale_curve(
+    model: ToyTransformer,
+    task: TaskConfig,
+    factors: Iterable[float],
+    n_sequences: int = 1000,
+    seed: int = 1234,
+) -> list[TradeoffPoint]:
+    """A model measured with its W_Q multiplied by each factor (scores scale linearly, so
+    this sweeps the temperature of the learned scores); ``model`` itself is not changed."""
+    _check_tradeoff_model(model, task)
+    points = []
+    for factor in factors:
+        factor = _check_scale(factor, "factor")
+        scaled = copy.deepcopy(model)
+        with torch.no_grad():
+            scaled.blocks[0].attn.W_Q.mul_(factor)
+        point = measure_tradeoff(scaled, task, n_sequences, seed, label=f"W_Q x {factor:g}")
+        points.append(replace(point, scale=factor))
+    return points
+
+
+def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | Path) -> Path:
+    """Write a PNG of default-position MSE (log scale) against BOS mass at default queries,
+    one line per series, each point labelled with its scale. Errors below ``MSE_FLOOR``
+    (e.g. the exact ReLU construction's 0) are drawn at the floor. Returns ``path``."""
+    if not any(points_by_series.values()):
+        raise ValueError("plot_tradeoff needs at least one series with at least one point")
+    figure = Figure(figsize=(6.4, 4.8))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    clipped = False
+    for name, points in points_by_series.items():
+        if not points:
+            continue
+        xs = [p.anchor_mass_default for p in points]
+        ys = [max(p.default_mse, MSE_FLOOR) for p in points]
+        clipped = clipped or any(p.default_mse < MSE_FLOOR for p in points)
+        axes.plot(xs, ys, marker="o", label=name)
+        for point, x, y in zip(points, xs, ys):
+            if point.scale is not None:
+                axes.annotate(f"{point.scale:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    axes.set_yscale("log")
+    axes.set_xlabel("BOS mass at default (non-trigger) queries")
+    ylabel = "MSE at default positions"
+    if clipped:
+        ylabel += f" (< {MSE_FLOOR:g} drawn at {MSE_FLOOR:g})"
+    axes.set_ylabel(ylabel)
+    axes.set_title("Theorem 1: default-position error vs sink mass")
+    axes.grid(True, which="major", alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    path = Path(path)
+    save_figure(figure, path, dpi=120)
+    return path
+
+
+CONSTRUCTION_SCALES = (0.0, 1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0)
+QUERY_FACTORS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+
+
+def write_tradeoff(
+    out_dir: str | Path,
+    run_dirs: Iterable[str | Path] = (),
+    task: TaskConfig | None = None,
+    n_sequences: int = 1000,
+) -> dict:
+    """The trade-off experiment: the softmax construction over its scale, the exact ReLU
+    construction, and each trained one-layer run (under a sweep of its query scale).
+    Writes ``tradeoff.json`` and ``tradeoff.png`` in ``out_dir``; returns the JSON data."""
+    run_dirs = [Path(r) for r in run_dirs]
+    if task is None:
+        task = read_config(run_dirs[0]).task if run_dirs else TaskConfig()
+    series: dict[str, list[TradeoffPoint]] = {
+        "softmax construction (scale)": construction_curve(task, CONSTRUCTION_SCALES, n_sequences),
+        "ReLU construction": [measure_tradeoff(relu_exact_model(task), task, n_sequences, label="relu construction")],
+    }
+    for run_dir in run_dirs:
+        config = read_config(run_dir)
+        if config.task != task:
+            raise ValueError(f"{run_dir} was trained on a different task layout; pass runs of one task")
+        series[f"{run_dir.name} (W_Q x factor)"] = query_scale_curve(load_model(run_dir), task, QUERY_FACTORS, n_sequences)
+    out_dir = Path(out_dir)
+    plot_tradeoff(series, out_dir / "tradeoff.png")
+    data = {"task": task.to_dict(), "series": {name: [p.to_dict() for p in points] for name, points in series.items()}}
+    atomic_write_json(out_dir / "tradeoff.json", data)
+    return data
