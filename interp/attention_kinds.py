@@ -70,6 +70,7 @@ def scores_to_pattern(kind: str, scores: torch.Tensor, row_scale: torch.Tensor |
     """
     if kind == "softmax":
         return torch.softmax(scores, dim=-1)
+    validate_attention_kind(kind)  # before building a scale: an unknown kind has none
     if row_scale is None:
         row_scale = fixed_row_scale(kind, scores.shape[-2], scores.device)
     row_scale = row_scale.to(scores.dtype)
@@ -77,7 +78,7 @@ def scores_to_pattern(kind: str, scores: torch.Tensor, row_scale: torch.Tensor |
         return torch.relu(scores) * row_scale
     if kind == "sigmoid":
         return torch.sigmoid(scores + row_scale)
-    raise ValueError(validate_attention_kind(kind))
+    raise NotImplementedError(f"attention kind {kind!r} is listed but has no pattern rule")
 
 
 def score_scale(d_head: int, scaled: bool) -> float:

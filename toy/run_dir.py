@@ -4,8 +4,10 @@ A run directory holds:
 - ``config.json``: ``{"model": ToyModelConfig, "task": TaskConfig, "train": TrainConfig, "versions": ...}``
 - ``metrics.jsonl``: one JSON object per logged step (loss, L-inf error, per-head anchor mass)
 - ``checkpoints/step-XXXXXXXX/``: ``model.safetensors``, ``optimizer.safetensors`` (Adam
-  state and the data generator's RNG state) and ``state.json``; each written under a
-  temporary name and renamed when complete
+  state and the data generator's RNG state) and ``state.json``: the state at the start of
+  step XXXXXXXX (before its batch is drawn and its update applied), written only once that
+  step's loss is known to be finite; each written under a temporary name and renamed when
+  complete
 - ``model.safetensors``: the final weights, and ``result.json``: the ``TrainResult``.
 """
 
@@ -100,7 +102,7 @@ class RunConfig:
             raise ValueError(f"run config lacks {sorted(missing)}; is this a sinkscope toy run directory?")
         return cls(
             model=ToyModelConfig.from_dict(data["model"]),
-            task=TaskConfig(**data["task"]),
+            task=TaskConfig.from_dict(data["task"]),
             train=TrainConfig.from_dict(data["train"]),
         )
 

@@ -16,7 +16,7 @@ trigger (flags and bias coordinates included), as the paper's target is a vector
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 import torch
@@ -75,6 +75,14 @@ class TaskConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TaskConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown task config keys {unknown}; known keys: {sorted(known)}")
+        return cls(**data)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from toy.model import ToyTransformer
 from toy.run_dir import (
     FINAL_WEIGHTS,
     METRICS_FILE,
+    RESULT_FILE,
     RunConfig,
     TrainResult,
     append_metrics,
@@ -76,10 +77,24 @@ def _restore(run_dir: Path, model: ToyTransformer, optimizer: torch.optim.Adam, 
     tensors = load_tensors(latest / "optimizer.safetensors")
     generator.set_state(tensors.pop("rng.data_generator"))
     optimizer_from_tensors(optimizer, tensors, state["param_groups"])
-    # metrics logged after the checkpoint belong to steps that will be redone
-    kept = [r for r in read_metrics(run_dir) if r["step"] <= state["step"]]
+    # A checkpoint at step s holds the state *before* step s's batch is drawn, so the
+    # metrics of step s (computed on that batch) and later belong to steps that will be
+    # redone: keep only the ones before it.
+    kept = [r for r in read_metrics(run_dir) if r["step"] < state["step"]]
     atomic_write_text(run_dir / METRICS_FILE, "".join(_json_line(r) for r in kept))
     return state["step"], state["wall_seconds"]
+
+
+def _config_differences(existing: RunConfig, wanted: RunConfig) -> list[str]:
+    """Dotted names of the settings that differ, ignoring ``train.max_steps`` (a run may be
+    extended or stopped earlier; everything else changes the numbers)."""
+    old, new = existing.to_dict(), wanted.to_dict()
+    return [
+        f"{section}.{key}"
+        for section in old
+        for key in sorted(set(old[section]) | set(new[section]))
+        if (section, key) != ("train", "max_steps") and old[section].get(key) != new[section].get(key)
+    ]
 
 
 def _json_line(record: dict) -> str:
@@ -95,17 +110,21 @@ def train(
     """Train one toy model into ``run_dir`` and return how it ended.
 
     With ``resume=True`` an existing run directory with the same config continues from its
-    latest checkpoint (a finished run returns its stored result). A directory holding a
-    different config is refused rather than overwritten.
+    latest checkpoint (a finished run returns its stored result). Only ``train.max_steps``
+    may differ on resume: raising it continues a run that stopped at ``max_steps``, with the
+    same numbers as an uninterrupted run of the new length. A directory holding any other
+    different setting is refused rather than overwritten.
     """
     run_dir = Path(run_dir)
     resumed_from: int | None = None
+    existing: RunConfig | None = None
     if (run_dir / "config.json").exists():
         existing = read_config(run_dir)
-        if existing != config:
+        differing = _config_differences(existing, config)
+        if differing:
             raise RunDirectoryError(
-                f"{run_dir} already holds a run with a different config; choose another --out "
-                "directory or delete it"
+                f"{run_dir} already holds a run with a different config ({', '.join(differing)}; only "
+                "train.max_steps may change on resume); choose another --out directory or delete it"
             )
         if not resume:
             raise RunDirectoryError(f"{run_dir} already holds a run; pass resume=True (--resume) or choose another directory")
@@ -115,13 +134,22 @@ def train(
 
     model, optimizer, generator = _build(config)
     step, wall_before = 0, 0.0
-    if (run_dir / "result.json").exists() and (run_dir / FINAL_WEIGHTS).exists():
-        result = TrainResult(**read_json(run_dir / "result.json"))
-        if result.status != "diverged":
+    if (run_dir / RESULT_FILE).exists() and (run_dir / FINAL_WEIGHTS).exists():
+        result = TrainResult(**read_json(run_dir / RESULT_FILE))
+        finished = result.status == "converged" or (
+            result.status == "max_steps" and result.steps >= config.train.max_steps
+        )
+        if finished:
             return result
+        # max_steps was raised: continue from the final checkpoint. Drop the stale result and
+        # final weights first so an interruption cannot leave them describing an older step.
+        (run_dir / RESULT_FILE).unlink()
+        (run_dir / FINAL_WEIGHTS).unlink()
     if checkpoint_dirs(run_dir):
         step, wall_before = _restore(run_dir, model, optimizer, generator)
         resumed_from = step
+        if existing is not None and existing != config:
+            write_config(run_dir, config)  # record the new max_steps
     else:
         write_config(run_dir, config)
         if (run_dir / METRICS_FILE).exists():
@@ -135,16 +163,21 @@ def train(
     status = "max_steps"
     loss_value = linf_value = float("nan")
 
-    def checkpoint(at_step: int) -> None:
+    last_checkpoint = step if resumed_from is not None else -1
+
+    def checkpoint(at_step: int, data_state: torch.Tensor) -> None:
+        """Save the state at the start of ``at_step``: weights and Adam state before its
+        update, and the data generator before its batch is drawn (``data_state``)."""
+        nonlocal last_checkpoint
         tensors, groups = optimizer_to_tensors(optimizer)
-        tensors["rng.data_generator"] = generator.get_state()
+        tensors["rng.data_generator"] = data_state
         wall = wall_before + time.perf_counter() - started
         write_checkpoint(run_dir, at_step, model, tensors, {"wall_seconds": wall, "param_groups": groups}, train_cfg.keep_checkpoints)
+        last_checkpoint = at_step
 
-    if step == 0:
-        checkpoint(0)
     try:
         while True:
+            data_state = generator.get_state()
             batch = sample_batch(task_cfg, train_cfg.batch_size, generator, target)
             log_now = step % train_cfg.log_every == 0
             if log_now:
@@ -157,6 +190,10 @@ def train(
             if not (torch.isfinite(loss) and linf_value == linf_value and linf_value != float("inf")):
                 status = "diverged"
                 break
+            # Checkpoint only states whose loss is known to be finite, so the "last good
+            # checkpoint" named on divergence really is good.
+            if step % train_cfg.checkpoint_every == 0 and step != last_checkpoint:
+                checkpoint(step, data_state)
             converged = linf_value < train_cfg.stop_linf
             if log_now or converged or step >= train_cfg.max_steps:
                 if not log_now:
@@ -177,8 +214,6 @@ def train(
             optimizer.step()
             step += 1
             bar.update(1)
-            if step % train_cfg.checkpoint_every == 0:
-                checkpoint(step)
     finally:
         bar.close()
 
@@ -192,7 +227,8 @@ def train(
             f"loss became {loss_value} at step {step}; training stopped and the last good checkpoint "
             f"({good_step}) is kept in {run_dir / 'checkpoints'}; lower the learning rate (--lr) and retrain"
         )
-    checkpoint(step)
+    if step != last_checkpoint:
+        checkpoint(step, data_state)
     save_tensors(run_dir / FINAL_WEIGHTS, model.state_dict())
     result = TrainResult(str(run_dir), status, status == "converged", step, wall, linf_value, loss_value, resumed_from)
     write_result(run_dir, result)

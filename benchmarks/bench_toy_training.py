@@ -1,0 +1,238 @@
+"""Training speed of the hooked ToyTransformer against a plain torch module with the same math.
+
+    python benchmarks/bench_toy_training.py [--steps N] [--repeats R] [--json PATH]
+
+Both models run the trainer's inner step (``toy.train``): a fresh batch from
+``toy.task.sample_batch``, forward, MSE loss, the batch L-inf error, backward and an Adam
+step with the trainer's settings (betas 0.9/0.95, no weight decay, the paper's lr for the
+architecture). The plain model below has the same parameters (names and shapes) and the
+same operations in the same order, only without ``HookPoint``s, so the ratio measures
+what the hooks cost. Metric logging (``run_with_cache`` every ``log_every`` steps) and
+checkpoint I/O are left out: they are not part of the per-step cost being compared.
+
+One CPU thread, both models in one process, the order alternating between repeats;
+each figure is the median over the repeats. Target: hooked/plain >= 0.9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from interp.attention_kinds import causal_mask, fixed_row_scale, score_scale, scores_to_pattern
+from toy.model import ToyModelConfig, ToyTransformer
+from toy.run_dir import TrainConfig
+from toy.task import TaskConfig, sample_batch
+
+SEED = 0
+
+
+class PlainAttention(nn.Module):
+    """``interp.attention.HookedAttention`` without hook points (same ops, same order)."""
+
+    def __init__(self, config: ToyModelConfig) -> None:
+        super().__init__()
+        d_model, n_heads, d_head = config.d_model, config.n_heads, config.head_width
+        self.attention, self.n_heads, self.d_head, self.d_model = config.attention, n_heads, d_head, d_model
+        self.scale = score_scale(d_head, config.scale_scores)
+        self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.W_V = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
+        self._cache: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor | None]] = {}
+
+    def _project(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        flat = weight.permute(1, 0, 2).reshape(self.d_model, self.n_heads * self.d_head)
+        return (x @ flat).view(*x.shape[:-1], self.n_heads, self.d_head)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n_pos = x.shape[-2]
+        key = (n_pos, str(x.device))
+        if key not in self._cache:
+            self._cache[key] = (~causal_mask(n_pos, n_pos, x.device), fixed_row_scale(self.attention, n_pos, x.device))
+        hidden_mask, row_scale = self._cache[key]
+        q = self._project(x, self.W_Q)
+        k = self._project(x, self.W_K)
+        v = self._project(x, self.W_V)
+        scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1)
+        if self.scale != 1.0:
+            scores = scores * self.scale
+        scores = scores.masked_fill(hidden_mask, float("-inf"))
+        pattern = scores_to_pattern(self.attention, scores, row_scale)
+        z = (pattern @ v.transpose(1, 2)).transpose(1, 2)
+        w_o = self.W_O.reshape(self.n_heads * self.d_head, self.d_model)
+        return z.reshape(*z.shape[:-2], self.n_heads * self.d_head) @ w_o
+
+
+class PlainBlock(nn.Module):
+    def __init__(self, config: ToyModelConfig) -> None:
+        super().__init__()
+        self.residual = config.has_residual
+        self.attn = PlainAttention(config)
+
+    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+        attn_out = self.attn(resid)
+        return resid + attn_out if self.residual else attn_out
+
+
+class PlainTransformer(nn.Module):
+    """The paper's attention-only model as a plain module; parameter names match
+    ``ToyTransformer`` so ``load_state_dict`` copies weights across."""
+
+    def __init__(self, config: ToyModelConfig) -> None:
+        super().__init__()
+        if config.layer_norm or config.mlp or config.positional_embedding:
+            raise ValueError("the plain reference covers the paper's models only (no LayerNorm, MLP or positions)")
+        self.cfg = config
+        self.blocks = nn.ModuleList(PlainBlock(config) for _ in range(config.n_layers))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        resid = tokens
+        for block in self.blocks:
+            resid = block(resid)
+        return resid
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    model: ToyModelConfig
+
+
+CASES = (
+    Case("1x1 softmax", ToyModelConfig(n_layers=1, n_heads=1, attention="softmax")),
+    Case("4x4 softmax", ToyModelConfig(n_layers=4, n_heads=4, attention="softmax")),
+)
+
+
+def build_pair(config: ToyModelConfig) -> tuple[ToyTransformer, PlainTransformer]:
+    """A hooked model from the seed and a plain one holding a copy of its weights."""
+    torch.manual_seed(SEED)
+    hooked = ToyTransformer(config)
+    plain = PlainTransformer(config)
+    plain.load_state_dict(hooked.state_dict(), strict=True)
+    return hooked, plain
+
+
+def check_same_math(config: ToyModelConfig, task: TaskConfig) -> float:
+    """Assert both models agree to 1e-6 on a batch, before and after a few training steps."""
+    hooked, plain = build_pair(config)
+    hooked_shapes = {n: tuple(p.shape) for n, p in hooked.named_parameters()}
+    plain_shapes = {n: tuple(p.shape) for n, p in plain.named_parameters()}
+    assert hooked_shapes == plain_shapes, (hooked_shapes, plain_shapes)
+    batch = sample_batch(task, 64, torch.Generator().manual_seed(123), config.target)
+    with torch.no_grad():
+        diff = float((hooked(batch.tokens) - plain(batch.tokens)).abs().max())
+    assert diff <= 1e-6, f"hooked and plain outputs differ by {diff:.3g}"
+    train_steps(hooked, config, task, 5)
+    train_steps(plain, config, task, 5)
+    with torch.no_grad():
+        trained_diff = float((hooked(batch.tokens) - plain(batch.tokens)).abs().max())
+    assert trained_diff <= 1e-6, f"after 5 training steps the outputs differ by {trained_diff:.3g}"
+    return max(diff, trained_diff)
+
+
+def train_steps(model: nn.Module, config: ToyModelConfig, task: TaskConfig, steps: int) -> float:
+    """``steps`` of the trainer's inner loop; returns the elapsed seconds."""
+    train_cfg = TrainConfig(seed=SEED)
+    optimizer = torch.optim.Adam(
+        model.parameters(),
+        lr=train_cfg.learning_rate(config),
+        betas=(train_cfg.beta1, train_cfg.beta2),
+        weight_decay=0.0,
+    )
+    generator = torch.Generator().manual_seed(SEED + 1_000_003)
+    target = config.target
+    started = time.perf_counter()
+    for _ in range(steps):
+        batch = sample_batch(task, train_cfg.batch_size, generator, target)
+        error = model(batch.tokens) - batch.targets
+        loss = error.pow(2).mean()
+        loss_value, linf_value = float(loss.detach()), float(error.detach().abs().max())
+        if not (loss_value == loss_value and linf_value < float("inf")):
+            raise RuntimeError("loss became non-finite during the benchmark")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return time.perf_counter() - started
+
+
+def bench_case(case: Case, steps: int, repeats: int, warmup: int) -> dict:
+    task = TaskConfig(d_model=case.model.d_model, seq_len=case.model.seq_len)
+    max_diff = check_same_math(case.model, task)
+    rates: dict[str, list[float]] = {"hooked": [], "plain": []}
+    for repeat in range(repeats):
+        order = ("hooked", "plain") if repeat % 2 == 0 else ("plain", "hooked")
+        for kind in order:
+            hooked, plain = build_pair(case.model)
+            model = hooked if kind == "hooked" else plain
+            train_steps(model, case.model, task, warmup)
+            rates[kind].append(steps / train_steps(model, case.model, task, steps))
+    hooked_rate, plain_rate = statistics.median(rates["hooked"]), statistics.median(rates["plain"])
+    paired = [h / p for h, p in zip(rates["hooked"], rates["plain"])]
+    return {
+        "case": case.name,
+        "model": case.model.to_dict(),
+        "steps": steps,
+        "repeats": repeats,
+        "warmup": warmup,
+        "hooked_steps_per_s": hooked_rate,
+        "plain_steps_per_s": plain_rate,
+        "ratio_hooked_over_plain": hooked_rate / plain_rate,
+        "median_paired_ratio": statistics.median(paired),
+        "hooked_runs": rates["hooked"],
+        "plain_runs": rates["plain"],
+        "max_output_diff": max_diff,
+    }
+
+
+def format_table(results: list[dict]) -> str:
+    header = f"{'config':<13} {'hooked steps/s':>15} {'plain steps/s':>14} {'hooked/plain':>13} {'paired median':>14}"
+    lines = [header, "-" * len(header)]
+    for r in results:
+        lines.append(
+            f"{r['case']:<13} {r['hooked_steps_per_s']:>15.1f} {r['plain_steps_per_s']:>14.1f} "
+            f"{r['ratio_hooked_over_plain']:>13.3f} {r['median_paired_ratio']:>14.3f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=200, help="timed training steps per run (default 200)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per model; the median is reported (default 5)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before each run (default 10)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.repeats < 1 or args.warmup < 0:
+        parser.error("--steps and --repeats must be >= 1 and --warmup >= 0")
+
+    torch.set_num_threads(1)
+    results = [bench_case(case, args.steps, args.repeats, args.warmup) for case in CASES]
+    print(f"toy training, {args.steps} steps x {args.repeats} repeats, 1 thread, torch {torch.__version__}")
+    print(format_table(results))
+    worst = min(r["ratio_hooked_over_plain"] for r in results)
+    print(f"worst hooked/plain ratio {worst:.3f} (target >= 0.9): {'ok' if worst >= 0.9 else 'BELOW TARGET'}")
+    if args.json is not None:
+        from interp.atomic_io import atomic_write_json
+
+        atomic_write_json(args.json, {
+            "benchmark": "toy_training",
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "threads": torch.get_num_threads(),
+            "results": results,
+        })
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
