@@ -1,0 +1,71 @@
+"""`sinkscope toy reproduce`: layout of its outputs, resumption, and (slow) the paper's claims."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toy.reproduce import ReproduceConfig, reproduce
+
+REQUIRED_MODEL_KEYS = {
+    "layers", "heads", "attention", "seed", "converged", "steps", "wall_seconds", "linf_error",
+    "heads_table", "heldout_linf_error", "heldout_mse",
+}
+REQUIRED_HEAD_KEYS = {"layer", "head", "anchor_mass_default", "anchor_mass_trigger", "is_sink_head"}
+
+
+def _tiny(**overrides) -> ReproduceConfig:
+    settings = dict(seeds=1, architectures=((1, 1), (2, 2)), max_steps=25, n_sequences=40, workers=1)
+    return ReproduceConfig(**{**settings, **overrides})
+
+
+def test_outputs_have_the_documented_layout(tmp_path):
+    out = tmp_path / "repro"
+    summary = reproduce(_tiny(), out, progress=False)
+    data = json.loads((out / "summary.json").read_text())
+    names = [m["name"] for m in data["models"]]
+    assert names == ["softmax-1x1-seed0", "relu-1x1-seed0", "softmax-2x2-seed0", "relu-2x2-seed0"]
+    for model in data["models"]:
+        assert REQUIRED_MODEL_KEYS <= set(model)
+        assert len(model["heads_table"]) == model["layers"] * model["heads"]
+        for row in model["heads_table"]:
+            assert REQUIRED_HEAD_KEYS <= set(row)
+            assert row["is_sink_head"] == (row["anchor_mass_default"] >= 0.9)
+        run_dir = out / model["name"]
+        for name in ("config.json", "metrics.jsonl", "model.safetensors", "result.json",
+                     "attention_mean.png", "attention_std.png"):
+            assert (run_dir / name).is_file(), name
+        assert model["steps"] == 25 and not model["converged"]
+    markdown = (out / "summary.md").read_text()
+    assert "0.92, 1.00, 0.93, 1.00" in markdown  # the paper's 2x2 numbers sit next to ours
+    assert "FAIL" in markdown  # 25 steps cannot converge, and the checks say so
+    assert len(summary.checks) == len(data["checks"])
+
+
+def test_rerun_resumes_and_different_settings_are_refused(tmp_path):
+    out = tmp_path / "repro"
+    config = _tiny(architectures=((1, 1),))
+    first = reproduce(config, out, progress=False)
+    again = reproduce(config, out, progress=False)  # finished runs are reused, not retrained
+    assert [m.steps for m in again.models] == [m.steps for m in first.models]
+    assert [m.wall_seconds for m in again.models] == [m.wall_seconds for m in first.models]
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        reproduce(_tiny(architectures=((1, 1),), max_steps=30), out, progress=False)
+    replaced = reproduce(_tiny(architectures=((1, 1),), max_steps=30), out, overwrite=True, progress=False)
+    assert all(m.steps == 30 for m in replaced.models)
+
+
+def test_parallel_workers_give_the_same_numbers_as_one(tmp_path):
+    serial = reproduce(_tiny(architectures=((1, 1),)), tmp_path / "serial", progress=False)
+    parallel = reproduce(_tiny(architectures=((1, 1),), workers=2), tmp_path / "parallel", progress=False)
+    assert [m.linf_error for m in serial.models] == [m.linf_error for m in parallel.models]
+    assert [m.heads_table for m in serial.models] == [m.heads_table for m in parallel.models]
+
+
+@pytest.mark.slow
+def test_full_reproduction_matches_the_paper(tmp_path):
+    """The paper's six models, one seed, full step budget: every claim must hold."""
+    summary = reproduce(ReproduceConfig(seeds=1), tmp_path / "full", progress=False)
+    failed = [f"{c.claim}: {c.detail}" for c in summary.checks if not c.passed]
+    assert not failed, failed
