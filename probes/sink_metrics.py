@@ -1,19 +1,48 @@
 """Sink metrics on attention patterns, written once for toy and pretrained models.
 
-All functions take a pattern ``[batch, head, query, key]``; for non-normalised attention
-kinds (ReLU, sigmoid) this is the weight matrix after its fixed scaling, and rows need
-not sum to one.
+Every function takes one layer's pattern ``[batch, head, query, key]``; for
+non-normalised attention kinds (ReLU, sigmoid) this is the weight matrix after its
+fixed scaling, and rows need not sum to one. Functions ending in ``_sums`` return sums
+and counts so that batches accumulate exactly without keeping earlier patterns.
+
+``anchor`` is an int or a ``[batch]`` tensor (each row's anchor, e.g. its first real
+token under left padding). ``query_mask [batch, query]`` bool selects queries (real
+tokens, default or trigger positions); anchor-based metrics always drop queries at or
+before the anchor, so in bidirectional encoders every real query except the anchor
+row counts.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+SINK_RATE_EPSILONS: tuple[float, ...] = (0.3, 0.8)
 
 
 def _anchor_index(anchor: int | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
     if isinstance(anchor, int):
         return torch.full((batch,), anchor, dtype=torch.long, device=device)
+    if anchor.shape != (batch,):
+        raise ValueError(f"anchor must be an int or a [batch={batch}] tensor, got shape {tuple(anchor.shape)}")
     return anchor.to(device=device, dtype=torch.long)
+
+
+def column(pattern: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """A[b, h, i, key[b]] for every head and query: ``[batch, head, query]``."""
+    batch, n_heads, n_query, _ = pattern.shape
+    index = key.view(batch, 1, 1, 1).expand(batch, n_heads, n_query, 1)
+    return pattern.gather(-1, index).squeeze(-1)
+
+
+def queries_after_anchor(
+    n_query: int, anchor: int | torch.Tensor, batch: int, query_mask: torch.Tensor | None, device: torch.device
+) -> torch.Tensor:
+    """``[batch, query]`` bool: queries i > anchor that ``query_mask`` keeps."""
+    anchor_index = _anchor_index(anchor, batch, device)
+    selected = torch.arange(n_query, device=device).unsqueeze(0) > anchor_index.unsqueeze(1)
+    return selected if query_mask is None else selected & query_mask.to(device=device, dtype=torch.bool)
 
 
 def anchor_mass_sums(
@@ -29,10 +58,8 @@ def anchor_mass_sums(
     """
     batch, _, n_query, _ = pattern.shape
     anchor_index = _anchor_index(anchor, batch, pattern.device)
-    # [batch, head, query]: weight each query puts on its row's anchor key
-    to_anchor = pattern.gather(-1, anchor_index.view(batch, 1, 1, 1).expand(batch, pattern.shape[1], n_query, 1)).squeeze(-1)
-    after_anchor = torch.arange(n_query, device=pattern.device).unsqueeze(0) > anchor_index.unsqueeze(1)
-    selected = after_anchor if query_mask is None else after_anchor & query_mask.to(pattern.device)
+    to_anchor = column(pattern, anchor_index)
+    selected = queries_after_anchor(n_query, anchor_index, batch, query_mask, pattern.device)
     weights = selected.to(pattern.dtype).unsqueeze(1)
     return (to_anchor * weights).sum(dim=(0, 2)), selected.sum()
 
@@ -55,3 +82,125 @@ def is_sink_head(anchor_mass_default: torch.Tensor | float, eps: float = 0.1) ->
     if not 0.0 <= eps < 1.0:
         raise ValueError(f"eps must lie in [0, 1), got {eps}")
     return anchor_mass_default >= 1.0 - eps
+
+
+def alpha_k(
+    pattern: torch.Tensor,
+    k: int = 0,
+    anchor: int | torch.Tensor = 0,
+    query_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Gu et al.'s alpha_k per sample and head ``[batch, head]``: mean over queries
+    i >= k of A[i, k].
+
+    ``k`` counts from each row's anchor (k = 0 is the first real token); ``query_mask``
+    ``[batch, query]`` keeps real queries. NaN where a row has no query i >= k.
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0 (offset from the first token), got {k}")
+    batch, _, n_query, n_key = pattern.shape
+    key = _anchor_index(anchor, batch, pattern.device) + k
+    if bool((key >= n_key).any()):
+        raise ValueError(f"k={k} lies beyond the last token of a row; use a smaller k or longer inputs")
+    selected = torch.arange(n_query, device=pattern.device).unsqueeze(0) >= key.unsqueeze(1)
+    if query_mask is not None:
+        selected = selected & query_mask.to(device=pattern.device, dtype=torch.bool)
+    weights = selected.to(pattern.dtype).unsqueeze(1)
+    count = weights.sum(dim=2)
+    return (column(pattern, key) * weights).sum(dim=2) / count
+
+
+def sink_rate(alpha: torch.Tensor, eps: float = 0.3) -> float:
+    """Sink_k^eps in percent: share of (sample, layer, head) entries of ``alpha`` above eps.
+
+    ``alpha``: any shape, e.g. ``[batch, layer, head]`` from ``alpha_k``; NaNs are skipped.
+    """
+    valid = alpha[~torch.isnan(alpha)]
+    if valid.numel() == 0:
+        raise ValueError("sink_rate needs at least one alpha value; check that inputs are longer than k")
+    return float((valid > eps).to(torch.float64).mean() * 100.0)
+
+
+def projected_value_norms(v: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
+    """||v_j W_O[h]|| for every key and head: v ``[batch, pos, head, d_head]``,
+    W_O ``[head, d_head, d_model]`` -> ``[batch, head, pos]``."""
+    return torch.einsum("bphd,hdm->bhpm", v, W_O.to(v.dtype)).norm(dim=-1)
+
+
+def value_weighted_anchor_share_sums(
+    pattern: torch.Tensor,
+    value_norms: torch.Tensor,
+    anchor: int | torch.Tensor = 0,
+    query_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums over selected queries of ||A[i,a] v_a W_O|| / sum_j ||A[i,j] v_j W_O||.
+
+    pattern ``[batch, head, query, key]``; value_norms ``[batch, head, key]`` from
+    ``projected_value_norms``. Returns (``[head]`` sums, ``[head]`` counts); queries
+    whose head writes nothing (all terms zero) are not counted.
+    """
+    batch, _, n_query, _ = pattern.shape
+    anchor_index = _anchor_index(anchor, batch, pattern.device)
+    weighted = pattern.abs() * value_norms.unsqueeze(2)
+    total = weighted.sum(dim=-1)
+    selected = queries_after_anchor(n_query, anchor_index, batch, query_mask, pattern.device).unsqueeze(1) & (total > 0)
+    share = column(weighted, anchor_index) / total.clamp_min(torch.finfo(total.dtype).tiny)
+    return (share * selected).sum(dim=(0, 2)), selected.sum(dim=(0, 2))
+
+
+def row_entropy_sums(
+    pattern: torch.Tensor,
+    visible: torch.Tensor,
+    query_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums of row entropy normalised by log(#visible keys), per head, and counts.
+
+    pattern ``[batch, head, query, key]``; visible ``[batch, query, key]`` bool. Rows are
+    renormalised first (non-softmax kinds); rows with fewer than two visible keys or no
+    mass are skipped. Returns (``[head]`` sums, ``[head]`` counts).
+    """
+    weights = pattern.clamp_min(0) * visible.unsqueeze(1)
+    mass = weights.sum(dim=-1, keepdim=True)
+    probs = weights / mass.clamp_min(torch.finfo(weights.dtype).tiny)
+    entropy = -(torch.special.xlogy(probs, probs)).sum(dim=-1)
+    n_visible = visible.sum(dim=-1).unsqueeze(1)
+    selected = (n_visible >= 2) & (mass.squeeze(-1) > 0)
+    if query_mask is not None:
+        selected = selected & query_mask.to(device=pattern.device, dtype=torch.bool).unsqueeze(1)
+    normalised = entropy / torch.log(n_visible.clamp_min(2).to(entropy.dtype))
+    return (normalised * selected).sum(dim=(0, 2)), selected.sum(dim=(0, 2))
+
+
+@dataclass(frozen=True)
+class MassiveActivations:
+    """Massive activations of one layer's residual in one batch (Sun et al. 2024).
+
+    ``count``: entries with |x| > abs_threshold and > ratio x the median |x| over real
+    tokens; ``at_anchor``: how many of those sit at the anchor token.
+    """
+
+    count: int
+    at_anchor: int
+    max_abs: float
+    median_abs: float
+
+
+def massive_activations(
+    resid: torch.Tensor,
+    real: torch.Tensor,
+    anchor: torch.Tensor,
+    abs_threshold: float = 100.0,
+    ratio: float = 1000.0,
+) -> MassiveActivations:
+    """resid ``[batch, pos, d_model]``; real ``[batch, pos]`` bool; anchor ``[batch]``."""
+    magnitude = resid.abs()
+    real_values = magnitude[real]
+    median = float(real_values.median()) if real_values.numel() else 0.0
+    massive = (magnitude > abs_threshold) & (magnitude > ratio * median) & real.unsqueeze(-1)
+    rows = torch.arange(resid.shape[0], device=resid.device)
+    return MassiveActivations(
+        count=int(massive.sum()),
+        at_anchor=int(massive[rows, anchor].sum()),
+        max_abs=float(real_values.max()) if real_values.numel() else 0.0,
+        median_abs=median,
+    )

@@ -1,0 +1,279 @@
+"""The hooked-model contract: one small adapter that tells probes what a model offers.
+
+Probes and interventions run on two kinds of models:
+- toy models: ``transformer_lens.HookedRootModule`` subclasses whose blocks are
+  ``blocks[l].attn`` with ``W_O [head, d_head, d_model]``, ``n_heads`` and ``d_head``
+  attributes (``interp.attention.HookedAttention``); they take float tokens
+  ``[batch, pos, d_model]`` and have no padding;
+- ``TransformerBridge`` models (GPT-2, GPT-NeoX/Pythia, BERT, ...): they take strings or
+  token ids ``[batch, pos]`` plus an ``attention_mask``.
+
+``HookedModel(model)`` wraps either and answers: the sizes, which hook names exist,
+whether attention is causal, the attention kind (only ``softmax`` rows sum to one),
+``W_O``/``b_O`` per layer, and whether an edit returned at ``hook_pattern`` reaches the
+output (false for BERT-family bridges, where the wrapped Hugging Face module has
+already consumed the pattern). It also turns user inputs into a ``PreparedBatch``: what
+to pass to ``forward`` plus a boolean ``attention_mask [batch, pos]`` and the per-row
+anchor (the first real token, so left padding works).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from transformer_lens import HookedRootModule
+
+from interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
+from interp.hook_names import attn_hook
+
+HookFn = Callable[..., Any]
+FwdHooks = list[tuple[str, HookFn]]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a hooked model offers to probes.
+
+    ``family`` is ``"toy"`` or ``"bridge"``; ``prepend_bos`` records the BOS convention
+    used to tokenize strings (None for toy models, whose anchor is their BOS token).
+    """
+
+    family: str
+    n_layers: int
+    n_heads: int
+    d_head: int
+    d_model: int
+    causal: bool
+    attention_kind: str
+    pattern_writable: bool
+    prepend_bos: bool | None
+    hook_names: frozenset[str] = field(repr=False)
+
+    @property
+    def normalised(self) -> bool:
+        """Whether attention rows sum to one (softmax); for other kinds they need not."""
+        return self.attention_kind in NORMALISED_KINDS
+
+    def require_hooks(self, names: Sequence[str], purpose: str) -> None:
+        missing = [name for name in names if name not in self.hook_names]
+        if missing:
+            raise ValueError(
+                f"{purpose} needs hooks {missing} that this {self.family} model does not expose; "
+                "use a model with TransformerLens-named attention hooks"
+            )
+
+    def to_dict(self) -> dict:
+        return {
+            "family": self.family,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "d_head": self.d_head,
+            "d_model": self.d_model,
+            "causal": self.causal,
+            "attention_kind": self.attention_kind,
+            "pattern_writable": self.pattern_writable,
+            "prepend_bos": self.prepend_bos,
+        }
+
+
+@dataclass
+class PreparedBatch:
+    """One batch ready for a forward pass.
+
+    model_input: what ``forward`` takes (float tokens ``[batch, pos, d_model]`` for toy
+    models, token ids ``[batch, pos]`` for bridges); attention_mask: ``[batch, pos]``
+    bool, True at real tokens; anchor: ``[batch]`` long, each row's first real token.
+    """
+
+    model_input: torch.Tensor
+    attention_mask: torch.Tensor
+    anchor: torch.Tensor
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.attention_mask.shape[0])
+
+    @property
+    def n_pos(self) -> int:
+        return int(self.attention_mask.shape[1])
+
+    def select(self, rows: torch.Tensor) -> "PreparedBatch":
+        """The sub-batch of ``rows`` (a ``[n]`` long index)."""
+        return PreparedBatch(self.model_input[rows], self.attention_mask[rows], self.anchor[rows])
+
+
+def anchor_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """First True position of each row of ``attention_mask [batch, pos]`` -> ``[batch]``."""
+    if not bool(attention_mask.any(dim=1).all()):
+        raise ValueError("a row of attention_mask has no real token; drop empty inputs before probing")
+    return attention_mask.to(torch.long).argmax(dim=1)
+
+
+def _is_bridge(model: torch.nn.Module) -> bool:
+    from transformer_lens.model_bridge import TransformerBridge
+
+    return isinstance(model, TransformerBridge)
+
+
+class HookedModel:
+    """Adapter over a toy ``HookedRootModule`` or a ``TransformerBridge``.
+
+    ``HookedModel(model)`` inspects the model once; for bridges whose writability of
+    ``hook_pattern`` is unknown, one two-token forward pass with an edited pattern
+    decides it (an edit that does not change the output means read-only).
+    """
+
+    def __init__(self, model: torch.nn.Module, prepend_bos: bool | None = None) -> None:
+        if isinstance(model, HookedModel):
+            raise ValueError("model is already a HookedModel; pass it directly instead of wrapping it again")
+        if not isinstance(model, HookedRootModule) and not _is_bridge(model):
+            raise ValueError(
+                f"{type(model).__name__} is not a hooked model; pass a toy HookedRootModule "
+                "or a TransformerBridge (TransformerBridge.boot_transformers(...))"
+            )
+        self.model = model
+        self.is_bridge = _is_bridge(model)
+        hook_names = frozenset(model.hook_dict.keys())
+        if self.is_bridge:
+            cfg = model.cfg
+            self.spec = ModelSpec(
+                family="bridge",
+                n_layers=int(cfg.n_layers),
+                n_heads=int(cfg.n_heads),
+                d_head=int(cfg.d_head),
+                d_model=int(cfg.d_model),
+                causal=getattr(cfg, "attention_dir", "causal") != "bidirectional",
+                attention_kind="softmax",
+                pattern_writable=self._bridge_pattern_writable(),
+                prepend_bos=bool(getattr(cfg, "default_prepend_bos", True)) if prepend_bos is None else prepend_bos,
+                hook_names=hook_names,
+            )
+        else:
+            blocks = getattr(model, "blocks", None)
+            if blocks is None or len(blocks) == 0 or not hasattr(blocks[0], "attn"):
+                raise ValueError(
+                    f"{type(model).__name__} has no blocks[l].attn; toy models must stack "
+                    "interp.attention.HookedAttention layers under .blocks"
+                )
+            attn = blocks[0].attn
+            self.spec = ModelSpec(
+                family="toy",
+                n_layers=len(blocks),
+                n_heads=int(attn.n_heads),
+                d_head=int(attn.d_head),
+                d_model=int(attn.d_model),
+                causal=True,
+                attention_kind=validate_attention_kind(getattr(attn, "attention", "softmax")),
+                pattern_writable=True,
+                prepend_bos=None,
+                hook_names=hook_names,
+            )
+
+    # weights -------------------------------------------------------------------------
+    def W_O(self, layer: int) -> torch.Tensor:
+        """Output projection of ``layer``: ``[head, d_head, d_model]``."""
+        return self.model.blocks[layer].attn.W_O.detach()
+
+    def b_O(self, layer: int) -> torch.Tensor | None:
+        """Output bias of ``layer`` ``[d_model]``, or None when the model has none."""
+        bias = getattr(self.model.blocks[layer].attn, "b_O", None)
+        return None if bias is None else bias.detach()
+
+    # inputs --------------------------------------------------------------------------
+    def prepare(
+        self,
+        inputs: torch.Tensor | str | Sequence[str],
+        attention_mask: torch.Tensor | None = None,
+        padding_side: str | None = None,
+    ) -> PreparedBatch:
+        """Turn user inputs into a ``PreparedBatch``.
+
+        Toy models: ``inputs [batch, pos, d_model]`` float, no padding. Bridges: a string,
+        a list of strings (tokenized with the model's BOS convention and padded on
+        ``padding_side``), or token ids ``[batch, pos]`` with an optional
+        ``attention_mask [batch, pos]`` (1/True at real tokens).
+        """
+        device = self._device()
+        if not self.is_bridge:
+            if not torch.is_tensor(inputs) or inputs.ndim != 3 or inputs.shape[-1] != self.spec.d_model:
+                raise ValueError(
+                    f"toy models take float tokens [batch, pos, {self.spec.d_model}]; "
+                    f"got {type(inputs).__name__} {tuple(getattr(inputs, 'shape', ()))}"
+                )
+            if attention_mask is not None and not bool(attention_mask.bool().all()):
+                raise ValueError("toy models have no padding; pass attention_mask=None or all ones")
+            mask = torch.ones(inputs.shape[:2], dtype=torch.bool, device=device)
+            return PreparedBatch(inputs.to(device), mask, torch.zeros(inputs.shape[0], dtype=torch.long, device=device))
+        if isinstance(inputs, str) or (isinstance(inputs, Sequence) and not torch.is_tensor(inputs)):
+            strings = [inputs] if isinstance(inputs, str) else list(inputs)
+            if not strings or not all(isinstance(s, str) and s for s in strings):
+                raise ValueError("inputs must be a non-empty list of non-empty strings (or token ids [batch, pos])")
+            if attention_mask is not None:
+                raise ValueError("attention_mask is computed from strings; pass it only with token ids")
+            from transformer_lens.utilities.tokenize_utils import get_attention_mask
+
+            side = padding_side or self.model.tokenizer.padding_side
+            tokens = self.model.to_tokens(strings, prepend_bos=self.spec.prepend_bos, padding_side=side)
+            mask = get_attention_mask(self.model.tokenizer, tokens, self.spec.prepend_bos, padding_side=side)
+        elif torch.is_tensor(inputs) and inputs.ndim == 2 and not inputs.is_floating_point():
+            tokens = inputs
+            mask = torch.ones_like(tokens) if attention_mask is None else attention_mask
+            if mask.shape != tokens.shape:
+                raise ValueError(f"attention_mask {tuple(mask.shape)} must match token ids {tuple(tokens.shape)}")
+        else:
+            raise ValueError("bridge models take a string, a list of strings or token ids [batch, pos] (long)")
+        if tokens.shape[1] > int(getattr(self.model.cfg, "n_ctx", tokens.shape[1])):
+            raise ValueError(
+                f"sequence of {tokens.shape[1]} tokens exceeds the model's context of "
+                f"{self.model.cfg.n_ctx}; shorten the prompts"
+            )
+        mask = mask.to(device).bool()
+        return PreparedBatch(tokens.to(device), mask, anchor_positions(mask))
+
+    # running -------------------------------------------------------------------------
+    def forward_kwargs(self, batch: PreparedBatch) -> dict[str, Any]:
+        """Keyword arguments that go with ``batch.model_input`` (the bridge's attention mask)."""
+        if not self.is_bridge:
+            return {}
+        return {"attention_mask": batch.attention_mask.to(torch.long)}
+
+    def run_with_hooks(self, batch: PreparedBatch, fwd_hooks: FwdHooks) -> torch.Tensor:
+        """Forward ``batch`` with temporary hooks; returns the model output (toy outputs or logits)."""
+        return self.model.run_with_hooks(batch.model_input, fwd_hooks=fwd_hooks, **self.forward_kwargs(batch))
+
+    def forward(self, batch: PreparedBatch) -> torch.Tensor:
+        return self.model(batch.model_input, **self.forward_kwargs(batch))
+
+    def visible_keys(self, batch: PreparedBatch) -> torch.Tensor:
+        """``[batch, query, key]`` bool: key real and (if causal) key <= query."""
+        mask = batch.attention_mask
+        visible = mask.unsqueeze(1).expand(-1, batch.n_pos, -1)
+        if self.spec.causal:
+            positions = torch.arange(batch.n_pos, device=mask.device)
+            visible = visible & (positions.unsqueeze(0) <= positions.unsqueeze(1)).unsqueeze(0)
+        return visible
+
+    def _device(self) -> torch.device:
+        parameter = next(self.model.parameters(), None)
+        return parameter.device if parameter is not None else torch.device("cpu")
+
+    def _bridge_pattern_writable(self) -> bool:
+        """Whether an edit at ``blocks.0.attn.hook_pattern`` changes the bridge's output."""
+        tokenizer = self.model.tokenizer
+        token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
+        tokens = torch.full((1, 2), int(token if token is not None else 0), device=self._device())
+        tokens[0, 1] = 1 if tokens[0, 0] != 1 else 2
+
+        def to_last_key(pattern: torch.Tensor, hook: Any) -> torch.Tensor:
+            edited = torch.zeros_like(pattern)
+            edited[..., -1] = 1.0
+            return edited
+
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            plain = self.model(tokens)
+            edited = self.model.run_with_hooks(tokens, fwd_hooks=[(attn_hook(0, "pattern"), to_last_key)])
+        return not torch.equal(plain, edited)

@@ -1,0 +1,145 @@
+"""The default-state hypothesis test, generic over a model, inputs and an error function.
+
+A sink head parks its mass on the anchor when it has nothing to do (the default
+state). If that is what the sink is for, ``remove_sink`` (take the anchor away and
+renormalise) should break the default positions' outputs, while the matched control
+``mask_random_key`` (take one random visible non-anchor key away per query and
+renormalise) should barely matter. For each sink head, and for all sink heads
+together, this reports the error before, after removal and after the control, the
+per-input increases with bootstrap confidence intervals over inputs, and Cohen's d of
+the paired difference (removal increase minus control increase).
+
+``error_fn(output, batch) -> [batch]`` scores each input: e.g. the mean squared error
+at the toy task's default positions, or a language model's per-input loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from interp.hooked_model import HookedModel, PreparedBatch
+from probes.interventions import HeadRef, Intervention, intervention_hooks, mask_random_key, remove_sink
+
+ErrorFn = Callable[[torch.Tensor, PreparedBatch], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class DefaultStateConfig:
+    """n_bootstrap resamples of the inputs for ``confidence`` intervals; ``seed`` fixes
+    both the control's random keys and the bootstrap."""
+
+    n_bootstrap: int = 1000
+    confidence: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n_bootstrap < 1:
+            raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence must lie in (0, 1), got {self.confidence}")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over inputs with its bootstrap confidence interval."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class DefaultStateRow:
+    """One tested head set (``label`` "L{layer}H{head}" or "all_sink_heads")."""
+
+    label: str
+    heads: tuple[HeadRef, ...]
+    error_before: float
+    error_after_remove: float
+    error_after_control: float
+    remove_increase: Estimate
+    control_increase: Estimate
+    cohens_d: float
+
+
+@dataclass(frozen=True)
+class DefaultStateResult:
+    sink_heads: tuple[HeadRef, ...]
+    n_inputs: int
+    rows: tuple[DefaultStateRow, ...]
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sink_heads": [list(head) for head in self.sink_heads],
+            "n_inputs": self.n_inputs,
+            "note": self.note,
+            "rows": [asdict(row) | {"heads": [list(head) for head in row.heads]} for row in self.rows],
+        }
+
+
+def _bootstrap(values: torch.Tensor, config: DefaultStateConfig, generator: torch.Generator) -> Estimate:
+    """Mean of ``values [n]`` and its percentile bootstrap interval."""
+    n = values.shape[0]
+    draws = torch.randint(0, n, (config.n_bootstrap, n), generator=generator)
+    means = values[draws].mean(dim=1)
+    tail = (1.0 - config.confidence) / 2
+    low, high = torch.quantile(means, torch.tensor([tail, 1.0 - tail], dtype=means.dtype))
+    return Estimate(mean=float(values.mean()), ci_low=float(low), ci_high=float(high))
+
+
+def _errors(model: HookedModel, batch: PreparedBatch, error_fn: ErrorFn, intervention: Intervention | None) -> torch.Tensor:
+    hooks = [] if intervention is None else intervention_hooks(model, batch, intervention)
+    with torch.no_grad():
+        output = model.run_with_hooks(batch, hooks)
+    errors = error_fn(output, batch)
+    if errors.shape != (batch.batch_size,):
+        raise ValueError(f"error_fn must return one error per input, shape [{batch.batch_size}], got {tuple(errors.shape)}")
+    return errors.detach().double().cpu()
+
+
+def default_state_test(
+    model: torch.nn.Module | HookedModel,
+    inputs: torch.Tensor | Sequence[str],
+    sink_heads: Sequence[HeadRef],
+    error_fn: ErrorFn,
+    attention_mask: torch.Tensor | None = None,
+    config: DefaultStateConfig = DefaultStateConfig(),
+) -> DefaultStateResult:
+    """Run the test on one batch of ``inputs`` (see the module docstring).
+
+    ``sink_heads``: e.g. ``probe_model(...).sink_heads()``; empty means there is no sink
+    to remove, which the result reports instead of testing.
+    """
+    hooked = model if isinstance(model, HookedModel) else HookedModel(model)
+    batch = hooked.prepare(inputs, attention_mask)
+    heads = tuple((int(layer), int(head)) for layer, head in sink_heads)
+    if not heads:
+        return DefaultStateResult(heads, batch.batch_size, (), "no sink heads: there is no sink to remove")
+    before = _errors(hooked, batch, error_fn, None)
+    generator = torch.Generator().manual_seed(config.seed)
+    head_sets = [(f"L{layer}H{head}", ((layer, head),)) for layer, head in heads]
+    if len(heads) > 1:
+        head_sets.append(("all_sink_heads", heads))
+    rows = []
+    for label, head_set in head_sets:
+        removed = _errors(hooked, batch, error_fn, remove_sink(head_set)) - before
+        control = _errors(hooked, batch, error_fn, mask_random_key(head_set, seed=config.seed)) - before
+        difference = removed - control
+        spread = float(difference.std()) if difference.numel() > 1 else 0.0
+        rows.append(
+            DefaultStateRow(
+                label=label,
+                heads=head_set,
+                error_before=float(before.mean()),
+                error_after_remove=float((before + removed).mean()),
+                error_after_control=float((before + control).mean()),
+                remove_increase=_bootstrap(removed, config, generator),
+                control_increase=_bootstrap(control, config, generator),
+                cohens_d=float(difference.mean()) / spread if spread > 0 else float("nan"),
+            )
+        )
+    return DefaultStateResult(heads, batch.batch_size, tuple(rows), "")

@@ -1,0 +1,284 @@
+"""Interventions on attention heads, for any set of (layer, head), on any hooked model.
+
+Kinds (DESIGN.md):
+- ``remove_sink``: zero A[i, a] for every query after the anchor and renormalise the
+  rest of the row (softmax heads; other kinds are only zeroed, since their rows are not
+  normalised). A row left with no mass becomes zero: the head writes nothing.
+- ``evict_anchor``: mask the anchor key for ALL queries, the anchor's own row included
+  (StreamingLLM-style eviction), renormalising likewise.
+- ``redirect_to_sink``: replace each real row by one-hot on the anchor (head made dormant).
+- ``mask_random_key``: the matched control for ``remove_sink``: every query after the
+  anchor loses one visible non-anchor key, drawn uniformly with ``seed``, renormalised.
+- ``zero_head``: the head's ``z`` (its output before W_O) set to zero.
+- ``mean_ablate_head``: the head's ``z`` replaced by its per-position mean over a
+  reference set (``head_means``).
+
+How they are applied: ``zero_head``/``mean_ablate_head`` write at ``hook_z``. Pattern
+edits write at ``hook_pattern`` where edits there reach the output (toy models, GPT-2,
+GPT-NeoX bridges). Where ``hook_pattern`` is read-only (BERT-family bridges, whose
+wrapped module fires it after computing ``z``), they are applied as
+``z' = pattern' @ v`` at ``hook_z``: one capture pass per edited layer records that
+layer's pattern and values (with the earlier layers' edits in place), then the returned
+hooks write the recomputed ``z``. Either way the output changes; nothing is silently
+skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Sequence
+
+import torch
+
+from interp.hook_names import attn_hook
+from interp.hooked_model import FwdHooks, HookedModel, PreparedBatch
+
+InterventionKind = Literal[
+    "remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key", "zero_head", "mean_ablate_head"
+]
+INTERVENTION_KINDS: tuple[str, ...] = (
+    "remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key", "zero_head", "mean_ablate_head"
+)
+PATTERN_KINDS: tuple[str, ...] = ("remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key")
+HeadRef = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class HeadMeans:
+    """Mean head outputs over a reference set: z ``[layer, pos, head, d_head]``, averaged
+    over the real tokens at each position."""
+
+    z: torch.Tensor
+    n_inputs: int
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """One intervention on a set of (layer, head) pairs; build it with the helpers below."""
+
+    kind: InterventionKind
+    heads: tuple[HeadRef, ...]
+    seed: int = 0
+    means: HeadMeans | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in INTERVENTION_KINDS:
+            raise ValueError(f"unknown intervention {self.kind!r}; choose one of {', '.join(INTERVENTION_KINDS)}")
+        if not self.heads:
+            raise ValueError(f"{self.kind} needs at least one (layer, head) pair")
+        if self.kind == "mean_ablate_head" and self.means is None:
+            raise ValueError("mean_ablate_head needs means=head_means(model, reference_inputs)")
+
+    def layers(self) -> list[int]:
+        return sorted({layer for layer, _ in self.heads})
+
+    def heads_in(self, layer: int) -> list[int]:
+        return sorted({head for head_layer, head in self.heads if head_layer == layer})
+
+
+def _heads(heads: Sequence[HeadRef]) -> tuple[HeadRef, ...]:
+    return tuple((int(layer), int(head)) for layer, head in heads)
+
+
+def remove_sink(heads: Sequence[HeadRef]) -> Intervention:
+    return Intervention("remove_sink", _heads(heads))
+
+
+def evict_anchor(heads: Sequence[HeadRef]) -> Intervention:
+    return Intervention("evict_anchor", _heads(heads))
+
+
+def redirect_to_sink(heads: Sequence[HeadRef]) -> Intervention:
+    return Intervention("redirect_to_sink", _heads(heads))
+
+
+def mask_random_key(heads: Sequence[HeadRef], seed: int = 0) -> Intervention:
+    return Intervention("mask_random_key", _heads(heads), seed=seed)
+
+
+def zero_head(heads: Sequence[HeadRef]) -> Intervention:
+    return Intervention("zero_head", _heads(heads))
+
+
+def mean_ablate_head(heads: Sequence[HeadRef], means: HeadMeans) -> Intervention:
+    return Intervention("mean_ablate_head", _heads(heads), means=means)
+
+
+# pure pattern edits -------------------------------------------------------------------
+def mask_keys(pattern: torch.Tensor, keys: torch.Tensor, heads: Sequence[int], renormalise: bool) -> torch.Tensor:
+    """Zero A[b, h, i, keys[b, i]] for the listed heads (keys = -1: leave row i alone),
+    then renormalise those rows if ``renormalise``.
+
+    pattern ``[batch, head, query, key]``; keys ``[batch, query]`` long. Returns a new tensor.
+    """
+    edited = pattern.clone()
+    selected = edited[:, list(heads)]
+    has_key = keys >= 0
+    hit = torch.zeros_like(selected[:, 0], dtype=torch.bool)
+    hit.scatter_(-1, keys.clamp_min(0).unsqueeze(-1), has_key.unsqueeze(-1))
+    selected = selected.masked_fill(hit.unsqueeze(1), 0.0)
+    if renormalise:
+        rest = selected.sum(dim=-1, keepdim=True)
+        scaled = selected / rest.clamp_min(torch.finfo(selected.dtype).tiny)
+        selected = torch.where(has_key.unsqueeze(1).unsqueeze(-1), scaled, selected)
+    edited[:, list(heads)] = selected
+    return edited
+
+
+def one_hot_rows(pattern: torch.Tensor, anchor: torch.Tensor, rows: torch.Tensor, heads: Sequence[int]) -> torch.Tensor:
+    """Rows ``rows [batch, query]`` of the listed heads become one-hot on ``anchor [batch]``."""
+    edited = pattern.clone()
+    target = torch.zeros_like(pattern[:, 0])
+    target.scatter_(-1, anchor.view(-1, 1, 1).expand(-1, pattern.shape[2], 1), 1.0)
+    for head in heads:
+        edited[:, head] = torch.where(rows.unsqueeze(-1), target, pattern[:, head])
+    return edited
+
+
+def _keys_for(model: HookedModel, batch: PreparedBatch, intervention: Intervention) -> torch.Tensor:
+    """``[batch, query]`` key to mask per row (-1 = none) for a key-masking intervention."""
+    positions = torch.arange(batch.n_pos, device=batch.anchor.device)
+    anchor = batch.anchor.unsqueeze(1)
+    real = batch.attention_mask
+    after = real & (positions.unsqueeze(0) > anchor)
+    none = torch.full_like(real, -1, dtype=torch.long)
+    if intervention.kind == "remove_sink":
+        return torch.where(after, anchor.expand_as(none), none)
+    if intervention.kind == "evict_anchor":
+        return torch.where(real, anchor.expand_as(none), none)
+    # mask_random_key: uniform over visible keys other than the anchor
+    candidates = model.visible_keys(batch) & (positions.view(1, 1, -1) != anchor.unsqueeze(-1))
+    generator = torch.Generator().manual_seed(intervention.seed)
+    draws = torch.rand(candidates.shape, generator=generator).to(candidates.device)
+    draws = draws.masked_fill(~candidates, -1.0)
+    choice = draws.argmax(dim=-1)
+    return torch.where(after & candidates.any(dim=-1), choice, none)
+
+
+def edit_pattern(model: HookedModel, batch: PreparedBatch, intervention: Intervention, layer: int, pattern: torch.Tensor) -> torch.Tensor:
+    """The edited pattern ``[batch, head, query, key]`` of ``layer`` under a pattern intervention."""
+    heads = intervention.heads_in(layer)
+    if intervention.kind == "redirect_to_sink":
+        positions = torch.arange(batch.n_pos, device=batch.anchor.device)
+        rows = batch.attention_mask & (positions.unsqueeze(0) >= batch.anchor.unsqueeze(1))
+        return one_hot_rows(pattern, batch.anchor, rows, heads)
+    return mask_keys(pattern, _keys_for(model, batch, intervention), heads, renormalise=model.spec.normalised)
+
+
+# hooks ---------------------------------------------------------------------------------
+def _z_head_hook(heads: list[int], replacement: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
+    def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
+        edited = z.clone()
+        edited[:, :, heads] = replacement(z)[:, :, heads].to(z.dtype)
+        return edited
+
+    return hook
+
+
+def _mean_replacement(means: HeadMeans, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def replacement(z: torch.Tensor) -> torch.Tensor:
+        if z.shape[1] > means.z.shape[1]:
+            raise ValueError(
+                f"inputs of {z.shape[1]} positions are longer than the mean-ablation reference set "
+                f"({means.z.shape[1]}); compute head_means on inputs at least as long"
+            )
+        return means.z[layer, : z.shape[1]].to(z.device).unsqueeze(0).expand_as(z)
+
+    return replacement
+
+
+def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: Intervention) -> FwdHooks:
+    """Forward hooks that apply ``intervention`` to ``batch`` in ``model.run_with_hooks``.
+
+    For pattern edits on models whose ``hook_pattern`` is read-only this runs one
+    capture pass per edited layer first (see the module docstring).
+    """
+    spec = model.spec
+    for layer, head in intervention.heads:
+        if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
+            raise ValueError(
+                f"head ({layer}, {head}) does not exist; layers 0..{spec.n_layers - 1}, heads 0..{spec.n_heads - 1}"
+            )
+    if intervention.kind == "zero_head":
+        return [(attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), torch.zeros_like)) for layer in intervention.layers()]
+    if intervention.kind == "mean_ablate_head":
+        return [
+            (attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), _mean_replacement(intervention.means, layer)))
+            for layer in intervention.layers()
+        ]
+    if spec.pattern_writable:
+        return [(attn_hook(layer, "pattern"), _pattern_hook(model, batch, intervention, layer)) for layer in intervention.layers()]
+    spec.require_hooks(
+        [attn_hook(layer, name) for layer in intervention.layers() for name in ("v", "z", "pattern")],
+        f"{intervention.kind} on a model with read-only attention patterns",
+    )
+    hooks: FwdHooks = []
+    for layer in intervention.layers():
+        captured: dict[str, torch.Tensor] = {}
+
+        def capture(name: str) -> Callable[..., None]:
+            def hook(tensor: torch.Tensor, hook: Any) -> None:
+                captured[name] = tensor.detach()
+
+            return hook
+
+        with torch.no_grad():
+            model.run_with_hooks(
+                batch, hooks + [(attn_hook(layer, "pattern"), capture("pattern")), (attn_hook(layer, "v"), capture("v"))]
+            )
+        edited = edit_pattern(model, batch, intervention, layer, captured["pattern"])
+        # [batch, pos, head, d_head]
+        recomputed = (edited @ captured["v"].transpose(1, 2)).transpose(1, 2)
+        hooks.append((attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), lambda z, r=recomputed: r)))
+    return hooks
+
+
+def _pattern_hook(model: HookedModel, batch: PreparedBatch, intervention: Intervention, layer: int) -> Callable[..., torch.Tensor]:
+    def hook(pattern: torch.Tensor, hook: Any) -> torch.Tensor:
+        return edit_pattern(model, batch, intervention, layer, pattern)
+
+    return hook
+
+
+# one-call helpers ----------------------------------------------------------------------
+def _as_hooked(model: torch.nn.Module | HookedModel) -> HookedModel:
+    return model if isinstance(model, HookedModel) else HookedModel(model)
+
+
+def run_with_intervention(
+    model: torch.nn.Module | HookedModel,
+    inputs: torch.Tensor | str | Sequence[str],
+    intervention: Intervention,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The model's output (toy outputs ``[batch, pos, d_model]`` or logits
+    ``[batch, pos, vocab]``) with ``intervention`` applied."""
+    hooked = _as_hooked(model)
+    batch = hooked.prepare(inputs, attention_mask)
+    with torch.no_grad():
+        return hooked.run_with_hooks(batch, intervention_hooks(hooked, batch, intervention))
+
+
+def head_means(
+    model: torch.nn.Module | HookedModel,
+    inputs: torch.Tensor | Sequence[str],
+    attention_mask: torch.Tensor | None = None,
+) -> HeadMeans:
+    """Per-position mean of every head's ``z`` over the real tokens of ``inputs``
+    (the reference set for ``mean_ablate_head``)."""
+    hooked = _as_hooked(model)
+    batch = hooked.prepare(inputs, attention_mask)
+    spec = hooked.spec
+    real = batch.attention_mask.to(torch.float32)
+    counts = real.sum(dim=0).clamp_min(1.0).view(-1, 1, 1)
+    means = torch.zeros(spec.n_layers, batch.n_pos, spec.n_heads, spec.d_head)
+
+    def make(layer: int) -> Callable[..., None]:
+        def hook(z: torch.Tensor, hook: Any) -> None:
+            means[layer] = ((z.float() * real.to(z.device).view(*real.shape, 1, 1)).sum(dim=0) / counts.to(z.device)).cpu()
+
+        return hook
+
+    with torch.no_grad():
+        hooked.run_with_hooks(batch, [(attn_hook(layer, "z"), make(layer)) for layer in range(spec.n_layers)])
+    return HeadMeans(z=means, n_inputs=batch.batch_size)

@@ -1,0 +1,472 @@
+"""The probe runner: every sink metric of DESIGN.md for every (layer, head), in one pass.
+
+``probe_model(model, inputs, ...)`` works on toy models and ``TransformerBridge``
+models alike (see ``interp.hooked_model``). It caches nothing: forward hooks reduce
+each layer's tensors to per-head sums and counts as they fire and drop them, so at
+most one layer's pattern (and that layer's values) is alive at a time, and batches
+accumulate without keeping earlier patterns. Only the hooks a measurement reads are
+attached (``hook_v``, ``hook_pattern``, ``hook_z`` per layer; ``hook_resid_post`` when
+residual statistics are asked for).
+
+"Selected queries" below are real queries after the row's anchor that ``query_mask``
+keeps (the toy task's default, non-trigger positions); ``anchor_mass_other`` is the
+anchor mass over the remaining real queries after the anchor (the trigger positions).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Iterable, Iterator, Sequence
+
+import torch
+
+from interp.atomic_io import atomic_write_json, atomic_write_text
+from interp.hook_names import attn_hook, block_hook
+from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from probes.sink_metrics import (
+    SINK_RATE_EPSILONS,
+    alpha_k,
+    anchor_mass_sums,
+    is_sink_head,
+    massive_activations,
+    projected_value_norms,
+    queries_after_anchor,
+    row_entropy_sums,
+    value_weighted_anchor_share_sums,
+)
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """What to measure and with which thresholds.
+
+    sink_eps: a head is a sink head when its anchor mass over selected queries is
+    >= 1 - sink_eps. alpha_k: Gu et al.'s k, counted from each row's first real token.
+    dormant: row_entropy <= dormant_entropy_max and anchor_mass >= dormant_anchor_min.
+    with_values / with_residual: also read hook_v + hook_z / hook_resid_post.
+    """
+
+    sink_eps: float = 0.1
+    alpha_k: int = 0
+    sink_rate_eps: tuple[float, ...] = SINK_RATE_EPSILONS
+    dormant_entropy_max: float = 0.3
+    dormant_anchor_min: float = 0.5
+    massive_abs: float = 100.0
+    massive_ratio: float = 1000.0
+    batch_size: int = 32
+    with_values: bool = True
+    with_residual: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.sink_eps < 1.0:
+            raise ValueError(f"sink_eps must lie in [0, 1), got {self.sink_eps}")
+        if self.alpha_k < 0:
+            raise ValueError(f"alpha_k must be >= 0, got {self.alpha_k}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if not self.sink_rate_eps:
+            raise ValueError("sink_rate_eps must name at least one eps, e.g. (0.3, 0.8)")
+
+
+@dataclass
+class ProbeBatch:
+    """One batch of user inputs. inputs: toy tokens ``[batch, pos, d_model]``, token ids
+    ``[batch, pos]`` or strings; attention_mask / query_mask: ``[batch, pos]`` bool."""
+
+    inputs: torch.Tensor | Sequence[str]
+    attention_mask: torch.Tensor | None = None
+    query_mask: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class HeadProbe:
+    """One (layer, head) row of the tidy table; NaN where nothing was measured."""
+
+    layer: int
+    head: int
+    anchor_mass: float
+    anchor_mass_other: float
+    alpha: float
+    is_sink_head: bool
+    value_weighted_anchor_share: float
+    anchor_value_norm: float
+    row_entropy: float
+    dormant: bool
+    head_out_norm: float
+
+
+@dataclass(frozen=True)
+class LayerProbe:
+    """One layer. Norms are means over selected queries: ``attn_out_norm`` is
+    ||sum_h z_h W_O[h] + b_O||, ``head_out_norm_sum`` is sum_h ||z_h W_O[h]|| (a large gap
+    means heads cancel); residual statistics are on ``hook_resid_post``."""
+
+    layer: int
+    anchor_mass: float
+    sink_heads: int
+    attn_out_norm: float
+    head_out_norm_sum: float
+    anchor_resid_norm: float
+    massive_count: int
+    massive_at_anchor: int
+    max_abs_resid: float
+    median_abs_resid: float
+
+
+@dataclass(frozen=True)
+class SinkRate:
+    """Gu et al.'s Sink_k^eps in percent of (sample, layer, head) entries."""
+
+    k: int
+    eps: float
+    percent: float
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """All probe measurements. ``attn_out_norm_of_sum`` vs ``attn_out_sum_of_norms``:
+    mean over selected queries of ||sum_l attn_out_l|| and sum_l ||attn_out_l||; the
+    first far below the second means the layers cancel each other."""
+
+    model: ModelSpec
+    config: ProbeConfig
+    n_inputs: int
+    n_queries: int
+    heads: tuple[HeadProbe, ...]
+    layers: tuple[LayerProbe, ...]
+    sink_rates: tuple[SinkRate, ...]
+    attn_out_norm_of_sum: float
+    attn_out_sum_of_norms: float
+    notes: tuple[str, ...] = field(default=())
+
+    def anchor_mass_matrix(self) -> torch.Tensor:
+        """``[layer, head]`` anchor mass."""
+        return self.matrix("anchor_mass")
+
+    def matrix(self, name: str) -> torch.Tensor:
+        """``[layer, head]`` matrix of one ``HeadProbe`` field, e.g. ``"alpha"``."""
+        if name not in {f.name for f in fields(HeadProbe)} - {"layer", "head"}:
+            raise ValueError(f"unknown head metric {name!r}; choose a HeadProbe field such as 'anchor_mass'")
+        matrix = torch.full((self.model.n_layers, self.model.n_heads), float("nan"), dtype=torch.float64)
+        for row in self.heads:
+            matrix[row.layer, row.head] = float(getattr(row, name))
+        return matrix
+
+    def sink_heads(self) -> list[tuple[int, int]]:
+        return [(row.layer, row.head) for row in self.heads if row.is_sink_head]
+
+    def head_table(self) -> list[dict[str, Any]]:
+        """One dict per (layer, head)."""
+        return [asdict(row) for row in self.heads]
+
+    def layer_table(self) -> list[dict[str, Any]]:
+        return [asdict(row) for row in self.layers]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.to_dict(),
+            "config": asdict(self.config),
+            "n_inputs": self.n_inputs,
+            "n_queries": self.n_queries,
+            "sink_rates": [asdict(rate) for rate in self.sink_rates],
+            "attn_out_norm_of_sum": self.attn_out_norm_of_sum,
+            "attn_out_sum_of_norms": self.attn_out_sum_of_norms,
+            "notes": list(self.notes),
+            "layers": self.layer_table(),
+            "heads": self.head_table(),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(_json_safe(self.to_dict()), indent=2)
+
+    def write_json(self, path: str) -> None:
+        atomic_write_json(path, _json_safe(self.to_dict()))
+
+    def heads_csv(self) -> str:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(HeadProbe)])
+        writer.writeheader()
+        writer.writerows(self.head_table())
+        return buffer.getvalue()
+
+    def write_heads_csv(self, path: str) -> None:
+        atomic_write_text(path, self.heads_csv())
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN -> None so the JSON is standard."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+class _Accumulator:
+    """Per-(layer, head) sums and counts, filled by forward hooks, one batch at a time."""
+
+    def __init__(self, model: HookedModel, config: ProbeConfig) -> None:
+        self.model = model
+        self.config = config
+        spec = model.spec
+        shape = (spec.n_layers, spec.n_heads)
+        zeros = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
+        self.mass, self.mass_count = zeros(shape), zeros(spec.n_layers)
+        self.other, self.other_count = zeros(shape), zeros(spec.n_layers)
+        self.alpha, self.alpha_count = zeros(shape), zeros(shape)
+        self.rate_hits, self.rate_count = zeros(len(config.sink_rate_eps)), zeros(())
+        self.share, self.share_count = zeros(shape), zeros(shape)
+        self.entropy, self.entropy_count = zeros(shape), zeros(shape)
+        self.value_norm, self.value_count = zeros(shape), zeros(spec.n_layers)
+        self.head_out, self.layer_out, self.head_out_sum, self.out_count = zeros(shape), zeros(spec.n_layers), zeros(spec.n_layers), zeros(spec.n_layers)
+        self.resid_norm, self.resid_count = zeros(spec.n_layers), zeros(spec.n_layers)
+        self.massive_count, self.massive_at_anchor = zeros(spec.n_layers), zeros(spec.n_layers)
+        self.max_abs, self.median_abs, self.resid_batches = zeros(spec.n_layers), zeros(spec.n_layers), zeros(spec.n_layers)
+        self.out_of_sum, self.sum_of_out, self.total_count = zeros(()), zeros(()), zeros(())
+        self.n_inputs = 0
+        self._batch: PreparedBatch | None = None
+        self._selected: torch.Tensor | None = None
+        self._visible: torch.Tensor | None = None
+        self._value_norms: torch.Tensor | None = None
+        self._out_total: torch.Tensor | None = None
+        self._out_norm_total: torch.Tensor | None = None
+
+    def hooks(self) -> list[tuple[str, Any]]:
+        hooks = []
+        for layer in range(self.model.spec.n_layers):
+            if self.config.with_values:
+                hooks.append((attn_hook(layer, "v"), self._make_v_hook(layer)))
+            hooks.append((attn_hook(layer, "pattern"), self._make_pattern_hook(layer)))
+            if self.config.with_values:
+                hooks.append((attn_hook(layer, "z"), self._make_z_hook(layer)))
+            if self.config.with_residual:
+                hooks.append((block_hook(layer, "resid_post"), self._make_resid_hook(layer)))
+        return hooks
+
+    def run(self, batch: PreparedBatch, query_mask: torch.Tensor | None) -> None:
+        real_queries = batch.attention_mask if query_mask is None else batch.attention_mask & query_mask.to(batch.attention_mask.device).bool()
+        self._batch = batch
+        self._selected = queries_after_anchor(batch.n_pos, batch.anchor, batch.batch_size, real_queries, real_queries.device)
+        self._visible = self.model.visible_keys(batch)
+        self._out_total, self._out_norm_total = None, None
+        with torch.no_grad():
+            self.model.run_with_hooks(batch, self.hooks())
+        if self._out_total is not None:
+            selected = self._selected.to(torch.float64)
+            self.out_of_sum += float((self._out_total.norm(dim=-1).double() * selected).sum())
+            self.sum_of_out += float((self._out_norm_total.double() * selected).sum())
+            self.total_count += float(selected.sum())
+        self.n_inputs += batch.batch_size
+        self._batch = self._selected = self._visible = self._value_norms = None
+        self._out_total = self._out_norm_total = None
+
+    # hooks ---------------------------------------------------------------------------
+    def _make_v_hook(self, layer: int):
+        def hook(v: torch.Tensor, hook: Any) -> None:
+            batch = self._batch
+            self._value_norms = projected_value_norms(v, self.model.W_O(layer))
+            rows = torch.arange(batch.batch_size, device=v.device)
+            self.value_norm[layer] += v[rows, batch.anchor].norm(dim=-1).double().sum(dim=0).cpu()
+            self.value_count[layer] += batch.batch_size
+
+        return hook
+
+    def _make_pattern_hook(self, layer: int):
+        def hook(pattern: torch.Tensor, hook: Any) -> None:
+            batch, selected = self._batch, self._selected
+            sums, count = anchor_mass_sums(pattern, batch.anchor, selected)
+            self.mass[layer] += sums.double().cpu()
+            self.mass_count[layer] += float(count)
+            other = batch.attention_mask & ~selected
+            sums, count = anchor_mass_sums(pattern, batch.anchor, other)
+            self.other[layer] += sums.double().cpu()
+            self.other_count[layer] += float(count)
+            alpha = alpha_k(pattern, self.config.alpha_k, batch.anchor, batch.attention_mask).double().cpu()
+            valid = ~torch.isnan(alpha)
+            self.alpha[layer] += torch.where(valid, alpha, 0.0).sum(dim=0)
+            self.alpha_count[layer] += valid.sum(dim=0)
+            for index, eps in enumerate(self.config.sink_rate_eps):
+                self.rate_hits[index] += float((alpha[valid] > eps).sum())
+            self.rate_count += float(valid.sum())
+            sums, counts = row_entropy_sums(pattern, self._visible, selected)
+            self.entropy[layer] += sums.double().cpu()
+            self.entropy_count[layer] += counts.double().cpu()
+            if self._value_norms is not None:
+                sums, counts = value_weighted_anchor_share_sums(pattern, self._value_norms, batch.anchor, selected)
+                self.share[layer] += sums.double().cpu()
+                self.share_count[layer] += counts.double().cpu()
+                self._value_norms = None
+
+        return hook
+
+    def _make_z_hook(self, layer: int):
+        def hook(z: torch.Tensor, hook: Any) -> None:
+            selected = self._selected.to(z.dtype)
+            # [batch, pos, head, d_model]
+            head_out = torch.einsum("bphd,hdm->bphm", z, self.model.W_O(layer).to(z.dtype))
+            head_norms = head_out.norm(dim=-1)
+            layer_out = head_out.sum(dim=2)
+            bias = self.model.b_O(layer)
+            if bias is not None:
+                layer_out = layer_out + bias.to(z.dtype)
+            layer_norm = layer_out.norm(dim=-1)
+            self.head_out[layer] += (head_norms * selected.unsqueeze(-1)).sum(dim=(0, 1)).double().cpu()
+            self.head_out_sum[layer] += float((head_norms.sum(dim=-1) * selected).sum())
+            self.layer_out[layer] += float((layer_norm * selected).sum())
+            self.out_count[layer] += float(selected.sum())
+            self._out_total = layer_out if self._out_total is None else self._out_total + layer_out
+            self._out_norm_total = layer_norm if self._out_norm_total is None else self._out_norm_total + layer_norm
+
+        return hook
+
+    def _make_resid_hook(self, layer: int):
+        def hook(resid: torch.Tensor, hook: Any) -> None:
+            batch = self._batch
+            rows = torch.arange(batch.batch_size, device=resid.device)
+            self.resid_norm[layer] += float(resid[rows, batch.anchor].norm(dim=-1).sum())
+            self.resid_count[layer] += batch.batch_size
+            stats = massive_activations(resid, batch.attention_mask, batch.anchor, self.config.massive_abs, self.config.massive_ratio)
+            self.massive_count[layer] += stats.count
+            self.massive_at_anchor[layer] += stats.at_anchor
+            self.max_abs[layer] = max(float(self.max_abs[layer]), stats.max_abs)
+            self.median_abs[layer] += stats.median_abs
+            self.resid_batches[layer] += 1
+
+        return hook
+
+    # result --------------------------------------------------------------------------
+    def result(self) -> ProbeResult:
+        if self.n_inputs == 0:
+            raise ValueError("no inputs were probed; pass at least one input")
+        spec, config = self.model.spec, self.config
+        nan = float("nan")
+
+        def ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+            return torch.where(count > 0, total / count.clamp_min(1), torch.full_like(total, nan))
+
+        mass = ratio(self.mass, self.mass_count.unsqueeze(1))
+        other = ratio(self.other, self.other_count.unsqueeze(1))
+        alpha = ratio(self.alpha, self.alpha_count)
+        share = ratio(self.share, self.share_count)
+        entropy = ratio(self.entropy, self.entropy_count)
+        value_norm = ratio(self.value_norm, self.value_count.unsqueeze(1))
+        head_out = ratio(self.head_out, self.out_count.unsqueeze(1))
+        sink = is_sink_head(mass, config.sink_eps)
+        dormant = (entropy <= config.dormant_entropy_max) & (mass >= config.dormant_anchor_min)
+        heads = tuple(
+            HeadProbe(
+                layer=layer,
+                head=head,
+                anchor_mass=float(mass[layer, head]),
+                anchor_mass_other=float(other[layer, head]),
+                alpha=float(alpha[layer, head]),
+                is_sink_head=bool(sink[layer, head]),
+                value_weighted_anchor_share=float(share[layer, head]),
+                anchor_value_norm=float(value_norm[layer, head]),
+                row_entropy=float(entropy[layer, head]),
+                dormant=bool(dormant[layer, head]),
+                head_out_norm=float(head_out[layer, head]),
+            )
+            for layer in range(spec.n_layers)
+            for head in range(spec.n_heads)
+        )
+        layer_out = ratio(self.layer_out, self.out_count)
+        head_out_sum = ratio(self.head_out_sum, self.out_count)
+        resid_norm = ratio(self.resid_norm, self.resid_count)
+        median_abs = ratio(self.median_abs, self.resid_batches)
+        layers = tuple(
+            LayerProbe(
+                layer=layer,
+                anchor_mass=float(mass[layer].mean()),
+                sink_heads=int(sink[layer].sum()),
+                attn_out_norm=float(layer_out[layer]),
+                head_out_norm_sum=float(head_out_sum[layer]),
+                anchor_resid_norm=float(resid_norm[layer]),
+                massive_count=int(self.massive_count[layer]),
+                massive_at_anchor=int(self.massive_at_anchor[layer]),
+                max_abs_resid=float(self.max_abs[layer]) if self.resid_batches[layer] > 0 else nan,
+                median_abs_resid=float(median_abs[layer]),
+            )
+            for layer in range(spec.n_layers)
+        )
+        rates = tuple(
+            SinkRate(k=config.alpha_k, eps=eps, percent=float(100.0 * self.rate_hits[index] / self.rate_count) if self.rate_count > 0 else nan)
+            for index, eps in enumerate(config.sink_rate_eps)
+        )
+        notes = () if spec.normalised else (
+            f"{spec.attention_kind} attention is not normalised: pattern rows need not sum to one, "
+            "and row_entropy is computed on renormalised rows",
+        )
+        total = float(self.total_count)
+        return ProbeResult(
+            model=spec,
+            config=config,
+            n_inputs=self.n_inputs,
+            n_queries=int(self.mass_count[0]),
+            heads=heads,
+            layers=layers,
+            sink_rates=rates,
+            attn_out_norm_of_sum=float(self.out_of_sum) / total if total > 0 else nan,
+            attn_out_sum_of_norms=float(self.sum_of_out) / total if total > 0 else nan,
+            notes=notes,
+        )
+
+
+def iterate_batches(
+    inputs: torch.Tensor | Sequence[str],
+    attention_mask: torch.Tensor | None,
+    query_mask: torch.Tensor | None,
+    batch_size: int,
+) -> Iterator[ProbeBatch]:
+    """Split inputs (and their masks, ``[n, pos]``) into ``ProbeBatch``es of ``batch_size``."""
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    n = len(inputs)
+    if n == 0:
+        raise ValueError("the input set is empty; pass at least one input")
+    if query_mask is not None and not torch.is_tensor(inputs):
+        raise ValueError("query_mask needs fixed positions: pass token ids (model.to_tokens) instead of strings")
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        yield ProbeBatch(
+            inputs=inputs[start:stop],
+            attention_mask=None if attention_mask is None else attention_mask[start:stop],
+            query_mask=None if query_mask is None else query_mask[start:stop],
+        )
+
+
+def probe_batches(model: torch.nn.Module | HookedModel, batches: Iterable[ProbeBatch], config: ProbeConfig = ProbeConfig()) -> ProbeResult:
+    """Probe a stream of batches (e.g. a generator over a dataset)."""
+    hooked = model if isinstance(model, HookedModel) else HookedModel(model)
+    accumulator = _Accumulator(hooked, config)
+    for probe_batch in batches:
+        prepared = hooked.prepare(probe_batch.inputs, probe_batch.attention_mask)
+        if probe_batch.query_mask is not None and probe_batch.query_mask.shape != prepared.attention_mask.shape:
+            raise ValueError(
+                f"query_mask {tuple(probe_batch.query_mask.shape)} must have the inputs' "
+                f"[batch, pos] shape {tuple(prepared.attention_mask.shape)}"
+            )
+        accumulator.run(prepared, probe_batch.query_mask)
+    return accumulator.result()
+
+
+def probe_model(
+    model: torch.nn.Module | HookedModel,
+    inputs: torch.Tensor | Sequence[str],
+    attention_mask: torch.Tensor | None = None,
+    query_mask: torch.Tensor | None = None,
+    config: ProbeConfig = ProbeConfig(),
+) -> ProbeResult:
+    """Probe ``model`` on ``inputs`` in batches of ``config.batch_size``.
+
+    inputs: toy tokens ``[n, pos, d_model]``, token ids ``[n, pos]`` or strings;
+    attention_mask: ``[n, pos]`` (token ids only); query_mask: ``[n, pos]`` bool, the
+    queries that count (e.g. the toy task's default positions).
+    """
+    return probe_batches(model, iterate_batches(inputs, attention_mask, query_mask, config.batch_size), config)
