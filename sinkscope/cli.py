@@ -25,6 +25,11 @@ TOY_REPRODUCE_EXAMPLES = """examples:
   sinkscope toy reproduce --seeds 3 --out sinkscope-out/toy3      # three seeds each
 """
 
+TOY_PROBE_EXAMPLES = """examples:
+  sinkscope toy probe sinkscope-out/toy-quick/softmax-2x2-seed0
+  sinkscope toy probe runs/relu-1x1 --out probes/relu-1x1 --sequences 500 --json
+"""
+
 TOY_TRADEOFF_EXAMPLES = """examples:
   sinkscope toy tradeoff --out sinkscope-out/tradeoff
   sinkscope toy tradeoff --run sinkscope-out/toy/softmax-1x1-seed0 --out sinkscope-out/tradeoff
@@ -80,6 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--workers", type=int, default=2, help="parallel training processes (default 2)")
     reproduce.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
     _add_common_output(reproduce)
+
+    probe = toy_commands.add_parser(
+        "probe", help="sink probes and the default-state test on a trained toy run",
+        epilog=TOY_PROBE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    probe.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
+    probe.add_argument("--out", default=None, help="output directory (default RUN_DIR/probe)")
+    probe.add_argument("--sequences", type=int, default=1000, help="test sequences (default 1000)")
+    probe.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
+    _add_common_output(probe)
 
     tradeoff = toy_commands.add_parser(
         "tradeoff", help="Theorem 1 made visible: off-trigger BOS mass vs default-position error",
@@ -143,6 +158,25 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
     return summary.to_dict()
 
 
+def _toy_probe(args: argparse.Namespace) -> dict:
+    from toy.probe_run import probe_run
+
+    report = probe_run(args.run_dir, args.out, args.sequences, overwrite=args.overwrite)
+    if not args.json:
+        state = report.default_state
+        print(f"sink heads: {len(report.probe.sink_heads())} of {len(report.probe.heads)}; "
+              f"layer outputs: norm of sum {report.probe.attn_out_norm_of_sum:.3g} vs sum of norms "
+              f"{report.probe.attn_out_sum_of_norms:.3g}")
+        if state.default_error_before is not None:
+            print(f"default-state test: default-position MSE {state.default_error_before:.2e} -> "
+                  f"{state.default_error_after_remove:.2e} with the sinks removed, "
+                  f"{state.default_error_after_control:.2e} with the matched control")
+        else:
+            print(f"default-state test: {state.note}")
+        print(f"wrote {', '.join(report.files)} in {report.out_dir}")
+    return report.to_dict()
+
+
 def _toy_tradeoff(args: argparse.Namespace) -> dict:
     from toy.tradeoff import write_tradeoff
 
@@ -155,6 +189,7 @@ def _toy_tradeoff(args: argparse.Namespace) -> dict:
 HANDLERS = {
     ("toy", "train"): _toy_train,
     ("toy", "reproduce"): _toy_reproduce,
+    ("toy", "probe"): _toy_probe,
     ("toy", "tradeoff"): _toy_tradeoff,
 }
 

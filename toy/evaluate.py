@@ -20,6 +20,7 @@ import torch
 from interp.attention_kinds import NORMALISED_KINDS
 from interp.hook_names import pattern_hook
 from interp.plots import attention_grid
+from probes.default_state import DefaultStateResult, default_state_test
 from probes.sink_metrics import anchor_mass, is_sink_head
 from toy.model import ToyTransformer
 from toy.run_dir import RunConfig, load_model, read_config
@@ -51,6 +52,62 @@ class HeadRow:
 
 
 @dataclass
+class ToyDefaultState:
+    """The default-state hypothesis test on the figure set (see ``probes.default_state``).
+
+    Errors are the mean squared error at default (non-trigger) positions over the test
+    inputs: before, after removing every sink head's sink at once, and after the matched
+    control (one random visible non-anchor key masked per query instead). CIs are 95%
+    bootstrap intervals of the per-input increase; ``error_growth_*`` is the error after
+    divided by the error before. ``heads`` has the per-head rows.
+    """
+
+    sink_heads: list[list[int]]
+    default_error_before: float | None
+    default_error_after_remove: float | None
+    default_error_after_control: float | None
+    remove_increase_ci: list[float] | None
+    control_increase_ci: list[float] | None
+    error_growth_remove: float | None
+    error_growth_control: float | None
+    note: str
+    heads: list[dict]
+
+    @classmethod
+    def from_result(cls, result: DefaultStateResult) -> "ToyDefaultState":
+        data = result.to_dict()
+        sink_heads = data["sink_heads"]
+        if not result.rows:
+            return cls(sink_heads, None, None, None, None, None, None, None, result.note, [])
+        together = result.rows[-1]  # all sink heads together (or the only one)
+        remove, control = together.remove_increase, together.control_increase
+        return cls(
+            sink_heads=sink_heads,
+            default_error_before=together.error_before,
+            default_error_after_remove=together.error_after_remove,
+            default_error_after_control=together.error_after_control,
+            remove_increase_ci=[remove.ci_low, remove.ci_high],
+            control_increase_ci=[control.ci_low, control.ci_high],
+            error_growth_remove=together.error_after_remove / together.error_before,
+            error_growth_control=together.error_after_control / together.error_before,
+            note=result.note,
+            heads=data["rows"],
+        )
+
+
+def default_position_mse(targets: torch.Tensor, default_mask: torch.Tensor):
+    """An ``error_fn`` for ``default_state_test``: per-input MSE ``[batch]`` at default
+    positions, for outputs and targets ``[batch, pos, d_model]``."""
+    weights = default_mask.unsqueeze(-1).to(targets.dtype)
+    denominator = default_mask.sum(dim=1).to(targets.dtype) * targets.shape[-1]
+
+    def error_fn(output: torch.Tensor, _batch) -> torch.Tensor:
+        return ((output - targets).pow(2) * weights).sum(dim=(1, 2)) / denominator
+
+    return error_fn
+
+
+@dataclass
 class ModelEvaluation:
     attention: str
     layers: int
@@ -62,6 +119,7 @@ class ModelEvaluation:
     figure_linf_error: float
     n_sequences: int
     trigger_position_1indexed: int
+    default_state_test: ToyDefaultState | None = None
     figures: list[str] = field(default_factory=list)
 
     @property
@@ -113,6 +171,10 @@ def evaluate_model(
                 default_row_mass=float(mean_pattern[head, default_rows].sum(dim=-1).mean()),
                 trigger_row=[round(float(x), 6) for x in mean_pattern[head, trigger, : trigger + 1]],
             ))
+    sink_heads = [(row.layer, row.head) for row in rows if row.is_sink_head]
+    default_state = ToyDefaultState.from_result(default_state_test(
+        model, batch.tokens, sink_heads, default_position_mse(batch.targets, default_mask),
+    ))
     heldout = sample_batch(task, n_sequences, torch.Generator().manual_seed(HELDOUT_SEED), target)
     with torch.no_grad():
         heldout_error = model(heldout.tokens) - heldout.targets
@@ -138,6 +200,7 @@ def evaluate_model(
         figure_linf_error=float((output - batch.targets).abs().max()),
         n_sequences=n_sequences,
         trigger_position_1indexed=trigger + 1,
+        default_state_test=default_state,
         figures=figures,
     )
 

@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from interp.atomic_io import atomic_write_json, atomic_write_text, read_json
-from toy.evaluate import HeadRow, evaluate_run
+from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
 from toy.model import ToyModelConfig
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.run_dir import RunConfig, TrainConfig, read_metrics
@@ -99,6 +99,7 @@ class ModelSummary:
     heldout_mse: float
     n_sink_heads: int
     heads_table: list[HeadRow]
+    default_state_test: ToyDefaultState | None
     paper: str
     paper_sink_heads: int | None
     figures: list[str]
@@ -153,6 +154,7 @@ def _train_and_evaluate(name: str, config: RunConfig, out_dir: str, n_sequences:
         heldout_mse=evaluation.heldout_mse,
         n_sink_heads=len(evaluation.sink_heads),
         heads_table=evaluation.heads_table,
+        default_state_test=evaluation.default_state_test,
         paper=paper_reference(*key),
         paper_sink_heads=PAPER_SINK_HEADS.get(key),
         figures=[f"{name}/{figure}" for figure in evaluation.figures],
@@ -178,6 +180,16 @@ def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
         if m.layers > 1 and m.attention == "softmax":
             checks.append(Check(f"{m.name}: at least one sink head (Theorem 2)", m.n_sink_heads >= 1,
                                 f"{m.n_sink_heads} of {len(rows)} heads sink"))
+        test = m.default_state_test
+        if m.attention == "softmax" and test is not None and test.sink_heads:
+            remove_rise = test.default_error_after_remove - test.default_error_before
+            control_rise = max(test.default_error_after_control - test.default_error_before, 0.0)
+            checks.append(Check(
+                f"{m.name}: removing the sinks raises default-position error >= 10x more than the control",
+                remove_rise >= 10 * control_rise and remove_rise > 0,
+                f"MSE {test.default_error_before:.1e} -> {test.default_error_after_remove:.1e} (remove) vs "
+                f"{test.default_error_after_control:.1e} (control)",
+            ))
         if m.attention != "softmax":
             worst_row = max(r.default_row_mass for r in rows)
             checks.append(Check(f"{m.name}: no head attends off-trigger (row mass <= 0.05)", worst_row <= 0.05,

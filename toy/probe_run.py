@@ -1,0 +1,82 @@
+"""`sinkscope toy probe RUN_DIR`: the shared probes and the default-state test on a
+trained toy model, written as JSON, CSV and PNG.
+
+The probes run on the figure set (trigger at 1-indexed position 8); "selected queries"
+are the default (non-trigger) positions, so ``anchor_mass`` is the paper's
+off-trigger BOS mass and ``anchor_mass_other`` the BOS mass at the trigger.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from interp.atomic_io import atomic_write_json
+from interp.plots import layer_head_map
+from probes.default_state import default_state_test
+from probes.probe import ProbeConfig, ProbeResult, probe_model
+from toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
+from toy.run_dir import load_model, read_config
+from toy.task import eval_batch
+
+
+@dataclass
+class ToyProbeReport:
+    run_dir: str
+    out_dir: str
+    probe: ProbeResult
+    default_state: ToyDefaultState
+    files: list[str]
+
+    def to_dict(self) -> dict:
+        return {
+            "run_dir": self.run_dir,
+            "out_dir": self.out_dir,
+            "probe": self.probe.to_dict(),
+            "default_state_test": self.default_state.__dict__,
+            "files": self.files,
+        }
+
+
+def refuse_existing(out_dir: Path, overwrite: bool) -> None:
+    """Refuse a non-empty ``out_dir`` unless ``overwrite`` (checked before any work)."""
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out_dir} exists and is not empty; choose another --out or pass --overwrite")
+
+
+def probe_run(
+    run_dir: str | os.PathLike,
+    out_dir: str | os.PathLike | None = None,
+    n_sequences: int = 1000,
+    overwrite: bool = False,
+) -> ToyProbeReport:
+    """Probe a trained toy run; results go to ``out_dir`` (default ``RUN_DIR/probe``)."""
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    model = load_model(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "probe"
+    if n_sequences < 1:
+        raise ValueError(f"--sequences must be >= 1, got {n_sequences}")
+    refuse_existing(out_dir, overwrite)
+    batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
+    default_mask = batch.default_query_mask()
+    probe = probe_model(model, batch.tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
+    state = ToyDefaultState.from_result(default_state_test(
+        model, batch.tokens, probe.sink_heads(), default_position_mse(batch.targets, default_mask),
+    ))
+    shutil.rmtree(out_dir, ignore_errors=True)  # only reached when empty or --overwrite
+    out_dir.mkdir(parents=True)
+    probe.write_json(str(out_dir / "probe.json"))
+    probe.write_heads_csv(str(out_dir / "heads.csv"))
+    atomic_write_json(out_dir / "default_state.json", state.__dict__)
+    layer_head_map(probe.anchor_mass_matrix().numpy(), out_dir / "anchor_mass.png",
+                   f"{run_dir.name}: BOS mass at non-trigger queries", "anchor_mass")
+    share = probe.matrix("value_weighted_anchor_share").numpy()
+    layer_head_map(np.nan_to_num(share), out_dir / "value_weighted_anchor_share.png",
+                   f"{run_dir.name}: value-weighted anchor share", "value_weighted_anchor_share")
+    files = ["probe.json", "heads.csv", "default_state.json", "anchor_mass.png", "value_weighted_anchor_share.png"]
+    return ToyProbeReport(str(run_dir), str(out_dir), probe, state, files)
