@@ -13,13 +13,14 @@ Hook names follow TransformerLens: ``hook_embed``, ``hook_pos_embed``,
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
+from interp.config_io import JsonConfig
 from interp.attention import HookedAttention
 from interp.attention_kinds import validate_attention_kind
 from interp.layer_norm import HookedLayerNorm
@@ -27,7 +28,8 @@ from interp.mlp import HookedMLP
 
 
 @dataclass(frozen=True)
-class ToyModelConfig:
+class ToyModelConfig(JsonConfig):
+    config_name = "model"
     """Architecture of a toy model. ``d_head=None`` means full width (d_model), as in the
     paper; ``residual=None`` means the paper's choice (no residual for one layer,
     residual for several)."""
@@ -75,16 +77,6 @@ class ToyModelConfig:
         """Which task target this architecture is trained on (see ``toy.task``)."""
         return "residual" if self.has_residual else "single"
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "ToyModelConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown model config keys {unknown}; known keys: {sorted(known)}")
-        return cls(**data)
 
 
 class ToyBlock(nn.Module):

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from interp.config_io import JsonConfig
 from interp.atomic_io import atomic_directory, atomic_write_json, read_json
 from interp.checkpoint import load_tensors, save_tensors
 from toy.model import ToyModelConfig, ToyTransformer
@@ -33,7 +34,8 @@ CHECKPOINTS = "checkpoints"
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(JsonConfig):
+    config_name = "train"
     """Optimisation settings; defaults are the paper's. ``lr=None`` picks the paper's
     rate for the architecture (1e-3 for one layer, 1e-4 for several)."""
 
@@ -62,16 +64,6 @@ class TrainConfig:
             return self.lr
         return 1e-3 if model.n_layers == 1 else 1e-4
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown train config keys {unknown}; known keys: {sorted(known)}")
-        return cls(**data)
 
 
 @dataclass(frozen=True)

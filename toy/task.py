@@ -16,10 +16,12 @@ trigger (flags and bias coordinates included), as the paper's target is a vector
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
+
+from interp.config_io import JsonConfig
 
 BOS_FLAG = 0
 TRIGGER_FLAG = 1
@@ -28,7 +30,8 @@ TargetKind = Literal["single", "residual"]
 
 
 @dataclass(frozen=True)
-class TaskConfig:
+class TaskConfig(JsonConfig):
+    config_name = "task"
     """Layout of the trigger task.
 
     ``train_trigger_min/max`` bound the 0-indexed trigger position drawn uniformly for
@@ -73,16 +76,6 @@ class TaskConfig:
     def bias_coord(self) -> int:
         return self.d_model - 1
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "TaskConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown task config keys {unknown}; known keys: {sorted(known)}")
-        return cls(**data)
 
 
 @dataclass
