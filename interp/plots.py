@@ -27,18 +27,26 @@ def attention_grid(
     tick_labels: Sequence[str] | None = None,
     vmax: float | None = None,
     cmap: str = "viridis",
+    layer_labels: Sequence[int] | None = None,
+    head_labels: Sequence[int] | None = None,
 ) -> None:
     """Heatmaps of attention for every layer and head, like the paper's figures.
 
     patterns: ``[layer, head, query, key]`` (e.g. the mean or std over test sequences).
     Rows are layers, columns heads; each cell shows query (y) against key (x).
+    layer_labels / head_labels: the model's indices when ``patterns`` holds a subset.
     """
     if patterns.ndim != 4:
         raise ValueError(f"expected patterns [layer, head, query, key], got shape {patterns.shape}")
     n_layers, n_heads, n_query, n_key = patterns.shape
+    layer_labels = list(range(n_layers)) if layer_labels is None else list(layer_labels)
+    head_labels = list(range(n_heads)) if head_labels is None else list(head_labels)
+    if len(layer_labels) != n_layers or len(head_labels) != n_heads:
+        raise ValueError(f"need {n_layers} layer labels and {n_heads} head labels for patterns {patterns.shape}")
     size = 2.6
     fig, axes = plt.subplots(
-        n_layers, n_heads, figsize=(size * n_heads + 1.2, size * n_layers + 0.6), squeeze=False
+        n_layers, n_heads, figsize=(size * n_heads + 1.2, size * n_layers + 0.6), squeeze=False,
+        layout="constrained",
     )
     top = float(np.nanmax(patterns)) if vmax is None else vmax
     image = None
@@ -46,7 +54,7 @@ def attention_grid(
         for head in range(n_heads):
             ax = axes[layer][head]
             image = ax.imshow(patterns[layer, head], vmin=0.0, vmax=max(top, 1e-9), cmap=cmap)
-            ax.set_title(f"L{layer} H{head}", fontsize=9)
+            ax.set_title(f"L{layer_labels[layer]} H{head_labels[head]}", fontsize=9)
             if tick_labels is not None:
                 step = max(1, len(tick_labels) // 8)
                 ticks = list(range(0, n_key, step))
@@ -74,7 +82,7 @@ def layer_head_map(
 ) -> None:
     """A layer x head heatmap ``values [layer, head]`` with each cell annotated."""
     n_layers, n_heads = values.shape
-    fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * n_heads + 2), max(2.5, 0.4 * n_layers + 1.5)))
+    fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * n_heads + 2), max(2.5, 0.4 * n_layers + 1.5)), layout="constrained")
     image = ax.imshow(values, vmin=vmin, vmax=vmax, cmap="magma", aspect="auto")
     if n_layers * n_heads <= 256:
         for layer in range(n_layers):
@@ -88,4 +96,32 @@ def layer_head_map(
     ax.set_yticks(range(n_layers))
     ax.set_title(title, fontsize=10)
     fig.colorbar(image, ax=ax, label=colorbar_label)
+    save_figure(fig, path)
+
+
+def line_chart(
+    x: Sequence[float] | Sequence[str],
+    series: Sequence[tuple[str, Sequence[float]]],
+    path: str | os.PathLike,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    ylim: tuple[float, float] | None = None,
+) -> None:
+    """One line with markers per ``(name, values)`` series over ``x`` (numbers or category names)."""
+    fig, ax = plt.subplots(figsize=(max(4.5, 0.45 * len(x) + 2.5), 3.4), layout="constrained")
+    for name, values in series:
+        if len(values) != len(x):
+            raise ValueError(f"series {name!r} has {len(values)} values for {len(x)} x positions")
+        ax.plot(list(x), list(values), marker="o", markersize=3, label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    if x and isinstance(x[0], str):
+        ax.tick_params(axis="x", labelrotation=45)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    if len(series) > 1:
+        ax.legend(fontsize=7)
     save_figure(fig, path)

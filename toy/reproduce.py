@@ -297,7 +297,9 @@ def summary_markdown(summary: ReproduceSummary) -> str:
         "# Toy reproduction: trigger-conditional tasks force softmax attention sinks\n",
         f"{len(summary.models)} models, seeds {config.first_seed}..{config.first_seed + config.seeds - 1}, "
         f"up to {config.max_steps} steps, evaluated on {config.n_sequences} fresh sequences with the trigger at "
-        f"1-indexed position {config.task.eval_trigger_position + 1}; total wall time {summary.wall_seconds:.0f} s.\n",
+        f"1-indexed position {config.task.eval_trigger_position + 1}. Training took "
+        f"{sum(m.wall_seconds for m in summary.models):.0f} s summed over models; this invocation took "
+        f"{summary.wall_seconds:.0f} s (finished runs are reused, not retrained).\n",
         "A head is a sink head when its mean BOS weight over non-trigger queries (`anchor_mass_default`) is >= 0.9. "
         "For ReLU attention the weights are relu(S)/max(i,1): rows need not sum to one, and "
         "`default_row_mass` shows whether a head attends off-trigger at all.\n",
