@@ -41,6 +41,8 @@ def test_outputs_have_the_documented_layout(tmp_path):
     assert "0.92, 1.00, 0.93, 1.00" in markdown  # the paper's 2x2 numbers sit next to ours
     assert "FAIL" in markdown  # 25 steps cannot converge, and the checks say so
     assert len(summary.checks) == len(data["checks"])
+    assert data["figures"] == ["tradeoff.png"] and (out / "tradeoff.png").is_file()
+    assert "softmax-1x1-seed0 (W_Q x factor)" in json.loads((out / "tradeoff.json").read_text())["series"]
 
 
 def test_rerun_resumes_and_different_settings_are_refused(tmp_path):

@@ -25,6 +25,7 @@ from toy.model import ToyModelConfig
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.run_dir import RunConfig, TrainConfig, read_metrics
 from toy.task import TaskConfig
+from toy.tradeoff import write_tradeoff
 from toy.train import train
 
 PAPER_ARCHITECTURES: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (4, 4))
@@ -123,11 +124,13 @@ class ReproduceSummary:
     models: list[ModelSummary]
     checks: list[Check]
     wall_seconds: float
+    figures: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
             "config": self.config.to_dict(),
             "wall_seconds": self.wall_seconds,
+            "figures": self.figures,
             "models": [m.to_dict() for m in self.models],
             "checks": [asdict(c) for c in self.checks],
         }
@@ -252,11 +255,15 @@ def reproduce(
     finally:
         bar.close()
     models = [by_name[name] for name, _ in sorted(jobs, key=_job_order)]
+    one_layer_softmax = [out_dir / m.name for m in models if (m.layers, m.heads, m.attention) == (1, 1, "softmax")]
+    if one_layer_softmax:
+        write_tradeoff(out_dir, one_layer_softmax, config.task, n_sequences=config.n_sequences)
     summary = ReproduceSummary(
         config=config,
         models=models,
         checks=check_claims(models, TrainConfig().stop_linf),
         wall_seconds=round(time.perf_counter() - started, 2),
+        figures=["tradeoff.png"] if one_layer_softmax else [],
     )
     atomic_write_json(out_dir / "summary.json", summary.to_dict())
     atomic_write_text(out_dir / "summary.md", summary_markdown(summary))
@@ -312,6 +319,12 @@ def summary_markdown(summary: ReproduceSummary) -> str:
         markdown_table(["claim", "result", "measured"],
                        [[c.claim, "pass" if c.passed else "FAIL", c.detail] for c in summary.checks]),
     ]
+    if summary.figures:
+        parts.append("## Theorem 1's trade-off\n")
+        parts.append("Off-trigger BOS mass against default-position error for the one-layer softmax runs "
+                     "(their query weights rescaled), the softmax construction over its scale and the exact "
+                     "ReLU construction (`tradeoff.json`).\n")
+        parts.append(" ".join(f"![{Path(f).stem}]({f})" for f in summary.figures) + "\n")
     for m in summary.models:
         parts.append(f"## {m.name}\n")
         parts.append(f"Paper: {m.paper}.\n")
