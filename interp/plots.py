@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
 from interp.atomic_io import atomic_path  # noqa: E402
@@ -81,22 +82,70 @@ def layer_head_map(
     vmax: float = 1.0,
 ) -> None:
     """A layer x head heatmap ``values [layer, head]`` with each cell annotated."""
-    n_layers, n_heads = values.shape
-    fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * n_heads + 2), max(2.5, 0.4 * n_layers + 1.5)), layout="constrained")
-    image = ax.imshow(values, vmin=vmin, vmax=vmax, cmap="magma", aspect="auto")
-    if n_layers * n_heads <= 256:
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                value = values[layer, head]
-                ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=6,
-                        color="white" if value < (vmin + vmax) / 2 else "black")
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_xticks(range(n_heads))
-    ax.set_yticks(range(n_layers))
+    heatmap(values, path, title, colorbar_label, "head", "layer", vmin, vmax)
+
+
+def heatmap(
+    values: np.ndarray,
+    path: str | os.PathLike,
+    title: str,
+    colorbar_label: str,
+    xlabel: str,
+    ylabel: str,
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+    cmap: str = "magma",
+) -> None:
+    """A ``[rows, columns]`` heatmap with integer ticks and each cell annotated (up to 256
+    cells), e.g. layer x head, or layer x position for patching effects."""
+    n_rows, n_columns = values.shape
+    fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * n_columns + 2), max(2.5, 0.4 * n_rows + 1.5)), layout="constrained")
+    image = _draw_grid(ax, values, vmin, vmax, xlabel, ylabel, cmap)
     ax.set_title(title, fontsize=10)
     fig.colorbar(image, ax=ax, label=colorbar_label)
     save_figure(fig, path)
+
+
+def layer_head_maps(
+    panels: Sequence[tuple[str, np.ndarray]],
+    path: str | os.PathLike,
+    title: str,
+    colorbar_label: str,
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+) -> None:
+    """Several layer x head heatmaps side by side, one per ``(name, values [layer, head])``
+    panel (e.g. one per model), on one color scale."""
+    if not panels:
+        raise ValueError("layer_head_maps needs at least one panel")
+    widths = [max(1.2, 0.45 * values.shape[1] + 0.6) for _, values in panels]
+    height = max(2.2, 0.4 * max(values.shape[0] for _, values in panels) + 1.2)
+    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths) + 1.2, height), squeeze=False,
+                             layout="constrained", gridspec_kw={"width_ratios": widths})
+    image = None
+    for ax, (name, values) in zip(axes[0], panels):
+        image = _draw_grid(ax, values, vmin, vmax, "head", "layer", "magma")
+        ax.set_title(name, fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
+    save_figure(fig, path)
+
+
+def _draw_grid(ax: "plt.Axes", values: np.ndarray, vmin: float, vmax: float, xlabel: str, ylabel: str, cmap: str):
+    """Draw one ``[rows, columns]`` map on ``ax`` (cells annotated up to 256); returns the image."""
+    n_rows, n_columns = values.shape
+    image = ax.imshow(values, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
+    if n_rows * n_columns <= 256:
+        for row in range(n_rows):
+            for column in range(n_columns):
+                value = values[row, column]
+                ax.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=6,
+                        color="white" if value < (vmin + vmax) / 2 else "black")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_xticks(range(n_columns))
+    ax.set_yticks(range(n_rows))
+    return image
 
 
 def line_chart(
@@ -120,7 +169,40 @@ def line_chart(
         ax.set_ylim(*ylim)
     if x and isinstance(x[0], str):
         ax.tick_params(axis="x", labelrotation=45)
+    elif all(isinstance(value, int) for value in x):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    if len(series) > 1:
+        ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def bar_chart(
+    categories: Sequence[str],
+    series: Sequence[tuple[str, Sequence[float]]],
+    path: str | os.PathLike,
+    title: str,
+    ylabel: str,
+    log: bool = False,
+) -> None:
+    """Grouped bars: one group per category, one bar per ``(name, values)`` series.
+    With ``log``, values <= 0 (or NaN) are left out, since a log axis cannot show them."""
+    width = 0.8 / max(len(series), 1)
+    fig, ax = plt.subplots(figsize=(max(4.5, 0.35 * len(categories) * len(series) + 2.5), 3.6), layout="constrained")
+    positions = np.arange(len(categories))
+    for index, (name, values) in enumerate(series):
+        if len(values) != len(categories):
+            raise ValueError(f"series {name!r} has {len(values)} values for {len(categories)} categories")
+        heights = np.asarray(values, dtype=float)
+        if log:
+            heights = np.where(heights > 0, heights, np.nan)
+        ax.bar(positions + (index - (len(series) - 1) / 2) * width, heights, width, label=name)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xticks(positions, list(categories), rotation=30 if len(categories) > 4 else 0, ha="right" if len(categories) > 4 else "center")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
     ax.set_title(title, fontsize=10)
     if len(series) > 1:
         ax.legend(fontsize=7)

@@ -29,13 +29,17 @@ ErrorFn = Callable[[torch.Tensor, PreparedBatch], torch.Tensor]
 @dataclass(frozen=True)
 class DefaultStateConfig:
     """n_bootstrap resamples of the inputs for ``confidence`` intervals; ``seed`` fixes
-    both the control's random keys and the bootstrap."""
+    both the control's random keys and the bootstrap; ``batch_size``: run the inputs in
+    chunks of this many (None: all at once)."""
 
     n_bootstrap: int = 1000
     confidence: float = 0.95
     seed: int = 0
+    batch_size: int | None = None
 
     def __post_init__(self) -> None:
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.n_bootstrap < 1:
             raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
         if not 0.0 < self.confidence < 1.0:
@@ -50,6 +54,15 @@ class Estimate:
     ci_low: float
     ci_high: float
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Estimate":
+        return cls(_number(data["mean"]), _number(data["ci_low"]), _number(data["ci_high"]))
+
+
+def _number(value: float | None) -> float:
+    """A JSON number; None (how standard JSON stores NaN) reads as NaN."""
+    return float("nan") if value is None else float(value)
+
 
 @dataclass(frozen=True)
 class DefaultStateRow:
@@ -63,6 +76,20 @@ class DefaultStateRow:
     remove_increase: Estimate
     control_increase: Estimate
     cohens_d: float
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DefaultStateRow":
+        """Read back a row of ``DefaultStateResult.to_dict()`` (a None number reads as NaN)."""
+        return cls(
+            label=str(data["label"]),
+            heads=tuple((int(layer), int(head)) for layer, head in data["heads"]),
+            error_before=_number(data["error_before"]),
+            error_after_remove=_number(data["error_after_remove"]),
+            error_after_control=_number(data["error_after_control"]),
+            remove_increase=Estimate.from_dict(data["remove_increase"]),
+            control_increase=Estimate.from_dict(data["control_increase"]),
+            cohens_d=_number(data["cohens_d"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -80,6 +107,16 @@ class DefaultStateResult:
             "rows": [asdict(row) | {"heads": [list(head) for head in row.heads]} for row in self.rows],
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DefaultStateResult":
+        """Read back ``to_dict()`` (e.g. an audit's ``ablation.sink_heads``)."""
+        return cls(
+            sink_heads=tuple((int(layer), int(head)) for layer, head in data["sink_heads"]),
+            n_inputs=int(data["n_inputs"]),
+            rows=tuple(DefaultStateRow.from_dict(row) for row in data["rows"]),
+            note=str(data["note"]),
+        )
+
 
 def _bootstrap(values: torch.Tensor, config: DefaultStateConfig, generator: torch.Generator) -> Estimate:
     """Mean of ``values [n]`` and its percentile bootstrap interval."""
@@ -91,14 +128,22 @@ def _bootstrap(values: torch.Tensor, config: DefaultStateConfig, generator: torc
     return Estimate(mean=float(values.mean()), ci_low=float(low), ci_high=float(high))
 
 
-def _errors(model: HookedModel, batch: PreparedBatch, error_fn: ErrorFn, intervention: Intervention | None) -> torch.Tensor:
-    hooks = [] if intervention is None else intervention_hooks(model, batch, intervention)
-    with torch.no_grad():
-        output = model.run_with_hooks(batch, hooks)
-    errors = error_fn(output, batch)
-    if errors.shape != (batch.batch_size,):
-        raise ValueError(f"error_fn must return one error per input, shape [{batch.batch_size}], got {tuple(errors.shape)}")
-    return errors.detach().double().cpu()
+def _errors(
+    model: HookedModel, batch: PreparedBatch, error_fn: ErrorFn, intervention: Intervention | None, batch_size: int | None
+) -> torch.Tensor:
+    step = batch_size or batch.batch_size
+    chunks = []
+    for start in range(0, batch.batch_size, step):
+        stop = min(start + step, batch.batch_size)
+        part = batch if step >= batch.batch_size else batch.select(torch.arange(start, stop, device=batch.anchor.device))
+        hooks = [] if intervention is None else intervention_hooks(model, part, intervention)
+        with torch.no_grad():
+            output = model.run_with_hooks(part, hooks)
+        errors = error_fn(output, part)
+        if errors.shape != (part.batch_size,):
+            raise ValueError(f"error_fn must return one error per input, shape [{part.batch_size}], got {tuple(errors.shape)}")
+        chunks.append(errors.detach().double().cpu())
+    return torch.cat(chunks)
 
 
 def default_state_test(
@@ -119,15 +164,15 @@ def default_state_test(
     heads = tuple((int(layer), int(head)) for layer, head in sink_heads)
     if not heads:
         return DefaultStateResult(heads, batch.batch_size, (), "no sink heads: there is no sink to remove")
-    before = _errors(hooked, batch, error_fn, None)
+    before = _errors(hooked, batch, error_fn, None, config.batch_size)
     generator = torch.Generator().manual_seed(config.seed)
     head_sets = [(f"L{layer}H{head}", ((layer, head),)) for layer, head in heads]
     if len(heads) > 1:
         head_sets.append(("all_sink_heads", heads))
     rows = []
     for label, head_set in head_sets:
-        removed = _errors(hooked, batch, error_fn, remove_sink(head_set)) - before
-        control = _errors(hooked, batch, error_fn, mask_random_key(head_set, seed=config.seed)) - before
+        removed = _errors(hooked, batch, error_fn, remove_sink(head_set), config.batch_size) - before
+        control = _errors(hooked, batch, error_fn, mask_random_key(head_set, seed=config.seed), config.batch_size) - before
         difference = removed - control
         spread = float(difference.std()) if difference.numel() > 1 else 0.0
         rows.append(

@@ -1,14 +1,23 @@
 """Tiny Hugging Face checkpoints built on the spot, so tests run offline.
 
-``build_tiny_gpt2(directory)`` writes a randomly initialised 2-layer GPT-2 (fixed seed)
-plus a byte-level BPE tokenizer trained on a few sentences; ``load_tiny_gpt2_bridge``
-boots it through ``TransformerBridge.boot_transformers`` from the local directory.
+``build_tiny_gpt2(directory)`` / ``build_tiny_gpt_neox(directory)`` write a randomly
+initialised 2-layer GPT-2 / GPT-NeoX (fixed seed) plus a byte-level BPE tokenizer
+trained on a few sentences; ``bos_sink_head=(layer, head)`` plants a BOS attention sink
+in one head (``plant_bos_sink``). ``build_tiny_checkpoints`` saves several checkpoints
+of one short training run (after 0, k, 2k, ... Adam steps), standing in for Pythia's
+``step*`` revisions; ``install_in_hf_cache`` files a saved directory into a Hugging Face
+cache as ``repo_id`` at ``revision``, so hub names resolve offline. ``load_bridge`` boots
+a directory through ``TransformerBridge.boot_transformers``.
 Reusable by any test module: ``from tiny_models import build_tiny_gpt2``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
+import random
+import shutil
 from pathlib import Path
 
 import torch
@@ -55,28 +64,142 @@ def train_byte_level_tokenizer(vocab_size: int = 300):
     )
 
 
-def build_tiny_gpt2(directory: str | os.PathLike, seed: int = 0, n_layer: int = 2, n_head: int = 2, n_embd: int = 32) -> Path:
-    """Save a random GPT-2 (``n_ctx`` set explicitly) and its tokenizer to ``directory``."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+def _tiny_model(arch: str, tokenizer, seed: int, n_layer: int, n_head: int, width: int):
+    """A random ``GPT2LMHeadModel`` or ``GPTNeoXForCausalLM`` with a 64-token context."""
+    from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM
 
-    directory = Path(directory)
-    tokenizer = train_byte_level_tokenizer()
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=64,
-        n_ctx=64,
-        n_layer=n_layer,
-        n_head=n_head,
-        n_embd=n_embd,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        attn_implementation="eager",
-    )
+    special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    if arch == "gpt2":
+        config = GPT2Config(
+            vocab_size=len(tokenizer), n_positions=64, n_ctx=64, n_layer=n_layer, n_head=n_head, n_embd=width,
+            attn_implementation="eager", **special,
+        )
+        model_class = GPT2LMHeadModel
+    elif arch == "gpt_neox":
+        config = GPTNeoXConfig(
+            vocab_size=len(tokenizer), max_position_embeddings=64, num_hidden_layers=n_layer, num_attention_heads=n_head,
+            hidden_size=width, intermediate_size=2 * width, rotary_pct=0.25, attn_implementation="eager", **special,
+        )
+        model_class = GPTNeoXForCausalLM
+    else:
+        raise ValueError(f"unknown tiny architecture {arch!r}; choose gpt2 or gpt_neox")
     torch.manual_seed(seed)
-    model = GPT2LMHeadModel(config).eval()
+    return model_class(config).eval()
+
+
+def plant_bos_sink(model, layer: int, head: int, strength: float = 10.0) -> None:
+    """Make ``(layer, head)`` a BOS sink: BOS gets a distinctive +-1 embedding u, the head's
+    keys read u in one (non-rotary) dimension and its query is a constant bias there, so
+    every query scores BOS about ``strength * sqrt(d_model / d_head)`` above a typical key."""
+    config = model.config
+    width = config.hidden_size
+    n_heads = config.num_attention_heads
+    d_head = width // n_heads
+    u = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(width)])
+    with torch.no_grad():
+        model.get_input_embeddings().weight[config.bos_token_id] = u
+        if config.model_type == "gpt2":
+            # Conv1D: y = x @ W + b, W [d_model, 3 d_model] = [q | k | v], heads contiguous inside each
+            c_attn = model.transformer.h[layer].attn.c_attn
+            q, k = slice(head * d_head, (head + 1) * d_head), slice(width + head * d_head, width + (head + 1) * d_head)
+            for cols in (q, k):
+                c_attn.weight[:, cols] = 0.0
+                c_attn.bias[cols] = 0.0
+            c_attn.bias[q.start] = strength
+            c_attn.weight[:, k.start] = u / math.sqrt(width)
+        else:
+            # Linear [3 d_model, d_model]: per head [q | k | v]; rotary acts on the first dims only
+            qkv = model.gpt_neox.layers[layer].attention.query_key_value
+            base = head * 3 * d_head
+            q, k = slice(base, base + d_head), slice(base + d_head, base + 2 * d_head)
+            for rows in (q, k):
+                qkv.weight[rows] = 0.0
+                qkv.bias[rows] = 0.0
+            qkv.bias[q.stop - 1] = strength
+            qkv.weight[k.stop - 1] = u / math.sqrt(width)
+
+
+def _save(model, tokenizer, directory: Path) -> Path:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def build_tiny_gpt2(
+    directory: str | os.PathLike,
+    seed: int = 0,
+    n_layer: int = 2,
+    n_head: int = 2,
+    n_embd: int = 32,
+    bos_sink_head: tuple[int, int] | None = None,
+) -> Path:
+    """Save a random GPT-2 (``n_ctx`` set explicitly) and its tokenizer to ``directory``."""
+    tokenizer = train_byte_level_tokenizer()
+    model = _tiny_model("gpt2", tokenizer, seed, n_layer, n_head, n_embd)
+    if bos_sink_head is not None:
+        plant_bos_sink(model, *bos_sink_head)
+    return _save(model, tokenizer, Path(directory))
+
+
+def build_tiny_gpt_neox(
+    directory: str | os.PathLike,
+    seed: int = 0,
+    n_layer: int = 2,
+    n_head: int = 2,
+    hidden_size: int = 32,
+    bos_sink_head: tuple[int, int] | None = None,
+) -> Path:
+    """Save a random GPT-NeoX (Pythia's architecture, rotary on a quarter of each head) and its tokenizer."""
+    tokenizer = train_byte_level_tokenizer()
+    model = _tiny_model("gpt_neox", tokenizer, seed, n_layer, n_head, hidden_size)
+    if bos_sink_head is not None:
+        plant_bos_sink(model, *bos_sink_head)
+    return _save(model, tokenizer, Path(directory))
+
+
+def build_tiny_checkpoints(
+    directory: str | os.PathLike,
+    arch: str = "gpt2",
+    steps: tuple[int, ...] = (0, 30, 60),
+    seed: int = 0,
+    bos_sink_head: tuple[int, int] | None = None,
+    lr: float = 3e-3,
+) -> list[Path]:
+    """Checkpoints of one training run: the model after each of ``steps`` Adam steps on
+    BOS-prefixed 32-token windows of the tokenizer corpus, saved to ``directory/step{n}``."""
+    tokenizer = train_byte_level_tokenizer()
+    model = _tiny_model(arch, tokenizer, seed, 2, 2, 32)
+    if bos_sink_head is not None:
+        plant_bos_sink(model, *bos_sink_head)
+    stream = [token for text in TOKENIZER_CORPUS for token in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
+    rng = random.Random(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    saved, done = [], 0
+    for target in sorted(steps):
+        model.train()
+        for _ in range(target - done):
+            starts = [rng.randrange(len(stream) - 31) for _ in range(8)]
+            batch = torch.tensor([[tokenizer.bos_token_id] + stream[start : start + 31] for start in starts])
+            loss = model(batch, labels=batch).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        done = target
+        model.eval()
+        saved.append(_save(model, tokenizer, Path(directory) / f"step{target}"))
+    return saved
+
+
+def install_in_hf_cache(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, repo_id: str, revision: str = "main") -> Path:
+    """Copy ``model_dir`` into the Hugging Face hub cache layout at ``cache_dir`` as
+    ``repo_id`` at ``revision`` (refs/<revision> -> snapshots/<fake commit>/files)."""
+    commit = hashlib.sha1(f"{repo_id}@{revision}".encode()).hexdigest()
+    repo = Path(cache_dir) / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / revision).write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    shutil.copytree(model_dir, snapshot, dirs_exist_ok=True)
+    return snapshot
 
 
 def load_hf_model(directory: str | os.PathLike, model_class_name: str = "AutoModelForCausalLM"):

@@ -1,0 +1,252 @@
+"""Audit throughput and memory on a GPT-2-small-shaped model against a bare forward pass.
+
+    python benchmarks/bench_audit.py [--prompts N] [--tokens T] [--batch-size B] [--repeats R] [--json PATH]
+
+The model: ``GPT2Config()`` defaults (12 layers, 12 heads, d_model 768, vocabulary 50,257,
+124M parameters) with ``n_ctx`` set explicitly, random weights (seed 0), saved to a
+temporary directory with the tests' byte-level tokenizer and loaded as ``sinkscope audit``
+loads it (``pretrained_analysis.loading.load_model``: ``TransformerBridge``, raw weights).
+The prompts: N random-token prompts of T tokens, BOS first (default 16 x 64, batches of 16).
+
+Four ways to run the same prompts, one CPU thread, all under ``torch.no_grad``, the order
+rotating between repeats, each figure the median over the repeats:
+- ``bare hf``: the plain Hugging Face ``GPT2LMHeadModel`` forward (eager attention);
+- ``bare bridge``: the bridge's forward, no hooks: the bare forward of the audited model;
+- ``audit``: ``pretrained_analysis.audit.audit`` without figures (``n_examples=0``):
+  tokenizing, every probe metric (values and residual statistics included), batch by batch;
+- ``full cache``: ``run_with_cache`` on every hook of every batch, all caches kept, which
+  is what computing the same metrics from cached activations would hold.
+Writing the figures and JSON (``write_audit``, two example heatmaps) is timed once, apart.
+
+Peak memory, the method of ``bench_probe_overhead.py``: each way runs in a fresh spawned
+process that loads the model, runs once to warm up, resets the kernel's peak-RSS mark
+(``/proc/self/clear_refs``), records the resident set, runs again and reads the new peak
+(``VmHWM``); the figure is that peak minus the resident set before the run. RSS, because
+torch's CPU allocator is invisible to ``tracemalloc``; ``MALLOC_MMAP_THRESHOLD_`` makes
+glibc return freed large buffers at once so earlier runs cannot hide allocations.
+Targets: audit <= 1.5 x bare bridge time; audit peak a fraction of the full cache's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import multiprocessing
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # tiny_models: the tests' offline tokenizer
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from pretrained_analysis.audit import AuditConfig, audit, write_audit  # noqa: E402
+from pretrained_analysis.loading import LoadedModel, LoadSpec, load_model  # noqa: E402
+from pretrained_analysis.prompts import PromptSet, PromptSpec, TokenizedPrompts, load_prompt_set, tokenize_prompts  # noqa: E402
+
+MODES = ("bare hf", "bare bridge", "audit", "full cache")
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Setup:
+    model_dir: str
+    prompts: int
+    tokens: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class ModeResult:
+    mode: str
+    median_s: float
+    tokens_per_s: float
+    ratio_to_bare_bridge: float
+    ratio_to_bare_hf: float
+    runs_s: tuple[float, ...]
+    peak_rss_increase_mib: float | None
+
+
+@dataclass
+class Harness:
+    loaded: LoadedModel
+    prompt_set: PromptSet
+    tokenized: TokenizedPrompts
+    hf_model: Any | None
+
+
+def build_model(directory: str) -> int:
+    """Save a random GPT-2-small-shaped model and a tokenizer; returns its parameter count."""
+    from tiny_models import train_byte_level_tokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = train_byte_level_tokenizer()
+    config = GPT2Config(n_ctx=1024, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).eval()
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return sum(p.numel() for p in model.parameters())
+
+
+def harness(setup: Setup, mode: str | None) -> Harness:
+    loaded = load_model(LoadSpec(setup.model_dir, device="cpu"), progress=False)
+    prompt_set = load_prompt_set(PromptSpec(source="random", n_prompts=setup.prompts, max_len=setup.tokens))
+    hf_model = None
+    if mode in (None, "bare hf"):
+        from transformers import GPT2LMHeadModel
+
+        hf_model = GPT2LMHeadModel.from_pretrained(setup.model_dir, attn_implementation="eager").eval()
+    return Harness(loaded, prompt_set, tokenize_prompts(prompt_set, loaded), hf_model)
+
+
+def runner(h: Harness, mode: str, batch_size: int) -> Callable[[], None]:
+    bridge, tokenized = h.loaded.bridge, h.tokenized
+    batches = [tokenized.batch(start, start + batch_size) for start in range(0, len(tokenized), batch_size)]
+    config = AuditConfig(batch_size=batch_size, n_examples=0)
+
+    def run() -> None:
+        with torch.no_grad():
+            if mode == "bare hf":
+                for tokens, mask in batches:
+                    h.hf_model(tokens, attention_mask=mask.long())
+            elif mode == "bare bridge":
+                for tokens, mask in batches:
+                    bridge(tokens, attention_mask=mask.long())
+            elif mode == "audit":
+                audit(h.loaded, h.prompt_set, config, progress=False)
+            else:
+                caches = [bridge.run_with_cache(tokens, attention_mask=mask.long())[1] for tokens, mask in batches]
+                del caches
+
+    return run
+
+
+def _status_kib() -> dict[str, int]:
+    text = Path("/proc/self/status").read_text()
+    return {key: int(value) for key, value in re.findall(r"(VmHWM|VmRSS):\s+(\d+) kB", text)}
+
+
+def peak_rss_increase(setup: Setup, mode: str) -> float:
+    """Runs in a fresh process: peak RSS during one warm run minus RSS before it, MiB."""
+    torch.set_num_threads(1)
+    run = runner(harness(setup, mode), mode, setup.batch_size)
+    run()
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status_kib()["VmRSS"]
+    run()
+    return (_status_kib()["VmHWM"] - before) / 1024
+
+
+def measure_memory(setup: Setup, mode: str) -> float | None:
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        return None
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)  # inherited by the child only
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(peak_rss_increase, setup, mode).result()
+
+
+def bench(setup: Setup, repeats: int) -> tuple[list[ModeResult], float]:
+    h = harness(setup, None)
+    runs = {mode: runner(h, mode, setup.batch_size) for mode in MODES}
+    for run in runs.values():
+        run()
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for repeat in range(repeats):
+        shift = repeat % len(MODES)
+        for mode in MODES[shift:] + MODES[:shift]:
+            started = time.perf_counter()
+            runs[mode]()
+            times[mode].append(time.perf_counter() - started)
+    with tempfile.TemporaryDirectory(prefix="bench_audit_out_") as out:
+        result = audit(h.loaded, h.prompt_set, AuditConfig(batch_size=setup.batch_size), progress=False)
+        started = time.perf_counter()
+        write_audit(result, out)
+        write_seconds = time.perf_counter() - started
+    n_tokens = int(h.tokenized.attention_mask.sum())
+    medians = {mode: statistics.median(values) for mode, values in times.items()}
+    results = [
+        ModeResult(
+            mode=mode,
+            median_s=medians[mode],
+            tokens_per_s=n_tokens / medians[mode],
+            ratio_to_bare_bridge=medians[mode] / medians["bare bridge"],
+            ratio_to_bare_hf=medians[mode] / medians["bare hf"],
+            runs_s=tuple(times[mode]),
+            peak_rss_increase_mib=measure_memory(setup, mode),
+        )
+        for mode in MODES
+    ]
+    return results, write_seconds
+
+
+def format_table(results: list[ModeResult]) -> str:
+    header = f"{'way':<12} {'median s':>9} {'tokens/s':>9} {'x bridge':>9} {'x hf':>6} {'peak +MiB':>10} {'of cache':>9}"
+    lines = [header, "-" * len(header)]
+    cache = next(r.peak_rss_increase_mib for r in results if r.mode == "full cache")
+    for r in results:
+        peak = "n/a" if r.peak_rss_increase_mib is None else f"{r.peak_rss_increase_mib:.0f}"
+        share = "n/a" if r.peak_rss_increase_mib is None or not cache else f"{r.peak_rss_increase_mib / cache:.2f}"
+        lines.append(
+            f"{r.mode:<12} {r.median_s:>9.2f} {r.tokens_per_s:>9.0f} {r.ratio_to_bare_bridge:>9.2f} "
+            f"{r.ratio_to_bare_hf:>6.2f} {peak:>10} {share:>9}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=16, help="random-token prompts (default 16)")
+    parser.add_argument("--tokens", type=int, default=64, help="tokens per prompt, BOS included (default 64)")
+    parser.add_argument("--batch-size", type=int, default=16, help="prompts per forward pass (default 16)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per way; the median is reported (default 3)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    if min(args.prompts, args.batch_size, args.repeats) < 1 or not 2 <= args.tokens <= 1024:
+        parser.error("--prompts, --batch-size and --repeats must be >= 1 and --tokens in 2..1024")
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="bench_audit_gpt2_") as model_dir:
+        n_params = build_model(model_dir)
+        setup = Setup(model_dir, args.prompts, args.tokens, args.batch_size)
+        results, write_seconds = bench(setup, args.repeats)
+    print(
+        f"audit vs bare forward: GPT-2-small shape ({n_params / 1e6:.0f}M parameters, random weights), "
+        f"{args.prompts} prompts x {args.tokens} tokens, batches of {args.batch_size}, {args.repeats} repeats, "
+        f"1 thread, torch {torch.__version__}"
+    )
+    print(format_table(results))
+    print(f"write_audit (JSON, CSV, map, per-layer plot, 2 example heatmaps): {write_seconds:.2f} s, once")
+    if args.json is not None:
+        from interp.atomic_io import atomic_write_json
+
+        atomic_write_json(args.json, {
+            "benchmark": "audit",
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "threads": torch.get_num_threads(),
+            "n_params": n_params,
+            "prompts": args.prompts,
+            "tokens": args.tokens,
+            "batch_size": args.batch_size,
+            "repeats": args.repeats,
+            "write_audit_s": write_seconds,
+            "results": [asdict(result) for result in results],
+        })
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,430 @@
+"""The audit of one pretrained model: probes over a prompt set, optional ablations, figures.
+
+``audit(model, prompts, config)`` loads the model (or takes a loaded one), tokenizes the
+prompts, streams them through ``probes.probe.probe_batches`` in batches (only the hooks
+the probes read, one layer at a time, nothing cached), and returns an ``AuditResult``.
+``write_audit(result, directory)`` writes ``audit.json``, ``heads.csv`` and the figures,
+each file atomically.
+
+The anchor is each prompt's first real token: the BOS token when it is prepended, [CLS]
+for BERT-family encoders. ``--ablate`` (causal models only) measures the next-token loss
+(per prompt: mean cross-entropy over its predicted tokens; then averaged over prompts):
+for each sink head and all of them together, with ``remove_sink`` and its matched
+control ``mask_random_key`` (``probes.default_state``, bootstrap intervals over prompts),
+and with the anchor evicted from every head (StreamingLLM-style ``evict_anchor``).
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from interp.atomic_io import atomic_write_json
+from interp.config_io import JsonConfig
+from interp.hook_names import attn_hook
+from interp.hooked_model import HookedModel, PreparedBatch
+from interp.plots import attention_grid, layer_head_map, line_chart
+from pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model
+from pretrained_analysis.prompts import (
+    PromptError,
+    PromptSet,
+    PromptSpec,
+    PromptSummary,
+    TokenizedPrompts,
+    load_prompt_set,
+    tokenize_prompts,
+)
+from probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
+from probes.interventions import Intervention, evict_anchor, intervention_hooks
+from probes.probe import HeadProbe, ProbeBatch, ProbeConfig, ProbeResult, probe_batches
+
+AUDIT_FILE = "audit.json"
+HEADS_FILE = "heads.csv"
+MAP_FIGURE = "anchor_mass_map.png"
+LAYER_FIGURE = "anchor_mass_by_layer.png"
+EXAMPLE_FIGURE = "attention_example_{index}.png"
+MAX_EXAMPLE_LAYERS = 6  # heatmaps show at most 6 x 6 heads, spread evenly (each panel costs ~0.1 s)
+MAX_EXAMPLE_HEADS = 6
+VERSION_PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "transformers", "datasets")
+
+
+class AuditFailed(RuntimeError):
+    """The audit ran but its numbers cannot be trusted (e.g. non-finite attention)."""
+
+
+@dataclass(frozen=True)
+class AuditConfig(JsonConfig):
+    """How to audit. sink_eps: a sink head has anchor mass >= 1 - sink_eps; ablate: the
+    loss-based ablations (causal models); n_examples: prompts drawn as attention heatmaps;
+    n_bootstrap: resamples for the ablations' intervals; seed: their control keys."""
+
+    config_name = "audit"
+
+    batch_size: int = 16
+    sink_eps: float = 0.1
+    ablate: bool = False
+    n_examples: int = 2
+    n_bootstrap: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if not 0.0 <= self.sink_eps < 1.0:
+            raise ValueError(f"--sink-eps must lie in [0, 1), got {self.sink_eps}")
+        if self.n_examples < 0:
+            raise ValueError(f"--examples must be >= 0, got {self.n_examples}")
+        if self.n_bootstrap < 1:
+            raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
+
+    def probe_config(self) -> ProbeConfig:
+        return ProbeConfig(sink_eps=self.sink_eps, batch_size=self.batch_size)
+
+
+@dataclass(frozen=True)
+class AttentionExample:
+    """One prompt's attention for a subset of heads: patterns
+    ``[len(layers), len(heads), query, key]`` over the prompt's real tokens."""
+
+    prompt_index: int
+    tokens: tuple[str, ...]
+    layers: tuple[int, ...]
+    heads: tuple[int, ...]
+    patterns: np.ndarray
+
+
+@dataclass(frozen=True)
+class AblationResult:
+    """Next-token loss under ablations (per prompt mean cross-entropy, averaged over prompts).
+
+    sink_heads: the default-state test (per sink head and all together: ``remove_sink``
+    vs the matched ``mask_random_key`` control); evict_anchor_loss: the loss with the
+    anchor masked as a key in every head."""
+
+    base_loss: float
+    evict_anchor_loss: float
+    sink_heads: DefaultStateResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "loss": "per prompt: mean next-token cross-entropy over its predicted tokens; averaged over prompts",
+            "base_loss": self.base_loss,
+            "evict_anchor": {"loss": self.evict_anchor_loss, "delta": self.evict_anchor_loss - self.base_loss},
+            "sink_heads": self.sink_heads.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Everything one audit measured (``to_dict`` is ``audit.json``)."""
+
+    model: ModelInfo
+    prompts: PromptSummary
+    config: AuditConfig
+    probe: ProbeResult
+    ablation: AblationResult | None
+    examples: tuple[AttentionExample, ...]
+    notes: tuple[str, ...]
+    versions: tuple[tuple[str, str], ...]
+    seconds: float
+
+    def sink_rate(self) -> dict[str, float]:
+        """Gu et al.'s Sink_1^eps in percent, keyed by eps (``"0.3"``, ``"0.8"``)."""
+        return {str(rate.eps): rate.percent for rate in self.probe.sink_rates}
+
+    def sink_heads(self) -> list[HeadProbe]:
+        return [row for row in self.probe.heads if row.is_sink_head]
+
+    def figure_names(self) -> list[str]:
+        return [MAP_FIGURE, LAYER_FIGURE] + [EXAMPLE_FIGURE.format(index=k) for k in range(len(self.examples))]
+
+    def to_dict(self) -> dict[str, Any]:
+        anchor = "[CLS], the first token" if not self.model.causal else "the first real token of each prompt"
+        return json_safe({
+            "model": self.model.to_dict(),
+            "revision": self.model.revision,
+            "bos": {
+                "prepend_bos": self.prompts.spec.prepend_bos,
+                "anchor": anchor,
+                "anchor_token": self.prompts.anchor_token,
+            },
+            "prompts": self.prompts.to_dict(),
+            "config": self.config.to_dict(),
+            "n_queries": self.probe.n_queries,
+            "sink_rate": self.sink_rate(),
+            "sink_rate_definition": (
+                "Gu et al. Sink_1^eps: percent of (prompt, layer, head) with alpha_1 > eps, alpha_1 = mean over "
+                "queries of the attention on the first token"
+            ),
+            "sink_head_rule": f"anchor_mass >= {1.0 - self.config.sink_eps:g}",
+            "sink_heads": [
+                {"layer": row.layer, "head": row.head, "anchor_mass": row.anchor_mass} for row in self.sink_heads()
+            ],
+            "layers": self.probe.layer_table(),
+            "heads": self.probe.head_table(),
+            "attn_out_norm_of_sum": self.probe.attn_out_norm_of_sum,
+            "attn_out_sum_of_norms": self.probe.attn_out_sum_of_norms,
+            "ablation": None if self.ablation is None else self.ablation.to_dict(),
+            "notes": list(self.notes),
+            "figures": self.figure_names(),
+            "versions": dict(self.versions),
+            "seconds": self.seconds,
+        })
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf -> None and tuples -> lists, so the JSON is standard."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def _versions() -> tuple[tuple[str, str], ...]:
+    found = [("python", platform.python_version())]
+    for package in VERSION_PACKAGES:
+        try:
+            found.append((package, metadata.version(package)))
+        except metadata.PackageNotFoundError:
+            found.append((package, "not installed"))
+    return tuple(found)
+
+
+def _probe(hooked: HookedModel, prompts: TokenizedPrompts, config: AuditConfig, label: str, progress: bool) -> ProbeResult:
+    size = config.batch_size
+    bar = tqdm(total=len(prompts), desc=f"probing {label}", unit="prompt", disable=not progress, leave=False)
+
+    def batches():
+        for start in range(0, len(prompts), size):
+            tokens, mask = prompts.batch(start, start + size)
+            yield ProbeBatch(inputs=tokens, attention_mask=mask)
+            bar.update(tokens.shape[0])
+
+    try:
+        return probe_batches(hooked, batches(), config.probe_config())
+    finally:
+        bar.close()
+
+
+def _check_finite(probe: ProbeResult, model: ModelInfo) -> None:
+    if probe.n_queries == 0:
+        raise PromptError(
+            "every prompt has a single token, so no query attends to an anchor; pass longer prompts or --prepend-bos"
+        )
+    bad = [f"L{row.layer}H{row.head}" for row in probe.heads if not math.isfinite(row.anchor_mass)]
+    if bad:
+        raise AuditFailed(
+            f"{model.label} produced non-finite attention in {len(bad)} heads (first: {bad[0]}) in {model.dtype}; "
+            "rerun with --dtype float32"
+        )
+
+
+def next_token_loss(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
+    """Per-prompt mean next-token cross-entropy ``[batch]`` from logits ``[batch, pos, vocab]``,
+    over positions whose token and next token are both real."""
+    tokens, mask = batch.model_input, batch.attention_mask
+    valid = (mask[:, 1:] & mask[:, :-1]).to(torch.float64)
+    losses = F.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten().to(logits.device), reduction="none"
+    ).view(valid.shape).double()
+    return (losses * valid.to(losses.device)).sum(dim=1) / valid.sum(dim=1).to(losses.device)
+
+
+def _mean_loss(
+    hooked: HookedModel, prompts: TokenizedPrompts, intervention: Intervention | None, size: int, tick: Callable[[], None]
+) -> float:
+    total, count = 0.0, 0
+    for start in range(0, len(prompts), size):
+        batch = hooked.prepare(*prompts.batch(start, start + size))
+        hooks = [] if intervention is None else intervention_hooks(hooked, batch, intervention)
+        with torch.no_grad():
+            losses = next_token_loss(hooked.run_with_hooks(batch, hooks), batch)
+        total += float(losses.sum())
+        count += batch.batch_size
+        tick()
+    return total / count
+
+
+def _ablate(
+    hooked: HookedModel, prompts: TokenizedPrompts, probe: ProbeResult, config: AuditConfig, label: str, progress: bool
+) -> AblationResult:
+    if prompts.summary.min_tokens < 2:
+        raise PromptError("--ablate needs prompts of at least 2 tokens to have a next-token loss; drop one-token prompts")
+    spec = hooked.spec
+    sinks = probe.sink_heads()
+    n_chunks = math.ceil(len(prompts) / config.batch_size)
+    n_sets = len(sinks) + (len(sinks) > 1)
+    passes = 2 + (1 + 2 * n_sets if sinks else 0)
+    bar = tqdm(total=passes * n_chunks, desc=f"ablating {label}", unit="batch", disable=not progress, leave=False)
+
+    def loss_fn(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
+        bar.update(1)
+        return next_token_loss(logits, batch)
+
+    try:
+        base = _mean_loss(hooked, prompts, None, config.batch_size, lambda: bar.update(1))
+        every_head = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
+        evicted = _mean_loss(hooked, prompts, evict_anchor(every_head), config.batch_size, lambda: bar.update(1))
+        sink_test = default_state_test(
+            hooked,
+            prompts.tokens,
+            sinks,
+            loss_fn,
+            attention_mask=prompts.attention_mask,
+            config=DefaultStateConfig(n_bootstrap=config.n_bootstrap, seed=config.seed, batch_size=config.batch_size),
+        )
+    finally:
+        bar.close()
+    return AblationResult(base_loss=base, evict_anchor_loss=evicted, sink_heads=sink_test)
+
+
+def _spread(n: int, k: int) -> tuple[int, ...]:
+    """Up to ``k`` indices spread evenly over ``range(n)``, first and last included."""
+    if n <= k:
+        return tuple(range(n))
+    return tuple(sorted({round(i * (n - 1) / (k - 1)) for i in range(k)}))
+
+
+def plot_text(text: str) -> str:
+    """``text`` safe for a matplotlib label: control characters shown as ``?``, ``$`` escaped
+    (no mathtext)."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text).replace("$", r"\$")
+
+
+def _token_label(token: str) -> str:
+    return plot_text(token[:10]) or "''"
+
+
+def _examples(
+    hooked: HookedModel, model: LoadedModel, prompts: TokenizedPrompts, n_examples: int
+) -> tuple[AttentionExample, ...]:
+    spec = hooked.spec
+    layers, heads = _spread(spec.n_layers, MAX_EXAMPLE_LAYERS), _spread(spec.n_heads, MAX_EXAMPLE_HEADS)
+    examples = []
+    for index in range(min(n_examples, len(prompts))):
+        batch = hooked.prepare(*prompts.batch(index, index + 1))
+        captured: dict[int, np.ndarray] = {}
+
+        def capture(layer: int):
+            def hook(pattern: torch.Tensor, hook: Any) -> None:
+                captured[layer] = pattern[0, list(heads)].float().cpu().numpy()
+
+            return hook
+
+        with torch.no_grad():
+            hooked.run_with_hooks(batch, [(attn_hook(layer, "pattern"), capture(layer)) for layer in layers])
+        ids = batch.model_input[0].tolist()
+        examples.append(
+            AttentionExample(
+                prompt_index=index,
+                tokens=tuple(str(token) for token in model.bridge.tokenizer.convert_ids_to_tokens(ids)),
+                layers=layers,
+                heads=heads,
+                patterns=np.stack([captured[layer] for layer in layers]),
+            )
+        )
+    return tuple(examples)
+
+
+def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config: AuditConfig) -> tuple[str, ...]:
+    notes = list(probe.notes)
+    if not model.causal:
+        notes.append("bidirectional encoder: the anchor is the first token ([CLS]); every real query after it counts")
+        if config.ablate:
+            notes.append("encoder: no next-token loss, so the loss-based ablations were skipped")
+    if prompts.n_truncated:
+        notes.append(f"{prompts.n_truncated} of {prompts.n_prompts} prompts were truncated to {prompts.spec.max_len} tokens")
+    if prompts.n_prompts < prompts.spec.n_prompts:
+        notes.append(f"the source holds only {prompts.n_prompts} prompts; all were used")
+    return tuple(notes)
+
+
+def audit(
+    model: LoadSpec | LoadedModel,
+    prompts: PromptSpec | PromptSet,
+    config: AuditConfig = AuditConfig(),
+    progress: bool = True,
+) -> AuditResult:
+    """Audit ``model`` (a ``LoadSpec`` to load, or a ``LoadedModel``) on ``prompts``."""
+    start = time.perf_counter()
+    loaded = model if isinstance(model, LoadedModel) else load_model(model, progress=progress)
+    prompt_set = prompts if isinstance(prompts, PromptSet) else load_prompt_set(prompts)
+    tokenized = tokenize_prompts(prompt_set, loaded)
+    info = loaded.info
+    hooked = HookedModel(loaded.bridge, prepend_bos=prompt_set.spec.prepend_bos)
+    try:
+        probe = _probe(hooked, tokenized, config, info.label, progress)
+        _check_finite(probe, info)
+        ablation = _ablate(hooked, tokenized, probe, config, info.label, progress) if config.ablate and info.causal else None
+        examples = _examples(hooked, loaded, tokenized, config.n_examples)
+    except torch.OutOfMemoryError:
+        raise AuditFailed(
+            f"{info.label} ran out of memory on {info.device} at --batch-size {config.batch_size}; "
+            "lower --batch-size, or pass --dtype bfloat16 or --device-map auto"
+        ) from None
+    return AuditResult(
+        model=info,
+        prompts=tokenized.summary,
+        config=config,
+        probe=probe,
+        ablation=ablation,
+        examples=examples,
+        notes=_notes(info, tokenized.summary, probe, config),
+        versions=_versions(),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def write_audit(result: AuditResult, directory: str | Path) -> Path:
+    """Write ``audit.json``, ``heads.csv`` and the PNG figures into ``directory``; returns it.
+    ``audit.json`` is written last, so its presence means the directory is complete."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    label = plot_text(result.model.label)
+    mass = result.probe.anchor_mass_matrix().numpy()
+    layer_head_map(
+        mass, directory / MAP_FIGURE, f"{label}: anchor mass (mean A[i, anchor], queries i > anchor)", "anchor mass"
+    )
+    n_heads = result.model.n_heads
+    line_chart(
+        list(range(result.model.n_layers)),
+        [
+            ("mean over heads", [layer.anchor_mass for layer in result.probe.layers]),
+            ("max over heads", [float(np.nanmax(row)) for row in mass]),
+            (
+                f"share of sink heads (>= {1.0 - result.config.sink_eps:g})",
+                [layer.sink_heads / n_heads for layer in result.probe.layers],
+            ),
+        ],
+        directory / LAYER_FIGURE,
+        f"{label}: anchor mass per layer",
+        "layer",
+        "anchor mass / share of heads",
+        ylim=(0.0, 1.02),
+    )
+    for number, example in enumerate(result.examples):
+        attention_grid(
+            example.patterns,
+            directory / EXAMPLE_FIGURE.format(index=number),
+            f"{label}: attention on prompt {example.prompt_index} (query y, key x)",
+            tick_labels=[_token_label(token) for token in example.tokens],
+            vmax=1.0,
+            layer_labels=example.layers,
+            head_labels=example.heads,
+        )
+    result.probe.write_heads_csv(str(directory / HEADS_FILE))
+    atomic_write_json(directory / AUDIT_FILE, result.to_dict())
+    return directory

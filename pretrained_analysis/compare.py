@@ -1,0 +1,201 @@
+"""Compare audits: several models, or several training checkpoints (revisions) of one.
+
+``compare_audits(results)`` makes one row per audit, in the order given (so a checkpoint
+sweep reads left to right); ``write_comparison(comparison, directory)`` writes
+``comparison.json``, ``comparison.md`` and two figures: the sink rate per model and the
+per-layer anchor mass per model (against the layer index when every model has the same
+depth, else against relative depth layer / (n_layers - 1)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from interp.atomic_io import atomic_write_json, atomic_write_text
+from interp.plots import line_chart
+from pretrained_analysis.audit import AuditResult, json_safe, plot_text
+from pretrained_analysis.prompts import PromptSpec
+
+COMPARISON_JSON = "comparison.json"
+COMPARISON_MD = "comparison.md"
+SINK_RATE_FIGURE = "comparison_sink_rate.png"
+LAYER_FIGURE = "comparison_anchor_mass_by_layer.png"
+MARKDOWN_SPECIAL = "\\`*_[]<>|&#"
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One audited model. sink_rate: Sink_1^eps in percent keyed by eps (``"0.3"``);
+    layer_anchor_mass ``[layer]``: mean over heads; the loss fields are None without
+    ``--ablate`` (or for encoders)."""
+
+    label: str
+    model: str
+    revision: str | None
+    directory: str | None
+    n_layers: int
+    n_heads: int
+    n_params: int
+    n_sink_heads: int
+    sink_rate: dict[str, float]
+    mean_anchor_mass: float
+    layer_anchor_mass: tuple[float, ...]
+    base_loss: float | None
+    all_sink_heads_loss_delta: float | None
+    evict_anchor_loss_delta: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "model": self.model,
+            "revision": self.revision,
+            "directory": self.directory,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "n_params": self.n_params,
+            "n_sink_heads": self.n_sink_heads,
+            "sink_rate": dict(self.sink_rate),
+            "mean_anchor_mass": self.mean_anchor_mass,
+            "layer_anchor_mass": list(self.layer_anchor_mass),
+            "base_loss": self.base_loss,
+            "all_sink_heads_loss_delta": self.all_sink_heads_loss_delta,
+            "evict_anchor_loss_delta": self.evict_anchor_loss_delta,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Rows in the given order, plus what every audit shared."""
+
+    rows: tuple[ComparisonRow, ...]
+    prompts: PromptSpec
+    prompt_location: str
+    sink_eps: float
+
+    def epsilons(self) -> list[str]:
+        return list(self.rows[0].sink_rate) if self.rows else []
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompts": {**self.prompts.to_dict(), "location": self.prompt_location},
+            "sink_head_rule": f"anchor_mass >= {1.0 - self.sink_eps:g}",
+            "rows": [json_safe(row.to_dict()) for row in self.rows],
+        }
+
+    def to_markdown(self) -> str:
+        header = ["model", "layers x heads", "params", *[f"sink rate eps={eps} (%)" for eps in self.epsilons()],
+                  "sink heads", "mean anchor mass", "loss", "loss change: all sinks removed", "loss change: anchor evicted"]
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for row in self.rows:
+            cells = [
+                markdown_escape(row.label),
+                f"{row.n_layers} x {row.n_heads}",
+                f"{row.n_params:,}",
+                *[_number(row.sink_rate[eps], 1) for eps in self.epsilons()],
+                str(row.n_sink_heads),
+                _number(row.mean_anchor_mass, 3),
+                _number(row.base_loss, 3),
+                _number(row.all_sink_heads_loss_delta, 4, signed=True),
+                _number(row.evict_anchor_loss_delta, 4, signed=True),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        bos = "with BOS prepended" if self.prompts.prepend_bos else "without BOS"
+        note = (
+            f"Prompts: up to {self.prompts.n_prompts} from {markdown_escape(self.prompt_location)}, "
+            f"at most {self.prompts.max_len} tokens, {bos}. "
+            f"Sink heads: anchor mass >= {1.0 - self.sink_eps:g}. Sink rate: Gu et al.'s Sink_1^eps."
+        )
+        return "# Attention-sink comparison\n\n" + "\n".join(lines) + "\n\n" + note + "\n"
+
+
+def markdown_escape(text: str) -> str:
+    """Backslash-escape Markdown/HTML specials and flatten newlines (names come from users and tokenizers)."""
+    flat = " ".join(text.split())
+    return "".join("\\" + ch if ch in MARKDOWN_SPECIAL else ch for ch in flat)
+
+
+def _number(value: float | None, digits: int, signed: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def _row(result: AuditResult, directory: str | None) -> ComparisonRow:
+    layers = tuple(layer.anchor_mass for layer in result.probe.layers)
+    ablation = result.ablation
+    all_sinks = None
+    if ablation is not None and ablation.sink_heads.rows:
+        row = ablation.sink_heads.rows[-1]  # "all_sink_heads" when there are several, else the only head
+        all_sinks = row.error_after_remove - row.error_before
+    return ComparisonRow(
+        label=result.model.label,
+        model=result.model.name,
+        revision=result.model.revision,
+        directory=directory,
+        n_layers=result.model.n_layers,
+        n_heads=result.model.n_heads,
+        n_params=result.model.n_params,
+        n_sink_heads=len(result.sink_heads()),
+        sink_rate=result.sink_rate(),
+        mean_anchor_mass=sum(layers) / len(layers),
+        layer_anchor_mass=layers,
+        base_loss=None if ablation is None else ablation.base_loss,
+        all_sink_heads_loss_delta=all_sinks,
+        evict_anchor_loss_delta=None if ablation is None else ablation.evict_anchor_loss - ablation.base_loss,
+    )
+
+
+def compare_audits(results: Sequence[AuditResult], directories: Sequence[str] | None = None) -> Comparison:
+    """One row per audit; ``directories``: where each audit was written (relative paths)."""
+    if not results:
+        raise ValueError("nothing to compare; pass at least one audit result")
+    if directories is not None and len(directories) != len(results):
+        raise ValueError(f"{len(directories)} directories for {len(results)} audits; pass one per audit")
+    rows = tuple(_row(result, None if directories is None else directories[k]) for k, result in enumerate(results))
+    first = results[0]
+    return Comparison(
+        rows=rows, prompts=first.prompts.spec, prompt_location=first.prompts.location, sink_eps=first.config.sink_eps
+    )
+
+
+def write_comparison(comparison: Comparison, directory: str | Path) -> Path:
+    """Write ``comparison.json``, ``comparison.md`` and the two figures into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    labels = [plot_text(row.label) for row in comparison.rows]
+    line_chart(
+        labels,
+        [(f"eps = {eps}", [row.sink_rate[eps] for row in comparison.rows]) for eps in comparison.epsilons()],
+        directory / SINK_RATE_FIGURE,
+        "sink rate (Gu et al. Sink_1^eps)",
+        "model / checkpoint",
+        "% of (prompt, layer, head)",
+        ylim=(0.0, 100.0),
+    )
+    depths = {row.n_layers for row in comparison.rows}
+    same_depth = len(depths) == 1
+    n_layers = max(depths)
+    grid = np.arange(n_layers) if same_depth else np.linspace(0.0, 1.0, n_layers)
+    series = []
+    for label, row in zip(labels, comparison.rows):
+        values = np.asarray(row.layer_anchor_mass)
+        if not same_depth:  # interpolate onto the deepest model's relative depths
+            values = np.interp(grid, np.linspace(0.0, 1.0, len(values)) if len(values) > 1 else [0.0], values)
+        series.append((label, values.tolist()))
+    line_chart(
+        grid.tolist(),
+        series,
+        directory / LAYER_FIGURE,
+        "anchor mass per layer (mean over heads)",
+        "layer" if same_depth else "relative depth",
+        "anchor mass",
+        ylim=(0.0, 1.02),
+    )
+    atomic_write_text(directory / COMPARISON_MD, comparison.to_markdown())
+    atomic_write_json(directory / COMPARISON_JSON, comparison.to_dict())
+    return directory

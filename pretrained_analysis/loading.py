@@ -1,0 +1,354 @@
+"""Load pretrained models through TransformerLens ``TransformerBridge``, failing fast.
+
+A model is named by a short name (``gpt2``, ``pythia-70m``, ``pythia-1b-deduped``, ...),
+any Hugging Face id (``org/name``) or a local directory written by ``save_pretrained``.
+``resolve_model`` turns the name into a ``ResolvedModel`` without importing torch or
+TransformerLens, so a misspelled name or a model that is not available offline fails in
+well under a second: when the hub is offline (``HF_HUB_OFFLINE=1`` or
+``TRANSFORMERS_OFFLINE=1``) it looks the config and weights up in the local Hugging Face
+cache (``huggingface_hub.try_to_load_from_cache``) instead of asking the hub; when
+online it asks the hub once (``model_info``) so a missing repository or revision gives
+one line, not a traceback.
+
+``load_model`` then boots the bridge with raw Hugging Face weights (no
+``enable_compatibility_mode`` processing: value and residual norms stay meaningful) and
+records what was loaded in a ``ModelInfo``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from interp.config_io import JsonConfig
+
+PYTHIA_SIZES: tuple[str, ...] = ("14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")
+PYTHIA_DEDUPED_SIZES: tuple[str, ...] = ("70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")
+
+
+def _short_names() -> dict[str, tuple[str, ...]]:
+    """Short name -> Hugging Face ids to try, preferred first (legacy ids after the canonical one)."""
+    names: dict[str, tuple[str, ...]] = {
+        size_name: (f"openai-community/{size_name}", size_name)
+        for size_name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+    }
+    names["distilgpt2"] = ("distilbert/distilgpt2", "distilgpt2")
+    names.update({f"pythia-{size}": (f"EleutherAI/pythia-{size}",) for size in PYTHIA_SIZES})
+    names.update({f"pythia-{size}-deduped": (f"EleutherAI/pythia-{size}-deduped",) for size in PYTHIA_DEDUPED_SIZES})
+    return names
+
+
+SHORT_NAMES: dict[str, tuple[str, ...]] = _short_names()
+DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+CONFIG_FILE = "config.json"
+WEIGHT_FILES: tuple[str, ...] = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+CONTEXT_FIELDS: tuple[str, ...] = ("n_positions", "max_position_embeddings", "n_ctx", "max_sequence_length", "seq_length")
+OFFLINE_FIX = (
+    "pass a local directory saved with save_pretrained, or connect to the internet and unset "
+    "HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE so it downloads once into the cache"
+)
+
+
+class UnknownModelError(ValueError):
+    """The model name is neither a short name, a Hugging Face id nor a local directory."""
+
+
+class ModelNotAvailableError(ValueError):
+    """The model cannot be obtained: offline and not cached, or the hub cannot be reached."""
+
+
+class ModelLoadError(ValueError):
+    """The files exist but TransformerBridge could not load them."""
+
+
+@dataclass(frozen=True)
+class LoadSpec(JsonConfig):
+    """What to load and how.
+
+    name: short name, Hugging Face id or local directory; revision: hub branch/tag/commit
+    (Pythia training checkpoints are ``step0`` ... ``step143000``); device: e.g. ``cpu``,
+    ``cuda:0`` (None: TransformerLens picks); dtype: one of ``DTYPES``; device_map /
+    n_devices: passed through to ``boot_transformers`` to split a large model across
+    devices (exclusive with ``device``).
+    """
+
+    name: str
+    revision: str | None = None
+    device: str | None = None
+    dtype: str = "float32"
+    device_map: str | None = None
+    n_devices: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", os.fspath(self.name))  # accept a pathlib.Path for local directories
+        if not self.name.strip():
+            raise UnknownModelError("the model name is empty; pass e.g. gpt2, pythia-70m, org/name or a local directory")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        if self.device is not None and (self.device_map is not None or self.n_devices is not None):
+            raise ValueError("--device is exclusive with --device-map/--n-devices; pass one placement")
+        if self.n_devices is not None and self.n_devices < 1:
+            raise ValueError(f"--n-devices must be >= 1, got {self.n_devices}")
+
+    config_name = "model loading"
+
+    @property
+    def label(self) -> str:
+        """``name`` or ``name@revision``."""
+        return self.name if self.revision is None else f"{self.name}@{self.revision}"
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a model's files come from: a local directory or a Hugging Face repository."""
+
+    name: str
+    location: str
+    is_local: bool
+    revision: str | None
+
+    @property
+    def label(self) -> str:
+        """A short display name: the directory name for local models, ``@revision`` appended."""
+        base = Path(self.location).name if self.is_local else self.name
+        return base if self.revision is None else f"{base}@{self.revision}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What was loaded. ``causal``: False for bidirectional encoders (BERT family),
+    which are audited with their first token ([CLS]) as the anchor and no loss."""
+
+    name: str
+    label: str
+    location: str
+    revision: str | None
+    architecture: str
+    model_type: str
+    causal: bool
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int
+    n_ctx: int
+    n_params: int
+    dtype: str
+    device: str
+    weights: str = "unprocessed (raw Hugging Face weights, no compatibility-mode processing)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LoadedModel:
+    """A booted ``TransformerBridge`` and what it is."""
+
+    bridge: Any
+    info: ModelInfo
+
+
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub must not be contacted (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE)."""
+    from huggingface_hub import is_offline_mode
+
+    return is_offline_mode() or os.environ.get("TRANSFORMERS_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _cached_file(repo_id: str, filename: str, revision: str | None) -> str | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, filename, revision=revision)
+    except ValueError:  # not a valid repo id / revision string
+        return None
+    return found if isinstance(found, str) else None
+
+
+def _is_cached(repo_id: str, revision: str | None) -> bool:
+    return _cached_file(repo_id, CONFIG_FILE, revision) is not None and any(
+        _cached_file(repo_id, weights, revision) is not None for weights in WEIGHT_FILES
+    )
+
+
+def _suggestions(name: str) -> list[str]:
+    return difflib.get_close_matches(name.lower(), list(SHORT_NAMES), n=3, cutoff=0.75)
+
+
+def _check_hub(name: str, repo_id: str, revision: str | None) -> None:
+    """One hub call so a missing repository or revision is one line, not a traceback."""
+    from huggingface_hub import model_info
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        model_info(repo_id, revision=revision, timeout=10)
+    except GatedRepoError:
+        raise ModelNotAvailableError(
+            f"{repo_id} is gated on the Hugging Face hub; accept its licence on huggingface.co and log in "
+            "(huggingface-cli login), or pass a local directory saved with save_pretrained"
+        ) from None
+    except RevisionNotFoundError:
+        raise ModelNotAvailableError(
+            f"{repo_id} has no revision {revision!r}; pass an existing branch, tag or commit "
+            "(Pythia checkpoints are step0, step1, step2, step4, ..., step512, step1000, step2000, ..., step143000)"
+        ) from None
+    except RepositoryNotFoundError:
+        close = _suggestions(name)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise UnknownModelError(
+            f"no Hugging Face model {repo_id!r}; {hint}pass a short name ({', '.join(list(SHORT_NAMES)[:6])}, ...), "
+            "an existing org/name id or a local directory"
+        ) from None
+    except Exception as error:  # connection failures surface as several httpx/OSError classes
+        raise ModelNotAvailableError(
+            f"cannot reach the Hugging Face hub for {repo_id} ({type(error).__name__}) and it is not in the local cache; "
+            + OFFLINE_FIX
+        ) from None
+
+
+def resolve_model(name: str, revision: str | None = None) -> ResolvedModel:
+    """Find where ``name`` comes from, without loading anything heavy.
+
+    Raises ``UnknownModelError`` (misspelled short name, with close matches) or
+    ``ModelNotAvailableError`` (offline and not cached; hub unreachable; no such revision).
+    """
+    name = name.strip()
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if revision is not None:
+            raise ValueError(
+                f"--revision selects a hub checkpoint but {name} is a local directory; "
+                "save each checkpoint to its own directory and pass the directories as models"
+            )
+        if not (path / CONFIG_FILE).is_file():
+            raise ModelLoadError(f"{name} has no {CONFIG_FILE}; pass a directory written by save_pretrained")
+        if not any((path / weights).is_file() for weights in WEIGHT_FILES):
+            raise ModelLoadError(
+                f"{name} has no weights ({', '.join(WEIGHT_FILES)}); pass a directory written by save_pretrained"
+            )
+        return ResolvedModel(name=name, location=str(path.resolve()), is_local=True, revision=None)
+    if path.exists() or _looks_like_path(name):
+        raise ModelNotAvailableError(
+            f"{name} is not a directory; pass a directory written by save_pretrained, a short name such as gpt2 "
+            "or a Hugging Face id org/name"
+        )
+    short = name.lower()
+    if short in SHORT_NAMES:
+        candidates = SHORT_NAMES[short]
+    elif "/" in name:
+        candidates = (name,)
+    else:
+        close = _suggestions(name)
+        if close:
+            raise UnknownModelError(
+                f"unknown model {name!r}; did you mean {' or '.join(close)}? "
+                "(or pass a Hugging Face id org/name or a local directory)"
+            )
+        candidates = (name,)  # a legacy top-level hub id such as bert-base-uncased
+    for repo_id in candidates:
+        if _is_cached(repo_id, revision):
+            return ResolvedModel(name=name, location=repo_id, is_local=False, revision=revision)
+    at = "" if revision is None else f" at revision {revision}"
+    if hub_offline():
+        raise ModelNotAvailableError(
+            f"{name} ({candidates[0]}{at}) is not in the local Hugging Face cache and the hub is offline; " + OFFLINE_FIX
+        )
+    _check_hub(name, candidates[0], revision)
+    return ResolvedModel(name=name, location=candidates[0], is_local=False, revision=revision)
+
+
+def context_length(resolved: ResolvedModel) -> int | None:
+    """The context length in the model's config.json when it is on disk (None otherwise)."""
+    if resolved.is_local:
+        config_path: str | None = str(Path(resolved.location) / CONFIG_FILE)
+    else:
+        config_path = _cached_file(resolved.location, CONFIG_FILE, resolved.revision)
+    if config_path is None:
+        return None
+    try:
+        config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    for field_name in CONTEXT_FIELDS:
+        value = config.get(field_name)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: bool = True) -> LoadedModel:
+    """Boot ``spec`` through ``TransformerBridge.boot_transformers`` (raw weights, eager attention)."""
+    resolved = resolved or resolve_model(spec.name, spec.revision)
+    import torch
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from interp.hooked_model import HookedModel
+
+    if not progress:
+        import transformers
+        from huggingface_hub.utils import disable_progress_bars
+
+        transformers.utils.logging.disable_progress_bar()
+        disable_progress_bars()
+    try:
+        bridge = TransformerBridge.boot_transformers(
+            resolved.location,
+            revision=resolved.revision,
+            device=spec.device,
+            dtype=getattr(torch, spec.dtype),
+            device_map=spec.device_map,
+            n_devices=spec.n_devices,
+        )
+    except OSError as error:
+        raise ModelNotAvailableError(
+            f"could not load {spec.label} ({resolved.location}): {_first_line(error)}; " + OFFLINE_FIX
+        ) from None
+    except (ValueError, KeyError, NotImplementedError, RuntimeError) as error:
+        raise ModelLoadError(
+            f"TransformerBridge could not load {spec.label} ({resolved.location}): {_first_line(error)}; "
+            "pass a Hugging Face model of an architecture TransformerLens supports"
+        ) from None
+    bridge.eval()
+    hf_config = bridge.original_model.config
+    architectures = getattr(hf_config, "architectures", None) or [type(bridge.original_model).__name__]
+    parameter = next(bridge.original_model.parameters())
+    cfg = bridge.cfg
+    info = ModelInfo(
+        name=spec.name,
+        label=resolved.label,
+        location=resolved.location,
+        revision=resolved.revision,
+        architecture=str(architectures[0]),
+        model_type=str(getattr(hf_config, "model_type", "unknown")),
+        causal=HookedModel(bridge).spec.causal,
+        n_layers=int(cfg.n_layers),
+        n_heads=int(cfg.n_heads),
+        d_model=int(cfg.d_model),
+        d_head=int(cfg.d_head),
+        n_ctx=int(cfg.n_ctx),
+        n_params=sum(p.numel() for p in bridge.original_model.parameters()),
+        dtype=str(parameter.dtype).removeprefix("torch."),
+        device=str(parameter.device),
+    )
+    return LoadedModel(bridge=bridge, info=info)

@@ -1,0 +1,299 @@
+"""Prompt sets for audits, read through ``datasets`` and tokenized with an explicit BOS rule.
+
+Sources (``PromptSpec.source``):
+- ``default``: the built-in set of varied English prompts shipped with sinkscope
+  (``pretrained_analysis/data/default_prompts.txt``);
+- ``random``: random-token prompts (Gu et al. find sinks on random tokens too), drawn
+  uniformly from the tokenizer's non-special tokens with ``seed``;
+- a local ``.txt`` (one prompt per line), ``.jsonl``/``.json``, ``.csv`` or ``.parquet``
+  file (``text_column`` names the column);
+- a Hugging Face dataset id, ``ID`` or ``ID:CONFIG`` (e.g.
+  ``Salesforce/wikitext:wikitext-2-raw-v1``), with ``split`` (``datasets`` slicing such as
+  ``train[:2000]`` works) and ``text_column``; needs the hub or the local datasets cache.
+
+Empty and whitespace-only texts are skipped. When a source holds more than
+``n_prompts`` prompts, a ``seed``-ed random subset is taken (kept in source order).
+Every prompt is tokenized with TransformerLens' ``to_tokens`` and ``prepend_bos``
+(True: the tokenizer's BOS, or [CLS] for encoders, comes first), then truncated to
+``max_len`` tokens (BOS included); shorter prompts are kept whole and right-padded, with
+an ``attention_mask`` marking real tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from interp.config_io import JsonConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from pretrained_analysis.loading import LoadedModel
+
+BUILTIN_SOURCE = "default"
+RANDOM_SOURCE = "random"
+FILE_BUILDERS: dict[str, str] = {".txt": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+DEFAULT_MAX_LEN = 64
+DEFAULT_N_PROMPTS = 64
+
+
+class PromptError(ValueError):
+    """The prompt set cannot be built (missing file, empty set, unknown column, too long)."""
+
+
+@dataclass(frozen=True)
+class PromptSpec(JsonConfig):
+    """Which prompts, how many, how long, and the BOS convention.
+
+    source: ``default``, ``random``, a file path or a Hugging Face dataset id (see the
+    module docstring); max_len: T, the most tokens per prompt, BOS included; n_prompts:
+    how many prompts; seed: for random tokens and for subsetting larger sources.
+    """
+
+    source: str = BUILTIN_SOURCE
+    max_len: int = DEFAULT_MAX_LEN
+    n_prompts: int = DEFAULT_N_PROMPTS
+    seed: int = 0
+    prepend_bos: bool = True
+    text_column: str = "text"
+    split: str = "train"
+
+    config_name = "prompt"
+
+    def __post_init__(self) -> None:
+        if self.max_len < 2:
+            raise PromptError(f"--max-len must be >= 2 tokens, got {self.max_len}")
+        if self.n_prompts < 1:
+            raise PromptError(f"--n-prompts must be >= 1, got {self.n_prompts}")
+        if not self.source.strip():
+            raise PromptError("--prompts is empty; pass default, random, a file or a dataset id")
+
+    @property
+    def kind(self) -> str:
+        """``builtin``, ``random``, ``file`` or ``hub``."""
+        if self.source == BUILTIN_SOURCE:
+            return "builtin"
+        if self.source == RANDOM_SOURCE:
+            return "random"
+        path = Path(self.source).expanduser()
+        if path.exists() or path.suffix.lower() in FILE_BUILDERS:
+            return "file"
+        return "hub"
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The texts chosen from ``spec``'s source (empty for random-token prompts).
+
+    n_available: non-empty prompts in the source (``n_prompts`` for random tokens);
+    location: the file read, the dataset id, or ``random tokens``.
+    """
+
+    spec: PromptSpec
+    texts: tuple[str, ...]
+    n_available: int
+    location: str
+
+
+@dataclass(frozen=True)
+class PromptSummary:
+    """What an audit ran on; recorded in every result."""
+
+    spec: PromptSpec
+    location: str
+    n_available: int
+    n_prompts: int
+    n_truncated: int
+    n_tokens: int
+    min_tokens: int
+    max_tokens: int
+    anchor_token: str
+
+    def to_dict(self) -> dict[str, Any]:
+        recorded = {key: value for key, value in asdict(self).items() if key != "spec"}
+        return {**self.spec.to_dict(), "kind": self.spec.kind, **recorded}
+
+
+@dataclass(frozen=True)
+class TokenizedPrompts:
+    """tokens: ``[n, pos]`` long, right-padded; attention_mask: ``[n, pos]`` bool, True at
+    real tokens; texts: the source texts (decoded tokens for random prompts)."""
+
+    tokens: "torch.Tensor"
+    attention_mask: "torch.Tensor"
+    texts: tuple[str, ...]
+    summary: PromptSummary
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def batch(self, start: int, stop: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """Rows ``start:stop`` trimmed to their longest prompt: tokens and mask ``[b, pos_b]``."""
+        mask = self.attention_mask[start:stop]
+        width = int(mask.sum(dim=1).max())
+        return self.tokens[start:stop, :width], mask[:, :width]
+
+
+def check_context(spec: PromptSpec, n_ctx: int, model_label: str) -> None:
+    """Raise ``PromptError`` when T = ``spec.max_len`` exceeds the model's context."""
+    if spec.max_len > n_ctx:
+        raise PromptError(
+            f"--max-len {spec.max_len} exceeds the context of {model_label} ({n_ctx} tokens); pass --max-len {n_ctx} or less"
+        )
+
+
+def _builtin_path() -> Path:
+    return Path(str(resources.files("pretrained_analysis") / "data" / "default_prompts.txt"))
+
+
+def _read_file(path: Path, text_column: str) -> tuple[list[Any], str]:
+    """All values of the text column of a local file, via ``datasets``; and the column used."""
+    if not path.is_file():
+        raise PromptError(
+            f"prompt file {path} does not exist; pass an existing .txt/.jsonl/.csv/.parquet file, default, random or a dataset id"
+        )
+    builder = FILE_BUILDERS.get(path.suffix.lower())
+    if builder is None:
+        raise PromptError(f"{path} has an unknown extension; use one of {', '.join(FILE_BUILDERS)}")
+    if builder != "parquet" and not path.read_bytes().strip():
+        raise PromptError(f"prompt file {path} is empty; add prompts (one per line for .txt)")
+    column = "text" if builder == "text" else text_column
+    import datasets
+
+    datasets.disable_progress_bars()
+    try:
+        dataset = datasets.load_dataset(builder, data_files=str(path), split="train")
+    except Exception as error:  # datasets wraps parser errors in several classes
+        cause = error.__cause__ or error
+        raise PromptError(f"cannot read prompts from {path} ({type(cause).__name__}: {str(cause).strip()[:200]})") from None
+    return _column(dataset, column, str(path)), column
+
+
+def _read_hub(spec: PromptSpec) -> list[Any]:
+    import datasets
+
+    from pretrained_analysis.loading import hub_offline
+
+    datasets.disable_progress_bars()
+    dataset_id, _, config = spec.source.partition(":")
+    try:
+        dataset = datasets.load_dataset(dataset_id, config or None, split=spec.split)
+    except (ConnectionError, FileNotFoundError) as error:
+        where = "the hub is offline" if hub_offline() else f"the hub could not be reached ({type(error).__name__})"
+        raise PromptError(
+            f"dataset {spec.source} is not in the local datasets cache and {where}; pass a local "
+            ".txt/.jsonl/.csv/.parquet file, --prompts default, or connect so it downloads once"
+        ) from None
+    except ValueError as error:  # unknown split or config
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise PromptError(f"cannot load dataset {spec.source} split {spec.split!r}: {reason}") from None
+    return _column(dataset, spec.text_column, spec.source)
+
+
+def _column(dataset: Any, column: str, where: str) -> list[Any]:
+    if column not in dataset.column_names:
+        raise PromptError(
+            f"{where} has no column {column!r}; available columns: {', '.join(dataset.column_names)}; "
+            "pass --text-column NAME"
+        )
+    return list(dataset[column])
+
+
+def _texts(values: list[Any], column: str, where: str) -> list[str]:
+    bad = next((value for value in values if value is not None and not isinstance(value, str)), None)
+    if bad is not None:
+        raise PromptError(
+            f"column {column!r} of {where} holds {type(bad).__name__} values, not text; pass --text-column naming a text column"
+        )
+    return [value.strip() for value in values if isinstance(value, str) and value.strip()]
+
+
+def load_prompt_set(spec: PromptSpec) -> PromptSet:
+    """Read and select the prompts of ``spec`` (nothing is tokenized yet)."""
+    if spec.kind == "random":
+        return PromptSet(spec=spec, texts=(), n_available=spec.n_prompts, location="random tokens")
+    if spec.kind == "hub":
+        location, column, values = spec.source, spec.text_column, _read_hub(spec)
+    else:
+        path = _builtin_path() if spec.kind == "builtin" else Path(spec.source).expanduser()
+        values, column = _read_file(path, spec.text_column)
+        location = "built-in default prompts" if spec.kind == "builtin" else str(path)
+    texts = _texts(values, column, location)
+    if not texts:
+        raise PromptError(f"{location} holds no prompts (empty texts are skipped); add non-empty prompts")
+    if len(texts) > spec.n_prompts:
+        chosen = sorted(random.Random(spec.seed).sample(range(len(texts)), spec.n_prompts))
+        selected = tuple(texts[index] for index in chosen)
+    else:
+        selected = tuple(texts)
+    return PromptSet(spec=spec, texts=selected, n_available=len(texts), location=location)
+
+
+def _anchor_token_id(model: "LoadedModel") -> int:
+    tokenizer = model.bridge.tokenizer
+    token = tokenizer.bos_token_id
+    if not model.info.causal and tokenizer.cls_token_id is not None:
+        token = tokenizer.cls_token_id
+    if token is None:
+        raise PromptError(f"the tokenizer of {model.info.name} has no BOS or [CLS] token; pass --no-prepend-bos")
+    return int(token)
+
+
+def _random_rows(prompt_set: PromptSet, model: "LoadedModel") -> list[list[int]]:
+    import torch
+
+    spec, tokenizer = prompt_set.spec, model.bridge.tokenizer
+    special = set(tokenizer.all_special_ids)
+    vocab = min(len(tokenizer), int(model.bridge.cfg.d_vocab))
+    candidates = torch.tensor([token for token in range(vocab) if token not in special], dtype=torch.long)
+    n_body = spec.max_len - int(spec.prepend_bos)
+    generator = torch.Generator().manual_seed(spec.seed)
+    body = candidates[torch.randint(len(candidates), (spec.n_prompts, n_body), generator=generator)]
+    prefix = [_anchor_token_id(model)] if spec.prepend_bos else []
+    return [prefix + row for row in body.tolist()]
+
+
+def tokenize_prompts(prompt_set: PromptSet, model: "LoadedModel") -> TokenizedPrompts:
+    """Tokens ``[n, pos]`` (pos <= T), right-padded, with the attention mask and a summary."""
+    import torch
+
+    spec = prompt_set.spec
+    check_context(spec, model.info.n_ctx, model.info.label)
+    bridge = model.bridge
+    if spec.kind == "random":
+        rows = _random_rows(prompt_set, model)
+        full_lengths = [len(row) for row in rows]
+    else:
+        if spec.prepend_bos:
+            _anchor_token_id(model)
+        rows, full_lengths = [], []
+        for text in prompt_set.texts:
+            ids = bridge.to_tokens(text, prepend_bos=spec.prepend_bos, truncate=False, move_to_device=False)[0].tolist()
+            full_lengths.append(len(ids))
+            rows.append(ids[: spec.max_len])
+    lengths = [len(row) for row in rows]
+    width = max(lengths)
+    tokenizer = bridge.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    tokens = torch.full((len(rows), width), int(pad), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for index, row in enumerate(rows):
+        tokens[index, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[index, : len(row)] = True
+    texts = prompt_set.texts or tuple(tokenizer.decode(row) for row in rows)
+    summary = PromptSummary(
+        spec=spec,
+        location=prompt_set.location,
+        n_available=prompt_set.n_available,
+        n_prompts=len(rows),
+        n_truncated=sum(full > spec.max_len for full in full_lengths),
+        n_tokens=sum(lengths),
+        min_tokens=min(lengths),
+        max_tokens=width,
+        anchor_token=str(tokenizer.convert_ids_to_tokens(rows[0][0])),
+    )
+    return TokenizedPrompts(tokens=tokens, attention_mask=mask, texts=texts, summary=summary)
