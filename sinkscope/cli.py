@@ -7,10 +7,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+TOY_EXAMPLES = """examples:
+  sinkscope toy reproduce --quick --out sinkscope-out/toy-quick   # the paper's six models, quick preset
+  sinkscope toy train --attention relu --out runs/relu-1x1         # one model
+  sinkscope toy probe runs/relu-1x1                                # sink probes + default-state test
+  sinkscope toy tradeoff --run runs/softmax-1x1 --out out/tradeoff # Theorem 1's trade-off
+  sinkscope toy TOY_COMMAND --help                                 # options and more examples
+"""
 
 TOY_TRAIN_EXAMPLES = """examples:
   sinkscope toy train --out runs/softmax-1x1
@@ -35,6 +44,41 @@ TOY_TRADEOFF_EXAMPLES = """examples:
   sinkscope toy tradeoff --run sinkscope-out/toy/softmax-1x1-seed0 --out sinkscope-out/tradeoff
 """
 
+AUDIT_EXAMPLES = """examples:
+  sinkscope audit gpt2 --out sinkscope-out/audit/gpt2
+  sinkscope audit gpt2 --prompts random --n-prompts 100 --ablate --out sinkscope-out/audit/gpt2-random
+  sinkscope audit gpt2 gpt2-medium distilgpt2 --prompts my_prompts.txt --out sinkscope-out/audit/gpt2-family
+  sinkscope audit pythia-160m --revision step0 --revision step1000 --revision step143000 \\
+      --out sinkscope-out/audit/pythia-160m-sweep
+  sinkscope audit ./my-checkpoint --prompts data.csv --text-column body --no-prepend-bos --out out/mine
+  sinkscope audit EleutherAI/pythia-1b --dtype bfloat16 --device-map auto \\
+      --prompts Salesforce/wikitext:wikitext-2-raw-v1 --split "test[:2000]" --out out/pythia-1b
+
+MODEL: a short name (gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, pythia-14m ... pythia-12b,
+pythia-70m-deduped ...), a Hugging Face id (org/name) or a directory written by save_pretrained.
+Several models, or several --revision values of one model, also write comparison.json/.md and
+plots. Offline (HF_HUB_OFFLINE=1), hub models must already be in the local Hugging Face cache.
+"""
+
+REPORT_EXAMPLES = """examples:
+  sinkscope report sinkscope-out/toy-quick                     # a reproduction: writes report.html, report.md there
+  sinkscope report sinkscope-out/toy-quick/softmax-2x2-seed0/probe
+  sinkscope report sinkscope-out/audit/minilm --out reports/minilm --overwrite
+  sinkscope report sinkscope-out/audit/gpt2-family --json      # a comparison; print what was written as JSON
+
+DIR: a directory written by `sinkscope toy reproduce`, `toy probe`, `toy tradeoff` or `audit`
+(one model, or a comparison of several). report.html is one self-contained page (figures
+embedded, no network needed); report.md has the same findings and tables.
+"""
+
+MAIN_EXAMPLES = """examples:
+  sinkscope toy reproduce --quick --out sinkscope-out/toy-quick && sinkscope report sinkscope-out/toy-quick
+  sinkscope audit gpt2 --ablate --out sinkscope-out/audit/gpt2 && sinkscope report sinkscope-out/audit/gpt2
+  sinkscope COMMAND --help                                      # every command's options and examples
+
+exit codes: 0 ok, 1 run failed, 2 bad usage or input (one line naming the fix)
+"""
+
 
 def _add_common_output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -45,10 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sinkscope",
         description="Measure attention sinks: toy trigger-task models, probes, interventions, reports.",
-        epilog="exit codes: 0 ok, 1 run failed, 2 bad usage or input",
+        epilog=MAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    toy = commands.add_parser("toy", help="toy trigger-conditional models (the paper's experiments)")
+    toy = commands.add_parser(
+        "toy", help="toy trigger-conditional models (the paper's experiments)",
+        epilog=TOY_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     toy_commands = toy.add_subparsers(dest="toy_command", required=True, metavar="TOY_COMMAND")
 
     train = toy_commands.add_parser(
@@ -103,8 +150,61 @@ def build_parser() -> argparse.ArgumentParser:
     tradeoff.add_argument("--out", required=True, help="directory for tradeoff.json and tradeoff.png")
     tradeoff.add_argument("--run", action="append", default=[],
                           help="a trained single-layer run directory to add (repeatable)")
+    tradeoff.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
     _add_common_output(tradeoff)
+    _add_audit_parser(commands)
+    _add_report_parser(commands)
     return parser
+
+
+def _add_report_parser(commands: argparse._SubParsersAction) -> None:
+    report = commands.add_parser(
+        "report", help="turn a result directory into report.html (self-contained) and report.md",
+        epilog=REPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("result_dir", metavar="DIR", help="a directory written by sinkscope toy or audit")
+    report.add_argument("--out", default=None, help="where to write the report (default DIR itself)")
+    report.add_argument("--overwrite", action="store_true", help="replace an existing report in --out")
+    _add_common_output(report)
+
+
+def _add_audit_parser(commands: argparse._SubParsersAction) -> None:
+    from pretrained_analysis.loading import DTYPES
+    from pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
+
+    audit = commands.add_parser(
+        "audit", help="audit pretrained models (GPT-2, Pythia, any Hugging Face model) for attention sinks",
+        epilog=AUDIT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    audit.add_argument("models", nargs="+", metavar="MODEL", help="short name, Hugging Face id or local directory")
+    audit.add_argument("--prompts", default="default",
+                       help="default (built-in English prompts), random (random tokens), a .txt (one prompt per "
+                            "line)/.jsonl/.csv/.parquet file, or a Hugging Face dataset ID[:CONFIG] (default: default)")
+    audit.add_argument("--out", default=None,
+                       help="output directory (default sinkscope-out/audit/<model>); refused if it exists and is not "
+                            "empty, unless --overwrite")
+    audit.add_argument("--revision", action="append", default=None,
+                       help="hub revision, e.g. a Pythia checkpoint step1000 (repeatable: a checkpoint sweep)")
+    audit.add_argument("--max-len", type=int, default=DEFAULT_MAX_LEN,
+                       help=f"T: most tokens per prompt, BOS included; longer prompts are truncated (default {DEFAULT_MAX_LEN})")
+    audit.add_argument("--n-prompts", type=int, default=DEFAULT_N_PROMPTS,
+                       help=f"number of prompts; a seeded subset when the source holds more (default {DEFAULT_N_PROMPTS})")
+    audit.add_argument("--seed", type=int, default=0, help="seed for random prompts, subsets and ablation controls")
+    audit.add_argument("--batch-size", type=int, default=16, help="prompts per forward pass (default 16)")
+    audit.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=True,
+                       help="put the tokenizer's BOS ([CLS] for encoders) first; it is the anchor (default: yes)")
+    audit.add_argument("--text-column", default="text", help="text column of .jsonl/.csv/.parquet files and datasets")
+    audit.add_argument("--split", default="train", help="dataset split, slicing allowed, e.g. 'test[:500]' (default train)")
+    audit.add_argument("--ablate", action="store_true",
+                       help="loss change when each sink head's sink is removed, all together, and the anchor evicted")
+    audit.add_argument("--sink-eps", type=float, default=0.1, help="sink head: anchor mass >= 1 - eps (default 0.1)")
+    audit.add_argument("--examples", type=int, default=2, help="prompts drawn as attention heatmaps (default 2)")
+    audit.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: TransformerLens picks)")
+    audit.add_argument("--dtype", choices=DTYPES, default="float32", help="weights dtype (default float32)")
+    audit.add_argument("--device-map", default=None, help="split a large model across devices, e.g. auto")
+    audit.add_argument("--n-devices", type=int, default=None, help="split a large model across this many GPUs")
+    audit.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
+    _add_common_output(audit)
 
 
 def _toy_train(args: argparse.Namespace) -> dict:
@@ -178,38 +278,156 @@ def _toy_probe(args: argparse.Namespace) -> dict:
 
 
 def _toy_tradeoff(args: argparse.Namespace) -> dict:
+    from toy.probe_run import refuse_existing
     from toy.tradeoff import write_tradeoff
 
-    report = write_tradeoff(args.out, args.run)
+    refuse_existing(Path(args.out), args.overwrite)
+    result = write_tradeoff(args.out, args.run)
     if not args.json:
         print(f"wrote {Path(args.out) / 'tradeoff.png'} and {Path(args.out) / 'tradeoff.json'}")
-    return report
+    return result.to_dict()
+
+
+def _report(args: argparse.Namespace) -> dict:
+    from sinkscope.report import report
+
+    result = report(args.result_dir, args.out, overwrite=args.overwrite)
+    if not args.json:
+        print(f"{result.kind} report:")
+        print("\n".join(f"- {finding}" for finding in result.findings))
+        print(f"wrote {result.html} and {result.markdown}")
+    return result.to_dict()
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", label.replace("@", "-")).strip("-.") or "model"
+
+
+def _unique_slugs(labels: list[str]) -> list[str]:
+    slugs: list[str] = []
+    for label in labels:
+        slug, number = _slug(label), 2
+        while slug in slugs:
+            slug, number = f"{_slug(label)}-{number}", number + 1
+        slugs.append(slug)
+    return slugs
+
+
+def _audit_line(result) -> str:
+    rates = result.sink_rate()
+    line = (f"{result.model.label}: {result.model.n_layers} layers x {result.model.n_heads} heads; sink rate "
+            + ", ".join(f"{rate:.1f}% (eps {eps})" for eps, rate in rates.items())
+            + f"; {len(result.sink_heads())} sink heads (anchor mass >= {1 - result.config.sink_eps:g})")
+    if result.ablation is not None:
+        ablation = result.ablation
+        line += f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_loss - ablation.base_loss:+.3f}"
+    return line
+
+
+def _audit(args: argparse.Namespace) -> dict:
+    from pretrained_analysis.loading import LoadSpec, context_length, resolve_model
+    from pretrained_analysis.prompts import PromptSpec, check_context
+
+    revisions = args.revision or [None]
+    if len(args.models) > 1 and len(revisions) > 1:
+        raise ValueError("pass several models or several --revision values, not both (one --revision applies to every model)")
+    specs = [
+        LoadSpec(name, revision, args.device, args.dtype, args.device_map, args.n_devices)
+        for name in args.models for revision in revisions
+    ]
+    resolved = [resolve_model(spec.name, spec.revision) for spec in specs]
+    prompt_spec = PromptSpec(
+        source=args.prompts, max_len=args.max_len, n_prompts=args.n_prompts, seed=args.seed,
+        prepend_bos=args.prepend_bos, text_column=args.text_column, split=args.split,
+    )
+    for where in resolved:
+        n_ctx = context_length(where)
+        if n_ctx is not None:
+            check_context(prompt_spec, n_ctx, where.label)
+    slugs = _unique_slugs([where.label for where in resolved])
+    out = Path(args.out or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
+        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it or choose another --out")
+
+    from pretrained_analysis.prompts import load_prompt_set
+
+    prompt_set = load_prompt_set(prompt_spec)  # before torch loads: a bad prompt file fails in about a second
+
+    from interp.atomic_io import atomic_directory
+    from pretrained_analysis.audit import AuditConfig, audit, write_audit
+    from pretrained_analysis.compare import compare_audits, write_comparison
+    from pretrained_analysis.loading import load_model
+
+    config = AuditConfig(
+        batch_size=args.batch_size, sink_eps=args.sink_eps, ablate=args.ablate, n_examples=args.examples, seed=args.seed,
+    )
+    progress = not args.no_progress
+    results = []
+    with atomic_directory(out) as tmp:
+        for spec, where, slug in zip(specs, resolved, slugs):
+            loaded = load_model(spec, where, progress=progress)
+            result = audit(loaded, prompt_set, config, progress=progress)
+            del loaded
+            write_audit(result, tmp if len(specs) == 1 else tmp / slug)
+            results.append(result)
+            if not args.json:
+                print(_audit_line(result))
+        comparison = None
+        if len(specs) > 1:
+            comparison = compare_audits(results, slugs)
+            write_comparison(comparison, tmp)
+    if comparison is None:
+        if not args.json:
+            print(f"wrote {out / 'audit.json'} and figures")
+        return results[0].to_dict()
+    if not args.json:
+        print(comparison.to_markdown())
+        print(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and one audit directory per model")
+    return {"out": str(out), "comparison": comparison.to_dict()}
 
 
 HANDLERS = {
+    ("audit", None): _audit,
     ("toy", "train"): _toy_train,
     ("toy", "reproduce"): _toy_reproduce,
     ("toy", "probe"): _toy_probe,
     ("toy", "tradeoff"): _toy_tradeoff,
+    ("report", None): _report,
 }
+
+
+INTERRUPTED = {"toy": "re-run the same command to resume", "audit": "nothing was written",
+               "report": "files already replaced are complete; re-run with --overwrite"}
+
+
+def _run_failed(command: str, error: RuntimeError) -> bool:
+    """Whether ``error`` is a run failure (exit 1). Imported here, not at the top, so that
+    ``sinkscope audit`` rejects bad input before torch and TransformerLens load."""
+    if command == "toy":
+        from toy.train import TrainingDiverged
+
+        return isinstance(error, TrainingDiverged)
+    from pretrained_analysis.audit import AuditFailed
+
+    return isinstance(error, AuditFailed)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = HANDLERS[(args.command, getattr(args, f"{args.command}_command", None))]
-    from toy.train import TrainingDiverged
-
     try:
         result = handler(args)
-    except TrainingDiverged as error:
-        print(f"sinkscope: run failed: {error}", file=sys.stderr)
-        return EXIT_FAILED
     except (ValueError, FileExistsError, FileNotFoundError) as error:
         print(f"sinkscope: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("sinkscope: interrupted; re-run the same command to resume", file=sys.stderr)
+        print(f"sinkscope: interrupted; {INTERRUPTED[args.command]}", file=sys.stderr)
+        return EXIT_FAILED
+    except RuntimeError as error:
+        if not _run_failed(args.command, error):
+            raise
+        print(f"sinkscope: run failed: {error}", file=sys.stderr)
         return EXIT_FAILED
     if args.json:
         print(json.dumps(result, indent=2))
