@@ -1,0 +1,320 @@
+"""Activation patching runner: which layers, heads and positions carry a behaviour.
+
+``activation_patching(model, source_inputs, target_inputs, hook, metric_fn, per=...)``
+runs the target inputs once per site with one hook's activation at that site copied
+from the source run, and scores every output with ``metric_fn``. ``per`` chooses the
+sites: one per layer, per (layer, head), per (layer, position) or per (layer, head,
+position). It works on toy models and ``TransformerBridge`` models alike.
+
+For each site the table reports the metric's mean over inputs on the patched run, on
+the clean target run and on the source run, the effect ``patched - target`` and the
+normalised effect ``(patched - target) / (source - target)``: 0 means the site carries
+none of the difference, 1 means patching it alone turns the target's metric into the
+source's. The normalised effect is NaN (None in JSON) when the source and target
+metrics agree to 1e-6 (relative), e.g. when the target is patched with itself.
+
+Cost: per batch, one source run caching only the patched hooks (``names_filter``), one
+clean target run and one patched run per site.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from interp.atomic_io import atomic_write_json
+from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from interp.patching import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
+
+PATCH_AXES: tuple[str, ...] = ("layer", "head", "position")
+PATCH_VALUES: tuple[str, ...] = ("patched", "effect", "normalised_effect")
+AGREEMENT_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class MetricContext:
+    """What ``metric_fn`` sees besides the output.
+
+    rows: ``[batch]`` long, this batch's indices into the full input set (to look up
+    per-input references such as the source's targets); batch: the target
+    ``PreparedBatch`` (the source run shares its ``attention_mask`` and ``anchor``).
+    """
+
+    rows: torch.Tensor
+    batch: PreparedBatch
+
+
+MetricFn = Callable[[torch.Tensor, MetricContext], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PatchingRow:
+    """One site of the tidy table. ``head``/``position`` are None when ``per`` does not
+    iterate over them; metrics are means over inputs."""
+
+    layer: int
+    head: int | None
+    position: int | None
+    patched: float
+    target: float
+    source: float
+    effect: float
+    normalised_effect: float
+
+
+@dataclass(frozen=True)
+class PatchingResult:
+    """All sites of one patching run.
+
+    fixed_heads / fixed_positions: the heads / positions every site covers along an
+    axis that ``per`` does not iterate (None: all of them).
+    """
+
+    model: ModelSpec
+    hook: str
+    per: tuple[str, ...]
+    fixed_heads: tuple[int, ...] | None
+    fixed_positions: tuple[int, ...] | None
+    n_inputs: int
+    n_pos: int
+    source_metric: float
+    target_metric: float
+    rows: tuple[PatchingRow, ...]
+    notes: tuple[str, ...] = ()
+
+    def matrix(self, value: str = "normalised_effect") -> torch.Tensor:
+        """One ``PatchingRow`` value laid out over the ``per`` axes, NaN at sites not
+        patched: ``[layer]``, ``[layer, head]``, ``[layer, position]`` or
+        ``[layer, head, position]`` (float64)."""
+        if value not in PATCH_VALUES:
+            raise ValueError(f"unknown patching value {value!r}; choose one of {', '.join(PATCH_VALUES)}")
+        sizes = {"layer": self.model.n_layers, "head": self.model.n_heads, "position": self.n_pos}
+        matrix = torch.full([sizes[axis] for axis in self.per], float("nan"), dtype=torch.float64)
+        for row in self.rows:
+            index = tuple({"layer": row.layer, "head": row.head, "position": row.position}[axis] for axis in self.per)
+            matrix[index] = getattr(row, value)
+        return matrix
+
+    def table(self) -> list[dict[str, Any]]:
+        """One dict per site (the tidy table)."""
+        return [asdict(row) for row in self.rows]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _nan_to_none(
+            {
+                "model": self.model.to_dict(),
+                "hook": self.hook,
+                "per": list(self.per),
+                "fixed_heads": None if self.fixed_heads is None else list(self.fixed_heads),
+                "fixed_positions": None if self.fixed_positions is None else list(self.fixed_positions),
+                "n_inputs": self.n_inputs,
+                "n_pos": self.n_pos,
+                "source_metric": self.source_metric,
+                "target_metric": self.target_metric,
+                "notes": list(self.notes),
+                "rows": self.table(),
+            }
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
+    def write_json(self, path: str) -> None:
+        atomic_write_json(path, self.to_dict())
+
+
+def _nan_to_none(value: Any) -> Any:
+    """NaN -> None, recursively, so the JSON is standard."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _nan_to_none(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_nan_to_none(item) for item in value]
+    return value
+
+
+def _validate_per(per: Sequence[str]) -> tuple[str, ...]:
+    axes = (per,) if isinstance(per, str) else tuple(per)
+    unknown = [axis for axis in axes if axis not in PATCH_AXES]
+    if unknown or "layer" not in axes or len(set(axes)) != len(axes):
+        raise ValueError(
+            f"per={axes} is not valid; use ('layer',), ('layer', 'head'), ('layer', 'position') "
+            "or ('layer', 'head', 'position')"
+        )
+    return tuple(axis for axis in PATCH_AXES if axis in axes)
+
+
+def _indices(name: str, chosen: Sequence[int] | None, size: int) -> tuple[int, ...] | None:
+    """``chosen`` as a sorted tuple checked against ``range(size)`` (None stays None)."""
+    if chosen is None:
+        return None
+    indices = tuple(sorted({int(index) for index in chosen}))
+    if not indices or not all(0 <= index < size for index in indices):
+        raise ValueError(f"{name} {list(chosen)} must be a non-empty subset of 0..{size - 1}")
+    return indices
+
+
+def _metric_sum(metric_fn: MetricFn, output: torch.Tensor, context: MetricContext) -> float:
+    """Sum over the batch of ``metric_fn``'s values (a scalar counts as the batch mean)."""
+    values = metric_fn(output, context)
+    n = int(context.rows.shape[0])
+    if not torch.is_tensor(values) or values.shape not in ((), (n,)):
+        shape = tuple(values.shape) if torch.is_tensor(values) else type(values).__name__
+        raise ValueError(f"metric_fn must return a tensor of one value per input, shape [{n}], or a scalar; got {shape}")
+    values = values.detach().double()
+    return float(values) * n if values.ndim == 0 else float(values.sum())
+
+
+def _prepare_pair(
+    model: HookedModel,
+    source_inputs: torch.Tensor | Sequence[str],
+    target_inputs: torch.Tensor | Sequence[str],
+    attention_mask: torch.Tensor | None,
+) -> tuple[PreparedBatch, PreparedBatch]:
+    source = model.prepare(source_inputs, attention_mask)
+    target = model.prepare(target_inputs, attention_mask)
+    if source.model_input.shape != target.model_input.shape:
+        raise ValueError(
+            f"source inputs {tuple(source.model_input.shape)} and target inputs "
+            f"{tuple(target.model_input.shape)} must have the same shape; pair each target with one "
+            "source of the same length (pass token ids to control tokenization)"
+        )
+    if not torch.equal(source.attention_mask, target.attention_mask):
+        raise ValueError(
+            "source and target inputs have different padding; pair inputs of equal token length "
+            "or pass token ids with one shared attention_mask"
+        )
+    return source, target
+
+
+def _sites(
+    hook: str,
+    axes: tuple[str, ...],
+    layers: tuple[int, ...],
+    heads: tuple[int, ...] | None,
+    positions: tuple[int, ...] | None,
+    n_heads: int,
+    n_pos: int,
+) -> list[PatchSite]:
+    """One site per combination of the iterated axes; a non-iterated axis keeps its
+    restriction (None: all) in every site."""
+    head_sites = [(head,) for head in heads or range(n_heads)] if "head" in axes else [heads]
+    position_sites = [(pos,) for pos in positions or range(n_pos)] if "position" in axes else [positions]
+    return [
+        PatchSite(layer, hook, heads=head_site, positions=position_site)
+        for layer in layers
+        for head_site in head_sites
+        for position_site in position_sites
+    ]
+
+
+def activation_patching(
+    model: torch.nn.Module | HookedModel,
+    source_inputs: torch.Tensor | Sequence[str],
+    target_inputs: torch.Tensor | Sequence[str],
+    hook: str,
+    metric_fn: MetricFn,
+    per: Sequence[str] = ("layer", "head"),
+    attention_mask: torch.Tensor | None = None,
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
+    positions: Sequence[int] | None = None,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> PatchingResult:
+    """Patch ``hook`` from the source run into the target run, one site at a time.
+
+    source_inputs / target_inputs: paired inputs of the same shape: toy tokens
+    ``[n, pos, d_model]``, token ids ``[n, pos]`` or strings that tokenize to equal
+    lengths; attention_mask: ``[n, pos]``, shared by both (token ids only).
+    hook: a short hook name (``"z"``, ``"pattern"``, ``"resid_pre"``, ``"attn_out"``, ...;
+    see ``interp.patching``); for ``pattern``/``attn_scores`` a position is a query row.
+    metric_fn(output, context) -> ``[batch]`` or a scalar (the batch mean): output is the
+    model output (toy ``[batch, pos, d_model]`` or logits ``[batch, pos, vocab]``).
+    per: the axes to iterate. layers / heads / positions restrict the sites; along an
+    axis not in ``per``, every site covers all the given heads / positions together.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    hooked = model if isinstance(model, HookedModel) else HookedModel(model)
+    spec = hooked.spec
+    axes = _validate_per(per)
+    has_heads = hook_layout(hook).head_axis is not None
+    if not has_heads and ("head" in axes or heads is not None):
+        raise ValueError(
+            f"hook {hook!r} has no head axis; use per=('layer', 'position') or a head hook (q, k, v, z, attn_scores, pattern)"
+        )
+    source, target = _prepare_pair(hooked, source_inputs, target_inputs, attention_mask)
+    layer_list = _indices("layers", layers, spec.n_layers) or tuple(range(spec.n_layers))
+    head_list = _indices("heads", heads, spec.n_heads)
+    position_list = _indices("positions", positions, target.n_pos)
+    sites = _sites(hook, axes, layer_list, head_list, position_list, spec.n_heads, target.n_pos)
+    hook_names = sorted({site.hook_name for site in sites})
+    spec.require_hooks(hook_names, f"patching {hook!r}")
+    if hooked.is_bridge and not hook_reaches_output(hooked, target.select(torch.arange(1, device=target.anchor.device)), hook_names[0]):
+        raise ValueError(
+            f"edits at {hook_names[0]} do not reach this model's output (a read-only hook in this bridge); "
+            "patch 'z' or 'resid_pre' instead"
+        )
+
+    n = target.batch_size
+    source_total = target_total = 0.0
+    patched_totals = [0.0] * len(sites)
+    n_batches = math.ceil(n / batch_size)
+    with tqdm(total=n_batches * (len(sites) + 2), desc=f"patching {hook}", disable=not progress) as bar:
+        for start in range(0, n, batch_size):
+            rows = torch.arange(start, min(start + batch_size, n))
+            device_rows = rows.to(target.anchor.device)
+            source_batch, target_batch = source.select(device_rows), target.select(device_rows)
+            context = MetricContext(rows=rows, batch=target_batch)
+            source_output, cache = capture_activations(hooked, source_batch, hook_names)
+            source_total += _metric_sum(metric_fn, source_output, context)
+            with torch.no_grad():
+                target_total += _metric_sum(metric_fn, hooked.forward(target_batch), context)
+            bar.update(2)
+            for index, site in enumerate(sites):
+                patched_totals[index] += _metric_sum(metric_fn, run_patched(hooked, target_batch, [site], cache), context)
+                bar.update(1)
+            del cache, source_output  # freed before the next batch's capture
+
+    source_metric, target_metric = source_total / n, target_total / n
+    difference = source_metric - target_metric
+    agree = abs(difference) <= AGREEMENT_TOLERANCE * max(1.0, abs(source_metric), abs(target_metric))
+    rows_out = tuple(
+        PatchingRow(
+            layer=site.layer,
+            head=site.heads[0] if "head" in axes else None,
+            position=site.positions[0] if "position" in axes else None,
+            patched=total / n,
+            target=target_metric,
+            source=source_metric,
+            effect=total / n - target_metric,
+            normalised_effect=float("nan") if agree else (total / n - target_metric) / difference,
+        )
+        for site, total in zip(sites, patched_totals, strict=True)
+    )
+    notes: tuple[str, ...] = ()
+    if agree:
+        notes = (
+            f"source and target metrics agree ({source_metric:.6g} vs {target_metric:.6g}): "
+            "normalised_effect is undefined (NaN); read effect instead",
+        )
+    return PatchingResult(
+        model=spec,
+        hook=hook,
+        per=axes,
+        fixed_heads=None if "head" in axes else head_list,
+        fixed_positions=None if "position" in axes else position_list,
+        n_inputs=n,
+        n_pos=target.n_pos,
+        source_metric=source_metric,
+        target_metric=target_metric,
+        rows=rows_out,
+        notes=notes,
+    )
