@@ -39,6 +39,11 @@ TOY_PROBE_EXAMPLES = """examples:
   sinkscope toy probe runs/relu-1x1 --out probes/relu-1x1 --sequences 500 --json
 """
 
+TOY_PATCH_EXAMPLES = """examples:
+  sinkscope toy patch sinkscope-out/toy-quick/softmax-2x2-seed0
+  sinkscope toy patch runs/softmax-1x1 --out patches/softmax-1x1 --inputs 128 --json
+"""
+
 TOY_TRADEOFF_EXAMPLES = """examples:
   sinkscope toy tradeoff --out sinkscope-out/tradeoff
   sinkscope toy tradeoff --run sinkscope-out/toy/softmax-1x1-seed0 --out sinkscope-out/tradeoff
@@ -142,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--sequences", type=int, default=1000, help="test sequences (default 1000)")
     probe.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
     _add_common_output(probe)
+
+    patch = toy_commands.add_parser(
+        "patch", help="activation patching: triggered -> untriggered inputs, per head and per position",
+        epilog=TOY_PATCH_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    patch.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
+    patch.add_argument("--out", default=None, help="output directory (default RUN_DIR/patch)")
+    patch.add_argument("--inputs", type=int, default=256, help="paired inputs (default 256)")
+    patch.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
+    _add_common_output(patch)
 
     tradeoff = toy_commands.add_parser(
         "tradeoff", help="Theorem 1 made visible: off-trigger BOS mass vs default-position error",
@@ -277,6 +292,23 @@ def _toy_probe(args: argparse.Namespace) -> dict:
     return report.to_dict()
 
 
+def _toy_patch(args: argparse.Namespace) -> dict:
+    from toy.patching import patch_run
+
+    result, files = patch_run(args.run_dir, args.out, args.inputs, overwrite=args.overwrite)
+    if not args.json:
+        heads = result.heads.matrix()
+        print("z patched per (layer, head), normalised effect (1 = carries the trigger):")
+        for layer, row in enumerate(heads.tolist()):
+            print(f"  layer {layer}: " + "  ".join(f"{value:+.2f}" for value in row))
+        positions = result.positions.matrix()
+        strongest = int(positions.nan_to_num().abs().amax(dim=0).argmax())
+        print(f"resid_pre: the trigger lives at position {strongest} (trigger at {result.trigger_position})")
+        out = args.out or str(Path(args.run_dir) / "patch")
+        print(f"wrote {', '.join(files)} in {out}")
+    return result.to_dict()
+
+
 def _toy_tradeoff(args: argparse.Namespace) -> dict:
     from toy.probe_run import refuse_existing
     from toy.tradeoff import write_tradeoff
@@ -391,6 +423,7 @@ HANDLERS = {
     ("toy", "train"): _toy_train,
     ("toy", "reproduce"): _toy_reproduce,
     ("toy", "probe"): _toy_probe,
+    ("toy", "patch"): _toy_patch,
     ("toy", "tradeoff"): _toy_tradeoff,
     ("report", None): _report,
 }

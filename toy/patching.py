@@ -1,0 +1,111 @@
+"""Activation patching on the trigger task: which heads and positions carry the
+trigger-conditional behaviour.
+
+Source: evaluation inputs with the trigger at ``task.eval_trigger_position`` (j).
+Target: the same inputs with the trigger turned into a content token (trigger flag 0,
+bias 1), so the model should stay in its default state at j. Metric: the output at j
+projected on the source's target there, <y_hat_j, y_j> / ||y_j||^2 (1 = the triggered
+behaviour). Patching ``z`` per (layer, head) finds the heads that carry the trigger;
+patching ``resid_pre`` per (layer, position) finds where in the residual stream it lives.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from interp.atomic_io import atomic_write_json
+from interp.plots import heatmap
+from probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
+from toy.model import ToyTransformer
+from toy.probe_run import refuse_existing
+from toy.run_dir import load_model, read_config
+from toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
+
+
+def remove_trigger(batch: TaskBatch, task: TaskConfig) -> torch.Tensor:
+    """``batch.tokens [batch, pos, d_model]`` with each row's trigger made a content
+    token: trigger flag 0, bias 1, features unchanged."""
+    tokens = batch.tokens.clone()
+    rows = torch.arange(tokens.shape[0])
+    tokens[rows, batch.trigger_position, TRIGGER_FLAG] = 0.0
+    tokens[rows, batch.trigger_position, task.bias_coord] = 1.0
+    return tokens
+
+
+def trigger_projection(batch: TaskBatch) -> MetricFn:
+    """Metric ``[batch]``: output at each row's trigger position projected on the
+    source's target there, divided by that target's squared norm."""
+
+    def metric(output: torch.Tensor, context: MetricContext) -> torch.Tensor:
+        rows = torch.arange(len(context.rows))
+        trigger = batch.trigger_position[context.rows].to(output.device)
+        goal = batch.targets[context.rows].to(output.device)[rows, trigger]
+        return (output[rows, trigger] * goal).sum(dim=-1) / goal.pow(2).sum(dim=-1)
+
+    return metric
+
+
+@dataclass(frozen=True)
+class TriggerPatching:
+    """``heads``: ``z`` patched per (layer, head); ``positions``: ``resid_pre`` patched
+    per (layer, position); both triggered -> untriggered at ``trigger_position``."""
+
+    trigger_position: int
+    heads: PatchingResult
+    positions: PatchingResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trigger_position": self.trigger_position,
+            "metric": "output at the trigger position projected on the triggered input's target",
+            "heads": self.heads.to_dict(),
+            "positions": self.positions.to_dict(),
+        }
+
+
+def trigger_patching(model: ToyTransformer, task: TaskConfig, n_inputs: int = 256, seed: int = 0) -> TriggerPatching:
+    """Patch triggered inputs into their untriggered copies (see the module docstring)."""
+    if model.cfg.d_model != task.d_model:
+        raise ValueError(f"model d_model={model.cfg.d_model} differs from task d_model={task.d_model}; use the run's own task config")
+    if n_inputs < 1:
+        raise ValueError(f"--inputs must be >= 1, got {n_inputs}")
+    batch = eval_batch(task, n_inputs, seed=seed, target=model.cfg.target)
+    source, target, metric = batch.tokens, remove_trigger(batch, task), trigger_projection(batch)
+    return TriggerPatching(
+        trigger_position=task.eval_trigger_position,
+        heads=activation_patching(model, source, target, "z", metric, per=("layer", "head")),
+        positions=activation_patching(model, source, target, "resid_pre", metric, per=("layer", "position")),
+    )
+
+
+def patch_run(
+    run_dir: str | os.PathLike,
+    out_dir: str | os.PathLike | None = None,
+    n_inputs: int = 256,
+    overwrite: bool = False,
+) -> tuple[TriggerPatching, list[str]]:
+    """`sinkscope toy patch RUN_DIR`: patching results as JSON and heatmaps in ``out_dir``
+    (default ``RUN_DIR/patch``); returns the result and the files written."""
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "patch"
+    refuse_existing(out_dir, overwrite)
+    result = trigger_patching(load_model(run_dir), config.task, n_inputs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / "patching.json", result.to_dict())
+    result.heads.write_json(str(out_dir / "patching_heads.json"))
+    result.positions.write_json(str(out_dir / "patching_positions.json"))
+    heatmap(np.nan_to_num(result.heads.matrix().numpy()), out_dir / "patching_heads.png",
+            f"{run_dir.name}: z patched per head (normalised effect)", "normalised effect",
+            xlabel="head", ylabel="layer", vmin=-1.0, vmax=1.0)
+    heatmap(np.nan_to_num(result.positions.matrix().numpy()), out_dir / "patching_positions.png",
+            f"{run_dir.name}: resid_pre patched per position (normalised effect)", "normalised effect",
+            xlabel="position (0-indexed)", ylabel="layer", vmin=-1.0, vmax=1.0)
+    files = ["patching.json", "patching_heads.json", "patching_positions.json", "patching_heads.png", "patching_positions.png"]
+    return result, files
