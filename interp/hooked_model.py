@@ -78,6 +78,12 @@ class ModelSpec:
             "prepend_bos": self.prepend_bos,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelSpec":
+        """Read back ``to_dict()``. Hook names are not stored: a spec read from a result
+        file describes the model, it cannot vouch for a live model's hooks."""
+        return cls(**data, hook_names=frozenset())
+
 
 @dataclass
 class PreparedBatch:

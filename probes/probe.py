@@ -98,6 +98,11 @@ class HeadProbe:
     dormant: bool
     head_out_norm: float
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HeadProbe":
+        """Read back a row of ``ProbeResult.head_table()`` (None reads as NaN)."""
+        return cls(**_nan_from_json(data))
+
 
 @dataclass(frozen=True)
 class LayerProbe:
@@ -115,6 +120,11 @@ class LayerProbe:
     massive_at_anchor: int
     max_abs_resid: float
     median_abs_resid: float
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LayerProbe":
+        """Read back a row of ``ProbeResult.layer_table()`` (None reads as NaN)."""
+        return cls(**_nan_from_json(data))
 
 
 @dataclass(frozen=True)
@@ -180,6 +190,24 @@ class ProbeResult:
             "heads": self.head_table(),
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ProbeResult":
+        """Read back ``to_dict()`` (``probe.json``); None (stored NaN) reads as NaN."""
+        config = dict(data["config"])
+        config["sink_rate_eps"] = tuple(config["sink_rate_eps"])
+        return cls(
+            model=ModelSpec.from_dict(data["model"]),
+            config=ProbeConfig(**config),
+            n_inputs=int(data["n_inputs"]),
+            n_queries=int(data["n_queries"]),
+            heads=tuple(HeadProbe.from_dict(row) for row in data["heads"]),
+            layers=tuple(LayerProbe.from_dict(row) for row in data["layers"]),
+            sink_rates=tuple(SinkRate(**_nan_from_json(rate)) for rate in data["sink_rates"]),
+            attn_out_norm_of_sum=_nan_from_json(data["attn_out_norm_of_sum"]),
+            attn_out_sum_of_norms=_nan_from_json(data["attn_out_sum_of_norms"]),
+            notes=tuple(data["notes"]),
+        )
+
     def to_json(self) -> str:
         return json.dumps(_json_safe(self.to_dict()), indent=2)
 
@@ -205,6 +233,15 @@ def _json_safe(value: Any) -> Any:
         return {key: _json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json_safe(item) for item in value]
+    return value
+
+
+def _nan_from_json(value: Any) -> Any:
+    """None -> NaN in a number or a row's values (the inverse of ``_json_safe`` for numbers)."""
+    if value is None:
+        return float("nan")
+    if isinstance(value, dict):
+        return {key: float("nan") if item is None else item for key, item in value.items()}
     return value
 
 

@@ -63,3 +63,23 @@ def test_tradeoff_command(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert set(data["series"]) == {"softmax construction (scale)", "ReLU construction", "run (W_Q x factor)"}
     assert (out / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tradeoff_refuses_an_existing_out_without_overwrite(tmp_path, capsys):
+    out = tmp_path / "tradeoff"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["toy", "tradeoff", "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_every_command_documents_examples_and_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "exit codes: 0 ok, 1 run failed, 2 bad usage or input" in capsys.readouterr().out
+    for argv in (["toy", "--help"], ["toy", "probe", "--help"], ["audit", "--help"], ["report", "--help"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 0
+        assert "examples:" in capsys.readouterr().out, argv

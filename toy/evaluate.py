@@ -20,7 +20,7 @@ import torch
 from interp.attention_kinds import NORMALISED_KINDS
 from interp.hook_names import pattern_hook
 from interp.plots import attention_grid
-from probes.default_state import DefaultStateResult, default_state_test
+from probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test
 from probes.sink_metrics import anchor_mass, is_sink_head
 from toy.model import ToyTransformer
 from toy.run_dir import RunConfig, load_model, read_config
@@ -71,12 +71,19 @@ class ToyDefaultState:
     error_growth_remove: float | None
     error_growth_control: float | None
     note: str
-    heads: list[dict]
+    heads: list[DefaultStateRow]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ToyDefaultState":
+        """Read back ``to_dict()`` (``default_state.json``, or a model in ``summary.json``)."""
+        return cls(**{**data, "heads": [DefaultStateRow.from_dict(row) for row in data["heads"]]})
 
     @classmethod
     def from_result(cls, result: DefaultStateResult) -> "ToyDefaultState":
-        data = result.to_dict()
-        sink_heads = data["sink_heads"]
+        sink_heads = [list(head) for head in result.sink_heads]
         if not result.rows:
             return cls(sink_heads, None, None, None, None, None, None, None, result.note, [])
         together = result.rows[-1]  # all sink heads together (or the only one)
@@ -91,7 +98,7 @@ class ToyDefaultState:
             error_growth_remove=together.error_after_remove / together.error_before,
             error_growth_control=together.error_after_control / together.error_before,
             note=result.note,
-            heads=data["rows"],
+            heads=list(result.rows),
         )
 
 

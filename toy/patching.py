@@ -27,6 +27,12 @@ from toy.probe_run import refuse_existing
 from toy.run_dir import load_model, read_config
 from toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
 
+PATCHING_FILE = "patching.json"
+HEADS_FILE = "patching_heads.json"
+POSITIONS_FILE = "patching_positions.json"
+HEADS_FIGURE = "patching_heads.png"
+POSITIONS_FIGURE = "patching_positions.png"
+
 
 def remove_trigger(batch: TaskBatch, task: TaskConfig) -> torch.Tensor:
     """``batch.tokens [batch, pos, d_model]`` with each row's trigger made a content
@@ -98,14 +104,14 @@ def patch_run(
     refuse_existing(out_dir, overwrite)
     result = trigger_patching(load_model(run_dir), config.task, n_inputs)
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / "patching.json", result.to_dict())
-    result.heads.write_json(str(out_dir / "patching_heads.json"))
-    result.positions.write_json(str(out_dir / "patching_positions.json"))
-    heatmap(np.nan_to_num(result.heads.matrix().numpy()), out_dir / "patching_heads.png",
+    atomic_write_json(out_dir / PATCHING_FILE, result.to_dict())
+    result.heads.write_json(str(out_dir / HEADS_FILE))
+    result.positions.write_json(str(out_dir / POSITIONS_FILE))
+    heatmap(np.nan_to_num(result.heads.matrix().numpy()), out_dir / HEADS_FIGURE,
             f"{run_dir.name}: z patched per head (normalised effect)", "normalised effect",
             xlabel="head", ylabel="layer", vmin=-1.0, vmax=1.0)
-    heatmap(np.nan_to_num(result.positions.matrix().numpy()), out_dir / "patching_positions.png",
+    heatmap(np.nan_to_num(result.positions.matrix().numpy()), out_dir / POSITIONS_FIGURE,
             f"{run_dir.name}: resid_pre patched per position (normalised effect)", "normalised effect",
             xlabel="position (0-indexed)", ylabel="layer", vmin=-1.0, vmax=1.0)
-    files = ["patching.json", "patching_heads.json", "patching_positions.json", "patching_heads.png", "patching_positions.png"]
+    files = [PATCHING_FILE, HEADS_FILE, POSITIONS_FILE, HEADS_FIGURE, POSITIONS_FIGURE]
     return result, files

@@ -17,6 +17,7 @@ import numpy as np
 
 from interp.atomic_io import atomic_write_json
 from interp.plots import layer_head_map
+from interp.provenance import PROVENANCE_FILE, write_provenance
 from probes.default_state import default_state_test
 from probes.probe import ProbeConfig, ProbeResult, probe_model
 from toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
@@ -37,7 +38,7 @@ class ToyProbeReport:
             "run_dir": self.run_dir,
             "out_dir": self.out_dir,
             "probe": self.probe.to_dict(),
-            "default_state_test": self.default_state.__dict__,
+            "default_state_test": self.default_state.to_dict(),
             "files": self.files,
         }
 
@@ -72,11 +73,13 @@ def probe_run(
     out_dir.mkdir(parents=True)
     probe.write_json(str(out_dir / "probe.json"))
     probe.write_heads_csv(str(out_dir / "heads.csv"))
-    atomic_write_json(out_dir / "default_state.json", state.__dict__)
+    atomic_write_json(out_dir / "default_state.json", state.to_dict())
     layer_head_map(probe.anchor_mass_matrix().numpy(), out_dir / "anchor_mass.png",
                    f"{run_dir.name}: BOS mass at non-trigger queries", "anchor_mass")
     share = probe.matrix("value_weighted_anchor_share").numpy()
     layer_head_map(np.nan_to_num(share), out_dir / "value_weighted_anchor_share.png",
                    f"{run_dir.name}: value-weighted anchor share", "value_weighted_anchor_share")
-    files = ["probe.json", "heads.csv", "default_state.json", "anchor_mass.png", "value_weighted_anchor_share.png"]
+    write_provenance(out_dir, "toy probe", source=str(run_dir.resolve()))
+    files = ["probe.json", "heads.csv", "default_state.json", "anchor_mass.png", "value_weighted_anchor_share.png",
+             PROVENANCE_FILE]
     return ToyProbeReport(str(run_dir), str(out_dir), probe, state, files)

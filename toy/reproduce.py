@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from interp.atomic_io import atomic_write_json, atomic_write_text, read_json
+from interp.provenance import write_provenance
 from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
 from toy.model import ToyModelConfig
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
@@ -83,6 +84,15 @@ class ReproduceConfig:
         data["attentions"] = list(self.attentions)
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "ReproduceConfig":
+        return cls(**{
+            **data,
+            "architectures": tuple((int(layers), int(heads)) for layers, heads in data["architectures"]),
+            "attentions": tuple(data["attentions"]),
+            "task": TaskConfig.from_dict(data["task"]),
+        })
+
 
 @dataclass
 class ModelSummary:
@@ -107,6 +117,15 @@ class ModelSummary:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelSummary":
+        state = data["default_state_test"]
+        return cls(**{
+            **data,
+            "heads_table": [HeadRow(**row) for row in data["heads_table"]],
+            "default_state_test": None if state is None else ToyDefaultState.from_dict(state),
+        })
 
 
 @dataclass
@@ -134,6 +153,17 @@ class ReproduceSummary:
             "models": [m.to_dict() for m in self.models],
             "checks": [asdict(c) for c in self.checks],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ReproduceSummary":
+        """Read back ``summary.json``."""
+        return cls(
+            config=ReproduceConfig.from_dict(data["config"]),
+            models=[ModelSummary.from_dict(model) for model in data["models"]],
+            checks=[Check(**check) for check in data["checks"]],
+            wall_seconds=data["wall_seconds"],
+            figures=list(data.get("figures", [])),  # absent before reproduce wrote the trade-off
+        )
 
 
 def _train_and_evaluate(name: str, config: RunConfig, out_dir: str, n_sequences: int) -> ModelSummary:
@@ -267,6 +297,7 @@ def reproduce(
     )
     atomic_write_json(out_dir / "summary.json", summary.to_dict())
     atomic_write_text(out_dir / "summary.md", summary_markdown(summary))
+    write_provenance(out_dir, "toy reproduce")
     return summary
 
 

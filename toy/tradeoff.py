@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from interp.atomic_io import atomic_write_json
 from interp.plots import save_figure
+from interp.provenance import write_provenance
 from interp.hook_names import pattern_hook
 from probes.sink_metrics import anchor_mass
 from toy.constructions import relu_exact_model, softmax_scaled_model
@@ -179,6 +180,29 @@ def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | 
 
 CONSTRUCTION_SCALES = (0.0, 1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0)
 QUERY_FACTORS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+TRADEOFF_FILE = "tradeoff.json"
+TRADEOFF_FIGURE = "tradeoff.png"
+CONSTRUCTION_SERIES = "softmax construction (scale)"
+RELU_SERIES = "ReLU construction"
+RUN_SERIES_SUFFIX = " (W_Q x factor)"  # after a trained run's directory name
+
+
+@dataclass(frozen=True)
+class TradeoffResult:
+    """The trade-off experiment (``tradeoff.json``): the task and each named series."""
+
+    task: TaskConfig
+    series: tuple[tuple[str, tuple[TradeoffPoint, ...]], ...]
+
+    def to_dict(self) -> dict:
+        return {"task": self.task.to_dict(), "series": {name: [p.to_dict() for p in points] for name, points in self.series}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TradeoffResult":
+        return cls(
+            task=TaskConfig.from_dict(data["task"]),
+            series=tuple((name, tuple(TradeoffPoint(**point) for point in points)) for name, points in data["series"].items()),
+        )
 
 
 def write_tradeoff(
@@ -186,24 +210,25 @@ def write_tradeoff(
     run_dirs: Iterable[str | Path] = (),
     task: TaskConfig | None = None,
     n_sequences: int = 1000,
-) -> dict:
+) -> TradeoffResult:
     """The trade-off experiment: the softmax construction over its scale, the exact ReLU
     construction, and each trained one-layer run (under a sweep of its query scale).
-    Writes ``tradeoff.json`` and ``tradeoff.png`` in ``out_dir``; returns the JSON data."""
+    Writes ``tradeoff.json``, ``tradeoff.png`` and ``provenance.json`` in ``out_dir``."""
     run_dirs = [Path(r) for r in run_dirs]
     if task is None:
         task = read_config(run_dirs[0]).task if run_dirs else TaskConfig()
     series: dict[str, list[TradeoffPoint]] = {
-        "softmax construction (scale)": construction_curve(task, CONSTRUCTION_SCALES, n_sequences),
-        "ReLU construction": [measure_tradeoff(relu_exact_model(task), task, n_sequences, label="relu construction")],
+        CONSTRUCTION_SERIES: construction_curve(task, CONSTRUCTION_SCALES, n_sequences),
+        RELU_SERIES: [measure_tradeoff(relu_exact_model(task), task, n_sequences, label="relu construction")],
     }
     for run_dir in run_dirs:
         config = read_config(run_dir)
         if config.task != task:
             raise ValueError(f"{run_dir} was trained on a different task layout; pass runs of one task")
-        series[f"{run_dir.name} (W_Q x factor)"] = query_scale_curve(load_model(run_dir), task, QUERY_FACTORS, n_sequences)
+        series[run_dir.name + RUN_SERIES_SUFFIX] = query_scale_curve(load_model(run_dir), task, QUERY_FACTORS, n_sequences)
     out_dir = Path(out_dir)
-    plot_tradeoff(series, out_dir / "tradeoff.png")
-    data = {"task": task.to_dict(), "series": {name: [p.to_dict() for p in points] for name, points in series.items()}}
-    atomic_write_json(out_dir / "tradeoff.json", data)
-    return data
+    plot_tradeoff(series, out_dir / TRADEOFF_FIGURE)
+    result = TradeoffResult(task, tuple((name, tuple(points)) for name, points in series.items()))
+    atomic_write_json(out_dir / TRADEOFF_FILE, result.to_dict())
+    write_provenance(out_dir, "toy tradeoff", source=", ".join(str(run_dir.resolve()) for run_dir in run_dirs))
+    return result

@@ -1,0 +1,87 @@
+"""Provenance of a result directory: which command wrote it, when, with which versions.
+
+Every sinkscope command that writes a result directory also writes ``provenance.json``
+(``write_provenance``); reports show it. A directory written before provenance was
+recorded reads as None, and reports say so.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from interp.atomic_io import atomic_write_json, read_json
+from interp.config_io import JsonConfig
+from interp.report_doc import KeyValues
+
+PROVENANCE_FILE = "provenance.json"
+PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "transformers", "numpy")
+
+
+def package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+@dataclass(frozen=True)
+class Provenance(JsonConfig):
+    """command: what wrote the directory (e.g. ``sinkscope toy reproduce``); source: the
+    input it read (a run directory, a model), "" when none; created: UTC ISO time;
+    versions: ``(package, version)`` pairs, Python first."""
+
+    config_name = "provenance"
+
+    command: str
+    source: str
+    created: str
+    platform: str
+    versions: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def collect(cls, command: str, source: str = "") -> "Provenance":
+        """The current environment's provenance."""
+        versions = (("python", platform.python_version()),) + tuple((name, package_version(name)) for name in PACKAGES)
+        return cls(
+            command=command,
+            source=source,
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            platform=f"{platform.system()} {platform.machine()}",
+            versions=versions,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Provenance":
+        data = dict(data)
+        data["versions"] = tuple((str(name), str(version)) for name, version in data.get("versions", ()))
+        return super().from_dict(data)
+
+
+def write_provenance(out_dir: str | os.PathLike, command: str, source: str = "") -> Provenance:
+    """Write ``out_dir/provenance.json`` for the current environment and return it."""
+    provenance = Provenance.collect(command, source)
+    atomic_write_json(Path(out_dir) / PROVENANCE_FILE, provenance.to_dict())
+    return provenance
+
+
+def read_provenance(result_dir: str | os.PathLike) -> Provenance | None:
+    """The directory's provenance, or None when it predates ``provenance.json``."""
+    path = Path(result_dir) / PROVENANCE_FILE
+    return Provenance.from_dict(read_json(path)) if path.is_file() else None
+
+
+def provenance_block(provenance: Provenance | None) -> KeyValues:
+    """The report's provenance table (what wrote the directory, when, with which versions)."""
+    if provenance is None:
+        return KeyValues("Provenance", (("recorded", f"no {PROVENANCE_FILE}: the directory predates provenance records; "
+                                                     "re-run its command to record one"),))
+    items = [("command", provenance.command)]
+    if provenance.source:
+        items.append(("source", provenance.source))
+    items += [("created", provenance.created), ("platform", provenance.platform), *provenance.versions]
+    return KeyValues("Provenance", tuple(items))

@@ -1,0 +1,154 @@
+"""The report document: what a report says, independent of how it is rendered.
+
+Content builders (``toy.report``, ``pretrained_analysis.report``) turn a result
+directory into a ``ReportDocument``; ``interp.report_html`` and ``interp.report_md``
+render it. Every string in a document is plain text: renderers escape it, so text that
+came from a prompt, a tokenizer or a file name can never become markup.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Union
+
+Cell = Union[str, int, float, bool, None]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column. ``fmt`` is a format spec for numbers (``".3f"``, ``".2e"``);
+    numeric columns sort numerically in the HTML table."""
+
+    name: str
+    fmt: str = ""
+    numeric: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table; ``note`` explains the columns under the caption."""
+
+    caption: str
+    columns: tuple[Column, ...]
+    rows: tuple[tuple[Cell, ...], ...]
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        for row in self.rows:
+            if len(row) != len(self.columns):
+                raise ValueError(f"table {self.caption!r}: a row has {len(row)} cells for {len(self.columns)} columns")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A PNG file (written by the run, or by the report builder into its figure folder)."""
+
+    path: Path
+    caption: str
+
+    def png_bytes(self) -> bytes:
+        data = self.path.read_bytes()
+        if not data.startswith(PNG_SIGNATURE):
+            raise ValueError(f"{self.path} is not a PNG file; regenerate it with the command that wrote it")
+        return data
+
+    def size(self) -> tuple[int, int]:
+        """(width, height) in pixels, from the PNG header."""
+        width, height = struct.unpack(">II", self.png_bytes()[16:24])
+        return width, height
+
+
+@dataclass(frozen=True)
+class KeyValues:
+    """Label/value pairs (configuration, provenance)."""
+
+    caption: str
+    items: tuple[tuple[str, str], ...]
+
+
+Block = Union[Paragraph, Bullets, Table, Figure, KeyValues]
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    blocks: tuple[Block, ...]
+
+
+@dataclass(frozen=True)
+class ReportDocument:
+    """title; subtitle: one line under it (kind and source); findings: the summary in
+    words, first thing a reader sees; sections: the body, in order."""
+
+    title: str
+    subtitle: str
+    findings: tuple[str, ...]
+    sections: tuple[Section, ...]
+
+
+def format_cell(value: Cell, fmt: str = "") -> str:
+    """Display text of a cell: None/NaN as an en dash, booleans as yes/no."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "\u2013"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)) and fmt:
+        return format(value, fmt)
+    return str(value)
+
+
+def sig(value: float | None, digits: int = 2) -> str:
+    """A number for prose: ``digits`` significant digits (``6.7e-09``, ``0.12``), n/a when
+    missing."""
+    if value is None or math.isnan(value):
+        return "n/a"
+    return format(value, f".{digits}g")
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.1f}%"
+
+
+def sort_key(value: Cell) -> str:
+    """Machine-readable sort value of a cell ("" for missing)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float)):
+        number = float(value)
+        return ("Infinity" if number > 0 else "-Infinity") if math.isinf(number) else repr(number)
+    return value
+
+
+def slug(text: str, taken: set[str]) -> str:
+    """An HTML id from a heading, unique within ``taken`` (which it extends)."""
+    base = "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-") or "section"
+    base = "-".join(part for part in base.split("-") if part)
+    candidate, index = base, 2
+    while candidate in taken:
+        candidate, index = f"{base}-{index}", index + 1
+    taken.add(candidate)
+    return candidate
+
+
+def config_block(caption: str, config: object) -> KeyValues:
+    """A dataclass config's fields as label/value pairs (fields hidden from ``repr`` are
+    left out too)."""
+    if not is_dataclass(config):
+        raise TypeError(f"config_block needs a dataclass, got {type(config).__name__}")
+    return KeyValues(caption, tuple((item.name, str(getattr(config, item.name))) for item in fields(config) if item.repr))

@@ -1,0 +1,201 @@
+"""Render a ``ReportDocument`` as ONE self-contained HTML file.
+
+Figures are embedded as base64 ``data:`` URIs; the style sheet and the table-sorting
+script are inline; nothing is fetched from the network. Every document string goes
+through ``html.escape``. A Content-Security-Policy allows only the page's own style
+and script (by hash) and ``data:`` images, so even a string that escaped escaping could
+not run.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+
+from interp.report_doc import (
+    Block,
+    Bullets,
+    Figure,
+    KeyValues,
+    Paragraph,
+    ReportDocument,
+    Section,
+    Table,
+    format_cell,
+    slug,
+    sort_key,
+)
+
+STYLE = """
+:root { color-scheme: light; --ink: #1d2330; --muted: #5b6473; --line: #d9dde5; --accent: #3b5bdb; --sink: #fff4e0; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: var(--ink); background: #fff; }
+header, main, nav { max-width: 1180px; margin: 0 auto; padding: 0 24px; }
+header { padding-top: 28px; }
+h1 { font-size: 26px; margin: 0 0 4px; }
+h2 { font-size: 20px; margin: 36px 0 10px; padding-top: 8px; border-top: 1px solid var(--line); }
+.subtitle { color: var(--muted); margin: 0 0 12px; overflow-wrap: anywhere; }
+nav ol { display: flex; flex-wrap: wrap; gap: 4px 18px; padding: 0; margin: 0 0 8px; list-style: none; font-size: 14px; }
+nav a, a { color: var(--accent); text-decoration: none; }
+#findings ul { background: #f4f6fb; border-left: 4px solid var(--accent); padding: 12px 16px 12px 34px; margin: 0; }
+#findings li { margin: 4px 0; }
+p.note { color: var(--muted); font-size: 13px; margin: 4px 0 8px; }
+.table-wrap { overflow-x: auto; margin: 8px 0 18px; }
+table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
+caption { text-align: left; font-weight: 600; padding: 4px 0; }
+th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: left; vertical-align: top; }
+td.num { text-align: right; white-space: nowrap; }
+tbody tr:nth-child(even) { background: #fafbfc; }
+thead th { background: #eef1f6; position: sticky; top: 0; vertical-align: bottom; max-width: 10em; }
+td:first-child { white-space: nowrap; }
+table.sortable thead th { cursor: pointer; user-select: none; }
+table.sortable thead th button { background: none; border: 0; padding: 0; font: inherit; color: inherit; cursor: pointer; }
+table.sortable thead th::after { content: " \\2195"; color: #9aa3b2; font-size: 11px; }
+table.sortable thead th[aria-sort="ascending"]::after { content: " \\25B2"; color: var(--accent); }
+table.sortable thead th[aria-sort="descending"]::after { content: " \\25BC"; color: var(--accent); }
+table.kv th { background: none; position: static; font-weight: 600; color: var(--muted); }
+figure { margin: 12px 0 22px; }
+figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
+figcaption { color: var(--muted); font-size: 13px; margin-top: 4px; }
+.figures { display: flex; flex-wrap: wrap; gap: 0 24px; align-items: flex-start; }
+.figures figure { flex: 1 1 460px; min-width: 0; max-width: max-content; }
+footer { max-width: 1180px; margin: 40px auto 30px; padding: 0 24px; color: var(--muted); font-size: 12px; }
+"""
+
+SCRIPT = """
+"use strict";
+(function () {
+  function cellKey(row, index, numeric) {
+    var cell = row.cells[index];
+    var raw = cell.getAttribute("data-sort");
+    if (raw === null) { raw = cell.textContent; }
+    if (raw === "") { return null; }
+    return numeric ? parseFloat(raw) : raw;
+  }
+  function sortTable(table, header, index) {
+    var numeric = header.hasAttribute("data-numeric");
+    var ascending = header.getAttribute("aria-sort") !== "ascending";
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = cellKey(a, index, numeric), y = cellKey(b, index, numeric);
+      if (x === null || y === null) { return x === y ? 0 : (x === null ? 1 : -1); }
+      var order = numeric ? x - y : String(x).localeCompare(String(y), undefined, {numeric: true});
+      return ascending ? order : -order;
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (cell) { cell.setAttribute("aria-sort", "none"); });
+    header.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+  }
+  Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function (table) {
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (header, index) {
+      header.addEventListener("click", function () { sortTable(table, header, index); });
+    });
+  });
+})();
+"""
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; img-src data:; style-src {_csp_hash(STYLE)}; script-src {_csp_hash(SCRIPT)}; "
+    "base-uri 'none'; form-action 'none'"
+)
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _table(table: Table) -> str:
+    head = []
+    for column in table.columns:
+        numeric = " data-numeric" if column.numeric else ""
+        name = _e(column.name).replace("_", "_<wbr>")  # long metric names may break after an underscore
+        head.append(f'<th scope="col" aria-sort="none"{numeric}><button type="button">{name}</button></th>')
+    body = []
+    for row in table.rows:
+        cells = []
+        for column, value in zip(table.columns, row):
+            text = _e(format_cell(value, column.fmt))
+            if column.numeric:
+                cells.append(f'<td class="num" data-sort="{_e(sort_key(value))}">{text}</td>')
+            else:
+                cells.append(f"<td>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    note = f'<p class="note">{_e(table.note)}</p>' if table.note else ""
+    return (
+        f'<div class="table-wrap"><table class="sortable"><caption>{_e(table.caption)}</caption>'
+        f"<thead><tr>{''.join(head)}</tr></thead><tbody>{''.join(body)}</tbody></table>{note}</div>"
+    )
+
+
+def _figure(figure: Figure) -> str:
+    width, height = figure.size()
+    data = base64.b64encode(figure.png_bytes()).decode("ascii")
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" width="{width}" height="{height}" '
+        f'alt="{_e(figure.caption)}"><figcaption>{_e(figure.caption)}</figcaption></figure>'
+    )
+
+
+def _key_values(block: KeyValues) -> str:
+    rows = "".join(f'<tr><th scope="row">{_e(key)}</th><td>{_e(value)}</td></tr>' for key, value in block.items)
+    caption = f"<caption>{_e(block.caption)}</caption>"
+    return f'<div class="table-wrap"><table class="kv">{caption}<tbody>{rows}</tbody></table></div>'
+
+
+def _block(block: Block) -> str:
+    if isinstance(block, Paragraph):
+        return f"<p>{_e(block.text)}</p>"
+    if isinstance(block, Bullets):
+        return "<ul>" + "".join(f"<li>{_e(item)}</li>" for item in block.items) + "</ul>"
+    if isinstance(block, Table):
+        return _table(block)
+    if isinstance(block, Figure):
+        return _figure(block)
+    if isinstance(block, KeyValues):
+        return _key_values(block)
+    raise TypeError(f"unknown report block {type(block).__name__}")
+
+
+def _section(section: Section, anchor: str) -> str:
+    parts, figures = [], []
+    for block in section.blocks:  # consecutive figures share a row
+        if isinstance(block, Figure):
+            figures.append(_block(block))
+            continue
+        if figures:
+            parts.append('<div class="figures">' + "".join(figures) + "</div>")
+            figures = []
+        parts.append(_block(block))
+    if figures:
+        parts.append('<div class="figures">' + "".join(figures) + "</div>")
+    return f'<section id="{anchor}"><h2>{_e(section.title)}</h2>{"".join(parts)}</section>'
+
+
+def render_html(document: ReportDocument, footer: str = "") -> str:
+    """The whole page as one string."""
+    taken = {"findings"}
+    anchors = [slug(section.title, taken) for section in document.sections]
+    toc = '<li><a href="#findings">Summary of findings</a></li>' + "".join(
+        f'<li><a href="#{anchor}">{_e(section.title)}</a></li>' for section, anchor in zip(document.sections, anchors)
+    )
+    findings = "".join(f"<li>{_e(item)}</li>" for item in document.findings)
+    body = "".join(_section(section, anchor) for section, anchor in zip(document.sections, anchors))
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'
+        f"<title>{_e(document.title)}</title><style>{STYLE}</style></head><body>"
+        f'<header><h1>{_e(document.title)}</h1><p class="subtitle">{_e(document.subtitle)}</p></header>'
+        f'<nav aria-label="sections"><ol>{toc}</ol></nav>'
+        f'<main><section id="findings"><h2>Summary of findings</h2><ul>{findings}</ul></section>{body}</main>'
+        f"<footer>{_e(footer)}</footer>"
+        f"<script>{SCRIPT}</script></body></html>\n"
+    )

@@ -1,0 +1,89 @@
+"""Write a report: ``report.html`` (self-contained), ``report.md`` and ``report_figures/``.
+
+The builder draws the figures it generates into a private staging folder; once the
+document renders, the figures replace ``report_figures/`` as a whole
+(``atomic_directory``) and the two pages are written atomically, HTML last. An existing
+report is refused unless ``overwrite``; the check runs before any work.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from interp.atomic_io import atomic_directory, atomic_path
+from interp.report_doc import ReportDocument
+from interp.report_html import render_html
+from interp.report_md import render_markdown
+
+REPORT_HTML = "report.html"
+REPORT_MD = "report.md"
+FIGURE_DIR = "report_figures"
+
+
+@dataclass(frozen=True)
+class ReportKind:
+    """A kind of result directory that has a report: ``markers`` are the files that
+    identify it; ``build(result_dir, figure_dir)`` makes its document."""
+
+    name: str
+    markers: tuple[str, ...]
+    build: Callable[[Path, Path], ReportDocument]
+
+    def matches(self, directory: Path) -> bool:
+        return all((directory / marker).is_file() for marker in self.markers)
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    html: Path
+    markdown: Path
+    figures: tuple[Path, ...]
+
+
+def _refuse_existing_report(out_dir: Path, overwrite: bool) -> None:
+    for name in (REPORT_HTML, REPORT_MD, FIGURE_DIR):
+        if (out_dir / name).exists() and not overwrite:
+            raise FileExistsError(f"{out_dir / name} exists; pass --overwrite to replace the report or choose another --out")
+
+
+def write_report(
+    build: Callable[[Path], ReportDocument],
+    out_dir: str | os.PathLike,
+    overwrite: bool = False,
+    footer: str = "",
+) -> tuple[ReportDocument, ReportFiles]:
+    """``build(figure_dir)`` makes the document (drawing any new figures into
+    ``figure_dir``); the rendered pages go to ``out_dir``."""
+    out_dir = Path(out_dir)
+    _refuse_existing_report(out_dir, overwrite)
+    with tempfile.TemporaryDirectory(prefix="sinkscope-report-") as staging_name:
+        staging = Path(staging_name)
+        document = build(staging)
+
+        def link(path: Path) -> str:
+            if path.is_relative_to(staging):
+                return f"{FIGURE_DIR}/{path.relative_to(staging).as_posix()}"
+            return Path(os.path.relpath(path.resolve(), out_dir.resolve())).as_posix()
+
+        page = render_html(document, footer)
+        markdown = render_markdown(document, link, footer)
+        generated = sorted(path for path in staging.iterdir() if path.is_file())
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if generated:
+            with atomic_directory(out_dir / FIGURE_DIR) as figure_dir:
+                figure_dir.chmod(0o755)  # mkdtemp's 0700 would hide the figures from other readers
+                for path in generated:
+                    shutil.copyfile(path, figure_dir / path.name)
+        elif (out_dir / FIGURE_DIR).exists():
+            shutil.rmtree(out_dir / FIGURE_DIR)  # a stale folder from the replaced report
+    for name, text in ((REPORT_MD, markdown), (REPORT_HTML, page)):  # HTML last: its presence means complete
+        with atomic_path(out_dir / name) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+            tmp.chmod(0o644)  # a page to share: readable like any file, not mkstemp's 0600
+    figures = tuple(out_dir / FIGURE_DIR / path.name for path in generated)
+    return document, ReportFiles(out_dir / REPORT_HTML, out_dir / REPORT_MD, figures)

@@ -1,0 +1,368 @@
+"""Report content for pretrained-model audits (``audit.json``) and comparisons
+(``comparison.json``). ``read_audit`` / ``read_comparison`` read the JSON back into
+dataclasses; the builders turn them into ``ReportDocument``s whose findings are
+sentences made from the numbers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from interp.atomic_io import read_json
+from interp.report_doc import (
+    Block,
+    Column,
+    Figure,
+    KeyValues,
+    Paragraph,
+    ReportDocument,
+    Section,
+    Table,
+    config_block,
+    percent,
+    sig,
+)
+from interp.report_write import ReportKind
+from probes.default_state import DefaultStateResult
+from probes.probe import HeadProbe, LayerProbe
+from probes.report_sections import (
+    default_state_change_chart,
+    default_state_finding,
+    default_state_table,
+    head_table,
+    layer_table,
+    sink_head_phrase,
+    sink_rate_phrase,
+    value_share_phrase,
+)
+from pretrained_analysis.audit import AUDIT_FILE, EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, AuditConfig
+from pretrained_analysis.compare import COMPARISON_JSON
+from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
+from pretrained_analysis.compare import SINK_RATE_FIGURE
+from pretrained_analysis.loading import ModelInfo
+from pretrained_analysis.prompts import PromptSpec, PromptSummary
+
+LOSS = "next-token loss"
+
+
+def _number(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _prompt_summary(data: dict[str, Any]) -> PromptSummary:
+    """``PromptSummary.to_dict()`` read back (the spec's fields, ``kind``, then the counts)."""
+    spec_fields = {item.name for item in fields(PromptSpec)}
+    spec = PromptSpec.from_dict({key: value for key, value in data.items() if key in spec_fields})
+    recorded = {item.name for item in fields(PromptSummary)} - {"spec"}
+    return PromptSummary(spec=spec, **{key: data[key] for key in recorded})
+
+
+@dataclass(frozen=True)
+class AblationRecord:
+    """An audit's ablations: the loss, the loss with the anchor evicted from every head,
+    and the default-state test on the sink heads (loss as the error)."""
+
+    base_loss: float
+    evict_anchor_loss: float
+    sink_heads: DefaultStateResult
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """``audit.json`` read back. sink_rates: ``(eps, percent)`` pairs."""
+
+    model: ModelInfo
+    prompts: PromptSummary
+    config: AuditConfig
+    anchor: str
+    n_queries: int
+    sink_rates: tuple[tuple[float, float], ...]
+    heads: tuple[HeadProbe, ...]
+    layers: tuple[LayerProbe, ...]
+    attn_out_norm_of_sum: float
+    attn_out_sum_of_norms: float
+    ablation: AblationRecord | None
+    notes: tuple[str, ...]
+    figures: tuple[str, ...]
+    versions: tuple[tuple[str, str], ...]
+    seconds: float
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AuditRecord":
+        ablation = data["ablation"]
+        return cls(
+            model=ModelInfo(**data["model"]),
+            prompts=_prompt_summary(data["prompts"]),
+            config=AuditConfig.from_dict(data["config"]),
+            anchor=str(data["bos"]["anchor"]),
+            n_queries=int(data["n_queries"]),
+            sink_rates=tuple((float(eps), _number(value)) for eps, value in data["sink_rate"].items()),
+            heads=tuple(HeadProbe.from_dict(row) for row in data["heads"]),
+            layers=tuple(LayerProbe.from_dict(row) for row in data["layers"]),
+            attn_out_norm_of_sum=_number(data["attn_out_norm_of_sum"]),
+            attn_out_sum_of_norms=_number(data["attn_out_sum_of_norms"]),
+            ablation=None if ablation is None else AblationRecord(
+                base_loss=_number(ablation["base_loss"]),
+                evict_anchor_loss=_number(ablation["evict_anchor"]["loss"]),
+                sink_heads=DefaultStateResult.from_dict(ablation["sink_heads"]),
+            ),
+            notes=tuple(data["notes"]),
+            figures=tuple(data["figures"]),
+            versions=tuple((str(name), str(version)) for name, version in data["versions"].items()),
+            seconds=float(data["seconds"]),
+        )
+
+
+def read_audit(directory: Path) -> AuditRecord:
+    return AuditRecord.from_dict(read_json(directory / AUDIT_FILE))
+
+
+@dataclass(frozen=True)
+class ComparisonRecordRow:
+    """One row of ``comparison.json``; sink_rates: ``(eps, percent)`` pairs; the loss
+    fields are NaN without ablations."""
+
+    label: str
+    model: str
+    revision: str | None
+    directory: str | None
+    n_layers: int
+    n_heads: int
+    n_params: int
+    n_sink_heads: int
+    sink_rates: tuple[tuple[float, float], ...]
+    mean_anchor_mass: float
+    layer_anchor_mass: tuple[float, ...]
+    base_loss: float
+    all_sink_heads_loss_delta: float
+    evict_anchor_loss_delta: float
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ComparisonRecordRow":
+        return cls(
+            label=str(data["label"]),
+            model=str(data["model"]),
+            revision=data["revision"],
+            directory=data["directory"],
+            n_layers=int(data["n_layers"]),
+            n_heads=int(data["n_heads"]),
+            n_params=int(data["n_params"]),
+            n_sink_heads=int(data["n_sink_heads"]),
+            sink_rates=tuple((float(eps), _number(value)) for eps, value in data["sink_rate"].items()),
+            mean_anchor_mass=_number(data["mean_anchor_mass"]),
+            layer_anchor_mass=tuple(_number(value) for value in data["layer_anchor_mass"]),
+            base_loss=_number(data["base_loss"]),
+            all_sink_heads_loss_delta=_number(data["all_sink_heads_loss_delta"]),
+            evict_anchor_loss_delta=_number(data["evict_anchor_loss_delta"]),
+        )
+
+
+@dataclass(frozen=True)
+class ComparisonRecord:
+    """``comparison.json`` read back."""
+
+    prompts: PromptSpec
+    prompt_location: str
+    sink_head_rule: str
+    rows: tuple[ComparisonRecordRow, ...]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ComparisonRecord":
+        prompts = dict(data["prompts"])
+        location = str(prompts.pop("location"))
+        return cls(
+            prompts=PromptSpec.from_dict(prompts),
+            prompt_location=location,
+            sink_head_rule=str(data["sink_head_rule"]),
+            rows=tuple(ComparisonRecordRow.from_dict(row) for row in data["rows"]),
+        )
+
+
+def read_comparison(directory: Path) -> ComparisonRecord:
+    return ComparisonRecord.from_dict(read_json(directory / COMPARISON_JSON))
+
+
+def _figures(directory: Path, names_and_captions: list[tuple[str, str]]) -> list[Block]:
+    blocks: list[Block] = []
+    for name, caption in names_and_captions:
+        path = directory / name
+        blocks.append(Figure(path, caption) if path.is_file()
+                      else Paragraph(f"Figure {name} is missing from {directory}; re-run the audit to draw it."))
+    return blocks
+
+
+def _prompt_block(prompts: PromptSummary) -> KeyValues:
+    spec = prompts.spec
+    return KeyValues("Prompts", (
+        ("source", spec.source),
+        ("kind", spec.kind),
+        ("location", prompts.location),
+        ("prompts", f"{prompts.n_prompts} used of {prompts.n_available} available "
+                    f"(requested {spec.n_prompts}, seed {spec.seed})"),
+        ("tokens", f"{prompts.n_tokens:,} in all, {prompts.min_tokens} to {prompts.max_tokens} per prompt"),
+        ("max tokens per prompt (BOS included)", str(spec.max_len)),
+        ("truncated", str(prompts.n_truncated)),
+        ("BOS convention", "BOS prepended (TransformerLens)" if spec.prepend_bos else "no BOS prepended (raw tokenizer)"),
+        ("anchor token", prompts.anchor_token),
+        ("text column / split", f"{spec.text_column} / {spec.split}"),
+    ))
+
+
+def _layer_phrase(layers: tuple[LayerProbe, ...]) -> str:
+    measured = [layer for layer in layers if not math.isnan(layer.anchor_mass)]
+    if not measured:
+        return "No layer could be measured."
+    top = max(measured, key=lambda layer: layer.anchor_mass)
+    low = min(measured, key=lambda layer: layer.anchor_mass)
+    return (f"Anchor mass (mean over heads) is highest in layer {top.layer} ({top.anchor_mass:.3f}) and lowest in "
+            f"layer {low.layer} ({low.anchor_mass:.3f}).")
+
+
+def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
+    total = sum(layer.massive_count for layer in layers)
+    if total == 0:
+        peak = max((layer.max_abs_resid for layer in layers if not math.isnan(layer.max_abs_resid)), default=float("nan"))
+        return f"No massive activations (|x| > 100 and > 1000 x the median); the largest |residual| is {sig(peak, 3)}."
+    at_anchor = sum(layer.massive_at_anchor for layer in layers)
+    first = next(layer.layer for layer in layers if layer.massive_count)
+    return (f"{total} massive activations in the residual stream ({at_anchor} at the anchor), from layer {first} on.")
+
+
+def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
+    record = read_audit(source)
+    model, config = record.model, record.config
+    findings = [
+        f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.n_heads} heads, "
+        f"{model.n_params:,} parameters) on {record.prompts.n_prompts} prompts from {record.prompts.location}.",
+        sink_head_phrase(record.heads, config.sink_eps, f"on the anchor, {record.anchor}"),
+        f"Sink rate (Gu et al. Sink_1^eps): {sink_rate_phrase(record.sink_rates)} of (prompt, layer, head) entries.",
+        _layer_phrase(record.layers),
+    ]
+    sinks = [head for head in record.heads if head.is_sink_head]
+    if sinks:
+        findings.append(value_share_phrase(sinks, "the anchor"))
+    massive = _massive_phrase(record.layers)
+    if massive:
+        findings.append(massive)
+    ablation = record.ablation
+    if ablation is not None:
+        evicted = ablation.evict_anchor_loss - ablation.base_loss
+        findings.append(f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
+                        f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({evicted:+.3f}).")
+        test = ablation.sink_heads
+        if test.rows:
+            subject = "the sink head" if len(test.sink_heads) == 1 else f"all {len(test.sink_heads)} sink heads"
+            findings.append(default_state_finding(test.rows[-1], LOSS, subject))
+    findings += list(record.notes)
+
+    n_examples = sum(1 for name in record.figures if name.startswith("attention_example_"))
+    examples = [(EXAMPLE_FIGURE.format(index=k), f"attention on prompt {k} (query y, key x; a subset of layers and "
+                                                  "heads for large models)") for k in range(n_examples)]
+    sections = [
+        Section("Sink map", tuple(_figures(source, [
+            (MAP_FIGURE, "anchor mass per layer and head"),
+            (LAYER_FIGURE, "anchor mass per layer: mean and max over heads, share of sink heads"),
+        ]))),
+        Section("Heads", (head_table(
+            record.heads, "Per head",
+            f"anchor_mass: mean attention on the anchor ({record.anchor}) over queries after it "
+            f"({record.n_queries:,} queries); "
+            "alpha: Gu et al.'s alpha; value_weighted_anchor_share: share of the head's output norm coming from "
+            "the anchor; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass on the anchor.",
+        ),)),
+        Section("Layers", (layer_table(record.layers),)),
+    ]
+    if examples:
+        sections.append(Section("Attention heatmaps", tuple(_figures(source, examples))))
+    if ablation is not None:
+        blocks: list[Block] = [KeyValues("Loss", (
+            (LOSS, f"{ablation.base_loss:.4f}"),
+            ("anchor evicted from every head",
+             f"{ablation.evict_anchor_loss:.4f} ({ablation.evict_anchor_loss - ablation.base_loss:+.4f})"),
+        ))]
+        rows = ablation.sink_heads.rows
+        if rows:
+            blocks.insert(0, default_state_change_chart([row.label for row in rows], rows, LOSS, figure_dir / "ablation.png",
+                                                        f"{model.label}: removing sinks vs the matched control"))
+            blocks.append(default_state_table(rows, LOSS, "Sink removal per head and for all sink heads"))
+        else:
+            blocks.append(Paragraph(f"Sink removal not run: {ablation.sink_heads.note}."))
+        sections.append(Section("Ablations", tuple(blocks)))
+    sections.append(Section("Configuration", (
+        config_block("Model", model),
+        _prompt_block(record.prompts),
+        config_block("Audit", config),
+        KeyValues("Provenance", (("command", "sinkscope audit"), ("seconds", f"{record.seconds:.1f}"),
+                                 *record.versions)),
+    )))
+    revision = f" at revision {model.revision}" if model.revision else ""
+    return ReportDocument(
+        title=f"Attention-sink audit: {model.label}",
+        subtitle=f"sinkscope audit · {model.name}{revision} · {source}",
+        findings=tuple(findings),
+        sections=tuple(sections),
+    )
+
+
+def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
+    record = read_comparison(source)
+    rows = record.rows
+    epsilons = [eps for eps, _ in rows[0].sink_rates] if rows else []
+    findings = [f"{len(rows)} audits on the same prompts ({record.prompts.n_prompts} from {record.prompt_location}, "
+                f"{'BOS prepended' if record.prompts.prepend_bos else 'no BOS'}); sink heads: {record.sink_head_rule}."]
+    for index, eps in enumerate(epsilons):
+        ranked = sorted(rows, key=lambda row: row.sink_rates[index][1])
+        low, high = ranked[0].sink_rates[index][1], ranked[-1].sink_rates[index][1]
+        findings.append(f"Sink rate at eps {eps:g} is {percent(low)} for every model." if percent(low) == percent(high)
+                        else f"Sink rate at eps {eps:g} ranges from {percent(low)} ({ranked[0].label}) to "
+                             f"{percent(high)} ({ranked[-1].label}).")
+    most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))
+    findings.append(f"Most sink heads: {most.label} with {most.n_sink_heads} of {most.n_layers * most.n_heads}.")
+    ablated = [row for row in rows if not math.isnan(row.all_sink_heads_loss_delta)]
+    for row in ablated:
+        findings.append(f"{row.label}: removing all sinks changes the {LOSS} by {row.all_sink_heads_loss_delta:+.4f}, "
+                        f"evicting the anchor by {row.evict_anchor_loss_delta:+.4f} (from {row.base_loss:.3f}).")
+    columns = [Column("model"), Column("revision"), Column("layers", numeric=True), Column("heads", numeric=True),
+               Column("parameters", ",d", numeric=True),
+               *[Column(f"sink rate eps={eps:g} (%)", ".1f", numeric=True) for eps in epsilons],
+               Column("sink heads", numeric=True), Column("mean anchor mass", ".3f", numeric=True),
+               Column(LOSS, ".3f", numeric=True), Column("loss change: all sinks removed", "+.4f", numeric=True),
+               Column("loss change: anchor evicted", "+.4f", numeric=True), Column("audit directory")]
+    table_rows = tuple(
+        (row.label, row.revision, row.n_layers, row.n_heads, row.n_params, *[value for _, value in row.sink_rates],
+         row.n_sink_heads, row.mean_anchor_mass, row.base_loss, row.all_sink_heads_loss_delta,
+         row.evict_anchor_loss_delta, row.directory)
+        for row in rows
+    )
+    maps = [(f"{row.directory}/{MAP_FIGURE}", f"{row.label}: anchor mass per layer and head")
+            for row in rows if row.directory]
+    first_audit = source / rows[0].directory if rows and rows[0].directory else None
+    versions = read_audit(first_audit).versions if first_audit is not None and (first_audit / AUDIT_FILE).is_file() else ()
+    sections = [
+        Section("Models", (Table("Audits compared", tuple(columns), table_rows,
+                                 "Run `sinkscope report` on an audit directory for its full report."),)),
+        Section("Sink rate and anchor mass", tuple(_figures(source, [
+            (SINK_RATE_FIGURE, "sink rate per model (Gu et al. Sink_1^eps)"),
+            (COMPARISON_LAYER_FIGURE, "anchor mass per layer (mean over heads) per model"),
+        ]))),
+    ]
+    if maps:
+        sections.append(Section("Sink maps", tuple(_figures(source, maps))))
+    sections.append(Section("Configuration", (
+        config_block("Prompts", record.prompts),
+        KeyValues("Provenance", (("command", "sinkscope audit (several models or revisions)"), *versions)),
+    )))
+    return ReportDocument(
+        title="Attention-sink comparison",
+        subtitle=f"sinkscope audit · {len(rows)} models · {source}",
+        findings=tuple(findings),
+        sections=tuple(sections),
+    )
+
+
+REPORT_KINDS: tuple[ReportKind, ...] = (
+    ReportKind("comparison", (COMPARISON_JSON,), comparison_report),
+    ReportKind("audit", (AUDIT_FILE,), audit_report),
+)

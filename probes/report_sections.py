@@ -1,0 +1,245 @@
+"""Report content for the probes' results, shared by toy and pretrained reports: the
+per-head and per-layer tables of a probe, the sentences that summarise them, the
+default-state test's table, chart and one-sentence finding, and the table and finding
+of an activation-patching result."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from interp.hooked_model import ModelSpec
+from interp.plots import bar_chart
+from interp.report_doc import Column, Figure, Table, percent, sig
+from probes.default_state import DefaultStateRow
+from probes.patching import PatchingResult, PatchingRow
+from probes.probe import HeadProbe, LayerProbe
+
+HEAD_COLUMNS = (
+    Column("layer", numeric=True),
+    Column("head", numeric=True),
+    Column("anchor_mass", ".3f", numeric=True),
+    Column("anchor_mass_other", ".3f", numeric=True),
+    Column("alpha", ".3f", numeric=True),
+    Column("sink head"),
+    Column("value_weighted_anchor_share", ".3f", numeric=True),
+    Column("anchor_value_norm", ".3g", numeric=True),
+    Column("row_entropy", ".3f", numeric=True),
+    Column("dormant"),
+    Column("head_out_norm", ".3g", numeric=True),
+)
+
+
+def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
+    """One row per head; a metric that was measured for no head (all NaN) is left out."""
+    rows = [
+        (h.layer, h.head, h.anchor_mass, h.anchor_mass_other, h.alpha, h.is_sink_head,
+         h.value_weighted_anchor_share, h.anchor_value_norm, h.row_entropy, h.dormant, h.head_out_norm)
+        for h in heads
+    ]
+    keep = [index for index in range(len(HEAD_COLUMNS))
+            if not all(isinstance(row[index], float) and math.isnan(row[index]) for row in rows)]
+    return Table(caption, tuple(HEAD_COLUMNS[k] for k in keep), tuple(tuple(row[k] for k in keep) for row in rows), note)
+
+
+def layer_table(layers: Sequence[LayerProbe]) -> Table:
+    columns = (
+        Column("layer", numeric=True),
+        Column("mean anchor_mass", ".3f", numeric=True),
+        Column("sink heads", numeric=True),
+        Column("attn_out_norm", ".3g", numeric=True),
+        Column("head_out_norm_sum", ".3g", numeric=True),
+        Column("anchor_resid_norm", ".3g", numeric=True),
+        Column("massive activations", numeric=True),
+        Column("massive at anchor", numeric=True),
+        Column("max |resid|", ".3g", numeric=True),
+        Column("median |resid|", ".3g", numeric=True),
+    )
+    rows = tuple(
+        (layer.layer, layer.anchor_mass, layer.sink_heads, layer.attn_out_norm, layer.head_out_norm_sum,
+         layer.anchor_resid_norm, layer.massive_count, layer.massive_at_anchor, layer.max_abs_resid,
+         layer.median_abs_resid)
+        for layer in layers
+    )
+    note = ("Norms are means over the selected queries; attn_out_norm (norm of the summed heads) far below "
+            "head_out_norm_sum means the heads cancel. Massive activations: |x| > 100 and > 1000 x the layer's "
+            "median |x| in the residual stream after the layer.")
+    return Table("Per layer", columns, rows, note)
+
+
+def sink_rate_phrase(rates: Sequence[tuple[float, float]]) -> str:
+    """``(eps, percent)`` pairs as e.g. "43.8% at eps 0.3 and 12.0% at eps 0.8"."""
+    return " and ".join(f"{percent(value)} at eps {eps:g}" for eps, value in rates)
+
+
+def sink_head_phrase(heads: Sequence[HeadProbe], sink_eps: float, where: str) -> str:
+    """The headline count, e.g. "7 of 16 heads are sink heads (anchor mass >= 0.9 ...)";
+    without sink heads, the head that comes closest."""
+    sinks = [head for head in heads if head.is_sink_head]
+    rule = f"anchor mass >= {1.0 - sink_eps:g} {where}"
+    if sinks:
+        names = ", ".join(f"L{head.layer}H{head.head}" for head in sinks[:8]) + (", ..." if len(sinks) > 8 else "")
+        verb = "is a sink head" if len(sinks) == 1 else "are sink heads"
+        return f"{len(sinks)} of {len(heads)} heads {verb} ({rule}): {names}."
+    measured = [head for head in heads if not math.isnan(head.anchor_mass)]
+    if not measured:
+        return f"No head could be measured ({rule})."
+    top = max(measured, key=lambda head: head.anchor_mass)
+    return (f"None of the {len(heads)} heads is a sink head ({rule}); the largest anchor mass is "
+            f"{top.anchor_mass:.3f} (L{top.layer}H{top.head}).")
+
+
+def default_state_finding(row: DefaultStateRow, what: str, subject: str) -> str:
+    """One sentence from the default-state test's row for all sink heads (or the only one),
+    e.g. "Removing the sinks of all 9 sink heads raises default-position MSE from 6.7e-09 to
+    0.12 while the matched control leaves it at 6.4e-09 (...)"."""
+    control_change = row.error_after_control - row.error_before
+    remove_change = row.error_after_remove - row.error_before
+    digits = next((k for k in range(2, 7) if sig(row.error_before, k) != sig(row.error_after_remove, k)), 6)
+    leaves = abs(control_change) <= 0.1 * abs(remove_change) or abs(control_change) <= 0.5 * abs(row.error_before)
+    control = (f"leaves it at {sig(row.error_after_control, digits)}" if leaves
+               else f"moves it to {sig(row.error_after_control, digits)}")
+    verb = "raises" if remove_change > 0 else "lowers"
+    ci = row.remove_increase
+    return (
+        f"Removing the sinks of {subject} {verb} {what} from {sig(row.error_before, digits)} to "
+        f"{sig(row.error_after_remove, digits)} while the matched control {control} (change {sig(remove_change)}, "
+        f"95% CI {sig(ci.ci_low, 3)} to {sig(ci.ci_high, 3)}, vs {sig(control_change)} for the control)."
+    )
+
+
+def value_share_phrase(sinks: Sequence[HeadProbe], anchor: str) -> str:
+    """How much of what the sink heads write comes from the anchor (mass vs value)."""
+    share = float(np.nanmean([head.value_weighted_anchor_share for head in sinks]))
+    mass = float(np.nanmean([head.anchor_mass for head in sinks]))
+    reading = ("the sink takes their attention but carries little of what they write" if share < 0.5
+               else "the anchor also carries most of what they write")
+    return (f"Sink heads put {mass:.3f} of their attention on {anchor}, and {anchor} carries {share:.3f} of their "
+            f"output norm (value-weighted anchor share): {reading}.")
+
+
+def default_state_table(rows: Sequence[DefaultStateRow], what: str, caption: str = "Default-state test") -> Table:
+    columns = (
+        Column("heads"),
+        Column(f"{what} before", ".3g", numeric=True),
+        Column("after remove_sink", ".3g", numeric=True),
+        Column("after control", ".3g", numeric=True),
+        Column("remove: increase", ".3g", numeric=True),
+        Column("remove: 95% CI low", ".3g", numeric=True),
+        Column("remove: 95% CI high", ".3g", numeric=True),
+        Column("control: increase", ".3g", numeric=True),
+        Column("control: 95% CI low", ".3g", numeric=True),
+        Column("control: 95% CI high", ".3g", numeric=True),
+        Column("Cohen's d", ".2f", numeric=True),
+    )
+    body = tuple(
+        (row.label, row.error_before, row.error_after_remove, row.error_after_control,
+         row.remove_increase.mean, row.remove_increase.ci_low, row.remove_increase.ci_high,
+         row.control_increase.mean, row.control_increase.ci_low, row.control_increase.ci_high, row.cohens_d)
+        for row in rows
+    )
+    note = ("remove_sink zeroes each head's attention to the anchor and renormalises the row; the matched control "
+            "masks one random visible non-anchor key per query instead. Intervals are bootstrap intervals over "
+            "inputs; Cohen's d is of the paired difference (removal increase minus control increase).")
+    return Table(caption, columns, body, note)
+
+
+def default_state_chart(
+    labels: Sequence[str], rows: Sequence[DefaultStateRow], what: str, path: Path, title: str
+) -> Figure:
+    """Grouped bars, log scale, of the error before, after ``remove_sink`` and after the
+    control: for errors that grow by orders of magnitude (the toy task's MSE)."""
+    bar_chart(
+        labels,
+        [
+            ("before", [row.error_before for row in rows]),
+            ("remove_sink", [row.error_after_remove for row in rows]),
+            ("matched control", [row.error_after_control for row in rows]),
+        ],
+        path,
+        title,
+        what + " (log scale)",
+        log=True,
+    )
+    return Figure(path, f"{title}: {what} before, after removing the sinks and after the matched control")
+
+
+def default_state_change_chart(
+    labels: Sequence[str], rows: Sequence[DefaultStateRow], what: str, path: Path, title: str
+) -> Figure:
+    """Grouped bars of the change in the error under ``remove_sink`` and under the
+    control: for errors whose changes are small next to their level (a loss)."""
+    bar_chart(
+        labels,
+        [("remove_sink", [row.remove_increase.mean for row in rows]),
+         ("matched control", [row.control_increase.mean for row in rows])],
+        path,
+        title,
+        f"change in {what}",
+    )
+    return Figure(path, f"{title}: change in {what} when the sinks are removed and under the matched control")
+
+
+# activation patching ------------------------------------------------------------------
+
+PATCH_NUMBERS = ("patched", "target", "source", "effect", "normalised_effect")  # None in JSON = NaN
+
+
+def _indices(values: list[int] | None) -> tuple[int, ...] | None:
+    return None if values is None else tuple(int(value) for value in values)
+
+
+def patching_from_dict(data: dict) -> PatchingResult:
+    """``PatchingResult.to_dict()`` read back (None reads as NaN)."""
+    return PatchingResult(
+        model=ModelSpec.from_dict(data["model"]),
+        hook=str(data["hook"]),
+        per=tuple(data["per"]),
+        fixed_heads=_indices(data["fixed_heads"]),
+        fixed_positions=_indices(data["fixed_positions"]),
+        n_inputs=int(data["n_inputs"]),
+        n_pos=int(data["n_pos"]),
+        source_metric=float(data["source_metric"]),
+        target_metric=float(data["target_metric"]),
+        rows=tuple(PatchingRow(**{**row, **{key: float("nan") for key in PATCH_NUMBERS if row[key] is None}})
+                   for row in data["rows"]),
+        notes=tuple(data["notes"]),
+    )
+
+
+def patch_site(row: PatchingRow) -> str:
+    """e.g. ``L1H0``, ``L0@7`` (layer, head, position)."""
+    head = "" if row.head is None else f"H{row.head}"
+    return f"L{row.layer}{head}" + ("" if row.position is None else f"@{row.position}")
+
+
+def patching_finding(result: PatchingResult) -> str:
+    """The sites with the largest effects, in one sentence."""
+    value = "normalised_effect" if any(not math.isnan(row.normalised_effect) for row in result.rows) else "effect"
+    ranked = sorted((row for row in result.rows if not math.isnan(getattr(row, value))),
+                    key=lambda row: -abs(getattr(row, value)))
+    largest = abs(getattr(ranked[0], value)) if ranked else 0.0
+    strong = [row for row in ranked[:4] if abs(getattr(row, value)) >= 0.1 * largest] or ranked[:1]
+    top = ", ".join(f"{patch_site(row)} {getattr(row, value):+.2f}" for row in strong)
+    sites = f"{len(result.rows)} site{'s' if len(result.rows) != 1 else ''}"
+    return (f"Patching {result.hook} per {' x '.join(result.per)} ({sites}, {result.n_inputs} input "
+            f"pairs; metric {sig(result.target_metric, 3)} on the target, {sig(result.source_metric, 3)} on the "
+            f"source): the largest {value} is at {top or 'no site'}.")
+
+
+def patching_table(result: PatchingResult, caption: str) -> Table:
+    """One row per patched site (columns for the axes ``per`` iterates)."""
+    axes = [Column(axis, numeric=True) for axis in result.per]
+    columns = (Column("site"), *axes, Column("patched", ".4g", numeric=True), Column("effect", ".4g", numeric=True),
+               Column("normalised_effect", ".3f", numeric=True))
+    rows = tuple(
+        (patch_site(row), *[{"layer": row.layer, "head": row.head, "position": row.position}[axis] for axis in result.per],
+         row.patched, row.effect, row.normalised_effect)
+        for row in result.rows
+    )
+    return Table(caption, columns, rows,
+                 "effect: the patched metric minus the target's; normalised_effect: effect / (source - target): 1 means "
+                 "the site alone carries the whole difference, 0 none of it.")
