@@ -248,10 +248,25 @@ class HookedModel:
 
     def run_with_hooks(self, batch: PreparedBatch, fwd_hooks: FwdHooks) -> torch.Tensor:
         """Forward ``batch`` with temporary hooks; returns the model output (toy outputs or logits)."""
-        return self.model.run_with_hooks(batch.model_input, fwd_hooks=fwd_hooks, **self.forward_kwargs(batch))
+        hooks = list(fwd_hooks) + self._release_pattern_hooks()
+        return self.model.run_with_hooks(batch.model_input, fwd_hooks=hooks, **self.forward_kwargs(batch))
 
     def forward(self, batch: PreparedBatch) -> torch.Tensor:
-        return self.model(batch.model_input, **self.forward_kwargs(batch))
+        return self.run_with_hooks(batch, [])
+
+    def _release_pattern_hooks(self) -> FwdHooks:
+        """TransformerLens 4.3's attention bridges keep each layer's pattern in
+        ``attn._pattern`` (never read again), so a forward pass holds every layer's pattern
+        alive. Clearing it as each attention layer finishes keeps at most one layer's
+        pattern in memory, which is what probes promise."""
+        if not self.is_bridge:
+            return []
+        hooks: FwdHooks = []
+        for layer, block in enumerate(self.model.blocks):
+            name = f"blocks.{layer}.attn.hook_out"
+            if hasattr(block.attn, "_pattern") and name in self.model.hook_dict:
+                hooks.append((name, lambda tensor, hook, attn=block.attn: setattr(attn, "_pattern", None)))
+        return hooks
 
     def visible_keys(self, batch: PreparedBatch) -> torch.Tensor:
         """``[batch, query, key]`` bool: key real and (if causal) key <= query."""

@@ -106,3 +106,28 @@ def test_minilm_cls_anchor_mass_matches_transformers_and_reference(minilm):
     torch.testing.assert_close(alpha, expected_alpha, atol=1e-5, rtol=0)
     per_layer = [layer.anchor_mass for layer in result.layers]
     assert per_layer == pytest.approx(MINILM_REFERENCE, abs=0.02)
+
+
+def test_bridge_probe_keeps_at_most_one_layer_pattern_alive(tmp_path):
+    """On a GPT-2 bridge (whose attention keeps ``_pattern`` around), when a layer's pattern
+    hook fires no earlier layer's pattern is still referenced anywhere."""
+    import weakref
+
+    bridge = load_bridge(build_tiny_gpt2(tmp_path / "gpt2-6", n_layer=6))
+    hooked = HookedModel(bridge)  # its writability check runs forwards of its own: before watching
+    alive: list[weakref.ref] = []
+    worst: list[int] = []
+
+    def watch(pattern, hook):
+        worst.append(sum(ref() is not None for ref in alive))
+        alive.append(weakref.ref(pattern))
+
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(6)]
+    for name in names:
+        bridge.hook_dict[name].add_perma_hook(watch)
+    try:
+        result = probe_model(hooked, TINY_GPT2_PROMPTS, config=ProbeConfig(batch_size=8))
+    finally:
+        bridge.reset_hooks(including_permanent=True)
+    assert result.n_inputs == len(TINY_GPT2_PROMPTS) and len(worst) == 6
+    assert max(worst) == 0
