@@ -260,7 +260,8 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
     config = ReproduceConfig.quick(**overrides) if args.quick else ReproduceConfig(**overrides)
     summary = reproduce(config, args.out, overwrite=args.overwrite, progress=not args.no_progress)
     if not args.json:
-        from toy.reproduce import markdown_table, overview_rows
+        from toy.experiment import markdown_table
+        from toy.reproduce import overview_rows
 
         print(markdown_table(
             ["model", "converged", "steps", "seconds", "batch L-inf", "held-out L-inf", "held-out MSE", "sink heads", "paper"],

@@ -44,7 +44,8 @@ from probes.report_sections import (
 )
 from toy.evaluate import SINK_EPS, ToyDefaultState
 from toy.patching import HEADS_FIGURE, HEADS_FILE, PATCHING_FILE, POSITIONS_FIGURE, POSITIONS_FILE, TriggerPatching
-from toy.reproduce import REPRODUCE_FILE, ModelSummary, ReproduceSummary
+from toy.experiment import ModelSummary
+from toy.reproduce import REPRODUCE_FILE, ReproduceSummary
 from toy.run_dir import CONFIG_FILE, RunConfig, read_config
 from toy.tradeoff import (
     CONSTRUCTION_SERIES,

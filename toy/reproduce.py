@@ -9,25 +9,18 @@ run directory, so an interrupted reproduction resumes where it stopped.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
-from tqdm.auto import tqdm
-
-from interp.atomic_io import atomic_write_json, atomic_write_text, read_json
+from interp.atomic_io import atomic_write_json, atomic_write_text
 from interp.provenance import write_provenance
-from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
+from toy.experiment import ModelSummary, markdown_table, prepare_experiment_dir, run_jobs
 from toy.model import ToyModelConfig
-from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
-from toy.run_dir import RunConfig, TrainConfig, read_metrics
+from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
 from toy.tradeoff import write_tradeoff
-from toy.train import train
 
 PAPER_ARCHITECTURES: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (4, 4))
 PAPER_ATTENTIONS: tuple[str, ...] = ("softmax", "relu")
@@ -95,40 +88,6 @@ class ReproduceConfig:
 
 
 @dataclass
-class ModelSummary:
-    name: str
-    layers: int
-    heads: int
-    attention: str
-    seed: int
-    converged: bool
-    status: str
-    steps: int
-    wall_seconds: float
-    linf_error: float
-    heldout_linf_error: float
-    heldout_mse: float
-    n_sink_heads: int
-    heads_table: list[HeadRow]
-    default_state_test: ToyDefaultState | None
-    paper: str
-    paper_sink_heads: int | None
-    figures: list[str]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "ModelSummary":
-        state = data["default_state_test"]
-        return cls(**{
-            **data,
-            "heads_table": [HeadRow(**row) for row in data["heads_table"]],
-            "default_state_test": None if state is None else ToyDefaultState.from_dict(state),
-        })
-
-
-@dataclass
 class Check:
     """One of the paper's claims, checked on our numbers."""
 
@@ -164,34 +123,6 @@ class ReproduceSummary:
             wall_seconds=data["wall_seconds"],
             figures=list(data.get("figures", [])),  # absent before reproduce wrote the trade-off
         )
-
-
-def _train_and_evaluate(name: str, config: RunConfig, out_dir: str, n_sequences: int) -> ModelSummary:
-    torch.set_num_threads(1)
-    run_dir = Path(out_dir) / name
-    result = train(config, run_dir, resume=True, progress=False)
-    evaluation = evaluate_run(run_dir, n_sequences)
-    key = (config.model.attention, config.model.n_layers, config.model.n_heads)
-    return ModelSummary(
-        name=name,
-        layers=config.model.n_layers,
-        heads=config.model.n_heads,
-        attention=config.model.attention,
-        seed=config.train.seed,
-        converged=result.converged,
-        status=result.status,
-        steps=result.steps,
-        wall_seconds=round(result.wall_seconds, 2),
-        linf_error=result.linf_error,
-        heldout_linf_error=evaluation.heldout_linf_error,
-        heldout_mse=evaluation.heldout_mse,
-        n_sink_heads=len(evaluation.sink_heads),
-        heads_table=evaluation.heads_table,
-        default_state_test=evaluation.default_state_test,
-        paper=paper_reference(*key),
-        paper_sink_heads=PAPER_SINK_HEADS.get(key),
-        figures=[f"{name}/{figure}" for figure in evaluation.figures],
-    )
 
 
 def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
@@ -233,23 +164,6 @@ def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
     return checks
 
 
-def _prepare_out_dir(out_dir: Path, config: ReproduceConfig, overwrite: bool) -> None:
-    marker = out_dir / REPRODUCE_FILE
-    if marker.exists() and not overwrite:
-        stored = read_json(marker)
-        if stored != config.to_dict():
-            raise FileExistsError(
-                f"{out_dir} holds a reproduction with different settings; use another --out or pass --overwrite"
-            )
-        return  # same settings: resume
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{out_dir} exists and is not empty; use another --out or pass --overwrite")
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(marker, config.to_dict())
-
-
 def reproduce(
     config: ReproduceConfig,
     out_dir: str | os.PathLike,
@@ -258,32 +172,10 @@ def reproduce(
 ) -> ReproduceSummary:
     """Train and evaluate every model of ``config`` into ``out_dir``; write the summaries."""
     out_dir = Path(out_dir)
-    _prepare_out_dir(out_dir, config, overwrite)
+    prepare_experiment_dir(out_dir, REPRODUCE_FILE, config.to_dict(), "a reproduction", overwrite)
     jobs = config.run_configs()
     started = time.perf_counter()
-    by_name: dict[str, ModelSummary] = {}
-    bar = tqdm(total=len(jobs), desc="models", disable=not progress)
-    try:
-        if config.workers == 1:
-            for name, run_config in jobs:
-                by_name[name] = _train_and_evaluate(name, run_config, str(out_dir), config.n_sequences)
-                bar.update(1)
-        else:
-            context = multiprocessing.get_context("spawn")
-            with context.Pool(min(config.workers, len(jobs))) as pool:
-                pending = {
-                    name: pool.apply_async(_train_and_evaluate, (name, run_config, str(out_dir), config.n_sequences))
-                    for name, run_config in jobs
-                }
-                while pending:
-                    time.sleep(0.5)
-                    for name in [n for n, r in pending.items() if r.ready()]:
-                        by_name[name] = pending.pop(name).get()
-                        bar.update(1)
-                    running = [f"{n}@{_last_step(out_dir / n)}" for n in pending if (out_dir / n / "metrics.jsonl").exists()]
-                    bar.set_postfix_str(", ".join(running[: config.workers]), refresh=True)
-    finally:
-        bar.close()
+    by_name = run_jobs(jobs, out_dir, config.workers, config.n_sequences, progress)
     models = [by_name[name] for name, _ in sorted(jobs, key=_job_order)]
     one_layer_softmax = [out_dir / m.name for m in models if (m.layers, m.heads, m.attention) == (1, 1, "softmax")]
     if one_layer_softmax:
@@ -301,11 +193,6 @@ def reproduce(
     return summary
 
 
-def _last_step(run_dir: Path) -> int:
-    records = read_metrics(run_dir)
-    return records[-1]["step"] if records else 0
-
-
 def _job_order(job: tuple[str, RunConfig]) -> tuple:
     model = job[1].model
     return (model.n_layers, model.n_heads, PAPER_ATTENTIONS.index(model.attention) if model.attention in PAPER_ATTENTIONS else 9, job[1].train.seed)
@@ -321,12 +208,6 @@ def overview_rows(models: list[ModelSummary]) -> list[list[str]]:
             "-" if m.paper_sink_heads is None else f"{m.paper_sink_heads}/{m.layers * m.heads}",
         ])
     return rows
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def summary_markdown(summary: ReproduceSummary) -> str:

@@ -1,0 +1,162 @@
+"""Running many toy trainings as one experiment: the shared machinery of
+``sinkscope toy reproduce`` and ``sinkscope toy sweep``.
+
+Each job trains one model into its own run directory (resumable) and evaluates it the
+way the paper's figures do. Jobs run in parallel worker processes with one thread
+each: the models are tiny, so more processes beat more threads per process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from interp.atomic_io import atomic_write_json, read_json
+from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
+from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
+from toy.run_dir import RunConfig, read_metrics
+from toy.train import train
+
+
+@dataclass
+class ModelSummary:
+    """One trained and evaluated model of an experiment (a row of ``summary.json``)."""
+
+    name: str
+    layers: int
+    heads: int
+    attention: str
+    seed: int
+    converged: bool
+    status: str
+    steps: int
+    wall_seconds: float
+    linf_error: float
+    heldout_linf_error: float
+    heldout_mse: float
+    n_sink_heads: int
+    heads_table: list[HeadRow]
+    default_state_test: ToyDefaultState | None
+    paper: str
+    paper_sink_heads: int | None
+    figures: list[str]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelSummary":
+        state = data["default_state_test"]
+        return cls(**{
+            **data,
+            "heads_table": [HeadRow(**row) for row in data["heads_table"]],
+            "default_state_test": None if state is None else ToyDefaultState.from_dict(state),
+        })
+
+
+def train_and_evaluate(name: str, config: RunConfig, out_dir: str, n_sequences: int) -> ModelSummary:
+    """Train (or resume) ``out_dir/name`` and evaluate it; runs inside a worker process."""
+    torch.set_num_threads(1)
+    run_dir = Path(out_dir) / name
+    result = train(config, run_dir, resume=True, progress=False)
+    evaluation = evaluate_run(run_dir, n_sequences)
+    key = (config.model.attention, config.model.n_layers, config.model.n_heads)
+    return ModelSummary(
+        name=name,
+        layers=config.model.n_layers,
+        heads=config.model.n_heads,
+        attention=config.model.attention,
+        seed=config.train.seed,
+        converged=result.converged,
+        status=result.status,
+        steps=result.steps,
+        wall_seconds=round(result.wall_seconds, 2),
+        linf_error=result.linf_error,
+        heldout_linf_error=evaluation.heldout_linf_error,
+        heldout_mse=evaluation.heldout_mse,
+        n_sink_heads=len(evaluation.sink_heads),
+        heads_table=evaluation.heads_table,
+        default_state_test=evaluation.default_state_test,
+        paper=paper_reference(*key),
+        paper_sink_heads=PAPER_SINK_HEADS.get(key),
+        figures=[f"{name}/{figure}" for figure in evaluation.figures],
+    )
+
+
+def run_jobs(
+    jobs: list[tuple[str, RunConfig]],
+    out_dir: Path,
+    workers: int,
+    n_sequences: int,
+    progress: bool = True,
+) -> dict[str, ModelSummary]:
+    """Train and evaluate every ``(run name, config)`` job; ``workers`` processes (1: in
+    this process). Pass the costliest jobs first so the workers finish together."""
+    by_name: dict[str, ModelSummary] = {}
+    bar = tqdm(total=len(jobs), desc="models", disable=not progress)
+    try:
+        if workers == 1:
+            for name, run_config in jobs:
+                by_name[name] = train_and_evaluate(name, run_config, str(out_dir), n_sequences)
+                bar.update(1)
+            return by_name
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(min(workers, len(jobs))) as pool:
+            pending = {
+                name: pool.apply_async(train_and_evaluate, (name, run_config, str(out_dir), n_sequences))
+                for name, run_config in jobs
+            }
+            while pending:
+                time.sleep(0.5)
+                for name in [n for n, r in pending.items() if r.ready()]:
+                    by_name[name] = pending.pop(name).get()
+                    bar.update(1)
+                running = [f"{n}@{_last_step(out_dir / n)}" for n in pending if (out_dir / n / "metrics.jsonl").exists()]
+                bar.set_postfix_str(", ".join(running[:workers]), refresh=True)
+    finally:
+        bar.close()
+    return by_name
+
+
+def _last_step(run_dir: Path) -> int:
+    records = read_metrics(run_dir)
+    return records[-1]["step"] if records else 0
+
+
+def prepare_experiment_dir(
+    out_dir: str | os.PathLike,
+    marker_file: str,
+    settings: dict[str, Any],
+    what: str,
+    overwrite: bool,
+) -> None:
+    """Make ``out_dir`` ready: resume when its ``marker_file`` holds the same settings,
+    refuse other contents unless ``overwrite`` (then start afresh)."""
+    out_dir = Path(out_dir)
+    marker = out_dir / marker_file
+    if marker.exists() and not overwrite:
+        if read_json(marker) != settings:
+            raise FileExistsError(
+                f"{out_dir} holds {what} with different settings; use another --out or pass --overwrite"
+            )
+        return  # same settings: resume
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{out_dir} exists and is not empty; use another --out or pass --overwrite")
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(marker, settings)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
