@@ -44,6 +44,12 @@ TOY_PATCH_EXAMPLES = """examples:
   sinkscope toy patch runs/softmax-1x1 --out patches/softmax-1x1 --inputs 128 --json
 """
 
+TOY_SWEEP_EXAMPLES = """examples:
+  sinkscope toy sweep --out sinkscope-out/sweep      # seq_len 8,16,32 x d_model 8,16,32, softmax+relu, 3 seeds
+  sinkscope toy sweep --layers 1,2 --heads 1,2 --seq-len 16 --d-model 16 --seeds 5 --out sinkscope-out/sweep-arch
+  sinkscope toy sweep --attention softmax,relu,relu_prefix,sigmoid --seq-len 16 --d-model 16 --out sinkscope-out/kinds
+"""
+
 TOY_TRADEOFF_EXAMPLES = """examples:
   sinkscope toy tradeoff --out sinkscope-out/tradeoff
   sinkscope toy tradeoff --run sinkscope-out/toy/softmax-1x1-seed0 --out sinkscope-out/tradeoff
@@ -88,6 +94,17 @@ exit codes: 0 ok, 1 run failed, 2 bad usage or input (one line naming the fix)
 def _add_common_output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 8,16,32, got {text!r}") from None
+
+
+def _str_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,6 +174,23 @@ def build_parser() -> argparse.ArgumentParser:
     patch.add_argument("--inputs", type=int, default=256, help="paired inputs (default 256)")
     patch.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
     _add_common_output(patch)
+
+    sweep = toy_commands.add_parser(
+        "sweep", help="the trigger task over a grid of seq_len, d_model, heads, layers and attention kinds",
+        epilog=TOY_SWEEP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sweep.add_argument("--out", required=True, help="output directory (re-running resumes it)")
+    sweep.add_argument("--seq-len", type=_int_list, default=(8, 16, 32), help="comma-separated (default 8,16,32)")
+    sweep.add_argument("--d-model", type=_int_list, default=(8, 16, 32), help="comma-separated (default 8,16,32)")
+    sweep.add_argument("--heads", type=_int_list, default=(1,), help="comma-separated (default 1)")
+    sweep.add_argument("--layers", type=_int_list, default=(1,), help="comma-separated (default 1)")
+    sweep.add_argument("--attention", type=_str_list, default=("softmax", "relu"), help="comma-separated (default softmax,relu)")
+    sweep.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
+    sweep.add_argument("--max-steps", type=int, default=20_000, help="step cap per model (default 20,000)")
+    sweep.add_argument("--sequences", type=int, default=500, help="test sequences per model (default 500)")
+    sweep.add_argument("--workers", type=int, default=2, help="parallel training processes (default 2)")
+    sweep.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
+    _add_common_output(sweep)
 
     tradeoff = toy_commands.add_parser(
         "tradeoff", help="Theorem 1 made visible: off-trigger BOS mass vs default-position error",
@@ -310,6 +344,27 @@ def _toy_patch(args: argparse.Namespace) -> dict:
     return result.to_dict()
 
 
+def _toy_sweep(args: argparse.Namespace) -> dict:
+    from toy.experiment import markdown_table
+    from toy.sweep import SweepConfig, sweep
+
+    config = SweepConfig(
+        seq_lens=args.seq_len, d_models=args.d_model, heads=args.heads, layers=args.layers,
+        attentions=args.attention, seeds=args.seeds, max_steps=args.max_steps,
+        n_sequences=args.sequences, workers=args.workers,
+    )
+    result = sweep(config, args.out, overwrite=args.overwrite, progress=not args.no_progress)
+    if not args.json:
+        print(markdown_table(
+            ["configuration", "converged", "mean steps", "sink fraction", "seeds with a sink"],
+            [[r.label, f"{r.converged}/{r.seeds}", f"{r.mean_steps:.0f}", f"{r.sink_fraction:.2f}",
+              f"{r.seeds_with_sink}/{r.seeds}"] for r in result.rows],
+        ))
+        print(f"wrote {Path(args.out) / 'summary.md'}, {Path(args.out) / 'summary.json'} and plots "
+              f"({result.wall_seconds:.0f} s)")
+    return result.to_dict()
+
+
 def _toy_tradeoff(args: argparse.Namespace) -> dict:
     from toy.probe_run import refuse_existing
     from toy.tradeoff import write_tradeoff
@@ -425,6 +480,7 @@ HANDLERS = {
     ("toy", "reproduce"): _toy_reproduce,
     ("toy", "probe"): _toy_probe,
     ("toy", "patch"): _toy_patch,
+    ("toy", "sweep"): _toy_sweep,
     ("toy", "tradeoff"): _toy_tradeoff,
     ("report", None): _report,
 }
