@@ -28,6 +28,7 @@ from toy.probe_run import probe_run
 from toy.reproduce import ReproduceConfig, reproduce
 from toy.patching import patch_run
 from toy.run_dir import RunConfig, TrainConfig
+from toy.sweep import SweepConfig, sweep
 from toy.task import TaskConfig
 from toy.tradeoff import write_tradeoff
 from toy.train import train
@@ -68,6 +69,10 @@ def result_dirs(tmp_path_factory) -> dict[str, Path]:
     dirs["toy tradeoff"] = root / "tradeoff"
     patch_run(run, run / "patch", n_inputs=32)
     dirs["toy patch"] = run / "patch"
+    grid = SweepConfig(seq_lens=(6, 8), d_models=(6, 8), attentions=("softmax",), seeds=1, max_steps=300,
+                       n_sequences=50, workers=1)
+    sweep(grid, xss_dir(root, "-sweep"), progress=False)
+    dirs["toy sweep"] = xss_dir(root, "-sweep")
     # audits: tiny causal models with a planted sink, prompts from a file named with the XSS string
     prompts = xss_dir(root, ".txt")
     prompts.parent.mkdir(parents=True, exist_ok=True)

@@ -47,6 +47,7 @@ from toy.patching import HEADS_FIGURE, HEADS_FILE, PATCHING_FILE, POSITIONS_FIGU
 from toy.experiment import ModelSummary
 from toy.reproduce import REPRODUCE_FILE, ReproduceSummary
 from toy.run_dir import CONFIG_FILE, RunConfig, read_config
+from toy.sweep import SWEEP_FILE, SweepResult
 from toy.tradeoff import (
     CONSTRUCTION_SERIES,
     RELU_SERIES,
@@ -388,9 +389,52 @@ def tradeoff_report(source: Path, figure_dir: Path) -> ReportDocument:
     )
 
 
+def _sweep_findings(result: SweepResult) -> list[str]:
+    config = result.config
+    findings = [f"{len(result.rows)} configurations x {config.seeds} seeds ({len(result.models)} models), "
+                f"up to {config.max_steps} steps each."]
+    for attention in config.attentions:
+        rows = [r for r in result.rows if r.attention == attention]
+        heads = sum(r.seeds * r.layers * r.heads for r in rows)
+        sinks = sum(r.sink_fraction * r.seeds * r.layers * r.heads for r in rows)
+        with_sink = sum(r.seeds_with_sink for r in rows)
+        converged = sum(r.converged for r in rows)
+        seeds = sum(r.seeds for r in rows)
+        findings.append(
+            f"{attention}: {round(sinks)} of {heads} heads sink ({sinks / heads:.0%}); {with_sink} of {seeds} "
+            f"models have at least one sink head; {converged} of {seeds} converged."
+        )
+    return findings
+
+
+def sweep_report(source: Path, figure_dir: Path) -> ReportDocument:
+    result = SweepResult.from_dict(read_json(source / SUMMARY_FILE))
+    table = Table(
+        "Configurations (aggregated over seeds)",
+        (Column("attention"), Column("layers", numeric=True), Column("heads", numeric=True),
+         Column("d_model", numeric=True), Column("seq_len", numeric=True), Column("converged", numeric=True),
+         Column("mean steps", ".0f", True), Column("sink fraction", ".2f", True),
+         Column("seeds with a sink", numeric=True), Column("mean anchor_mass_default", ".3f", True)),
+        tuple((r.attention, r.layers, r.heads, r.d_model, r.seq_len, r.converged, r.mean_steps, r.sink_fraction,
+               r.seeds_with_sink, r.mean_anchor_mass_default) for r in result.rows),
+        note="sink fraction: share of all heads over seeds with anchor_mass_default >= 0.9",
+    )
+    figures = _existing_figures([(source / name, name.removesuffix(".png").replace("_", " ")) for name in result.figures])
+    return ReportDocument(
+        title="Toy sweep: how often do heads sink?",
+        subtitle=f"sinkscope toy sweep · {source}",
+        findings=tuple(_sweep_findings(result)),
+        sections=(
+            Section("Results", (table, *figures)),
+            Section("Configuration", (config_block("Sweep", result.config), provenance_block(read_provenance(source)))),
+        ),
+    )
+
+
 REPORT_KINDS: tuple[ReportKind, ...] = (
     ReportKind("toy reproduction", (SUMMARY_FILE, REPRODUCE_FILE), reproduction_report),
     ReportKind("toy probe", (PROBE_FILE, DEFAULT_STATE_FILE), probe_report),
     ReportKind("toy patch", (PATCHING_FILE, HEADS_FILE, POSITIONS_FILE), patch_report),
     ReportKind("toy tradeoff", (TRADEOFF_FILE,), tradeoff_report),
+    ReportKind("toy sweep", (SUMMARY_FILE, SWEEP_FILE), sweep_report),
 )

@@ -118,6 +118,18 @@ class SweepResult:
     wall_seconds: float
     figures: list[str] = field(default_factory=list)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "SweepResult":
+        """Read back ``summary.json``."""
+        config = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
+        return cls(
+            config=SweepConfig(**config),
+            rows=[SweepRow(**row) for row in data["rows"]],
+            models=[ModelSummary.from_dict(model) for model in data["models"]],
+            wall_seconds=data["wall_seconds"],
+            figures=list(data["figures"]),
+        )
+
     def to_dict(self) -> dict:
         return {
             "config": self.config.to_dict(),
