@@ -67,6 +67,32 @@ class ComparisonRow:
             "evict_anchor_loss_delta": self.evict_anchor_loss_delta,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ComparisonRow":
+        """Read back a row of ``comparison.json`` (a stored NaN, written as null, reads as NaN)."""
+        def number(value: float | None) -> float:
+            return float("nan") if value is None else float(value)
+
+        def optional(value: float | None) -> float | None:
+            return None if value is None else float(value)
+
+        return cls(
+            label=str(data["label"]),
+            model=str(data["model"]),
+            revision=data["revision"],
+            directory=data["directory"],
+            n_layers=int(data["n_layers"]),
+            n_heads=int(data["n_heads"]),
+            n_params=int(data["n_params"]),
+            n_sink_heads=int(data["n_sink_heads"]),
+            sink_rate={str(eps): number(value) for eps, value in data["sink_rate"].items()},
+            mean_anchor_mass=number(data["mean_anchor_mass"]),
+            layer_anchor_mass=tuple(number(value) for value in data["layer_anchor_mass"]),
+            base_loss=optional(data["base_loss"]),
+            all_sink_heads_loss_delta=optional(data["all_sink_heads_loss_delta"]),
+            evict_anchor_loss_delta=optional(data["evict_anchor_loss_delta"]),
+        )
+
 
 @dataclass(frozen=True)
 class Comparison:

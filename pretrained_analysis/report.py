@@ -38,7 +38,7 @@ from probes.report_sections import (
     value_share_phrase,
 )
 from pretrained_analysis.audit import AUDIT_FILE, EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, AuditConfig
-from pretrained_analysis.compare import COMPARISON_JSON
+from pretrained_analysis.compare import COMPARISON_JSON, ComparisonRow
 from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
 from pretrained_analysis.compare import SINK_RATE_FIGURE
 from pretrained_analysis.loading import ModelInfo
@@ -120,53 +120,13 @@ def read_audit(directory: Path) -> AuditRecord:
 
 
 @dataclass(frozen=True)
-class ComparisonRecordRow:
-    """One row of ``comparison.json``; sink_rates: ``(eps, percent)`` pairs; the loss
-    fields are NaN without ablations."""
-
-    label: str
-    model: str
-    revision: str | None
-    directory: str | None
-    n_layers: int
-    n_heads: int
-    n_params: int
-    n_sink_heads: int
-    sink_rates: tuple[tuple[float, float], ...]
-    mean_anchor_mass: float
-    layer_anchor_mass: tuple[float, ...]
-    base_loss: float
-    all_sink_heads_loss_delta: float
-    evict_anchor_loss_delta: float
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ComparisonRecordRow":
-        return cls(
-            label=str(data["label"]),
-            model=str(data["model"]),
-            revision=data["revision"],
-            directory=data["directory"],
-            n_layers=int(data["n_layers"]),
-            n_heads=int(data["n_heads"]),
-            n_params=int(data["n_params"]),
-            n_sink_heads=int(data["n_sink_heads"]),
-            sink_rates=tuple((float(eps), _number(value)) for eps, value in data["sink_rate"].items()),
-            mean_anchor_mass=_number(data["mean_anchor_mass"]),
-            layer_anchor_mass=tuple(_number(value) for value in data["layer_anchor_mass"]),
-            base_loss=_number(data["base_loss"]),
-            all_sink_heads_loss_delta=_number(data["all_sink_heads_loss_delta"]),
-            evict_anchor_loss_delta=_number(data["evict_anchor_loss_delta"]),
-        )
-
-
-@dataclass(frozen=True)
 class ComparisonRecord:
     """``comparison.json`` read back."""
 
     prompts: PromptSpec
     prompt_location: str
     sink_head_rule: str
-    rows: tuple[ComparisonRecordRow, ...]
+    rows: tuple[ComparisonRow, ...]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ComparisonRecord":
@@ -176,7 +136,7 @@ class ComparisonRecord:
             prompts=PromptSpec.from_dict(prompts),
             prompt_location=location,
             sink_head_rule=str(data["sink_head_rule"]),
-            rows=tuple(ComparisonRecordRow.from_dict(row) for row in data["rows"]),
+            rows=tuple(ComparisonRow.from_dict(row) for row in data["rows"]),
         )
 
 
@@ -309,29 +269,29 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
 def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
     record = read_comparison(source)
     rows = record.rows
-    epsilons = [eps for eps, _ in rows[0].sink_rates] if rows else []
+    epsilons = list(rows[0].sink_rate) if rows else []
     findings = [f"{len(rows)} audits on the same prompts ({record.prompts.n_prompts} from {record.prompt_location}, "
                 f"{'BOS prepended' if record.prompts.prepend_bos else 'no BOS'}); sink heads: {record.sink_head_rule}."]
-    for index, eps in enumerate(epsilons):
-        ranked = sorted(rows, key=lambda row: row.sink_rates[index][1])
-        low, high = ranked[0].sink_rates[index][1], ranked[-1].sink_rates[index][1]
-        findings.append(f"Sink rate at eps {eps:g} is {percent(low)} for every model." if percent(low) == percent(high)
-                        else f"Sink rate at eps {eps:g} ranges from {percent(low)} ({ranked[0].label}) to "
+    for eps in epsilons:
+        ranked = sorted(rows, key=lambda row: row.sink_rate[eps])
+        low, high = ranked[0].sink_rate[eps], ranked[-1].sink_rate[eps]
+        findings.append(f"Sink rate at eps {eps} is {percent(low)} for every model." if percent(low) == percent(high)
+                        else f"Sink rate at eps {eps} ranges from {percent(low)} ({ranked[0].label}) to "
                              f"{percent(high)} ({ranked[-1].label}).")
     most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))
     findings.append(f"Most sink heads: {most.label} with {most.n_sink_heads} of {most.n_layers * most.n_heads}.")
-    ablated = [row for row in rows if not math.isnan(row.all_sink_heads_loss_delta)]
+    ablated = [row for row in rows if row.all_sink_heads_loss_delta is not None]
     for row in ablated:
         findings.append(f"{row.label}: removing all sinks changes the {LOSS} by {row.all_sink_heads_loss_delta:+.4f}, "
                         f"evicting the anchor by {row.evict_anchor_loss_delta:+.4f} (from {row.base_loss:.3f}).")
     columns = [Column("model"), Column("revision"), Column("layers", numeric=True), Column("heads", numeric=True),
                Column("parameters", ",d", numeric=True),
-               *[Column(f"sink rate eps={eps:g} (%)", ".1f", numeric=True) for eps in epsilons],
+               *[Column(f"sink rate eps={eps} (%)", ".1f", numeric=True) for eps in epsilons],
                Column("sink heads", numeric=True), Column("mean anchor mass", ".3f", numeric=True),
                Column(LOSS, ".3f", numeric=True), Column("loss change: all sinks removed", "+.4f", numeric=True),
                Column("loss change: anchor evicted", "+.4f", numeric=True), Column("audit directory")]
     table_rows = tuple(
-        (row.label, row.revision, row.n_layers, row.n_heads, row.n_params, *[value for _, value in row.sink_rates],
+        (row.label, row.revision, row.n_layers, row.n_heads, row.n_params, *[row.sink_rate[eps] for eps in epsilons],
          row.n_sink_heads, row.mean_anchor_mass, row.base_loss, row.all_sink_heads_loss_delta,
          row.evict_anchor_loss_delta, row.directory)
         for row in rows
