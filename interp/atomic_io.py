@@ -12,9 +12,19 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` if the block succeeds."""
+    """Yield a temporary path beside ``path``; rename it onto ``path`` if the block succeeds.
+
+    The result gets the permissions of a file opened normally (0666 less the umask), not
+    mkstemp's private 0600: results are meant to be read by others.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -22,6 +32,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        tmp.chmod(0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -53,6 +64,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        tmp.chmod(0o777 & ~_umask())  # as a normal mkdir, not mkdtemp's private 0700
         if path.exists():
             trash = path.with_name(f".{path.name}.old")
             shutil.rmtree(trash, ignore_errors=True)

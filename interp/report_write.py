@@ -76,7 +76,6 @@ def write_report(
         out_dir.mkdir(parents=True, exist_ok=True)
         if generated:
             with atomic_directory(out_dir / FIGURE_DIR) as figure_dir:
-                figure_dir.chmod(0o755)  # mkdtemp's 0700 would hide the figures from other readers
                 for path in generated:
                     shutil.copyfile(path, figure_dir / path.name)
         elif (out_dir / FIGURE_DIR).exists():
@@ -84,6 +83,5 @@ def write_report(
     for name, text in ((REPORT_MD, markdown), (REPORT_HTML, page)):  # HTML last: its presence means complete
         with atomic_path(out_dir / name) as tmp:
             tmp.write_text(text, encoding="utf-8")
-            tmp.chmod(0o644)  # a page to share: readable like any file, not mkstemp's 0600
     figures = tuple(out_dir / FIGURE_DIR / path.name for path in generated)
     return document, ReportFiles(out_dir / REPORT_HTML, out_dir / REPORT_MD, figures)

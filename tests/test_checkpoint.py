@@ -172,3 +172,20 @@ def test_load_model_without_weights(tmp_path):
 def test_bad_train_config(bad):
     with pytest.raises(ValueError, match="must be"):
         TrainConfig(**bad)
+
+
+def test_atomic_outputs_are_readable_like_normal_files(tmp_path):
+    """Results are shared: not mkstemp's private 0600 / mkdtemp's 0700."""
+    import os
+
+    from interp.atomic_io import atomic_directory, atomic_write_text
+
+    mask = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "a.txt", "x")
+        with atomic_directory(tmp_path / "d") as directory:
+            (directory / "f").write_text("y")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
