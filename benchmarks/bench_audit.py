@@ -1,16 +1,20 @@
-"""Audit throughput and memory on a GPT-2-small-shaped model against a bare forward pass.
+"""Audit throughput and memory on a GPT-2-small- or Pythia-160m-shaped model against a bare forward pass.
 
-    python benchmarks/bench_audit.py [--prompts N] [--tokens T] [--batch-size B] [--repeats R] [--json PATH]
+    python benchmarks/bench_audit.py [--shape gpt2-small|pythia-160m] [--prompts N] [--tokens T]
+                                     [--batch-size B] [--repeats R] [--json PATH]
 
-The model: ``GPT2Config()`` defaults (12 layers, 12 heads, d_model 768, vocabulary 50,257,
-124M parameters) with ``n_ctx`` set explicitly, random weights (seed 0), saved to a
+The model (``SHAPES``): ``gpt2-small`` is ``GPT2Config()``'s defaults (12 layers, 12 heads,
+d_model 768, vocabulary 50,257, 124M parameters) with ``n_ctx`` set explicitly;
+``pythia-160m`` is a ``GPTNeoXConfig`` with pythia-160m's sizes (hidden 768, 12 layers,
+12 heads, intermediate 3072, rotary on a quarter of each head, vocabulary 50,304, 2,048
+positions, untied unembedding, 162M parameters). Random weights (seed 0), saved to a
 temporary directory with the tests' byte-level tokenizer and loaded as ``sinkscope audit``
 loads it (``pretrained_analysis.loading.load_model``: ``TransformerBridge``, raw weights).
 The prompts: N random-token prompts of T tokens, BOS first (default 16 x 64, batches of 16).
 
 Four ways to run the same prompts, one CPU thread, all under ``torch.no_grad``, the order
 rotating between repeats, each figure the median over the repeats:
-- ``bare hf``: the plain Hugging Face ``GPT2LMHeadModel`` forward (eager attention);
+- ``bare hf``: the plain Hugging Face model's forward (``AutoModelForCausalLM``, eager attention);
 - ``bare bridge``: the bridge's forward, no hooks: the bare forward of the audited model;
 - ``audit``: ``pretrained_analysis.audit.audit`` without figures (``n_examples=0``):
   tokenizing, every probe metric (values and residual statistics included), batch by batch;
@@ -24,7 +28,7 @@ process that loads the model, runs once to warm up, resets the kernel's peak-RSS
 (``VmHWM``); the figure is that peak minus the resident set before the run. RSS, because
 torch's CPU allocator is invisible to ``tracemalloc``; ``MALLOC_MMAP_THRESHOLD_`` makes
 glibc return freed large buffers at once so earlier runs cannot hide allocations.
-Targets: audit <= 1.5 x bare bridge time; audit peak a fraction of the full cache's.
+Targets (issue 6): audit <= 1.3 x bare bridge time; audit peak <= 0.25 x the full cache's.
 """
 
 from __future__ import annotations
@@ -69,11 +73,13 @@ class Setup:
 
 @dataclass(frozen=True)
 class ModeResult:
+    """One way's figures; times are None for a way that was not timed."""
+
     mode: str
-    median_s: float
-    tokens_per_s: float
-    ratio_to_bare_bridge: float
-    ratio_to_bare_hf: float
+    median_s: float | None
+    tokens_per_s: float | None
+    ratio_to_bare_bridge: float | None
+    ratio_to_bare_hf: float | None
     runs_s: tuple[float, ...]
     peak_rss_increase_mib: float | None
 
@@ -86,15 +92,31 @@ class Harness:
     hf_model: Any | None
 
 
-def build_model(directory: str) -> int:
-    """Save a random GPT-2-small-shaped model and a tokenizer; returns its parameter count."""
+SHAPES: dict[str, str] = {
+    "gpt2-small": "GPT-2-small shape (GPT2Config defaults)",
+    "pythia-160m": "Pythia-160m shape (GPTNeoXConfig)",
+}
+
+
+def build_model(directory: str, shape: str = "gpt2-small") -> int:
+    """Save a random model of ``shape`` (see ``SHAPES``) and a tokenizer; returns its parameter count."""
     from tiny_models import train_byte_level_tokenizer
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM
 
     tokenizer = train_byte_level_tokenizer()
-    config = GPT2Config(n_ctx=1024, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    if shape == "gpt2-small":
+        config, model_class = GPT2Config(n_ctx=1024, **special), GPT2LMHeadModel
+    elif shape == "pythia-160m":
+        config = GPTNeoXConfig(
+            vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+            rotary_pct=0.25, max_position_embeddings=2048, tie_word_embeddings=False, **special,
+        )
+        model_class = GPTNeoXForCausalLM
+    else:
+        raise ValueError(f"unknown shape {shape!r}; choose one of {', '.join(SHAPES)}")
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(config).eval()
+    model = model_class(config).eval()
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return sum(p.numel() for p in model.parameters())
@@ -105,9 +127,9 @@ def harness(setup: Setup, mode: str | None) -> Harness:
     prompt_set = load_prompt_set(PromptSpec(source="random", n_prompts=setup.prompts, max_len=setup.tokens))
     hf_model = None
     if mode in (None, "bare hf"):
-        from transformers import GPT2LMHeadModel
+        from transformers import AutoModelForCausalLM
 
-        hf_model = GPT2LMHeadModel.from_pretrained(setup.model_dir, attn_implementation="eager").eval()
+        hf_model = AutoModelForCausalLM.from_pretrained(setup.model_dir, attn_implementation="eager").eval()
     return Harness(loaded, prompt_set, tokenize_prompts(prompt_set, loaded), hf_model)
 
 
@@ -158,56 +180,87 @@ def measure_memory(setup: Setup, mode: str) -> float | None:
         return pool.submit(peak_rss_increase, setup, mode).result()
 
 
-def bench(setup: Setup, repeats: int) -> tuple[list[ModeResult], float]:
-    h = harness(setup, None)
-    runs = {mode: runner(h, mode, setup.batch_size) for mode in MODES}
+def time_modes(h: Harness, setup: Setup, repeats: int, modes: tuple[str, ...] = MODES) -> dict[str, list[float]]:
+    """Seconds per run of each of ``modes``, after one warm-up run each, the order rotating between repeats."""
+    runs = {mode: runner(h, mode, setup.batch_size) for mode in modes}
     for run in runs.values():
         run()
-    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
     for repeat in range(repeats):
-        shift = repeat % len(MODES)
-        for mode in MODES[shift:] + MODES[:shift]:
+        shift = repeat % len(modes)
+        for mode in modes[shift:] + modes[:shift]:
             started = time.perf_counter()
             runs[mode]()
             times[mode].append(time.perf_counter() - started)
+    return times
+
+
+def time_write(h: Harness, setup: Setup) -> float:
+    """Seconds of one ``write_audit`` (JSON, CSV, figures, two example heatmaps)."""
     with tempfile.TemporaryDirectory(prefix="bench_audit_out_") as out:
         result = audit(h.loaded, h.prompt_set, AuditConfig(batch_size=setup.batch_size), progress=False)
         started = time.perf_counter()
         write_audit(result, out)
-        write_seconds = time.perf_counter() - started
+        return time.perf_counter() - started
+
+
+def bench(
+    setup: Setup,
+    repeats: int,
+    memory_modes: tuple[str, ...] = MODES,
+    with_write: bool = True,
+    h: Harness | None = None,
+    timed_modes: tuple[str, ...] = MODES,
+) -> tuple[list[ModeResult], float | None]:
+    """Time ``timed_modes`` (medians over ``repeats``; ``bare bridge`` always), measure the
+    peak memory of ``memory_modes`` (each in a fresh process) and, with ``with_write``, time
+    ``write_audit`` once."""
+    h = harness(setup, None) if h is None else h
+    timed = tuple(mode for mode in MODES if mode in timed_modes or mode == "bare bridge")
+    times = time_modes(h, setup, repeats, timed)
+    write_seconds = time_write(h, setup) if with_write else None
     n_tokens = int(h.tokenized.attention_mask.sum())
     medians = {mode: statistics.median(values) for mode, values in times.items()}
-    results = [
-        ModeResult(
+    hf = medians.get("bare hf")
+
+    def result(mode: str) -> ModeResult:
+        peak = measure_memory(setup, mode) if mode in memory_modes else None
+        if mode not in medians:
+            return ModeResult(mode, None, None, None, None, (), peak)
+        median = medians[mode]
+        return ModeResult(
             mode=mode,
-            median_s=medians[mode],
-            tokens_per_s=n_tokens / medians[mode],
-            ratio_to_bare_bridge=medians[mode] / medians["bare bridge"],
-            ratio_to_bare_hf=medians[mode] / medians["bare hf"],
+            median_s=median,
+            tokens_per_s=n_tokens / median,
+            ratio_to_bare_bridge=median / medians["bare bridge"],
+            ratio_to_bare_hf=None if hf is None else median / hf,
             runs_s=tuple(times[mode]),
-            peak_rss_increase_mib=measure_memory(setup, mode),
+            peak_rss_increase_mib=peak,
         )
-        for mode in MODES
-    ]
-    return results, write_seconds
+
+    return [result(mode) for mode in MODES], write_seconds
 
 
 def format_table(results: list[ModeResult]) -> str:
     header = f"{'way':<12} {'median s':>9} {'tokens/s':>9} {'x bridge':>9} {'x hf':>6} {'peak +MiB':>10} {'of cache':>9}"
     lines = [header, "-" * len(header)]
-    cache = next(r.peak_rss_increase_mib for r in results if r.mode == "full cache")
+    cache = next(r.peak_rss_increase_mib for r in results if r.mode == "full cache")  # None: not measured
     for r in results:
         peak = "n/a" if r.peak_rss_increase_mib is None else f"{r.peak_rss_increase_mib:.0f}"
         share = "n/a" if r.peak_rss_increase_mib is None or not cache else f"{r.peak_rss_increase_mib / cache:.2f}"
+        def cell(value: float | None, width: int, digits: int) -> str:
+            return f"{'n/a':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
         lines.append(
-            f"{r.mode:<12} {r.median_s:>9.2f} {r.tokens_per_s:>9.0f} {r.ratio_to_bare_bridge:>9.2f} "
-            f"{r.ratio_to_bare_hf:>6.2f} {peak:>10} {share:>9}"
+            f"{r.mode:<12} {cell(r.median_s, 9, 2)} {cell(r.tokens_per_s, 9, 0)} {cell(r.ratio_to_bare_bridge, 9, 2)} "
+            f"{cell(r.ratio_to_bare_hf, 6, 2)} {peak:>10} {share:>9}"
         )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="gpt2-small", help="model shape (default gpt2-small)")
     parser.add_argument("--prompts", type=int, default=16, help="random-token prompts (default 16)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per prompt, BOS included (default 64)")
     parser.add_argument("--batch-size", type=int, default=16, help="prompts per forward pass (default 16)")
@@ -218,11 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--prompts, --batch-size and --repeats must be >= 1 and --tokens in 2..1024")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="bench_audit_gpt2_") as model_dir:
-        n_params = build_model(model_dir)
+        n_params = build_model(model_dir, args.shape)
         setup = Setup(model_dir, args.prompts, args.tokens, args.batch_size)
         results, write_seconds = bench(setup, args.repeats)
     print(
-        f"audit vs bare forward: GPT-2-small shape ({n_params / 1e6:.0f}M parameters, random weights), "
+        f"audit vs bare forward: {SHAPES[args.shape]} ({n_params / 1e6:.0f}M parameters, random weights), "
         f"{args.prompts} prompts x {args.tokens} tokens, batches of {args.batch_size}, {args.repeats} repeats, "
         f"1 thread, torch {torch.__version__}"
     )
@@ -236,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__,
             "python": platform.python_version(),
             "threads": torch.get_num_threads(),
+            "shape": args.shape,
             "n_params": n_params,
             "prompts": args.prompts,
             "tokens": args.tokens,
