@@ -282,7 +282,17 @@ class HookedModel:
         return parameter.device if parameter is not None else torch.device("cpu")
 
     def _bridge_pattern_writable(self) -> bool:
-        """Whether an edit at ``blocks.0.attn.hook_pattern`` changes the bridge's output."""
+        """Whether an edit at ``blocks.0.attn.hook_pattern`` changes the bridge's output.
+
+        Decided once per bridge (two tiny forwards that still read every weight) and
+        remembered on the bridge, since adapters are built per call."""
+        cached = getattr(self.model, "_sinkscope_pattern_writable", None)
+        if cached is None:
+            cached = self._probe_pattern_writable()
+            self.model._sinkscope_pattern_writable = cached
+        return cached
+
+    def _probe_pattern_writable(self) -> bool:
         tokenizer = self.model.tokenizer
         token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
         tokens = torch.full((1, 2), int(token if token is not None else 0), device=self._device())
