@@ -29,7 +29,7 @@ TOY_TRAIN_EXAMPLES = """examples:
 """
 
 TOY_REPRODUCE_EXAMPLES = """examples:
-  sinkscope toy reproduce --quick --out sinkscope-out/toy-quick   # ~3 min on 2 cores
+  sinkscope toy reproduce --quick --out sinkscope-out/toy-quick   # ~4 min on 2 cores
   sinkscope toy reproduce --seeds 1 --out sinkscope-out/toy       # the paper's six models
   sinkscope toy reproduce --seeds 3 --out sinkscope-out/toy3      # three seeds each
 """
