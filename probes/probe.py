@@ -33,6 +33,7 @@ from probes.sink_metrics import (
     anchor_mass_sums,
     is_sink_head,
     massive_activations,
+    head_output_norms,
     projected_value_norms,
     queries_after_anchor,
     row_entropy_sums,
@@ -345,10 +346,10 @@ class _Accumulator:
     def _make_z_hook(self, layer: int):
         def hook(z: torch.Tensor, hook: Any) -> None:
             selected = self._selected.to(z.dtype)
-            # [batch, pos, head, d_model]
-            head_out = torch.einsum("bphd,hdm->bphm", z, self.model.W_O(layer).to(z.dtype))
-            head_norms = head_out.norm(dim=-1)
-            layer_out = head_out.sum(dim=2)
+            W_O = self.model.W_O(layer).to(z.dtype)  # [head, d_head, d_model]
+            head_norms = head_output_norms(z, W_O)  # [batch, pos, head]
+            # [batch, pos, d_model]: sum_h z_h W_O[h] as one matmul
+            layer_out = z.reshape(*z.shape[:2], -1) @ W_O.reshape(-1, W_O.shape[-1])
             bias = self.model.b_O(layer)
             if bias is not None:
                 layer_out = layer_out + bias.to(z.dtype)

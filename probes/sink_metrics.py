@@ -121,10 +121,23 @@ def sink_rate(alpha: torch.Tensor, eps: float = 0.3) -> float:
     return float((valid > eps).to(torch.float64).mean() * 100.0)
 
 
+def head_output_norms(x: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
+    """||x[b, p, h] W_O[h]|| for every position and head: x ``[batch, pos, head, d_head]``,
+    W_O ``[head, d_head, d_model]`` -> ``[batch, pos, head]``.
+
+    Through each head's Gram matrix W_O[h] W_O[h]^T ``[d_head, d_head]``, so the
+    ``[batch, pos, head, d_model]`` projection is never built (d_model / d_head times
+    less work: 12x on GPT-2 and Pythia-160m).
+    """
+    gram = W_O.to(x.dtype) @ W_O.to(x.dtype).transpose(-1, -2)  # [head, d_head, d_head]
+    squared = (torch.einsum("bphd,hde->bphe", x, gram) * x).sum(dim=-1)
+    return squared.clamp_min(0.0).sqrt()
+
+
 def projected_value_norms(v: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
     """||v_j W_O[h]|| for every key and head: v ``[batch, pos, head, d_head]``,
     W_O ``[head, d_head, d_model]`` -> ``[batch, head, pos]``."""
-    return torch.einsum("bphd,hdm->bhpm", v, W_O.to(v.dtype)).norm(dim=-1)
+    return head_output_norms(v, W_O).transpose(1, 2)
 
 
 def value_weighted_anchor_share_sums(

@@ -92,3 +92,16 @@ def test_bad_arguments_raise_clear_errors():
         is_sink_head(torch.tensor([0.5]), eps=1.5)
     with pytest.raises(ValueError, match="at least one alpha"):
         sink_rate(torch.tensor([float("nan")]))
+
+
+def test_head_output_norms_match_the_explicit_projection():
+    """The Gram-matrix shortcut equals ||x_h W_O[h]|| computed the long way."""
+    from probes.sink_metrics import head_output_norms
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 4, 8, generator=generator, dtype=torch.float64)
+    w_o = torch.randn(4, 8, 32, generator=generator, dtype=torch.float64)
+    explicit = torch.einsum("bphd,hdm->bphm", x, w_o).norm(dim=-1)
+    assert torch.allclose(head_output_norms(x, w_o), explicit, rtol=1e-10)
+    x32, w32 = x.float(), w_o.float()
+    assert torch.allclose(head_output_norms(x32, w32), explicit.float(), rtol=1e-4)
