@@ -7,7 +7,10 @@ Both models run the trainer's inner step (``toy.train``): a fresh batch from
 step with the trainer's settings (betas 0.9/0.95, no weight decay, the paper's lr for the
 architecture). The plain model below has the same parameters (names and shapes) and the
 same operations in the same order, only without ``HookPoint``s, so the ratio measures
-what the hooks cost. Metric logging (``run_with_cache`` every ``log_every`` steps) and
+what the hooks cost. Both run the circuit order of ``interp.attention`` (what training
+runs); a third way, ``per head``, is the hooked model with a no-op hook on every
+``hook_z``, which forces the per-head order (q, k, v, z materialised): the ratio
+``circuits speedup`` = per-head time / circuit time is what the circuit order buys. Metric logging (``run_with_cache`` every ``log_every`` steps) and
 checkpoint I/O are left out: they are not part of the per-step cost being compared.
 
 One CPU thread, both models in one process, the order alternating between repeats;
@@ -17,6 +20,7 @@ each figure is the median over the repeats. Target: hooked/plain >= 0.9.
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import statistics
 import time
@@ -26,7 +30,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from interp.attention_kinds import causal_mask, fixed_row_scale, score_scale, scores_to_pattern
+from interp.attention_kinds import (
+    causal_mask,
+    fixed_row_scale,
+    score_scale,
+    scores_to_pattern,
+)
 from toy.model import ToyModelConfig, ToyTransformer
 from toy.run_dir import TrainConfig
 from toy.task import TaskConfig, sample_batch
@@ -35,12 +44,15 @@ SEED = 0
 
 
 class PlainAttention(nn.Module):
-    """``interp.attention.HookedAttention`` without hook points (same ops, same order)."""
+    """``interp.attention.HookedAttention``'s circuit order (what training runs) without
+    hook points: the same ops in the same order."""
 
     def __init__(self, config: ToyModelConfig) -> None:
         super().__init__()
         d_model, n_heads, d_head = config.d_model, config.n_heads, config.head_width
-        self.attention, self.n_heads, self.d_head, self.d_model = config.attention, n_heads, d_head, d_model
+        if d_head < d_model:
+            raise ValueError("the plain reference covers full-width heads (the circuit order) only")
+        self.attention, self.n_heads, self.d_model = config.attention, n_heads, d_model
         self.scale = score_scale(d_head, config.scale_scores)
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
         self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_head))
@@ -48,27 +60,27 @@ class PlainAttention(nn.Module):
         self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
         self._cache: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor | None]] = {}
 
-    def _project(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        flat = weight.permute(1, 0, 2).reshape(self.d_model, self.n_heads * self.d_head)
-        return (x @ flat).view(*x.shape[:-1], self.n_heads, self.d_head)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n_pos = x.shape[-2]
+        n_batch, n_pos, d_model = x.shape
+        n_heads = self.n_heads
         key = (n_pos, str(x.device))
         if key not in self._cache:
-            self._cache[key] = (~causal_mask(n_pos, n_pos, x.device), fixed_row_scale(self.attention, n_pos, x.device))
-        hidden_mask, row_scale = self._cache[key]
-        q = self._project(x, self.W_Q)
-        k = self._project(x, self.W_K)
-        v = self._project(x, self.W_V)
-        scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1)
+            hidden = ~causal_mask(n_pos, n_pos, x.device)
+            bias = torch.zeros(n_pos, n_pos, device=x.device).masked_fill(hidden, float("-inf")).unsqueeze(1)
+            self._cache[key] = (bias, fixed_row_scale(self.attention, n_pos, x.device))
+        bias, row_scale = self._cache[key]
+        w_qk = (self.W_Q @ self.W_K.transpose(1, 2)).permute(1, 0, 2).reshape(d_model, n_heads * d_model)
         if self.scale != 1.0:
-            scores = scores * self.scale
-        scores = scores.masked_fill(hidden_mask, float("-inf"))
-        pattern = scores_to_pattern(self.attention, scores, row_scale)
-        z = (pattern @ v.transpose(1, 2)).transpose(1, 2)
-        w_o = self.W_O.reshape(self.n_heads * self.d_head, self.d_model)
-        return z.reshape(*z.shape[:-2], self.n_heads * self.d_head) @ w_o
+            w_qk = w_qk * self.scale
+        w_ov = (self.W_V @ self.W_O).permute(1, 0, 2).reshape(d_model, n_heads * d_model)
+        scores = ((x @ w_qk).view(n_batch, n_pos * n_heads, d_model) @ x.transpose(1, 2)).view(
+            n_batch, n_pos, n_heads, n_pos
+        )
+        pattern = scores_to_pattern(self.attention, (scores + bias).transpose(1, 2), row_scale)
+        values = (x @ w_ov).view(n_batch, n_pos, n_heads, d_model).transpose(1, 2).reshape(
+            n_batch, n_heads * n_pos, d_model
+        )
+        return pattern.transpose(1, 2).reshape(n_batch, n_pos, n_heads * n_pos) @ values
 
 
 class PlainBlock(nn.Module):
@@ -156,7 +168,7 @@ def train_steps(model: nn.Module, config: ToyModelConfig, task: TaskConfig, step
         error = model(batch.tokens) - batch.targets
         loss = error.pow(2).mean()
         loss_value, linf_value = float(loss.detach()), float(error.detach().abs().max())
-        if not (loss_value == loss_value and linf_value < float("inf")):
+        if not (math.isfinite(loss_value) and math.isfinite(linf_value)):
             raise RuntimeError("loss became non-finite during the benchmark")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -167,15 +179,20 @@ def train_steps(model: nn.Module, config: ToyModelConfig, task: TaskConfig, step
 def bench_case(case: Case, steps: int, repeats: int, warmup: int) -> dict:
     task = TaskConfig(d_model=case.model.d_model, seq_len=case.model.seq_len)
     max_diff = check_same_math(case.model, task)
-    rates: dict[str, list[float]] = {"hooked": [], "plain": []}
+    kinds = ("hooked", "plain", "per_head")
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
     for repeat in range(repeats):
-        order = ("hooked", "plain") if repeat % 2 == 0 else ("plain", "hooked")
-        for kind in order:
+        for kind in kinds[repeat % 3:] + kinds[: repeat % 3]:  # rotate the order
             hooked, plain = build_pair(case.model)
-            model = hooked if kind == "hooked" else plain
+            model = plain if kind == "plain" else hooked
+            if kind == "per_head":
+                for layer in range(case.model.n_layers):
+                    hooked.add_hook(f"blocks.{layer}.attn.hook_z", lambda z, hook: None)
+                assert not any(block.attn._circuits_apply() for block in hooked.blocks)
             train_steps(model, case.model, task, warmup)
             rates[kind].append(steps / train_steps(model, case.model, task, steps))
     hooked_rate, plain_rate = statistics.median(rates["hooked"]), statistics.median(rates["plain"])
+    per_head_rate = statistics.median(rates["per_head"])
     paired = [h / p for h, p in zip(rates["hooked"], rates["plain"])]
     return {
         "case": case.name,
@@ -187,19 +204,26 @@ def bench_case(case: Case, steps: int, repeats: int, warmup: int) -> dict:
         "plain_steps_per_s": plain_rate,
         "ratio_hooked_over_plain": hooked_rate / plain_rate,
         "median_paired_ratio": statistics.median(paired),
+        "per_head_steps_per_s": per_head_rate,
+        "circuits_speedup": hooked_rate / per_head_rate,
         "hooked_runs": rates["hooked"],
         "plain_runs": rates["plain"],
+        "per_head_runs": rates["per_head"],
         "max_output_diff": max_diff,
     }
 
 
 def format_table(results: list[dict]) -> str:
-    header = f"{'config':<13} {'hooked steps/s':>15} {'plain steps/s':>14} {'hooked/plain':>13} {'paired median':>14}"
+    header = (
+        f"{'config':<13} {'hooked steps/s':>15} {'plain steps/s':>14} {'hooked/plain':>13} {'paired median':>14}"
+        f" {'per-head steps/s':>17} {'circuits speedup':>17}"
+    )
     lines = [header, "-" * len(header)]
     for r in results:
         lines.append(
             f"{r['case']:<13} {r['hooked_steps_per_s']:>15.1f} {r['plain_steps_per_s']:>14.1f} "
             f"{r['ratio_hooked_over_plain']:>13.3f} {r['median_paired_ratio']:>14.3f}"
+            f" {r['per_head_steps_per_s']:>17.1f} {r['circuits_speedup']:>16.2f}x"
         )
     return "\n".join(lines)
 
