@@ -21,9 +21,9 @@ import torch
 from torch.func import functional_call, stack_module_state, vmap
 from tqdm.auto import tqdm
 
+from interp.atomic_io import read_json
 from interp.checkpoint import optimizer_to_tensors, save_tensors
 from interp.hook_names import pattern_hook
-from interp.atomic_io import read_json
 from toy.run_dir import (
     FINAL_WEIGHTS,
     METRICS_FILE,
@@ -38,7 +38,16 @@ from toy.run_dir import (
     write_result,
 )
 from toy.task import sample_batch
-from toy.train import RunDirectoryError, TrainingDiverged, _build, _config_differences, _restore, head_anchor_masses, train
+from toy.train import (
+    RunDirectoryError,
+    TrainingDiverged,
+    _build,
+    _config_differences,
+    _restore,
+    head_anchor_masses,
+    paper_adam,
+    train,
+)
 
 
 class _Member:
@@ -154,12 +163,7 @@ class _Stack:
         params, self.buffers = stack_module_state([m.model for m in members])
         self.params = {name: params[name] for name in self.names}
         first = members[0]
-        self.optimizer = torch.optim.Adam(
-            list(self.params.values()),
-            lr=first.config.train.learning_rate(first.config.model),
-            betas=(first.config.train.beta1, first.config.train.beta2),
-            weight_decay=0.0,
-        )
+        self.optimizer = paper_adam(list(self.params.values()), first.config)
         self._load_member_optimizer_states()
         self.forward = vmap(lambda p, b, x: functional_call(self.base, (p, b), (x,)))
 
