@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -122,6 +122,7 @@ def train(
     run_dir: str | os.PathLike,
     resume: bool = True,
     progress: bool = True,
+    on_log: Callable[[int], None] | None = None,
 ) -> TrainResult:
     """Train one toy model into ``run_dir`` and return how it ended.
 
@@ -129,7 +130,8 @@ def train(
     latest checkpoint (a finished run returns its stored result). Only ``train.max_steps``
     may differ on resume: raising it continues a run that stopped at ``max_steps``, with the
     same numbers as an uninterrupted run of the new length. A directory holding any other
-    different setting is refused rather than overwritten.
+    different setting is refused rather than overwritten. ``on_log(step)`` is called at
+    every metrics step (``toy.experiment`` uses it to lend idle cores to the run).
     """
     run_dir = Path(run_dir)
     resumed_from: int | None = None
@@ -220,6 +222,8 @@ def train(
                     "anchor_mass_default": default, "anchor_mass_trigger": trigger,
                 })
                 bar.set_postfix(loss=f"{loss_value:.2e}", linf=f"{linf_value:.2e}", refresh=False)
+                if on_log is not None:
+                    on_log(step)
             if converged:
                 status = "converged"
                 break
