@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from toy.experiment import seed_groups
 from toy.reproduce import ReproduceConfig, reproduce
+from toy.train import train
 
 REQUIRED_MODEL_KEYS = {
     "layers", "heads", "attention", "seed", "converged", "steps", "wall_seconds", "linf_error",
@@ -71,3 +73,24 @@ def test_full_reproduction_matches_the_paper(tmp_path):
     summary = reproduce(ReproduceConfig(seeds=1), tmp_path / "full", progress=False)
     failed = [f"{c.claim}: {c.detail}" for c in summary.checks if not c.passed]
     assert not failed, failed
+
+
+def test_seeds_of_one_config_are_grouped_costliest_first():
+    config = _tiny(seeds=3, architectures=((2, 2), (1, 1)), attentions=("softmax",), workers=2)
+    groups = seed_groups(config.run_configs(), config.workers)
+    assert [[name for name, _ in group] for group in groups] == [
+        ["softmax-2x2-seed0", "softmax-2x2-seed1"], ["softmax-2x2-seed2"],
+        ["softmax-1x1-seed0", "softmax-1x1-seed1"], ["softmax-1x1-seed2"],
+    ]
+    assert [len(group) for group in seed_groups(config.run_configs(), 1)] == [3, 3]
+
+
+def test_seeds_trained_together_give_the_numbers_of_one_by_one_training(tmp_path):
+    config = _tiny(seeds=2, architectures=((2, 2),), attentions=("softmax",), max_steps=40)
+    together = reproduce(config, tmp_path / "together", progress=False)  # one worker: one group of 2
+    for model, (name, run_config) in zip(together.models, config.run_configs()):
+        alone = train(run_config, tmp_path / "alone" / name, progress=False)
+        assert model.name == name and model.steps == alone.steps == 40
+        assert model.linf_error == pytest.approx(alone.linf_error, rel=1e-5)
+        assert json.loads((tmp_path / "together" / name / "metrics.jsonl").read_text().splitlines()[0])["step"] == 0
+    assert together.models[0].linf_error != together.models[1].linf_error  # the seeds really differ

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -92,6 +93,7 @@ def train_batched(
     configs: list[RunConfig],
     run_dirs: list[str | os.PathLike],
     progress: bool = True,
+    on_log: Callable[[int], None] | None = None,
 ) -> list[TrainResult]:
     """Train ``configs`` (identical but for ``train.seed``) together; one result per config.
 
@@ -99,6 +101,7 @@ def train_batched(
     latest checkpoints share a step, otherwise each resumes on its own through ``train``.
     A member whose loss becomes NaN is stopped with its last good checkpoint kept; the
     others continue, and ``TrainingDiverged`` is raised at the end naming it.
+    ``on_log(step)`` is called every ``log_every`` steps, as in ``train``.
     """
     paths = [Path(d) for d in run_dirs]
     _check_batchable(configs, paths)
@@ -107,7 +110,7 @@ def train_batched(
     to_train: list[_Member] = []
     for member in members:
         if member.run_dir.exists() and not _pending(member):
-            results[member.run_dir] = train(member.config, member.run_dir, progress=False)
+            results[member.run_dir] = train(member.config, member.run_dir, progress=False, on_log=on_log)
         else:
             to_train.append(member)
     if to_train:
@@ -115,9 +118,9 @@ def train_batched(
         if len(latest) > 1:
             # members interrupted at different steps cannot share a stack: resume one by one
             for member in to_train:
-                results[member.run_dir] = train(member.config, member.run_dir, progress=progress)
+                results[member.run_dir] = train(member.config, member.run_dir, progress=progress, on_log=on_log)
         else:
-            for member, result in zip(to_train, _train_together(to_train, progress)):
+            for member, result in zip(to_train, _train_together(to_train, progress, on_log)):
                 results[member.run_dir] = result
     ordered = [results[p] for p in paths]
     diverged = [r for r in ordered if r.status == "diverged"]
@@ -204,7 +207,7 @@ class _Stack:
         return _Stack([self.members[k] for k in keep])
 
 
-def _train_together(members: list[_Member], progress: bool) -> list[TrainResult]:
+def _train_together(members: list[_Member], progress: bool, on_log: Callable[[int], None] | None) -> list[TrainResult]:
     starts = [_prepare(m) for m in members]
     step = starts[0]
     resumed_from = step if step > 0 else None
@@ -259,6 +262,8 @@ def _train_together(members: list[_Member], progress: bool) -> list[TrainResult]
                     finished.add(k)
             if step % train_cfg.checkpoint_every == 0:
                 last_checkpoint = step
+            if on_log is not None and step % train_cfg.log_every == 0:
+                on_log(step)
             continuing = [k for k in range(len(stack.members)) if k not in finished]
             if not continuing:
                 break

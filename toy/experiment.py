@@ -25,9 +25,10 @@ import torch
 from tqdm.auto import tqdm
 
 from interp.atomic_io import atomic_write_json, read_json
+from toy.batched_train import train_batched
 from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
-from toy.run_dir import RunConfig, read_metrics
+from toy.run_dir import RunConfig, TrainResult, read_metrics
 from toy.train import train
 
 
@@ -92,14 +93,40 @@ def _use_lent_threads(step: int | None = None) -> None:
         torch.set_num_threads(threads)
 
 
-def train_and_evaluate(name: str, config: RunConfig, out_dir: str, n_sequences: int) -> ModelSummary:
-    """Train (or resume) ``out_dir/name`` and evaluate it; runs inside a worker process."""
+def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tuple[str, RunConfig]]]:
+    """Jobs whose configs differ only in ``train.seed``, in groups trained as one batched
+    computation (``toy.batched_train``): at most ceil(seeds / workers) seeds a group, so
+    every worker gets a share of the costliest configuration. Order is kept (groups
+    follow their first job), so costliest-first stays costliest-first."""
+    by_key: dict[str, list[tuple[str, RunConfig]]] = {}
+    for name, config in jobs:
+        key = config.to_dict()
+        key["train"] = {k: v for k, v in key["train"].items() if k != "seed"}
+        by_key.setdefault(repr(key), []).append((name, config))
+    groups = []
+    for members in by_key.values():
+        size = -(-len(members) // max(1, workers))
+        groups += [members[start:start + size] for start in range(0, len(members), size)]
+    return groups
+
+
+def train_and_evaluate(group: list[tuple[str, RunConfig]], out_dir: str, n_sequences: int) -> list[ModelSummary]:
+    """Train (or resume) ``out_dir/name`` for each job of ``group`` (one config, or seeds of
+    one config trained together) and evaluate each; runs inside a worker process."""
     torch.set_num_threads(1)
     _use_lent_threads()
-    run_dir = Path(out_dir) / name
-    result = train(config, run_dir, resume=True, progress=False, on_log=_use_lent_threads)
+    names, configs = [name for name, _ in group], [config for _, config in group]
+    run_dirs = [Path(out_dir) / name for name in names]
+    if len(group) == 1:
+        results = [train(configs[0], run_dirs[0], resume=True, progress=False, on_log=_use_lent_threads)]
+    else:
+        results = train_batched(configs, run_dirs, progress=False, on_log=_use_lent_threads)
     _use_lent_threads()
-    evaluation = evaluate_run(run_dir, n_sequences)
+    return [_evaluate(name, config, result, Path(out_dir), n_sequences) for name, config, result in zip(names, configs, results)]
+
+
+def _evaluate(name: str, config: RunConfig, result: TrainResult, out_dir: Path, n_sequences: int) -> ModelSummary:
+    evaluation = evaluate_run(out_dir / name, n_sequences)
     key = (config.model.attention, config.model.n_layers, config.model.n_heads)
     return ModelSummary(
         name=name,
@@ -131,30 +158,39 @@ def run_jobs(
     progress: bool = True,
 ) -> dict[str, ModelSummary]:
     """Train and evaluate every ``(run name, config)`` job; ``workers`` processes (1: in
-    this process). Pass the costliest jobs first so the workers finish together."""
+    this process). Seeds of one config train together (``seed_groups``). Pass the
+    costliest jobs first so the workers finish together."""
     by_name: dict[str, ModelSummary] = {}
+    groups = seed_groups(jobs, workers)
     bar = tqdm(total=len(jobs), desc="models", disable=not progress)
     try:
         if workers == 1:
-            for name, run_config in jobs:
-                by_name[name] = train_and_evaluate(name, run_config, str(out_dir), n_sequences)
-                bar.update(1)
+            for group in groups:
+                for summary in train_and_evaluate(group, str(out_dir), n_sequences):
+                    by_name[summary.name] = summary
+                    bar.update(1)
             return by_name
         context = multiprocessing.get_context("spawn")
-        unfinished = context.Value("i", len(jobs), lock=False)  # one writer: this process
-        with context.Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(unfinished, workers)) as pool:
+        unfinished = context.Value("i", len(groups), lock=False)  # one writer: this process
+        with context.Pool(min(workers, len(groups)), initializer=_init_worker, initargs=(unfinished, workers)) as pool:
             pending = {
-                name: pool.apply_async(train_and_evaluate, (name, run_config, str(out_dir), n_sequences))
-                for name, run_config in jobs
+                tuple(name for name, _ in group): pool.apply_async(train_and_evaluate, (group, str(out_dir), n_sequences))
+                for group in groups
             }
             while pending:
                 time.sleep(0.5)
-                for name in [n for n, r in pending.items() if r.ready()]:
-                    by_name[name] = pending.pop(name).get()
-                    bar.update(1)
+                for names in [n for n, r in pending.items() if r.ready()]:
+                    for summary in pending.pop(names).get():
+                        by_name[summary.name] = summary
+                        bar.update(1)
                 unfinished.value = len(pending)
-                running = [f"{n}@{_last_step(out_dir / n)}" for n in pending if (out_dir / n / "metrics.jsonl").exists()]
-                bar.set_postfix_str(", ".join(running[:workers]), refresh=True)
+                running = [
+                    f"{name}@{_last_step(out_dir / name)}"
+                    for names in pending
+                    for name in names
+                    if (out_dir / name / "metrics.jsonl").exists()
+                ]
+                bar.set_postfix_str(", ".join(running[: 2 * workers]), refresh=True)
     finally:
         bar.close()
     return by_name

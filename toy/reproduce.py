@@ -2,9 +2,11 @@
 ReLU) over several seeds, evaluate each like the paper's figures, and write
 ``summary.json``, ``summary.md`` and per-model heatmaps.
 
-Runs are independent, so they train in parallel worker processes (one thread each: the
-models are tiny and per-op overhead, not FLOPs, dominates). Every run lives in its own
-run directory, so an interrupted reproduction resumes where it stopped.
+Runs are independent, so they train in parallel worker processes (``toy.experiment``):
+the seeds of one architecture train together as one batched computation
+(``toy.batched_train``), split across the workers, and idle cores are lent to the last
+runs. Every run lives in its own run directory, so an interrupted reproduction resumes
+where it stopped.
 """
 
 from __future__ import annotations
