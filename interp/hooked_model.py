@@ -27,7 +27,7 @@ import torch
 from transformer_lens import HookedRootModule
 
 from interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
-from interp.hook_names import attn_hook
+from interp.hook_names import attn_hook, block_hook
 
 HookFn = Callable[..., Any]
 FwdHooks = list[tuple[str, HookFn]]
@@ -116,6 +116,15 @@ def anchor_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     if not bool(attention_mask.any(dim=1).all()):
         raise ValueError("a row of attention_mask has no real token; drop empty inputs before probing")
     return attention_mask.to(torch.long).argmax(dim=1)
+
+
+class _StopForward(Exception):
+    """Ends a forward pass early; raised only by ``_stop_forward`` and caught only in
+    ``HookedModel.run_with_hooks``."""
+
+
+def _stop_forward(tensor: torch.Tensor, hook: Any) -> None:
+    raise _StopForward
 
 
 def _is_bridge(model: torch.nn.Module) -> bool:
@@ -246,10 +255,31 @@ class HookedModel:
             return {}
         return {"attention_mask": batch.attention_mask.to(torch.long)}
 
-    def run_with_hooks(self, batch: PreparedBatch, fwd_hooks: FwdHooks) -> torch.Tensor:
-        """Forward ``batch`` with temporary hooks; returns the model output (toy outputs or logits)."""
+    def run_with_hooks(
+        self, batch: PreparedBatch, fwd_hooks: FwdHooks, stop_after: str | None = None
+    ) -> torch.Tensor | None:
+        """Forward ``batch`` with temporary hooks; returns the model output (toy outputs or logits).
+
+        ``stop_after``: a hook name at which the pass ends, right after that hook point's
+        hooks from ``fwd_hooks`` ran; nothing downstream runs and None is returned. For
+        callers that only read activations: stopping after the last block skips a
+        bridge's final layer norm and unembedding, whose ``[batch, pos, vocab]`` logits
+        are the largest tensor of the pass. The temporary hooks are removed either way
+        (TransformerLens removes them in a ``finally``).
+        """
         hooks = list(fwd_hooks) + self._release_pattern_hooks()
-        return self.model.run_with_hooks(batch.model_input, fwd_hooks=hooks, **self.forward_kwargs(batch))
+        if stop_after is not None:
+            if stop_after not in self.spec.hook_names:
+                raise ValueError(
+                    f"stop_after={stop_after!r} is not a hook of this {self.spec.family} model; "
+                    f"pass a hook name such as {block_hook(self.spec.n_layers - 1, 'resid_post')!r}"
+                )
+            # appended last, so it runs after every other hook on the same hook point
+            hooks.append((stop_after, _stop_forward))
+        try:
+            return self.model.run_with_hooks(batch.model_input, fwd_hooks=hooks, **self.forward_kwargs(batch))
+        except _StopForward:
+            return None
 
     def forward(self, batch: PreparedBatch) -> torch.Tensor:
         return self.run_with_hooks(batch, [])

@@ -1,8 +1,9 @@
 """The audit of one pretrained model: probes over a prompt set, optional ablations, figures.
 
 ``audit(model, prompts, config)`` loads the model (or takes a loaded one), tokenizes the
-prompts, streams them through ``probes.probe.probe_batches`` in batches (only the hooks
-the probes read, one layer at a time, nothing cached), and returns an ``AuditResult``.
+prompts, streams them through ``probes.probe.probe_batches`` in batches grouped by
+length (only the hooks the probes read, one layer at a time, nothing cached, no logits),
+and returns an ``AuditResult``.
 ``write_audit(result, directory)`` writes ``audit.json``, ``heads.csv`` and the figures,
 each file atomically.
 
@@ -46,7 +47,7 @@ from pretrained_analysis.prompts import (
 )
 from probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
 from probes.interventions import Intervention, evict_anchor, intervention_hooks
-from probes.probe import HeadProbe, ProbeBatch, ProbeConfig, ProbeResult, probe_batches
+from probes.probe import HeadProbe, ProbeConfig, ProbeResult, iterate_batches, probe_batches
 
 AUDIT_FILE = "audit.json"
 HEADS_FILE = "heads.csv"
@@ -204,14 +205,13 @@ def _versions() -> tuple[tuple[str, str], ...]:
 
 
 def _probe(hooked: HookedModel, prompts: TokenizedPrompts, config: AuditConfig, label: str, progress: bool) -> ProbeResult:
-    size = config.batch_size
     bar = tqdm(total=len(prompts), desc=f"probing {label}", unit="prompt", disable=not progress, leave=False)
 
     def batches():
-        for start in range(0, len(prompts), size):
-            tokens, mask = prompts.batch(start, start + size)
-            yield ProbeBatch(inputs=tokens, attention_mask=mask)
-            bar.update(tokens.shape[0])
+        # grouped by length; the probe's numbers do not depend on the grouping
+        for batch in iterate_batches(prompts.tokens, prompts.attention_mask, None, config.batch_size):
+            yield batch
+            bar.update(len(batch.inputs))
 
     try:
         return probe_batches(hooked, batches(), config.probe_config())
@@ -324,8 +324,12 @@ def _examples(
 
             return hook
 
-        with torch.no_grad():
-            hooked.run_with_hooks(batch, [(attn_hook(layer, "pattern"), capture(layer)) for layer in layers])
+        with torch.inference_mode():  # read-only hooks; nothing after the last pattern shown is needed
+            hooked.run_with_hooks(
+                batch,
+                [(attn_hook(layer, "pattern"), capture(layer)) for layer in layers],
+                stop_after=attn_hook(layers[-1], "pattern"),
+            )
         ids = batch.model_input[0].tolist()
         examples.append(
             AttentionExample(

@@ -6,7 +6,12 @@ each layer's tensors to per-head sums and counts as they fire and drop them, so 
 most one layer's pattern (and that layer's values) is alive at a time, and batches
 accumulate without keeping earlier patterns. Only the hooks a measurement reads are
 attached (``hook_v``, ``hook_pattern``, ``hook_z`` per layer; ``hook_resid_post`` when
-residual statistics are asked for).
+residual statistics are asked for). Each pass runs under ``torch.inference_mode`` and
+ends after the last block (``HookedModel.run_with_hooks(stop_after=...)``): the final
+layer norm and the unembedding never run, so no ``[batch, pos, vocab]`` logits exist.
+Every number is a sum over prompts divided by a count (or a maximum), so results do not
+depend on how prompts are batched (up to float rounding); ``iterate_batches`` groups token
+ids by length.
 
 "Selected queries" below are real queries after the row's anchor that ``query_mask``
 keeps (the toy task's default, non-trigger positions); ``anchor_mass_other`` is the
@@ -109,7 +114,10 @@ class HeadProbe:
 class LayerProbe:
     """One layer. Norms are means over selected queries: ``attn_out_norm`` is
     ||sum_h z_h W_O[h] + b_O||, ``head_out_norm_sum`` is sum_h ||z_h W_O[h]|| (a large gap
-    means heads cancel); residual statistics are on ``hook_resid_post``."""
+    means heads cancel); residual statistics are on ``hook_resid_post``:
+    ``median_abs_resid`` is the mean over prompts of each prompt's median |x| (its real
+    tokens, all of d_model), and an entry is massive when |x| > ``massive_abs`` and >
+    ``massive_ratio`` x its prompt's median."""
 
     layer: int
     anchor_mass: float
@@ -265,7 +273,7 @@ class _Accumulator:
         self.head_out, self.layer_out, self.head_out_sum, self.out_count = zeros(shape), zeros(spec.n_layers), zeros(spec.n_layers), zeros(spec.n_layers)
         self.resid_norm, self.resid_count = zeros(spec.n_layers), zeros(spec.n_layers)
         self.massive_count, self.massive_at_anchor = zeros(spec.n_layers), zeros(spec.n_layers)
-        self.max_abs, self.median_abs, self.resid_batches = zeros(spec.n_layers), zeros(spec.n_layers), zeros(spec.n_layers)
+        self.max_abs, self.median_abs = zeros(spec.n_layers), zeros(spec.n_layers)
         self.out_of_sum, self.sum_of_out, self.total_count = zeros(()), zeros(()), zeros(())
         self.n_inputs = 0
         self._batch: PreparedBatch | None = None
@@ -293,13 +301,16 @@ class _Accumulator:
         self._selected = queries_after_anchor(batch.n_pos, batch.anchor, batch.batch_size, real_queries, real_queries.device)
         self._visible = self.model.visible_keys(batch)
         self._out_total, self._out_norm_total = None, None
-        with torch.no_grad():
-            self.model.run_with_hooks(batch, self.hooks())
-        if self._out_total is not None:
-            selected = self._selected.to(torch.float64)
-            self.out_of_sum += float((self._out_total.norm(dim=-1).double() * selected).sum())
-            self.sum_of_out += float((self._out_norm_total.double() * selected).sum())
-            self.total_count += float(selected.sum())
+        # hooks only read, so inference mode (no autograd bookkeeping at all); the pass
+        # ends after the last block, the last hook point any probe reads
+        last = block_hook(self.model.spec.n_layers - 1, "resid_post")
+        with torch.inference_mode():
+            self.model.run_with_hooks(batch, self.hooks(), stop_after=last)
+            if self._out_total is not None:
+                selected = self._selected.to(torch.float64)
+                self.out_of_sum += float((self._out_total.norm(dim=-1).double() * selected).sum())
+                self.sum_of_out += float((self._out_norm_total.double() * selected).sum())
+                self.total_count += float(selected.sum())
         self.n_inputs += batch.batch_size
         self._batch = self._selected = self._visible = self._value_norms = None
         self._out_total = self._out_norm_total = None
@@ -373,8 +384,7 @@ class _Accumulator:
             self.massive_count[layer] += stats.count
             self.massive_at_anchor[layer] += stats.at_anchor
             self.max_abs[layer] = max(float(self.max_abs[layer]), stats.max_abs)
-            self.median_abs[layer] += stats.median_abs
-            self.resid_batches[layer] += 1
+            self.median_abs[layer] += float(stats.median_abs.double().sum())
 
         return hook
 
@@ -417,7 +427,7 @@ class _Accumulator:
         layer_out = ratio(self.layer_out, self.out_count)
         head_out_sum = ratio(self.head_out_sum, self.out_count)
         resid_norm = ratio(self.resid_norm, self.resid_count)
-        median_abs = ratio(self.median_abs, self.resid_batches)
+        median_abs = ratio(self.median_abs, self.resid_count)
         layers = tuple(
             LayerProbe(
                 layer=layer,
@@ -428,7 +438,7 @@ class _Accumulator:
                 anchor_resid_norm=float(resid_norm[layer]),
                 massive_count=int(self.massive_count[layer]),
                 massive_at_anchor=int(self.massive_at_anchor[layer]),
-                max_abs_resid=float(self.max_abs[layer]) if self.resid_batches[layer] > 0 else nan,
+                max_abs_resid=float(self.max_abs[layer]) if self.resid_count[layer] > 0 else nan,
                 median_abs_resid=float(median_abs[layer]),
             )
             for layer in range(spec.n_layers)
@@ -462,7 +472,14 @@ def iterate_batches(
     query_mask: torch.Tensor | None,
     batch_size: int,
 ) -> Iterator[ProbeBatch]:
-    """Split inputs (and their masks, ``[n, pos]``) into ``ProbeBatch``es of ``batch_size``."""
+    """Split inputs (and their masks, ``[n, pos]``) into ``ProbeBatch``es of ``batch_size``.
+
+    Token ids with an ``attention_mask`` are batched by length: rows sorted by where
+    their real tokens end (a stable sort: equal lengths keep the given order), each
+    batch cut after its last real column, so it pads only to its own longest row.
+    Probe results do not depend on the grouping (see the module docstring). Strings and
+    toy tokens keep the given order.
+    """
     if isinstance(inputs, str):
         inputs = [inputs]
     n = len(inputs)
@@ -470,12 +487,31 @@ def iterate_batches(
         raise ValueError("the input set is empty; pass at least one input")
     if query_mask is not None and not torch.is_tensor(inputs):
         raise ValueError("query_mask needs fixed positions: pass token ids (model.to_tokens) instead of strings")
+    is_token_ids = torch.is_tensor(inputs) and inputs.ndim == 2 and not inputs.is_floating_point()
+    if not is_token_ids or attention_mask is None:
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            yield ProbeBatch(
+                inputs=inputs[start:stop],
+                attention_mask=None if attention_mask is None else attention_mask[start:stop],
+                query_mask=None if query_mask is None else query_mask[start:stop],
+            )
+        return
+    for name, mask in (("attention_mask", attention_mask), ("query_mask", query_mask)):
+        if mask is not None and mask.shape != inputs.shape:
+            raise ValueError(f"{name} {tuple(mask.shape)} must match token ids {tuple(inputs.shape)}")
+    real = attention_mask.bool()
+    # one past each row's last real token (the full width for a row with none, which
+    # HookedModel.prepare then refuses)
+    ends = inputs.shape[1] - real.flip(1).to(torch.long).argmax(dim=1)
+    order = torch.sort(ends, stable=True).indices
     for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
+        rows = order[start : start + batch_size]
+        width = int(ends[rows].max())
         yield ProbeBatch(
-            inputs=inputs[start:stop],
-            attention_mask=None if attention_mask is None else attention_mask[start:stop],
-            query_mask=None if query_mask is None else query_mask[start:stop],
+            inputs=inputs[rows, :width],
+            attention_mask=attention_mask[rows, :width],
+            query_mask=None if query_mask is None else query_mask[rows, :width],
         )
 
 

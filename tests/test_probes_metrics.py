@@ -85,6 +85,17 @@ def test_massive_activations_counts_anchor_outliers():
     assert stats.max_abs == pytest.approx(500.0)
 
 
+def test_massive_activations_use_each_prompts_own_median():
+    resid = torch.full((2, 3, 4), 0.01)
+    resid[1] = 1.0  # a loud prompt: its 150s are not 1000x its median
+    resid[:, 1, 0] = 150.0
+    resid[0, 2] = 7.0  # padding: ignored by the median and the counts
+    real = torch.tensor([[True, True, False], [True, True, True]])
+    stats = massive_activations(resid, real, torch.tensor([0, 0]))
+    assert stats.median_abs.tolist() == pytest.approx([0.01, 1.0])  # torch.median: the lower middle value
+    assert (stats.count, stats.at_anchor, stats.max_abs) == (1, 0, 150.0)
+
+
 def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="k=5"):
         alpha_k(PATTERN, k=5)

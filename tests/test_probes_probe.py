@@ -44,6 +44,9 @@ def test_batches_accumulate_exactly(task_batch):
         for name in ("anchor_mass", "anchor_mass_other", "alpha", "value_weighted_anchor_share", "row_entropy", "head_out_norm"):
             assert getattr(a, name) == pytest.approx(getattr(b, name), rel=1e-5, abs=1e-7), name
     assert whole.attn_out_norm_of_sum == pytest.approx(split.attn_out_norm_of_sum, rel=1e-5)
+    for a, b in zip(whole.layers, split.layers):  # residual medians are per prompt, so batch-size free too
+        assert a.median_abs_resid == pytest.approx(b.median_abs_resid, rel=1e-6)
+        assert (a.massive_count, a.max_abs_resid) == (b.massive_count, b.max_abs_resid)
 
 
 def test_serialises_to_json_and_csv(task_batch, tmp_path):
