@@ -15,9 +15,20 @@ The prompts: N random-token prompts of T tokens, BOS first (default 16 x 64, bat
 Four ways to run the same prompts, one CPU thread, all under ``torch.no_grad``, the order
 rotating between repeats, each figure the median over the repeats:
 - ``bare hf``: the plain Hugging Face model's forward (``AutoModelForCausalLM``, eager attention);
-- ``bare bridge``: the bridge's forward, no hooks: the bare forward of the audited model;
+- ``bare bridge``: the bridge's forward, no hooks: the bare forward of the audited model,
+  logits included;
+- ``bare trunk``: the same forward ended after the last block's ``hook_resid_post`` (the
+  point where the audit stops), so without the final layer norm and the unembedding;
 - ``audit``: ``pretrained_analysis.audit.audit`` without figures (``n_examples=0``):
-  tokenizing, every probe metric (values and residual statistics included), batch by batch;
+  tokenizing, every probe metric (values and residual statistics included), batch by batch
+  (grouped by length; all prompts here have the same length). The audit's probe passes run
+  under ``torch.inference_mode`` and stop after the last block: the final layer norm and
+  the unembedding (the ``[batch, pos, vocab]`` logits) never run, which the two bare ways
+  do run. The unembedding is about 30% of either shape's multiply-adds per token (768 x
+  ~50k of ~124M) and about a third of the bare bridge's time here, so the time ratio
+  compares a pass without it against passes with it; ``x trunk`` compares the audit with
+  ``bare trunk``, like with like: that is what the probes themselves cost. The memory
+  ratio has no logits in its numerator;
 - ``full cache``: ``run_with_cache`` on every hook of every batch, all caches kept, which
   is what computing the same metrics from cached activations would hold.
 Writing the figures and JSON (``write_audit``, two example heatmaps) is timed once, apart.
@@ -28,7 +39,8 @@ process that loads the model, runs once to warm up, resets the kernel's peak-RSS
 (``VmHWM``); the figure is that peak minus the resident set before the run. RSS, because
 torch's CPU allocator is invisible to ``tracemalloc``; ``MALLOC_MMAP_THRESHOLD_`` makes
 glibc return freed large buffers at once so earlier runs cannot hide allocations.
-Targets (issue 6): audit <= 1.3 x bare bridge time; audit peak <= 0.25 x the full cache's.
+Targets (issue 6): audit <= 1.3 x bare bridge time (and, stricter, <= 1.3 x bare trunk
+time); audit peak <= 0.25 x the full cache's.
 """
 
 from __future__ import annotations
@@ -59,7 +71,7 @@ from pretrained_analysis.audit import AuditConfig, audit, write_audit  # noqa: E
 from pretrained_analysis.loading import LoadedModel, LoadSpec, load_model  # noqa: E402
 from pretrained_analysis.prompts import PromptSet, PromptSpec, TokenizedPrompts, load_prompt_set, tokenize_prompts  # noqa: E402
 
-MODES = ("bare hf", "bare bridge", "audit", "full cache")
+MODES = ("bare hf", "bare bridge", "bare trunk", "audit", "full cache")
 MiB = 2**20
 
 
@@ -79,6 +91,7 @@ class ModeResult:
     median_s: float | None
     tokens_per_s: float | None
     ratio_to_bare_bridge: float | None
+    ratio_to_bare_trunk: float | None
     ratio_to_bare_hf: float | None
     runs_s: tuple[float, ...]
     peak_rss_increase_mib: float | None
@@ -133,8 +146,17 @@ def harness(setup: Setup, mode: str | None) -> Harness:
     return Harness(loaded, prompt_set, tokenize_prompts(prompt_set, loaded), hf_model)
 
 
+class _EndOfTrunk(Exception):
+    """Raised at the last block's resid_post to end a ``bare trunk`` forward."""
+
+
+def _end_trunk(tensor: torch.Tensor, hook: Any) -> None:
+    raise _EndOfTrunk
+
+
 def runner(h: Harness, mode: str, batch_size: int) -> Callable[[], None]:
     bridge, tokenized = h.loaded.bridge, h.tokenized
+    last_block = f"blocks.{bridge.cfg.n_layers - 1}.hook_resid_post"
     batches = [tokenized.batch(start, start + batch_size) for start in range(0, len(tokenized), batch_size)]
     config = AuditConfig(batch_size=batch_size, n_examples=0)
 
@@ -146,6 +168,12 @@ def runner(h: Harness, mode: str, batch_size: int) -> Callable[[], None]:
             elif mode == "bare bridge":
                 for tokens, mask in batches:
                     bridge(tokens, attention_mask=mask.long())
+            elif mode == "bare trunk":
+                for tokens, mask in batches:
+                    try:
+                        bridge.run_with_hooks(tokens, fwd_hooks=[(last_block, _end_trunk)], attention_mask=mask.long())
+                    except _EndOfTrunk:
+                        pass
             elif mode == "audit":
                 audit(h.loaded, h.prompt_set, config, progress=False)
             else:
@@ -221,18 +249,19 @@ def bench(
     write_seconds = time_write(h, setup) if with_write else None
     n_tokens = int(h.tokenized.attention_mask.sum())
     medians = {mode: statistics.median(values) for mode, values in times.items()}
-    hf = medians.get("bare hf")
+    hf, trunk = medians.get("bare hf"), medians.get("bare trunk")
 
     def result(mode: str) -> ModeResult:
         peak = measure_memory(setup, mode) if mode in memory_modes else None
         if mode not in medians:
-            return ModeResult(mode, None, None, None, None, (), peak)
+            return ModeResult(mode, None, None, None, None, None, (), peak)
         median = medians[mode]
         return ModeResult(
             mode=mode,
             median_s=median,
             tokens_per_s=n_tokens / median,
             ratio_to_bare_bridge=median / medians["bare bridge"],
+            ratio_to_bare_trunk=None if trunk is None else median / trunk,
             ratio_to_bare_hf=None if hf is None else median / hf,
             runs_s=tuple(times[mode]),
             peak_rss_increase_mib=peak,
@@ -242,7 +271,10 @@ def bench(
 
 
 def format_table(results: list[ModeResult]) -> str:
-    header = f"{'way':<12} {'median s':>9} {'tokens/s':>9} {'x bridge':>9} {'x hf':>6} {'peak +MiB':>10} {'of cache':>9}"
+    header = (
+        f"{'way':<12} {'median s':>9} {'tokens/s':>9} {'x bridge':>9} {'x trunk':>8} {'x hf':>6} {'peak +MiB':>10}"
+        f" {'of cache':>9}"
+    )
     lines = [header, "-" * len(header)]
     cache = next(r.peak_rss_increase_mib for r in results if r.mode == "full cache")  # None: not measured
     for r in results:
@@ -253,6 +285,7 @@ def format_table(results: list[ModeResult]) -> str:
 
         lines.append(
             f"{r.mode:<12} {cell(r.median_s, 9, 2)} {cell(r.tokens_per_s, 9, 0)} {cell(r.ratio_to_bare_bridge, 9, 2)} "
+            f"{cell(r.ratio_to_bare_trunk, 8, 2)} "
             f"{cell(r.ratio_to_bare_hf, 6, 2)} {peak:>10} {share:>9}"
         )
     return "\n".join(lines)
