@@ -66,7 +66,10 @@ def scores_to_pattern(kind: str, scores: torch.Tensor, row_scale: torch.Tensor |
     """Turn masked scores ``[..., query, key]`` into attention weights of one kind.
 
     ``row_scale`` is ``fixed_row_scale(kind, n_query)``; pass it to avoid rebuilding it on
-    every call (the models cache it). Masked entries (``-inf``) come out exactly 0.
+    every call (the models cache it). Masked entries (``-inf``) come out exactly 0. Any
+    layout whose last axis is the key works when ``row_scale`` is shaped to broadcast
+    along its query axis (``HookedAttention`` uses ``[batch, query, head, key]`` with a
+    ``[query, 1, 1]`` scale).
     """
     if kind == "softmax":
         return torch.softmax(scores, dim=-1)
