@@ -144,7 +144,8 @@ class HookedAttention(nn.Module):
         scores = ((x @ w_qk).view(n_batch, n_pos * n_heads, d_model) @ x.transpose(1, 2)).view(
             n_batch, n_pos, n_heads, n_pos
         )
-        scores = scores.add_(self._causal_bias(n_pos, x.device, scores.dtype))  # a fresh tensor: safe in place
+        # out of place: an in-place add on the matmul's view makes autograd copy it back
+        scores = scores + self._causal_bias(n_pos, x.device, scores.dtype)
         # Hooks see the usual [batch, head, query, key] (a transposed view); the math stays
         # in [batch, query, head, key], where the pattern flattens to [batch, query,
         # head * key] without a copy. With no hook, the two transposes cancel.
