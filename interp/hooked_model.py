@@ -19,6 +19,7 @@ anchor (the first real token, so left padding works).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -128,9 +129,10 @@ def _stop_forward(tensor: torch.Tensor, hook: Any) -> None:
 
 
 def _is_bridge(model: torch.nn.Module) -> bool:
-    from transformer_lens.model_bridge import TransformerBridge
-
-    return isinstance(model, TransformerBridge)
+    # A bridge can only exist once its package is imported, and importing it just to
+    # check costs about 2.4 s (toy evaluations would pay it in every worker process).
+    bridge_package = sys.modules.get("transformer_lens.model_bridge")
+    return bridge_package is not None and isinstance(model, bridge_package.TransformerBridge)
 
 
 class HookedModel:
