@@ -66,8 +66,12 @@ class PlainAttention(nn.Module):
         key = (n_pos, str(x.device))
         if key not in self._cache:
             hidden = ~causal_mask(n_pos, n_pos, x.device)
-            bias = torch.zeros(n_pos, n_pos, device=x.device).masked_fill(hidden, float("-inf")).unsqueeze(1)
-            self._cache[key] = (bias, fixed_row_scale(self.attention, n_pos, x.device))
+            bias = torch.zeros(n_pos, n_pos, device=x.device).masked_fill(hidden, float("-inf"))
+            row_scale = fixed_row_scale(self.attention, n_pos, x.device)
+            self._cache[key] = (
+                bias.unsqueeze(1).expand(n_pos, n_heads, n_pos).contiguous(),
+                None if row_scale is None else row_scale.unsqueeze(-1),
+            )
         bias, row_scale = self._cache[key]
         w_qk = (self.W_Q @ self.W_K.transpose(1, 2)).permute(1, 0, 2).reshape(d_model, n_heads * d_model)
         if self.scale != 1.0:
@@ -76,11 +80,11 @@ class PlainAttention(nn.Module):
         scores = ((x @ w_qk).view(n_batch, n_pos * n_heads, d_model) @ x.transpose(1, 2)).view(
             n_batch, n_pos, n_heads, n_pos
         )
-        pattern = scores_to_pattern(self.attention, (scores + bias).transpose(1, 2), row_scale)
+        pattern = scores_to_pattern(self.attention, scores + bias, row_scale)  # [batch, query, head, key]
         values = (x @ w_ov).view(n_batch, n_pos, n_heads, d_model).transpose(1, 2).reshape(
             n_batch, n_heads * n_pos, d_model
         )
-        return pattern.transpose(1, 2).reshape(n_batch, n_pos, n_heads * n_pos) @ values
+        return pattern.reshape(n_batch, n_pos, n_heads * n_pos) @ values
 
 
 class PlainBlock(nn.Module):
