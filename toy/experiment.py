@@ -191,6 +191,10 @@ def run_jobs(
                     if (out_dir / name / "metrics.jsonl").exists()
                 ]
                 bar.set_postfix_str(", ".join(running[: 2 * workers]), refresh=True)
+            # let the workers exit on their own: the context manager's terminate() can kill
+            # one holding a queue lock, which leaks a semaphore (a warning at shutdown)
+            pool.close()
+            pool.join()
     finally:
         bar.close()
     return by_name
