@@ -4,7 +4,7 @@
 
 Both models run the trainer's inner step (``toy.train``): a fresh batch from
 ``toy.task.sample_batch``, forward, MSE loss, the batch L-inf error, backward and an Adam
-step with the trainer's settings (betas 0.9/0.95, no weight decay, the paper's lr for the
+step with the trainer's optimiser (`toy.train.paper_adam`: fused Adam, betas 0.9/0.95, no weight decay, the paper's lr for the
 architecture). The plain model below has the same parameters (names and shapes) and the
 same operations in the same order, only without ``HookPoint``s, so the ratio measures
 what the hooks cost. Both run the circuit order of ``interp.attention`` (what training
@@ -36,9 +36,11 @@ from interp.attention_kinds import (
     score_scale,
     scores_to_pattern,
 )
+from interp.hook_names import attn_hook
 from toy.model import ToyModelConfig, ToyTransformer
-from toy.run_dir import TrainConfig
+from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig, sample_batch
+from toy.train import DATA_SEED_OFFSET, paper_adam
 
 SEED = 0
 
@@ -158,13 +160,8 @@ def check_same_math(config: ToyModelConfig, task: TaskConfig) -> float:
 def train_steps(model: nn.Module, config: ToyModelConfig, task: TaskConfig, steps: int) -> float:
     """``steps`` of the trainer's inner loop; returns the elapsed seconds."""
     train_cfg = TrainConfig(seed=SEED)
-    optimizer = torch.optim.Adam(
-        model.parameters(),
-        lr=train_cfg.learning_rate(config),
-        betas=(train_cfg.beta1, train_cfg.beta2),
-        weight_decay=0.0,
-    )
-    generator = torch.Generator().manual_seed(SEED + 1_000_003)
+    optimizer = paper_adam(model.parameters(), RunConfig(config, task, train_cfg))
+    generator = torch.Generator().manual_seed(SEED + DATA_SEED_OFFSET)
     target = config.target
     started = time.perf_counter()
     for _ in range(steps):
@@ -191,7 +188,7 @@ def bench_case(case: Case, steps: int, repeats: int, warmup: int) -> dict:
             model = plain if kind == "plain" else hooked
             if kind == "per_head":
                 for layer in range(case.model.n_layers):
-                    hooked.add_hook(f"blocks.{layer}.attn.hook_z", lambda z, hook: None)
+                    hooked.add_hook(attn_hook(layer, "z"), lambda z, hook: None)
                 assert not any(block.attn._circuits_apply() for block in hooked.blocks)
             train_steps(model, case.model, task, warmup)
             rates[kind].append(steps / train_steps(model, case.model, task, steps))
