@@ -8,7 +8,9 @@ Probes and interventions run on two kinds of models:
 - ``TransformerBridge`` models (GPT-2, GPT-NeoX/Pythia, BERT, ...): they take strings or
   token ids ``[batch, pos]`` plus an ``attention_mask``.
 
-``HookedModel(model)`` wraps either and answers: the sizes, which hook names exist,
+``HookedModel(model)`` wraps either and answers: the sizes (with ``n_kv_heads`` for
+grouped- and multi-query attention, where ``hook_k``/``hook_v`` carry fewer heads than
+``hook_q``/``hook_pattern``/``hook_z``), which hook names exist,
 whether attention is causal, the attention kind (only ``softmax`` rows sum to one),
 ``W_O``/``b_O`` per layer, and whether an edit returned at ``hook_pattern`` reaches the
 output (false for BERT-family bridges, where the wrapped Hugging Face module has
@@ -31,6 +33,7 @@ from interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
 from interp.hook_names import attn_hook, block_hook
 
 HookFn = Callable[..., Any]
+KV_HOOKS: frozenset[str] = frozenset({"k", "v", "rot_k"})
 FwdHooks = list[tuple[str, HookFn]]
 
 
@@ -40,6 +43,10 @@ class ModelSpec:
 
     ``family`` is ``"toy"`` or ``"bridge"``; ``prepend_bos`` records the BOS convention
     used to tokenize strings (None for toy models, whose anchor is their BOS token).
+    ``n_kv_heads``: key/value heads; fewer than ``n_heads`` under grouped-query attention
+    (Llama, Mistral, Qwen2, SmolLM: query head h reads kv head h // (n_heads / n_kv_heads),
+    transformers' ``repeat_kv`` order), one under multi-query attention; None reads as
+    ``n_heads`` (files written before it was recorded).
     """
 
     family: str
@@ -51,7 +58,43 @@ class ModelSpec:
     attention_kind: str
     pattern_writable: bool
     prepend_bos: bool | None
-    hook_names: frozenset[str] = field(repr=False)
+    n_kv_heads: int | None = None
+    hook_names: frozenset[str] = field(default=frozenset(), repr=False)
+
+    def __post_init__(self) -> None:
+        if self.n_kv_heads is None:
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        if self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}; "
+                "check the model config's num_key_value_heads"
+            )
+
+    @property
+    def kv_group(self) -> int:
+        """Query heads per key/value head (1 without grouped-query attention)."""
+        return self.n_heads // self.n_kv_heads
+
+    def kv_head(self, head: int) -> int:
+        """The key/value head that query head ``head`` reads."""
+        return head // self.kv_group
+
+    def heads_of(self, hook: str) -> int:
+        """Heads on the head axis of a short attention hook name: ``n_kv_heads`` for
+        ``k``/``v`` (and rotary ``rot_k``), ``n_heads`` otherwise."""
+        return self.n_kv_heads if hook in KV_HOOKS else self.n_heads
+
+    def expand_kv(self, tensor: torch.Tensor, head_axis: int = 2) -> torch.Tensor:
+        """A ``hook_k``/``hook_v`` tensor with one head per query head: kv head g repeated
+        ``kv_group`` times in place (``[batch, pos, n_kv_heads, d_head]`` ->
+        ``[batch, pos, n_heads, d_head]`` for ``head_axis=2``); unchanged without GQA."""
+        if tensor.shape[head_axis] == self.n_heads:
+            return tensor
+        if tensor.shape[head_axis] != self.n_kv_heads:
+            raise ValueError(
+                f"expected {self.n_kv_heads} key/value heads on axis {head_axis}, got shape {tuple(tensor.shape)}"
+            )
+        return tensor.repeat_interleave(self.kv_group, dim=head_axis)
 
     @property
     def normalised(self) -> bool:
@@ -77,6 +120,7 @@ class ModelSpec:
             "attention_kind": self.attention_kind,
             "pattern_writable": self.pattern_writable,
             "prepend_bos": self.prepend_bos,
+            "n_kv_heads": self.n_kv_heads,
         }
 
     @classmethod
@@ -166,6 +210,7 @@ class HookedModel:
                 attention_kind="softmax",
                 pattern_writable=self._bridge_pattern_writable(),
                 prepend_bos=bool(getattr(cfg, "default_prepend_bos", True)) if prepend_bos is None else prepend_bos,
+                n_kv_heads=int(getattr(cfg, "n_key_value_heads", None) or cfg.n_heads),
                 hook_names=hook_names,
             )
         else:

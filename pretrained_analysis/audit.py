@@ -66,19 +66,28 @@ class AuditFailed(RuntimeError):
 @dataclass(frozen=True)
 class AuditConfig(JsonConfig):
     """How to audit. sink_eps: a sink head has anchor mass >= 1 - sink_eps; ablate: the
-    loss-based ablations (causal models); n_examples: prompts drawn as attention heatmaps;
-    n_bootstrap: resamples for the ablations' intervals; seed: their control keys."""
+    loss-based ablations (causal models); ablate_heads: how many sink heads, strongest
+    anchor mass first, are ablated one by one (all of them are ablated together either
+    way; each tested set costs two passes with logits); ablate_prompts: ablate on the
+    first this many prompts only (None: all); n_examples: prompts drawn as attention
+    heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys."""
 
     config_name = "audit"
 
     batch_size: int = 16
     sink_eps: float = 0.1
     ablate: bool = False
+    ablate_heads: int = 16
+    ablate_prompts: int | None = None
     n_examples: int = 2
     n_bootstrap: int = 1000
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.ablate_heads < 0:
+            raise ValueError(f"--ablate-heads must be >= 0, got {self.ablate_heads}")
+        if self.ablate_prompts is not None and self.ablate_prompts < 1:
+            raise ValueError(f"--ablate-prompts must be >= 1, got {self.ablate_prompts}")
         if self.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
         if not 0.0 <= self.sink_eps < 1.0:
@@ -244,11 +253,12 @@ def next_token_loss(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
 
 
 def _mean_loss(
-    hooked: HookedModel, prompts: TokenizedPrompts, intervention: Intervention | None, size: int, tick: Callable[[], None]
+    hooked: HookedModel, prompts: TokenizedPrompts, n: int, intervention: Intervention | None, size: int, tick: Callable[[], None]
 ) -> float:
+    """Mean next-token loss over the first ``n`` prompts."""
     total, count = 0.0, 0
-    for start in range(0, len(prompts), size):
-        batch = hooked.prepare(*prompts.batch(start, start + size))
+    for start in range(0, n, size):
+        batch = hooked.prepare(*prompts.batch(start, min(start + size, n)))
         hooks = [] if intervention is None else intervention_hooks(hooked, batch, intervention)
         with torch.no_grad():
             losses = next_token_loss(hooked.run_with_hooks(batch, hooks), batch)
@@ -264,9 +274,12 @@ def _ablate(
     if prompts.summary.min_tokens < 2:
         raise PromptError("--ablate needs prompts of at least 2 tokens to have a next-token loss; drop one-token prompts")
     spec = hooked.spec
-    sinks = probe.sink_heads()
-    n_chunks = math.ceil(len(prompts) / config.batch_size)
-    n_sets = len(sinks) + (len(sinks) > 1)
+    n = len(prompts) if config.ablate_prompts is None else min(config.ablate_prompts, len(prompts))
+    # strongest sinks first, so that the cap on single-head tests keeps the clearest sinks
+    strongest = sorted((row for row in probe.heads if row.is_sink_head), key=lambda row: -row.anchor_mass)
+    sinks = [(row.layer, row.head) for row in strongest]
+    n_chunks = math.ceil(n / config.batch_size)
+    n_sets = min(len(sinks), config.ablate_heads) + (len(sinks) > 1)
     passes = 2 + (1 + 2 * n_sets if sinks else 0)
     bar = tqdm(total=passes * n_chunks, desc=f"ablating {label}", unit="batch", disable=not progress, leave=False)
 
@@ -275,16 +288,19 @@ def _ablate(
         return next_token_loss(logits, batch)
 
     try:
-        base = _mean_loss(hooked, prompts, None, config.batch_size, lambda: bar.update(1))
+        base = _mean_loss(hooked, prompts, n, None, config.batch_size, lambda: bar.update(1))
         every_head = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
-        evicted = _mean_loss(hooked, prompts, evict_anchor(every_head), config.batch_size, lambda: bar.update(1))
+        evicted = _mean_loss(hooked, prompts, n, evict_anchor(every_head), config.batch_size, lambda: bar.update(1))
         sink_test = default_state_test(
             hooked,
-            prompts.tokens,
+            prompts.tokens[:n],
             sinks,
             loss_fn,
-            attention_mask=prompts.attention_mask,
-            config=DefaultStateConfig(n_bootstrap=config.n_bootstrap, seed=config.seed, batch_size=config.batch_size),
+            attention_mask=prompts.attention_mask[:n],
+            config=DefaultStateConfig(
+                n_bootstrap=config.n_bootstrap, seed=config.seed, batch_size=config.batch_size,
+                max_single_heads=config.ablate_heads,
+            ),
         )
     finally:
         bar.close()
@@ -349,6 +365,18 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
         notes.append("bidirectional encoder: the anchor is the first token ([CLS]); every real query after it counts")
         if config.ablate:
             notes.append("encoder: no next-token loss, so the loss-based ablations were skipped")
+    if model.quantization is not None:
+        notes.append(f"weights dequantised to {model.dtype} from the {model.quantization} GGUF file {Path(model.source_file).name}")
+    if config.ablate and model.causal:
+        n_ablated = prompts.n_prompts if config.ablate_prompts is None else min(config.ablate_prompts, prompts.n_prompts)
+        if n_ablated < prompts.n_prompts:
+            notes.append(f"the ablations ran on the first {n_ablated} of {prompts.n_prompts} prompts (--ablate-prompts)")
+        n_sinks = sum(row.is_sink_head for row in probe.heads)
+        if n_sinks > config.ablate_heads:
+            notes.append(
+                f"{config.ablate_heads} of {n_sinks} sink heads, those with the largest anchor mass, were ablated one by one "
+                "(--ablate-heads); all were ablated together"
+            )
     if prompts.n_truncated:
         notes.append(f"{prompts.n_truncated} of {prompts.n_prompts} prompts were truncated to {prompts.spec.max_len} tokens")
     if prompts.n_prompts < prompts.spec.n_prompts:

@@ -10,6 +10,12 @@ cache (``huggingface_hub.try_to_load_from_cache``) instead of asking the hub; wh
 online it asks the hub once (``model_info``) so a missing repository or revision gives
 one line, not a traceback.
 
+A GGUF checkpoint (llama.cpp's format: ``FILE.gguf``, or a directory holding exactly one
+``.gguf`` and no ``config.json``) is read by transformers' GGUF support (the optional
+``gguf`` package, ``pip install 'sinkscope[gguf]'``), which dequantises every tensor to
+``LoadSpec.dtype``; the model and its tokenizer (from the file's metadata) are then
+handed to the bridge, and ``ModelInfo`` records the file and its quantisation type.
+
 ``load_model`` then boots the bridge with raw Hugging Face weights (no
 ``enable_compatibility_mode`` processing: value and residual norms stay meaningful) and
 records what was loaded in a ``ModelInfo``.
@@ -52,6 +58,8 @@ WEIGHT_FILES: tuple[str, ...] = (
     "pytorch_model.bin.index.json",
 )
 CONTEXT_FIELDS: tuple[str, ...] = ("n_positions", "max_position_embeddings", "n_ctx", "max_sequence_length", "seq_length")
+GGUF_SUFFIX = ".gguf"
+GGUF_INSTALL = "pip install 'sinkscope[gguf]'"
 OFFLINE_FIX = (
     "pass a local directory saved with save_pretrained, or connect to the internet and unset "
     "HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE so it downloads once into the cache"
@@ -109,16 +117,23 @@ class LoadSpec(JsonConfig):
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """Where a model's files come from: a local directory or a Hugging Face repository."""
+    """Where a model's files come from: a local directory or a Hugging Face repository.
+
+    gguf_file: the name of the GGUF checkpoint inside ``location`` (a local directory),
+    None for ``save_pretrained`` directories and hub models."""
 
     name: str
     location: str
     is_local: bool
     revision: str | None
+    gguf_file: str | None = None
 
     @property
     def label(self) -> str:
-        """A short display name: the directory name for local models, ``@revision`` appended."""
+        """A short display name: the directory name for local models (the file name without
+        ``.gguf`` for GGUF checkpoints), ``@revision`` appended."""
+        if self.gguf_file is not None:
+            return self.gguf_file.removesuffix(GGUF_SUFFIX)
         base = Path(self.location).name if self.is_local else self.name
         return base if self.revision is None else f"{base}@{self.revision}"
 
@@ -129,7 +144,10 @@ class ResolvedModel:
 @dataclass(frozen=True)
 class ModelInfo:
     """What was loaded. ``causal``: False for bidirectional encoders (BERT family),
-    which are audited with their first token ([CLS]) as the anchor and no loss."""
+    which are audited with their first token ([CLS]) as the anchor and no loss.
+    ``n_kv_heads``: key/value heads (fewer than ``n_heads`` under grouped-query
+    attention); ``source_file`` / ``quantization``: the GGUF file and its quantisation
+    type (e.g. ``Q4_1``) when the weights were dequantised from one, else None."""
 
     name: str
     label: str
@@ -147,6 +165,20 @@ class ModelInfo:
     dtype: str
     device: str
     weights: str = "unprocessed (raw Hugging Face weights, no compatibility-mode processing)"
+    n_kv_heads: int | None = None
+    source_file: str | None = None
+    quantization: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_kv_heads is None:  # audit.json files written before GQA support
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+
+    @property
+    def heads_text(self) -> str:
+        """``12 heads`` or, under grouped-/multi-query attention, ``9 heads (3 key/value heads)``."""
+        if self.n_kv_heads == self.n_heads:
+            return f"{self.n_heads} heads"
+        return f"{self.n_heads} heads ({self.n_kv_heads} key/value head{'s' if self.n_kv_heads != 1 else ''})"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -230,6 +262,11 @@ def resolve_model(name: str, revision: str | None = None) -> ResolvedModel:
     """
     name = name.strip()
     path = Path(name).expanduser()
+    gguf = _gguf_checkpoint(path)
+    if gguf is not None:
+        if revision is not None:
+            raise ValueError(f"--revision selects a hub checkpoint but {name} is a local GGUF file; drop --revision")
+        return ResolvedModel(name=name, location=str(gguf.parent.resolve()), is_local=True, revision=None, gguf_file=gguf.name)
     if path.is_dir():
         if revision is not None:
             raise ValueError(
@@ -273,8 +310,67 @@ def resolve_model(name: str, revision: str | None = None) -> ResolvedModel:
     return ResolvedModel(name=name, location=candidates[0], is_local=False, revision=revision)
 
 
+def _gguf_checkpoint(path: Path) -> Path | None:
+    """The GGUF file ``path`` names: the file itself, or the single ``.gguf`` in a directory
+    without ``config.json``; None when ``path`` is not a GGUF checkpoint."""
+    if path.is_file() and path.suffix.lower() == GGUF_SUFFIX:
+        return path
+    if not path.is_dir() or (path / CONFIG_FILE).is_file():
+        return None
+    found = sorted(child for child in path.iterdir() if child.is_file() and child.suffix.lower() == GGUF_SUFFIX)
+    if len(found) > 1:
+        raise ModelLoadError(
+            f"{path} holds {len(found)} GGUF files ({', '.join(child.name for child in found[:4])}); pass one file"
+        )
+    return found[0] if found else None
+
+
+def _gguf_reader(resolved: ResolvedModel):
+    """A memory-mapped ``gguf.GGUFReader`` over the checkpoint (reads metadata only)."""
+    try:
+        import gguf
+    except ImportError:
+        raise ModelLoadError(f"reading {resolved.gguf_file} needs the gguf package; {GGUF_INSTALL}") from None
+    try:
+        return gguf.GGUFReader(Path(resolved.location) / resolved.gguf_file)
+    except (ValueError, OSError, KeyError, IndexError) as error:
+        raise ModelLoadError(
+            f"{resolved.gguf_file} is not a readable GGUF file ({_first_line(error)}); pass an intact .gguf checkpoint"
+        ) from None
+
+
+def _gguf_field(reader: Any, key: str) -> Any:
+    """A metadata value of a GGUF file (None when absent)."""
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def gguf_quantization(resolved: ResolvedModel) -> str:
+    """The checkpoint's quantisation type as llama.cpp names it (``Q4_1``, ``Q8_0``, ``F16``, ...),
+    from ``general.file_type``; when that is absent, the most common tensor type."""
+    import gguf
+
+    reader = _gguf_reader(resolved)
+    file_type = _gguf_field(reader, "general.file_type")
+    if file_type is not None:
+        try:
+            return gguf.LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        except ValueError:
+            pass
+    counts: dict[str, int] = {}
+    for tensor in reader.tensors:
+        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+    return max(counts, key=counts.get) if counts else "unknown"
+
+
 def context_length(resolved: ResolvedModel) -> int | None:
-    """The context length in the model's config.json when it is on disk (None otherwise)."""
+    """The context length in the model's config.json (or a GGUF file's metadata) when it is
+    on disk (None otherwise)."""
+    if resolved.gguf_file is not None:
+        reader = _gguf_reader(resolved)
+        architecture = _gguf_field(reader, "general.architecture")
+        value = _gguf_field(reader, f"{architecture}.context_length") if architecture else None
+        return int(value) if isinstance(value, int) and value > 0 else None
     if resolved.is_local:
         config_path: str | None = str(Path(resolved.location) / CONFIG_FILE)
     else:
@@ -311,6 +407,11 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
 
         transformers.utils.logging.disable_progress_bar()
         disable_progress_bars()
+    quantization = None
+    preloaded: dict[str, Any] = {}
+    if resolved.gguf_file is not None:
+        quantization = gguf_quantization(resolved)  # also checks that gguf is installed
+        preloaded = _load_gguf(resolved, spec)
     try:
         bridge = TransformerBridge.boot_transformers(
             resolved.location,
@@ -319,6 +420,7 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
             dtype=getattr(torch, spec.dtype),
             device_map=spec.device_map,
             n_devices=spec.n_devices,
+            **preloaded,
         )
     except OSError as error:
         raise ModelNotAvailableError(
@@ -346,9 +448,31 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
         n_heads=int(cfg.n_heads),
         d_model=int(cfg.d_model),
         d_head=int(cfg.d_head),
+        n_kv_heads=int(getattr(cfg, "n_key_value_heads", None) or cfg.n_heads),
         n_ctx=int(cfg.n_ctx),
         n_params=sum(p.numel() for p in bridge.original_model.parameters()),
         dtype=str(parameter.dtype).removeprefix("torch."),
         device=str(parameter.device),
+        source_file=None if resolved.gguf_file is None else str(Path(resolved.location) / resolved.gguf_file),
+        quantization=quantization,
     )
     return LoadedModel(bridge=bridge, info=info)
+
+
+def _load_gguf(resolved: ResolvedModel, spec: LoadSpec) -> dict[str, Any]:
+    """The dequantised model and its tokenizer from a GGUF file, as ``boot_transformers``'
+    ``hf_model`` / ``tokenizer`` arguments (eager attention, as the bridge needs)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            resolved.location, gguf_file=resolved.gguf_file, dtype=getattr(torch, spec.dtype), attn_implementation="eager"
+        )
+        tokenizer = AutoTokenizer.from_pretrained(resolved.location, gguf_file=resolved.gguf_file)
+    except (ValueError, KeyError, NotImplementedError, RuntimeError, OSError) as error:
+        raise ModelLoadError(
+            f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; "
+            "pass a GGUF of an architecture transformers can dequantise (llama, mistral, qwen2, gemma, ...)"
+        ) from None
+    return {"hf_model": hf_model.eval(), "tokenizer": tokenizer}

@@ -30,14 +30,20 @@ ErrorFn = Callable[[torch.Tensor, PreparedBatch], torch.Tensor]
 class DefaultStateConfig:
     """n_bootstrap resamples of the inputs for ``confidence`` intervals; ``seed`` fixes
     both the control's random keys and the bootstrap; ``batch_size``: run the inputs in
-    chunks of this many (None: all at once)."""
+    chunks of this many (None: all at once); ``max_single_heads``: test at most this many
+    sink heads one by one, the first ones in the order given (None: every one); the set
+    of all sink heads is tested together either way. Each tested set costs two forward
+    passes over the inputs, which on a model with dozens of sink heads is most of the work."""
 
     n_bootstrap: int = 1000
     confidence: float = 0.95
     seed: int = 0
     batch_size: int | None = None
+    max_single_heads: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_single_heads is not None and self.max_single_heads < 0:
+            raise ValueError(f"max_single_heads must be >= 0 or None, got {self.max_single_heads}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.n_bootstrap < 1:
@@ -166,9 +172,14 @@ def default_state_test(
         return DefaultStateResult(heads, batch.batch_size, (), "no sink heads: there is no sink to remove")
     before = _errors(hooked, batch, error_fn, None, config.batch_size)
     generator = torch.Generator().manual_seed(config.seed)
-    head_sets = [(f"L{layer}H{head}", ((layer, head),)) for layer, head in heads]
+    singles = heads if config.max_single_heads is None else heads[: config.max_single_heads]
+    head_sets = [(f"L{layer}H{head}", ((layer, head),)) for layer, head in singles]
     if len(heads) > 1:
         head_sets.append(("all_sink_heads", heads))
+    note = "" if len(singles) == len(heads) else (
+        f"{len(singles)} of {len(heads)} sink heads tested one by one (the first {len(singles)} in the order given), "
+        f"all {len(heads)} together"
+    )
     rows = []
     for label, head_set in head_sets:
         removed = _errors(hooked, batch, error_fn, remove_sink(head_set), config.batch_size) - before
@@ -187,4 +198,4 @@ def default_state_test(
                 cohens_d=float(difference.mean()) / spread if spread > 0 else float("nan"),
             )
         )
-    return DefaultStateResult(heads, batch.batch_size, tuple(rows), "")
+    return DefaultStateResult(heads, batch.batch_size, tuple(rows), note)

@@ -228,7 +228,8 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
             )
         edited = edit_pattern(model, batch, intervention, layer, captured["pattern"])
         # [batch, pos, head, d_head]
-        recomputed = (edited @ captured["v"].transpose(1, 2)).transpose(1, 2)
+        values = spec.expand_kv(captured["v"])  # one value per query head under grouped-query attention
+        recomputed = (edited @ values.transpose(1, 2)).transpose(1, 2)
         hooks.append((attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), lambda z, r=recomputed: r)))
     return hooks
 

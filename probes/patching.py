@@ -93,7 +93,7 @@ class PatchingResult:
         ``[layer, head, position]`` (float64)."""
         if value not in PATCH_VALUES:
             raise ValueError(f"unknown patching value {value!r}; choose one of {', '.join(PATCH_VALUES)}")
-        sizes = {"layer": self.model.n_layers, "head": self.model.n_heads, "position": self.n_pos}
+        sizes = {"layer": self.model.n_layers, "head": self.model.heads_of(self.hook), "position": self.n_pos}
         matrix = torch.full([sizes[axis] for axis in self.per], float("nan"), dtype=torch.float64)
         for row in self.rows:
             index = tuple({"layer": row.layer, "head": row.head, "position": row.position}[axis] for axis in self.per)
@@ -237,7 +237,9 @@ def activation_patching(
     see ``interp.patching``); for ``pattern``/``attn_scores`` a position is a query row.
     metric_fn(output, context) -> ``[batch]`` or a scalar (the batch mean): output is the
     model output (toy ``[batch, pos, d_model]`` or logits ``[batch, pos, vocab]``).
-    per: the axes to iterate. layers / heads / positions restrict the sites; along an
+    per: the axes to iterate. Heads are query heads, except for ``k`` and ``v`` on
+    grouped- or multi-query models, whose heads are the ``n_kv_heads`` key/value heads
+    (patching kv head g changes every query head that reads it). layers / heads / positions restrict the sites; along an
     axis not in ``per``, every site covers all the given heads / positions together.
     """
     if batch_size < 1:
@@ -252,9 +254,11 @@ def activation_patching(
         )
     source, target = _prepare_pair(hooked, source_inputs, target_inputs, attention_mask)
     layer_list = _indices("layers", layers, spec.n_layers) or tuple(range(spec.n_layers))
-    head_list = _indices("heads", heads, spec.n_heads)
+    # k and v carry n_kv_heads heads under grouped-query attention: their sites are kv heads
+    n_hook_heads = spec.heads_of(hook)
+    head_list = _indices("heads", heads, n_hook_heads)
     position_list = _indices("positions", positions, target.n_pos)
-    sites = _sites(hook, axes, layer_list, head_list, position_list, spec.n_heads, target.n_pos)
+    sites = _sites(hook, axes, layer_list, head_list, position_list, n_hook_heads, target.n_pos)
     hook_names = sorted({site.hook_name for site in sites})
     spec.require_hooks(hook_names, f"patching {hook!r}")
     if hooked.is_bridge and not hook_reaches_output(hooked, target.select(torch.arange(1, device=target.anchor.device)), hook_names[0]):

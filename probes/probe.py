@@ -6,7 +6,9 @@ each layer's tensors to per-head sums and counts as they fire and drop them, so 
 most one layer's pattern (and that layer's values) is alive at a time, and batches
 accumulate without keeping earlier patterns. Only the hooks a measurement reads are
 attached (``hook_v``, ``hook_pattern``, ``hook_z`` per layer; ``hook_resid_post`` when
-residual statistics are asked for). Each pass runs under ``torch.inference_mode`` and
+residual statistics are asked for). Every metric is per query head; under grouped- or
+multi-query attention a value-side metric of query head h reads the key/value head it
+shares (``ModelSpec.expand_kv``). Each pass runs under ``torch.inference_mode`` and
 ends after the last block (``HookedModel.run_with_hooks(stop_after=...)``): the final
 layer norm and the unembedding never run, so no ``[batch, pos, vocab]`` logits exist.
 Every number is a sum over prompts divided by a count (or a maximum), so results do not
@@ -319,6 +321,8 @@ class _Accumulator:
     def _make_v_hook(self, layer: int):
         def hook(v: torch.Tensor, hook: Any) -> None:
             batch = self._batch
+            # [batch, pos, n_kv_heads, d_head] -> one value per query head (grouped-query attention)
+            v = self.model.spec.expand_kv(v)
             self._value_norms = projected_value_norms(v, self.model.W_O(layer))
             rows = torch.arange(batch.batch_size, device=v.device)
             self.value_norm[layer] += v[rows, batch.anchor].norm(dim=-1).double().sum(dim=0).cpu()

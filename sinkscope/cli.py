@@ -64,9 +64,11 @@ AUDIT_EXAMPLES = """examples:
   sinkscope audit ./my-checkpoint --prompts data.csv --text-column body --no-prepend-bos --out out/mine
   sinkscope audit EleutherAI/pythia-1b --dtype bfloat16 --device-map auto \\
       --prompts Salesforce/wikitext:wikitext-2-raw-v1 --split "test[:2000]" --out out/pythia-1b
+  sinkscope audit ./SmolLM2-135M-Instruct.Q4_1.gguf --ablate --ablate-prompts 16 --out out/smollm2
 
 MODEL: a short name (gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, pythia-14m ... pythia-12b,
-pythia-70m-deduped ...), a Hugging Face id (org/name) or a directory written by save_pretrained.
+pythia-70m-deduped ...), a Hugging Face id (org/name), a directory written by save_pretrained, or
+a GGUF file (or a directory holding exactly one; needs pip install 'sinkscope[gguf]').
 Several models, or several --revision values of one model, also write comparison.json/.md and
 plots. Offline (HF_HUB_OFFLINE=1), hub models must already be in the local Hugging Face cache.
 """
@@ -225,7 +227,8 @@ def _add_audit_parser(commands: argparse._SubParsersAction) -> None:
         "audit", help="audit pretrained models (GPT-2, Pythia, any Hugging Face model) for attention sinks",
         epilog=AUDIT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    audit.add_argument("models", nargs="+", metavar="MODEL", help="short name, Hugging Face id or local directory")
+    audit.add_argument("models", nargs="+", metavar="MODEL",
+                       help="short name, Hugging Face id, local directory, or a GGUF file (or a directory holding one)")
     audit.add_argument("--prompts", default="default",
                        help="default (built-in English prompts), random (random tokens), a .txt (one prompt per "
                             "line)/.jsonl/.csv/.parquet file, or a Hugging Face dataset ID[:CONFIG] (default: default)")
@@ -246,10 +249,15 @@ def _add_audit_parser(commands: argparse._SubParsersAction) -> None:
     audit.add_argument("--split", default="train", help="dataset split, slicing allowed, e.g. 'test[:500]' (default train)")
     audit.add_argument("--ablate", action="store_true",
                        help="loss change when each sink head's sink is removed, all together, and the anchor evicted")
+    audit.add_argument("--ablate-heads", type=int, default=16,
+                       help="sink heads ablated one by one, strongest first; all are ablated together too (default 16)")
+    audit.add_argument("--ablate-prompts", type=int, default=None,
+                       help="run the ablations on the first N prompts only (default: all)")
     audit.add_argument("--sink-eps", type=float, default=0.1, help="sink head: anchor mass >= 1 - eps (default 0.1)")
     audit.add_argument("--examples", type=int, default=2, help="prompts drawn as attention heatmaps (default 2)")
     audit.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: TransformerLens picks)")
-    audit.add_argument("--dtype", choices=DTYPES, default="float32", help="weights dtype (default float32)")
+    audit.add_argument("--dtype", choices=DTYPES, default="float32",
+                       help="weights dtype; for GGUF files, the dtype they are dequantised to (default float32)")
     audit.add_argument("--device-map", default=None, help="split a large model across devices, e.g. auto")
     audit.add_argument("--n-devices", type=int, default=None, help="split a large model across this many GPUs")
     audit.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
@@ -447,7 +455,8 @@ def _audit(args: argparse.Namespace) -> dict:
     from pretrained_analysis.loading import load_model
 
     config = AuditConfig(
-        batch_size=args.batch_size, sink_eps=args.sink_eps, ablate=args.ablate, n_examples=args.examples, seed=args.seed,
+        batch_size=args.batch_size, sink_eps=args.sink_eps, ablate=args.ablate, ablate_heads=args.ablate_heads,
+        ablate_prompts=args.ablate_prompts, n_examples=args.examples, seed=args.seed,
     )
     progress = not args.no_progress
     results = []
