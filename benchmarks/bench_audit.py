@@ -1,13 +1,17 @@
-"""Audit throughput and memory on a GPT-2-small- or Pythia-160m-shaped model against a bare forward pass.
+"""Audit throughput and memory on a GPT-2-small-, Pythia-160m- or SmolLM2-135M-shaped model against a bare forward pass.
 
-    python benchmarks/bench_audit.py [--shape gpt2-small|pythia-160m] [--prompts N] [--tokens T]
+    python benchmarks/bench_audit.py [--shape gpt2-small|pythia-160m|smollm2-135m] [--prompts N] [--tokens T]
                                      [--batch-size B] [--repeats R] [--json PATH]
 
 The model (``SHAPES``): ``gpt2-small`` is ``GPT2Config()``'s defaults (12 layers, 12 heads,
 d_model 768, vocabulary 50,257, 124M parameters) with ``n_ctx`` set explicitly;
 ``pythia-160m`` is a ``GPTNeoXConfig`` with pythia-160m's sizes (hidden 768, 12 layers,
 12 heads, intermediate 3072, rotary on a quarter of each head, vocabulary 50,304, 2,048
-positions, untied unembedding, 162M parameters). Random weights (seed 0), saved to a
+positions, untied unembedding, 162M parameters); ``smollm2-135m`` is a ``LlamaConfig`` with
+SmolLM2-135M's sizes, the grouped-query-attention shape (hidden 576, 30 layers, 9 query heads
+sharing 3 key/value heads, head size 64, SwiGLU intermediate 1536, RMSNorm eps 1e-5, rotary
+on every head with theta 100,000, vocabulary 49,152, 8,192 positions, unembedding tied to the
+embedding, 135M parameters). Random weights (seed 0), saved to a
 temporary directory with the tests' byte-level tokenizer and loaded as ``sinkscope audit``
 loads it (``pretrained_analysis.loading.load_model``: ``TransformerBridge``, raw weights).
 The prompts: N random-token prompts of T tokens, BOS first (default 16 x 64, batches of 16).
@@ -24,8 +28,9 @@ rotating between repeats, each figure the median over the repeats:
   (grouped by length; all prompts here have the same length). The audit's probe passes run
   under ``torch.inference_mode`` and stop after the last block: the final layer norm and
   the unembedding (the ``[batch, pos, vocab]`` logits) never run, which the two bare ways
-  do run. The unembedding is about 30% of either shape's multiply-adds per token (768 x
-  ~50k of ~124M) and about a third of the bare bridge's time here, so the time ratio
+  do run. The unembedding is about 30% of the GPT-2 and Pythia shapes' multiply-adds per
+  token (768 x ~50k of ~124M) and about a fifth of the SmolLM2 shape's (576 x 49,152 of
+  ~135M), and a large share of the bare bridge's time, so the time ratio
   compares a pass without it against passes with it; ``x trunk`` compares the audit with
   ``bare trunk``, like with like: that is what the probes themselves cost. The memory
   ratio has no logits in its numerator;
@@ -108,13 +113,16 @@ class Harness:
 SHAPES: dict[str, str] = {
     "gpt2-small": "GPT-2-small shape (GPT2Config defaults)",
     "pythia-160m": "Pythia-160m shape (GPTNeoXConfig)",
+    "smollm2-135m": "SmolLM2-135M (Llama GQA) shape (LlamaConfig)",
 }
 
 
 def build_model(directory: str, shape: str = "gpt2-small") -> int:
     """Save a random model of ``shape`` (see ``SHAPES``) and a tokenizer; returns its parameter count."""
     from tiny_models import train_byte_level_tokenizer
-    from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformers import (
+        GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM,
+    )
 
     tokenizer = train_byte_level_tokenizer()
     special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
@@ -126,6 +134,13 @@ def build_model(directory: str, shape: str = "gpt2-small") -> int:
             rotary_pct=0.25, max_position_embeddings=2048, tie_word_embeddings=False, **special,
         )
         model_class = GPTNeoXForCausalLM
+    elif shape == "smollm2-135m":
+        config = LlamaConfig(
+            vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+            num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000,
+            tie_word_embeddings=True, attn_implementation="eager", **special,
+        )
+        model_class = LlamaForCausalLM
     else:
         raise ValueError(f"unknown shape {shape!r}; choose one of {', '.join(SHAPES)}")
     torch.manual_seed(0)
@@ -303,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.prompts, args.batch_size, args.repeats) < 1 or not 2 <= args.tokens <= 1024:
         parser.error("--prompts, --batch-size and --repeats must be >= 1 and --tokens in 2..1024")
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory(prefix="bench_audit_gpt2_") as model_dir:
+    with tempfile.TemporaryDirectory(prefix=f"bench_audit_{args.shape}_") as model_dir:
         n_params = build_model(model_dir, args.shape)
         setup = Setup(model_dir, args.prompts, args.tokens, args.batch_size)
         results, write_seconds = bench(setup, args.repeats)

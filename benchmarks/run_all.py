@@ -11,9 +11,10 @@ own imports), each reusing the benchmark module named in brackets:
   another (``bench_seeds``); target >= 3x faster; reported as not available when
   ``toy.batched_train`` cannot be imported;
 - ``audit``: the audit against the bare forward pass and against caching every hook, on a
-  GPT-2-small-shaped (124M) and a Pythia-160m-shaped model with random local weights
-  (``bench_audit``); targets audit time <= 1.3 x bare forward and audit peak memory
-  <= 0.25 x the full cache's; each peak is measured in a fresh spawned process;
+  GPT-2-small-shaped (124M), a Pythia-160m-shaped (162M) and a SmolLM2-135M-shaped model
+  (Llama with grouped-query attention, 9 query heads on 3 key/value heads, 135M), random
+  local weights (``bench_audit``); targets audit time <= 1.3 x bare forward and audit peak
+  memory <= 0.25 x the full cache's; each peak is measured in a fresh spawned process;
 - ``scaling``: audit time against the number of prompts and the prompt length T on a
   small GPT-2, with fitted log-log exponents (``bench_scaling``); expected about 1 and
   between 1 and 2.
@@ -54,7 +55,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "toy": {"steps": 300, "repeats": 7, "warmup": 10, "profile_steps": 50},
         "seeds": {"k": 8, "steps": 300, "repeats": 3, "cases": ["1x1", "2x2"], "profile_steps": 50},
         "audit": {
-            "shapes": ["gpt2-small", "pythia-160m"], "prompts": 16, "tokens": 64, "batch_size": 16, "repeats": 5,
+            "shapes": ["gpt2-small", "pythia-160m", "smollm2-135m"],
+            "prompts": 16, "tokens": 64, "batch_size": 16, "repeats": 5,
             "memory_modes": ["bare hf", "bare bridge", "audit", "full cache"], "write": True,
             "timed_modes": ["bare hf", "bare bridge", "bare trunk", "audit", "full cache"],
         },
@@ -64,7 +66,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "toy": {"steps": 100, "repeats": 3, "warmup": 5, "profile_steps": 20},
         "seeds": {"k": 8, "steps": 100, "repeats": 3, "cases": ["1x1"], "profile_steps": 20},
         "audit": {
-            "shapes": ["gpt2-small", "pythia-160m"], "prompts": 8, "tokens": 64, "batch_size": 8, "repeats": 3,
+            "shapes": ["gpt2-small", "pythia-160m", "smollm2-135m"],
+            "prompts": 8, "tokens": 64, "batch_size": 8, "repeats": 3,
             "memory_modes": ["bare bridge", "audit", "full cache"], "write": False, "timed_modes": ["bare bridge", "bare trunk", "audit"],
         },
         "scaling": {"prompts": [4, 8, 16, 32], "tokens": [32, 64, 128, 256], "fixed_prompts": 8, "fixed_tokens": 64, "repeats": 3},
@@ -222,7 +225,7 @@ def section_audit(p: dict, profile: str) -> dict:
             time_ratio = by_mode["audit"].ratio_to_bare_bridge
             audit_peak, cache_peak = by_mode["audit"].peak_rss_increase_mib, by_mode["full cache"].peak_rss_increase_mib
             memory_ratio = None if audit_peak is None or not cache_peak else audit_peak / cache_peak
-            name = bench_audit.SHAPES[shape].split(" (")[0]
+            name = bench_audit.SHAPES[shape].rsplit(" (", 1)[0]
             rows.append(target_row(f"audit {name}: audit / bare forward time", time_ratio, f"<= {AUDIT_TIME_TARGET}",
                                    time_ratio <= AUDIT_TIME_TARGET))
             trunk_ratio = by_mode["audit"].ratio_to_bare_trunk

@@ -119,7 +119,9 @@ def mask_keys(pattern: torch.Tensor, keys: torch.Tensor, heads: Sequence[int], r
     selected = selected.masked_fill(hit.unsqueeze(1), 0.0)
     if renormalise:
         rest = selected.sum(dim=-1, keepdim=True)
-        scaled = selected / rest.clamp_min(torch.finfo(selected.dtype).tiny)
+        # divide by the rest itself, however small: a strong sink leaves subnormal masses,
+        # and clamping the divisor to the smallest normal float would shrink those rows
+        scaled = selected / torch.where(rest > 0, rest, torch.ones_like(rest))
         selected = torch.where(has_key.unsqueeze(1).unsqueeze(-1), scaled, selected)
     edited[:, list(heads)] = selected
     return edited

@@ -233,3 +233,76 @@ def toy_sink_model():
         attn.W_Q[0, 1, 0] = 30.0  # trigger flag
         attn.W_K[0, 0, 0] = 30.0  # BOS flag
     return model
+
+
+# grouped- and multi-query attention ---------------------------------------------------
+# family -> (config class, model class, extra config): GQA 4 query heads on 2 kv heads,
+# or MQA on 1 (Gemma, with head_dim 16 != hidden_size / heads as in real Gemma models)
+GQA_FAMILIES: dict[str, tuple[str, str, dict]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {"num_key_value_heads": 2, "attention_bias": True}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"num_key_value_heads": 2, "sliding_window": None}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"num_key_value_heads": 2}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"num_key_value_heads": 2, "head_dim": 8}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"num_key_value_heads": 1, "head_dim": 16}),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"num_key_value_heads": 2, "head_dim": 8, "sliding_window": 64}),
+}
+# families whose q/k projections have biases, so a constant query can plant a sink
+BIASED_QK_FAMILIES: tuple[str, ...] = ("llama", "qwen2")
+
+
+def plant_gqa_bos_sink(model, layer: int, head: int, strength: float = 12.0) -> None:
+    """Make query head ``head`` of ``layer`` a BOS sink in a Llama-style model with q/k
+    biases: BOS gets a +-1 embedding u; the kv head it reads keeps only its last dimension,
+    which reads u, and the query is a constant bias there. The last dimension pairs with
+    the lowest rotary frequency (rotate_half), so the score barely depends on distance."""
+    config = model.config
+    width = config.hidden_size
+    d_head = getattr(config, "head_dim", None) or width // config.num_attention_heads
+    group = config.num_attention_heads // config.num_key_value_heads
+    kv_head = head // group
+    u = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(width)])
+    attention = model.model.layers[layer].self_attn
+    q_rows = slice(head * d_head, (head + 1) * d_head)
+    k_rows = slice(kv_head * d_head, (kv_head + 1) * d_head)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[config.bos_token_id] = u
+        attention.q_proj.weight[q_rows] = 0.0
+        attention.q_proj.bias[q_rows] = 0.0
+        attention.q_proj.bias[q_rows.stop - 1] = strength
+        attention.k_proj.weight[k_rows] = 0.0
+        attention.k_proj.bias[k_rows] = 0.0
+        attention.k_proj.weight[k_rows.stop - 1] = u
+
+
+def build_tiny_gqa(
+    directory: str | os.PathLike,
+    family: str = "llama",
+    seed: int = 0,
+    n_layer: int = 2,
+    n_head: int = 4,
+    hidden_size: int = 32,
+    bos_sink_head: tuple[int, int] | None = None,
+) -> Path:
+    """Save a random grouped-/multi-query causal LM of ``family`` (``GQA_FAMILIES``) and the
+    byte-level tokenizer; ``bos_sink_head`` plants a sink (families in ``BIASED_QK_FAMILIES``)."""
+    import transformers
+
+    if family not in GQA_FAMILIES:
+        raise ValueError(f"unknown GQA family {family!r}; choose one of {', '.join(GQA_FAMILIES)}")
+    config_name, model_name, extra = GQA_FAMILIES[family]
+    tokenizer = train_byte_level_tokenizer()
+    config = getattr(transformers, config_name)(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=n_layer, num_attention_heads=n_head, max_position_embeddings=64,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        attn_implementation="eager", **extra,
+    )
+    # no pad_token_id: the tokenizer pads with its BOS, and a padding_idx embedding row
+    # starts at zero, which would leave the anchor's values (and their metrics) at zero
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(config).eval()
+    if bos_sink_head is not None:
+        if family not in BIASED_QK_FAMILIES:
+            raise ValueError(f"planting a sink needs q/k biases; use one of {', '.join(BIASED_QK_FAMILIES)}")
+        plant_gqa_bos_sink(model, *bos_sink_head)
+    return _save(model, tokenizer, Path(directory))
