@@ -30,7 +30,7 @@ rotating between repeats, each figure the median over the repeats:
   the unembedding (the ``[batch, pos, vocab]`` logits) never run, which the two bare ways
   do run. The unembedding is about 30% of the GPT-2 and Pythia shapes' multiply-adds per
   token (768 x ~50k of ~124M) and about a fifth of the SmolLM2 shape's (576 x 49,152 of
-  ~135M), and a large share of the bare bridge's time, so the time ratio
+  ~135M), and roughly that share of the bare bridge's time, so the time ratio
   compares a pass without it against passes with it; ``x trunk`` compares the audit with
   ``bare trunk``, like with like: that is what the probes themselves cost. The memory
   ratio has no logits in its numerator;

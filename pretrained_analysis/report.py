@@ -194,7 +194,7 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
     record = read_audit(source)
     model, config = record.model, record.config
     findings = [
-        f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.n_heads} heads, "
+        f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.heads_text}, "
         f"{model.n_params:,} parameters) on {record.prompts.n_prompts} prompts from {record.prompts.location}.",
         sink_head_phrase(record.heads, config.sink_eps, f"on the anchor, {record.anchor}"),
         f"Sink rate (Gu et al. Sink_1^eps): {sink_rate_phrase(record.sink_rates)} of (prompt, layer, head) entries.",

@@ -411,7 +411,7 @@ def _unique_slugs(labels: list[str]) -> list[str]:
 
 def _audit_line(result) -> str:
     rates = result.sink_rate()
-    line = (f"{result.model.label}: {result.model.n_layers} layers x {result.model.n_heads} heads; sink rate "
+    line = (f"{result.model.label}: {result.model.n_layers} layers x {result.model.heads_text}; sink rate "
             + ", ".join(f"{rate:.1f}% (eps {eps})" for eps, rate in rates.items())
             + f"; {len(result.sink_heads())} sink heads (anchor mass >= {1 - result.config.sink_eps:g})")
     if result.ablation is not None:
