@@ -200,6 +200,14 @@ class HookedModel:
         hook_names = frozenset(model.hook_dict.keys())
         if self.is_bridge:
             cfg = model.cfg
+            missing = [name for name in (attn_hook(0, "pattern"), attn_hook(0, "v"), attn_hook(0, "z")) if name not in hook_names]
+            if missing:
+                # e.g. state-space models (Mamba), which the bridge boots but which have no attention
+                architecture = type(getattr(model, "original_model", model)).__name__
+                raise ValueError(
+                    f"{architecture} has no attention hooks {missing}; sink probes need attention layers "
+                    "(a transformer such as GPT-2, Pythia, Llama, Mistral, Qwen2, Gemma or BERT)"
+                )
             self.spec = ModelSpec(
                 family="bridge",
                 n_layers=int(cfg.n_layers),

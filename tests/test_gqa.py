@@ -1,7 +1,8 @@
-"""Grouped- and multi-query attention (Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma2 shapes):
+"""Grouped- and multi-query attention (Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma2, Gemma3, OLMo2 shapes):
 every probe metric, every intervention and activation patching against transformers' eager
 attention and a direct computation from the Hugging Face weights, on tiny checkpoints
-built here (4 query heads sharing 2 key/value heads, or 1 for Gemma's multi-query)."""
+built here (4 query heads sharing 2 key/value heads, or 1 for Gemma's multi-query); and a
+one-line refusal of a model the bridge boots but that has no attention (Mamba)."""
 
 from __future__ import annotations
 
@@ -346,3 +347,19 @@ def test_audit_of_a_gqa_checkpoint_with_ablations(llama_sink, tmp_path):
     assert [(row["layer"], row["head"]) for row in data["sink_heads"]] == [SINK]
     labels = [row["label"] for row in data["ablation"]["sink_heads"]["rows"]]
     assert labels == ["L1H3"]
+
+
+def test_a_model_without_attention_is_refused_in_one_line(tmp_path, capsys):
+    import transformers
+
+    from sinkscope.cli import main
+    from tiny_models import train_byte_level_tokenizer
+
+    tokenizer = train_byte_level_tokenizer()
+    config = transformers.MambaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, state_size=4)
+    transformers.MambaForCausalLM(config).save_pretrained(tmp_path / "mamba")
+    tokenizer.save_pretrained(tmp_path / "mamba")
+    assert main(["audit", str(tmp_path / "mamba"), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "MambaForCausalLM has no attention hooks" in err
+    assert not (tmp_path / "out").exists()

@@ -245,6 +245,8 @@ GQA_FAMILIES: dict[str, tuple[str, str, dict]] = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"num_key_value_heads": 2, "head_dim": 8}),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", {"num_key_value_heads": 1, "head_dim": 16}),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"num_key_value_heads": 2, "head_dim": 8, "sliding_window": 64}),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"num_key_value_heads": 1, "head_dim": 8, "sliding_window": 64}),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {"num_key_value_heads": 2}),
 }
 # families whose q/k projections have biases, so a constant query can plant a sink
 BIASED_QK_FAMILIES: tuple[str, ...] = ("llama", "qwen2")
