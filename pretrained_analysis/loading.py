@@ -411,7 +411,7 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
     preloaded: dict[str, Any] = {}
     if resolved.gguf_file is not None:
         quantization = gguf_quantization(resolved)  # also checks that gguf is installed
-        preloaded = _load_gguf(resolved, spec)
+        preloaded = _load_gguf(resolved, spec, progress)
     try:
         bridge = TransformerBridge.boot_transformers(
             resolved.location,
@@ -459,12 +459,20 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
     return LoadedModel(bridge=bridge, info=info)
 
 
-def _load_gguf(resolved: ResolvedModel, spec: LoadSpec) -> dict[str, Any]:
+def _load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[str, Any]:
     """The dequantised model and its tokenizer from a GGUF file, as ``boot_transformers``'
     ``hf_model`` / ``tokenizer`` arguments (eager attention, as the bridge needs)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    # transformers' dequantisation bar is a bare tqdm with no switch of its own
+    bar = gguf_utils.tqdm
+    if not progress:
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         hf_model = AutoModelForCausalLM.from_pretrained(
             resolved.location, gguf_file=resolved.gguf_file, dtype=getattr(torch, spec.dtype), attn_implementation="eager"
@@ -475,4 +483,6 @@ def _load_gguf(resolved: ResolvedModel, spec: LoadSpec) -> dict[str, Any]:
             f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; "
             "pass a GGUF of an architecture transformers can dequantise (llama, mistral, qwen2, gemma, ...)"
         ) from None
+    finally:
+        gguf_utils.tqdm = bar
     return {"hf_model": hf_model.eval(), "tokenizer": tokenizer}
