@@ -13,7 +13,9 @@ from contextlib import contextmanager
 import pytest
 import torch
 
+from interp.hook_names import attn_hook
 from interp.hooked_model import HookedModel
+from interp.patching import hook_reaches_output
 from probes.default_state import DefaultStateConfig, default_state_test
 from probes.interventions import (
     evict_anchor,
@@ -143,6 +145,17 @@ def test_every_probe_metric_matches_transformers_per_query_head(family_models):
         measured = torch.tensor([getattr(layer, name) for layer in result.layers], dtype=torch.float64)
         torch.testing.assert_close(measured, expected[name], atol=1e-5, rtol=1e-5, msg=f"{family} {name}")
     assert result.model.n_kv_heads == expected_kv and result.to_dict()["model"]["n_kv_heads"] == expected_kv
+
+
+def test_every_attention_hook_is_editable(family_models):
+    """What the README's family table promises: edits at every attention hook reach the
+    output, so pattern interventions act at hook_pattern and patching works everywhere."""
+    _, bridge, _ = family_models
+    hooked = HookedModel(bridge)
+    assert hooked.spec.pattern_writable
+    one = hooked.prepare(PROMPTS[0])
+    for name in ("q", "k", "v", "z", "attn_scores", "pattern"):
+        assert hook_reaches_output(hooked, one, attn_hook(1, name)), name
 
 
 # interventions against transformers' eager attention with the same edit ------------------
