@@ -75,10 +75,6 @@ class ModelSpec:
         """Query heads per key/value head (1 without grouped-query attention)."""
         return self.n_heads // self.n_kv_heads
 
-    def kv_head(self, head: int) -> int:
-        """The key/value head that query head ``head`` reads."""
-        return head // self.kv_group
-
     def heads_of(self, hook: str) -> int:
         """Heads on the head axis of a short attention hook name: ``n_kv_heads`` for
         ``k``/``v`` (and rotary ``rot_k``), ``n_heads`` otherwise."""

@@ -331,6 +331,8 @@ def _gguf_reader(resolved: ResolvedModel):
         import gguf
     except ImportError:
         raise ModelLoadError(f"reading {resolved.gguf_file} needs the gguf package; {GGUF_INSTALL}") from None
+    if not hasattr(gguf.ReaderField, "contents"):
+        raise ModelLoadError(f"reading {resolved.gguf_file} needs gguf >= 0.16 (found an older one); {GGUF_INSTALL} --upgrade")
     try:
         return gguf.GGUFReader(Path(resolved.location) / resolved.gguf_file)
     except (ValueError, OSError, KeyError, IndexError) as error:
@@ -408,19 +410,20 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
         transformers.utils.logging.disable_progress_bar()
         disable_progress_bars()
     quantization = None
-    preloaded: dict[str, Any] = {}
+    placement: dict[str, Any] = {"device_map": spec.device_map, "n_devices": spec.n_devices}
     if resolved.gguf_file is not None:
+        if spec.n_devices is not None:
+            raise ModelLoadError("--n-devices does not apply to GGUF files; pass --device-map auto to split one")
         quantization = gguf_quantization(resolved)  # also checks that gguf is installed
-        preloaded = _load_gguf(resolved, spec, progress)
+        # the bridge takes a preloaded model as it is: placement happens while loading it
+        placement = _load_gguf(resolved, spec, progress)
     try:
         bridge = TransformerBridge.boot_transformers(
             resolved.location,
             revision=resolved.revision,
             device=spec.device,
             dtype=getattr(torch, spec.dtype),
-            device_map=spec.device_map,
-            n_devices=spec.n_devices,
-            **preloaded,
+            **placement,
         )
     except OSError as error:
         raise ModelNotAvailableError(
@@ -461,7 +464,8 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
 
 def _load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[str, Any]:
     """The dequantised model and its tokenizer from a GGUF file, as ``boot_transformers``'
-    ``hf_model`` / ``tokenizer`` arguments (eager attention, as the bridge needs)."""
+    ``hf_model`` / ``tokenizer`` arguments (eager attention, as the bridge needs), placed on
+    ``spec.device`` or by ``spec.device_map``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -475,9 +479,14 @@ def _load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[
         gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         hf_model = AutoModelForCausalLM.from_pretrained(
-            resolved.location, gguf_file=resolved.gguf_file, dtype=getattr(torch, spec.dtype), attn_implementation="eager"
+            resolved.location, gguf_file=resolved.gguf_file, dtype=getattr(torch, spec.dtype),
+            attn_implementation="eager", device_map=spec.device_map,
         )
+        if spec.device is not None:
+            hf_model = hf_model.to(spec.device)
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, gguf_file=resolved.gguf_file)
+    except ImportError as error:  # transformers checks the gguf version itself
+        raise ModelLoadError(f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; {GGUF_INSTALL}") from None
     except (ValueError, KeyError, NotImplementedError, RuntimeError, OSError) as error:
         raise ModelLoadError(
             f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; "
