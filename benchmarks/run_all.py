@@ -21,7 +21,7 @@ own imports), each reusing the benchmark module named in brackets:
 Times are medians over several runs (the number is in each table). Whenever a target is
 not met (or with ``--profile always``) the section profiles the slow path with
 ``torch.profiler`` and ``cProfile`` and RESULTS.md summarises where the time or memory
-goes. ``--quick`` runs fewer repeats and sizes (about 3 minutes on 2 cores; the full
+goes. ``--quick`` runs fewer repeats and sizes (about 4 minutes on 2 cores; the full
 suite stays under 15). RESULTS.md is written atomically, after every section has run.
 """
 
@@ -49,7 +49,7 @@ SECTION_TIMEOUT_S = 15 * 60  # the audit section, three shapes, is the longest
 VERSION_PACKAGES = ("torch", "transformer-lens", "transformers", "sinkscope")
 
 # What each section runs, per preset. Sizes were chosen so that the full suite stays under
-# 15 minutes and --quick about 3 on 2 cores (see the suite wall time in RESULTS.md).
+# 15 minutes and --quick about 4 on 2 cores (see the suite wall time in RESULTS.md).
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "full": {
         "toy": {"steps": 300, "repeats": 7, "warmup": 10, "profile_steps": 50},
@@ -518,7 +518,7 @@ def render(preset: str, machine: dict, found_versions: dict, loads: tuple, start
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats and sizes (about 3 minutes on 2 cores)")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and sizes (about 4 minutes on 2 cores)")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "RESULTS.md", help="the markdown report (default benchmarks/RESULTS.md)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections among {', '.join(SECTIONS)} (default all)")
     parser.add_argument("--profile", choices=("missed", "always", "never"), default="missed",
