@@ -243,6 +243,16 @@ class HookedModel:
         """Output projection of ``layer``: ``[head, d_head, d_model]``."""
         return self.model.blocks[layer].attn.W_O.detach()
 
+    def attention_output_hook(self, layer: int) -> str | None:
+        """The hook carrying ``layer``'s attention output sum_h z_h W_O[h] + b_O
+        ``[batch, pos, d_model]``, or None when the model has none.
+
+        Bridges: the output projection's own hook (``attn.o.hook_out``), not
+        ``hook_attn_out``, which Gemma 2's post-attention norm and BERT's LayerNorm
+        follow. Toy models: ``hook_attn_out``, the attention's output itself."""
+        name = f"blocks.{layer}.attn.o.hook_out" if self.is_bridge else block_hook(layer, "attn_out")
+        return name if name in self.spec.hook_names else None
+
     def b_O(self, layer: int) -> torch.Tensor | None:
         """Output bias of ``layer`` ``[d_model]``, or None when the model has none."""
         bias = getattr(self.model.blocks[layer].attn, "b_O", None)

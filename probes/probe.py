@@ -41,6 +41,7 @@ from probes.sink_metrics import (
     is_sink_head,
     massive_activations,
     head_output_norms,
+    output_gram,
     projected_value_norms,
     queries_after_anchor,
     row_entropy_sums,
@@ -284,6 +285,7 @@ class _Accumulator:
         self._value_norms: torch.Tensor | None = None
         self._out_total: torch.Tensor | None = None
         self._out_norm_total: torch.Tensor | None = None
+        self._grams: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
     def hooks(self) -> list[tuple[str, Any]]:
         hooks = []
@@ -292,7 +294,10 @@ class _Accumulator:
                 hooks.append((attn_hook(layer, "v"), self._make_v_hook(layer)))
             hooks.append((attn_hook(layer, "pattern"), self._make_pattern_hook(layer)))
             if self.config.with_values:
-                hooks.append((attn_hook(layer, "z"), self._make_z_hook(layer)))
+                output_hook = self.model.attention_output_hook(layer)
+                hooks.append((attn_hook(layer, "z"), self._make_z_hook(layer, computes_output=output_hook is None)))
+                if output_hook is not None:  # the model's own output: no second W_O matmul
+                    hooks.append((output_hook, self._make_output_hook(layer)))
             if self.config.with_residual:
                 hooks.append((block_hook(layer, "resid_post"), self._make_resid_hook(layer)))
         return hooks
@@ -323,7 +328,7 @@ class _Accumulator:
             batch = self._batch
             # [batch, pos, n_kv_heads, d_head] -> one value per query head (grouped-query attention)
             v = self.model.spec.expand_kv(v)
-            self._value_norms = projected_value_norms(v, self.model.W_O(layer))
+            self._value_norms = projected_value_norms(v, self._gram(layer, v.dtype))
             rows = torch.arange(batch.batch_size, device=v.device)
             self.value_norm[layer] += v[rows, batch.anchor].norm(dim=-1).double().sum(dim=0).cpu()
             self.value_count[layer] += batch.batch_size
@@ -358,25 +363,43 @@ class _Accumulator:
 
         return hook
 
-    def _make_z_hook(self, layer: int):
+    def _gram(self, layer: int, dtype: torch.dtype) -> torch.Tensor:
+        """``output_gram`` of ``layer``'s W_O, computed once per probe run."""
+        key = (layer, dtype)
+        if key not in self._grams:
+            self._grams[key] = output_gram(self.model.W_O(layer).to(dtype))
+        return self._grams[key]
+
+    def _make_z_hook(self, layer: int, computes_output: bool):
         def hook(z: torch.Tensor, hook: Any) -> None:
             selected = self._selected.to(z.dtype)
-            W_O = self.model.W_O(layer).to(z.dtype)  # [head, d_head, d_model]
-            head_norms = head_output_norms(z, W_O)  # [batch, pos, head]
-            # [batch, pos, d_model]: sum_h z_h W_O[h] as one matmul
-            layer_out = z.reshape(*z.shape[:2], -1) @ W_O.reshape(-1, W_O.shape[-1])
-            bias = self.model.b_O(layer)
-            if bias is not None:
-                layer_out = layer_out + bias.to(z.dtype)
-            layer_norm = layer_out.norm(dim=-1)
+            head_norms = head_output_norms(z, self._gram(layer, z.dtype))  # [batch, pos, head]
             self.head_out[layer] += (head_norms * selected.unsqueeze(-1)).sum(dim=(0, 1)).double().cpu()
             self.head_out_sum[layer] += float((head_norms.sum(dim=-1) * selected).sum())
-            self.layer_out[layer] += float((layer_norm * selected).sum())
             self.out_count[layer] += float(selected.sum())
-            self._out_total = layer_out if self._out_total is None else self._out_total + layer_out
-            self._out_norm_total = layer_norm if self._out_norm_total is None else self._out_norm_total + layer_norm
+            if computes_output:
+                W_O = self.model.W_O(layer).to(z.dtype)  # [head, d_head, d_model]
+                # [batch, pos, d_model]: sum_h z_h W_O[h] as one matmul
+                layer_out = z.reshape(*z.shape[:2], -1) @ W_O.reshape(-1, W_O.shape[-1])
+                bias = self.model.b_O(layer)
+                self._add_layer_output(layer, layer_out if bias is None else layer_out + bias.to(z.dtype))
 
         return hook
+
+    def _make_output_hook(self, layer: int):
+        def hook(out: torch.Tensor, hook: Any) -> None:
+            self._add_layer_output(layer, out)
+
+        return hook
+
+    def _add_layer_output(self, layer: int, layer_out: torch.Tensor) -> None:
+        """Accumulate ``layer``'s attention output ``[batch, pos, d_model]``: its norm and the
+        running sum over layers (for ``attn_out_norm_of_sum``)."""
+        selected = self._selected.to(layer_out.dtype)
+        layer_norm = layer_out.norm(dim=-1)
+        self.layer_out[layer] += float((layer_norm * selected).sum())
+        self._out_total = layer_out if self._out_total is None else self._out_total + layer_out
+        self._out_norm_total = layer_norm if self._out_norm_total is None else self._out_norm_total + layer_norm
 
     def _make_resid_hook(self, layer: int):
         def hook(resid: torch.Tensor, hook: Any) -> None:

@@ -121,23 +121,28 @@ def sink_rate(alpha: torch.Tensor, eps: float = 0.3) -> float:
     return float((valid > eps).to(torch.float64).mean() * 100.0)
 
 
-def head_output_norms(x: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
-    """||x[b, p, h] W_O[h]|| for every position and head: x ``[batch, pos, head, d_head]``,
-    W_O ``[head, d_head, d_model]`` -> ``[batch, pos, head]``.
+def output_gram(W_O: torch.Tensor) -> torch.Tensor:
+    """Each head's Gram matrix W_O[h] W_O[h]^T: W_O ``[head, d_head, d_model]`` ->
+    ``[head, d_head, d_head]``; ||x W_O[h]||^2 = x G[h] x^T."""
+    return W_O @ W_O.transpose(-1, -2)
 
-    Through each head's Gram matrix W_O[h] W_O[h]^T ``[d_head, d_head]``, so the
-    ``[batch, pos, head, d_model]`` projection is never built (d_model / d_head times
-    less work: 12x on GPT-2 and Pythia-160m).
+
+def head_output_norms(x: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+    """||x[b, p, h] W_O[h]|| for every position and head: x ``[batch, pos, head, d_head]``,
+    gram ``[head, d_head, d_head]`` from ``output_gram(W_O)`` -> ``[batch, pos, head]``.
+
+    Through the Gram matrix, so the ``[batch, pos, head, d_model]`` projection is never
+    built (d_model / d_head times less work per head).
     """
-    gram = W_O.to(x.dtype) @ W_O.to(x.dtype).transpose(-1, -2)  # [head, d_head, d_head]
-    squared = (torch.einsum("bphd,hde->bphe", x, gram) * x).sum(dim=-1)
+    squared = (torch.einsum("bphd,hde->bphe", x, gram.to(x.dtype)) * x).sum(dim=-1)
     return squared.clamp_min(0.0).sqrt()
 
 
-def projected_value_norms(v: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
-    """||v_j W_O[h]|| for every key and head: v ``[batch, pos, head, d_head]``,
-    W_O ``[head, d_head, d_model]`` -> ``[batch, head, pos]``."""
-    return head_output_norms(v, W_O).transpose(1, 2)
+def projected_value_norms(v: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+    """||v_j W_O[h]|| for every key and head: v ``[batch, pos, head, d_head]`` (one value
+    per query head), gram ``[head, d_head, d_head]`` from ``output_gram`` ->
+    ``[batch, head, pos]``."""
+    return head_output_norms(v, gram).transpose(1, 2)
 
 
 def value_weighted_anchor_share_sums(
@@ -210,13 +215,17 @@ def massive_activations(
     """resid ``[batch, pos, d_model]``; real ``[batch, pos]`` bool; anchor ``[batch]``."""
     magnitude = resid.abs()
     real = real.to(resid.device)
-    # row by row, since rows hold different numbers of real tokens; torch.median takes the
-    # lower middle value and is faster than torch.kthvalue on CPU (measured)
-    zero = magnitude.new_zeros(())
-    rows_real = [magnitude[row][real[row]] for row in range(resid.shape[0])]  # each [real tokens, d_model]
-    median = torch.stack([values.median() if values.numel() else zero for values in rows_real])  # [batch]
-    maxima = [values.max() for values in rows_real if values.numel()]
-    max_abs = float(torch.stack(maxima).max()) if maxima else 0.0
+    if bool(real.all()):  # no padding: one batched median (the lower middle value, as below)
+        median = magnitude.flatten(1).median(dim=1).values
+        max_abs = float(magnitude.max()) if magnitude.numel() else 0.0
+    else:
+        # row by row, since rows hold different numbers of real tokens; torch.median takes
+        # the lower middle value and is faster than torch.kthvalue on CPU
+        zero = magnitude.new_zeros(())
+        rows_real = [magnitude[row][real[row]] for row in range(resid.shape[0])]  # each [real tokens, d_model]
+        median = torch.stack([values.median() if values.numel() else zero for values in rows_real])  # [batch]
+        maxima = [values.max() for values in rows_real if values.numel()]
+        max_abs = float(torch.stack(maxima).max()) if maxima else 0.0
     massive = (magnitude > abs_threshold) & (magnitude > ratio * median.view(-1, 1, 1)) & real.unsqueeze(-1)
     rows = torch.arange(resid.shape[0], device=resid.device)
     return MassiveActivations(

@@ -12,6 +12,7 @@ from probes.sink_metrics import (
     anchor_mass,
     is_sink_head,
     massive_activations,
+    output_gram,
     projected_value_norms,
     row_entropy_sums,
     sink_rate,
@@ -60,7 +61,7 @@ def test_value_weighted_share_by_hand():
     pattern = torch.tensor([[[[1.0, 0.0], [0.8, 0.2]]]])
     v = torch.tensor([[[[1.0]], [[3.0]]]])  # [batch, pos, head, d_head]
     w_o = torch.tensor([[[2.0, 0.0]]])  # [head, d_head, d_model]
-    norms = projected_value_norms(v, w_o)
+    norms = projected_value_norms(v, output_gram(w_o))
     assert norms.tolist() == [[[2.0, 6.0]]]
     sums, counts = value_weighted_anchor_share_sums(pattern, norms)
     assert counts.tolist() == [1]
@@ -113,6 +114,20 @@ def test_head_output_norms_match_the_explicit_projection():
     x = torch.randn(3, 5, 4, 8, generator=generator, dtype=torch.float64)
     w_o = torch.randn(4, 8, 32, generator=generator, dtype=torch.float64)
     explicit = torch.einsum("bphd,hdm->bphm", x, w_o).norm(dim=-1)
-    assert torch.allclose(head_output_norms(x, w_o), explicit, rtol=1e-10)
+    assert torch.allclose(head_output_norms(x, output_gram(w_o)), explicit, rtol=1e-10)
     x32, w32 = x.float(), w_o.float()
-    assert torch.allclose(head_output_norms(x32, w32), explicit.float(), rtol=1e-4)
+    assert torch.allclose(head_output_norms(x32, output_gram(w32)), explicit.float(), rtol=1e-4)
+
+
+def test_massive_activations_without_padding_match_the_per_prompt_median():
+    """The batched median (no padding) equals each prompt's own median taken row by row."""
+    generator = torch.Generator().manual_seed(1)
+    resid = torch.randn(3, 5, 8, generator=generator)
+    resid[1, 2, 3] = 5000.0
+    real = torch.ones(3, 5, dtype=torch.bool)
+    stats = massive_activations(resid, real, torch.zeros(3, dtype=torch.long))
+    assert stats.median_abs.tolist() == [float(resid[row].abs().median()) for row in range(3)]
+    assert (stats.count, stats.max_abs) == (1, 5000.0)
+    padded = real.clone()
+    padded[0, 4] = False  # the row-by-row path: row 0's median over its 4 real tokens only
+    assert float(massive_activations(resid, padded, torch.zeros(3, dtype=torch.long)).median_abs[0]) == float(resid[0, :4].abs().median())
