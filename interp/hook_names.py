@@ -1,7 +1,8 @@
 """TransformerLens hook names, written once.
 
 Shapes (TransformerLens conventions):
-- ``q``, ``k``, ``v``, ``z``: ``[batch, pos, head, d_head]``
+- ``q``, ``k``, ``v``, ``z``: ``[batch, pos, head, d_head]`` (``k``/``v``: n_kv_heads heads
+  under grouped-query attention)
 - ``attn_scores``, ``pattern``: ``[batch, head, query, key]``
 - ``resid_pre``, ``resid_post``, ``attn_out``: ``[batch, pos, d_model]``
 """

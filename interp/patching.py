@@ -4,7 +4,9 @@ source run into a target run.
 A ``PatchSite`` names what to copy: hook ``name`` at ``layer``, optionally some ``heads``
 and/or some ``positions`` (their cross product). Hook layouts (TransformerLens conventions):
 
-- ``q``, ``k``, ``v``, ``z``: ``[batch, pos, head, d_head]``: head axis 2, position axis 1;
+- ``q``, ``k``, ``v``, ``z``: ``[batch, pos, head, d_head]``: head axis 2, position axis 1
+  (under grouped- or multi-query attention ``k`` and ``v`` hold the ``n_kv_heads``
+  key/value heads, so a head index there names a kv head);
 - ``attn_scores``, ``pattern``: ``[batch, head, query, key]``: head axis 1, and a
   position selects QUERY rows (axis 2), i.e. how those queries attend;
 - ``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``:
