@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,8 +27,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     mkstemp's private 0600: results are meant to be read by others.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _make_parent(path)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise OutputError(f"cannot write in {path.parent} ({error.strerror}); choose a writable output location") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -53,26 +57,69 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=True) + "\n")
 
 
+class OutputError(ValueError):
+    """The output location cannot take the result (unwritable, a symlink, a mount point,
+    or written by another run meanwhile); nothing existing was changed."""
+
+
+def _make_parent(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"cannot create {path.parent} ({error.strerror}); choose a writable output location") from None
+
+
+def check_output_directory(path: str | os.PathLike) -> None:
+    """Refuse, before any work, an output directory that ``atomic_directory`` could not
+    replace whole: a symbolic link (the result would replace the link, never reaching its
+    target), a mount point (it cannot be renamed) or a regular file."""
+    path = Path(path)
+    if path.is_symlink():
+        raise OutputError(f"{path} is a symbolic link; pass the directory it points to, {os.path.realpath(path)}")
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{path} exists and is not a directory; choose another output directory")
+    if path.is_dir() and os.path.ismount(path):
+        raise OutputError(f"{path} is a mount point, which cannot be replaced whole; pass a directory inside it")
+
+
 @contextmanager
-def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_directory(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
     """Build a directory under a temporary name; rename it to ``path`` when complete.
 
-    An existing ``path`` is replaced only after the new one is fully written.
+    An existing ``path`` is replaced only after the new one is fully written, and keeps
+    its permission bits. Nothing beside ``path`` is touched except this call's own
+    uniquely named temporary directories. ``replace=False``: a ``path`` that another run
+    filled meanwhile is kept, and ``OutputError`` says so (two writers on one path:
+    exactly one wins).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    check_output_directory(path)
+    _make_parent(path)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    except OSError as error:
+        raise OutputError(f"cannot write in {path.parent} ({error.strerror}); choose a writable output location") from None
     try:
         yield tmp
-        tmp.chmod(0o777 & ~_umask())  # as a normal mkdir, not mkdtemp's private 0700
-        if path.exists():
-            trash = path.with_name(f".{path.name}.old")
-            shutil.rmtree(trash, ignore_errors=True)
+        mode = stat.S_IMODE(path.stat().st_mode) if path.is_dir() else 0o777 & ~_umask()
+        tmp.chmod(mode)  # an existing directory's mode, else a normal mkdir's (not mkdtemp's 0700)
+        check_output_directory(path)
+        if not path.exists():
+            os.rename(tmp, path)
+        elif not replace:
+            try:
+                os.rename(tmp, path)  # onto an empty directory only: a filled one raises
+            except OSError:
+                raise OutputError(
+                    f"{path} was filled by another run while this one worked; it was kept and this result "
+                    "discarded; choose another output directory"
+                ) from None
+        else:
+            # the old result moves to a fresh, uniquely named directory: no existing name is reused
+            trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.replace(path, trash)
             os.replace(tmp, path)
             shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

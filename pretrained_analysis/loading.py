@@ -409,6 +409,7 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
 
         transformers.utils.logging.disable_progress_bar()
         disable_progress_bars()
+    _check_device(spec)
     quantization = None
     placement: dict[str, Any] = {"device_map": spec.device_map, "n_devices": spec.n_devices}
     if resolved.gguf_file is not None:
@@ -460,6 +461,23 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
         quantization=quantization,
     )
     return LoadedModel(bridge=bridge, info=info)
+
+
+def _check_device(spec: LoadSpec) -> None:
+    """A device this machine has, or one line naming the ones it has."""
+    import torch
+
+    if spec.device is None:
+        return
+    try:
+        device = torch.device(spec.device)
+    except RuntimeError:
+        raise ModelLoadError(f"unknown device {spec.device!r}; pass cpu, cuda, cuda:N or mps") from None
+    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if not available.get(device.type, True):
+        raise ModelLoadError(f"--device {spec.device}: this machine has no {device.type} device; pass --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ModelLoadError(f"--device {spec.device}: there are only {torch.cuda.device_count()} CUDA devices")
 
 
 def _load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[str, Any]:

@@ -420,6 +420,12 @@ def _audit_line(result) -> str:
     return line
 
 
+def _inside(path: Path, directory: Path) -> bool:
+    """Whether ``path`` is ``directory`` or lies below it (symlinks resolved)."""
+    path, directory = path.resolve(), directory.resolve()
+    return path == directory or directory in path.parents
+
+
 def _audit(args: argparse.Namespace) -> dict:
     from pretrained_analysis.loading import LoadSpec, context_length, resolve_model
     from pretrained_analysis.prompts import PromptSpec, check_context
@@ -442,8 +448,17 @@ def _audit(args: argparse.Namespace) -> dict:
             check_context(prompt_spec, n_ctx, where.label)
     slugs = _unique_slugs([where.label for where in resolved])
     out = Path(args.out or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
+    from interp.atomic_io import check_output_directory
+
+    check_output_directory(out)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
         raise FileExistsError(f"{out} already exists; pass --overwrite to replace it or choose another --out")
+    inputs = [Path(where.location) for where in resolved if where.is_local]
+    if prompt_spec.kind == "file":
+        inputs.append(Path(prompt_spec.source))
+    for item in inputs:
+        if _inside(item, out):
+            raise ValueError(f"--out {out} holds this audit's own input {item}, which replacing it would delete; choose another --out")
 
     from pretrained_analysis.prompts import load_prompt_set
 
@@ -460,7 +475,7 @@ def _audit(args: argparse.Namespace) -> dict:
     )
     progress = not args.no_progress
     results = []
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out, replace=args.overwrite) as tmp:
         for spec, where, slug in zip(specs, resolved, slugs):
             loaded = load_model(spec, where, progress=progress)
             result = audit(loaded, prompt_set, config, progress=progress)

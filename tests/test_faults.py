@@ -1,0 +1,145 @@
+"""Fault injection on output directories: whatever the user points ``--out`` at, nothing
+existing is lost, moved or re-moded; refusals are one line on stderr with exit 2 and no
+traceback. (Issue 11; the cases covered so far are listed in each test's name.)"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from interp.atomic_io import OutputError, atomic_directory
+from sinkscope.cli import main
+from tiny_models import TINY_GPT2_PROMPTS, build_tiny_gpt2
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, str]]:
+    """Every path under ``root`` (``root`` included): its mode and, for files, a content hash."""
+    found = {}
+    for path in [root, *sorted(root.rglob("*"))]:
+        info = path.lstat()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if stat.S_ISREG(info.st_mode) else ""
+        found[str(path.relative_to(root))] = (info.st_mode, digest)
+    return found
+
+
+def one_line_exit_2(capsys, argv: list[str], fix: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert fix in err, err
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return build_tiny_gpt2(tmp_path_factory.mktemp("faults") / "tiny-gpt2")
+
+
+@pytest.fixture
+def prompts(tmp_path) -> Path:
+    path = tmp_path / "prompts.txt"
+    path.write_text("\n".join(TINY_GPT2_PROMPTS) + "\n", encoding="utf-8")
+    return path
+
+
+def audit_argv(model_dir: Path, prompts: Path, out: Path, *extra: str) -> list[str]:
+    return ["audit", str(model_dir), "--prompts", str(prompts), "--max-len", "16", "--examples", "0",
+            "--out", str(out), "--no-progress", *extra]
+
+
+def test_a_sibling_named_like_the_old_trash_survives(model_dir, prompts, tmp_path):
+    (tmp_path / "x" / "out").mkdir(parents=True)
+    (tmp_path / "x" / ".out.old").mkdir()
+    (tmp_path / "x" / ".out.old" / "backup.txt").write_text("b")
+    before = snapshot(tmp_path / "x" / ".out.old")
+    assert main(audit_argv(model_dir, prompts, tmp_path / "x" / "out")) == 0
+    assert main(audit_argv(model_dir, prompts, tmp_path / "x" / "out", "--overwrite")) == 0
+    assert snapshot(tmp_path / "x" / ".out.old") == before
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == [".out.old", "out"]  # no temporary left
+
+
+def test_a_symlinked_out_is_refused_and_left_alone(model_dir, prompts, tmp_path, capsys):
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, link), "is a symbolic link")
+    assert link.is_symlink() and os.readlink(link) == str(target) and not any(target.iterdir())
+
+
+def test_an_empty_out_keeps_its_mode(model_dir, prompts, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o750)
+    assert main(audit_argv(model_dir, prompts, out)) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o750 and (out / "audit.json").is_file()
+    out.chmod(0o705)
+    assert main(audit_argv(model_dir, prompts, out, "--overwrite")) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o705
+
+
+def test_overwrite_refuses_an_out_that_holds_the_inputs(model_dir, tmp_path, capsys):
+    copy = tmp_path / "model"
+    copy.mkdir()
+    for child in model_dir.iterdir():
+        (copy / child.name).write_bytes(child.read_bytes())
+    prompts = copy / "prompts.txt"
+    prompts.write_text("\n".join(TINY_GPT2_PROMPTS) + "\n", encoding="utf-8")
+    before = snapshot(copy)
+    one_line_exit_2(capsys, audit_argv(copy, prompts, copy, "--overwrite"), "holds this audit's own input")
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path, "--overwrite"), "holds this audit's own input")
+    assert snapshot(copy) == before
+
+
+def test_a_regular_file_as_out_is_refused(model_dir, prompts, tmp_path, capsys):
+    out = tmp_path / "result"
+    out.write_text("keep me")
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, out, "--overwrite"), "is not a directory")
+    assert out.read_text() == "keep me"
+
+
+def test_two_writers_on_one_out_exactly_one_wins(tmp_path):
+    """The second writer's check passed before the first landed (as with two audits started
+    together): at the final rename it finds the first one's result, keeps it and refuses."""
+    out = tmp_path / "out"
+    with pytest.raises(OutputError, match="filled by another run"):
+        with atomic_directory(out, replace=False) as tmp:
+            (tmp / "mine.txt").write_text("second")
+            with atomic_directory(out, replace=False) as other:
+                (other / "theirs.txt").write_text("first")
+    assert [p.name for p in out.iterdir()] == ["theirs.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # both temporaries gone
+
+
+def test_a_mount_point_is_refused_before_any_work(model_dir, prompts, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "mnt"
+    out.mkdir()
+    real_ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == out or real_ismount(path))
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, out), "is a mount point")
+
+
+def test_cuda_on_a_machine_without_it_is_one_line(model_dir, prompts, tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the refusal is for machines without it")
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out", "--device", "cuda"), "pass --device cpu")
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out", "--device", "banana"), "unknown device")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unwritable_parent_is_one_line(model_dir, prompts, tmp_path, capsys, monkeypatch):
+    """EACCES where the temporary directory is made (what a 0555 parent or a read-only
+    filesystem gives an ordinary user; injected, since CI runs as root)."""
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out"), "choose a writable output location")
+    assert not (tmp_path / "out").exists()
