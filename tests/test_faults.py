@@ -143,3 +143,40 @@ def test_an_unwritable_parent_is_one_line(model_dir, prompts, tmp_path, capsys, 
     monkeypatch.setattr(tempfile, "mkdtemp", refuse)
     one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out"), "choose a writable output location")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory) -> Path:
+    from toy.model import ToyModelConfig
+    from toy.run_dir import RunConfig, TrainConfig
+    from toy.task import TaskConfig
+    from toy.train import train
+
+    run = tmp_path_factory.mktemp("toy") / "softmax-1x1"
+    train(RunConfig(ToyModelConfig(), TaskConfig(), TrainConfig(max_steps=50)), run, progress=False)
+    return run
+
+
+@pytest.mark.parametrize("command, flags", [("probe", ["--sequences", "20"]), ("patch", ["--inputs", "8"])])
+def test_toy_overwrite_keeps_the_old_result_until_the_new_one_is_complete(toy_run, tmp_path, monkeypatch, command, flags):
+    """An interrupt while the new result is being written (injected at its last figure)
+    leaves the old result exactly as it was, and no temporary behind."""
+    import interp.plots
+
+    out = tmp_path / command
+    assert main(["toy", command, str(toy_run), "--out", str(out), "--no-progress", *flags]) == 0
+    before = snapshot(out)
+    name = "layer_head_map" if command == "probe" else "heatmap"
+    module = __import__("toy.probe_run" if command == "probe" else "toy.patching", fromlist=[name])
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return getattr(interp.plots, name)(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, interrupted)
+    assert main(["toy", command, str(toy_run), "--out", str(out), "--no-progress", "--overwrite", *flags]) == 1
+    assert snapshot(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == [command]

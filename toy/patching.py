@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from interp.atomic_io import atomic_write_json
+from interp.atomic_io import atomic_directory, atomic_write_json
 from interp.plots import heatmap
 from probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
 from toy.model import ToyTransformer
@@ -103,15 +103,16 @@ def patch_run(
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "patch"
     refuse_existing(out_dir, overwrite)
     result = trigger_patching(load_model(run_dir), config.task, n_inputs)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / PATCHING_FILE, result.to_dict())
-    result.heads.write_json(str(out_dir / HEADS_FILE))
-    result.positions.write_json(str(out_dir / POSITIONS_FILE))
-    heatmap(np.nan_to_num(result.heads.matrix().numpy()), out_dir / HEADS_FIGURE,
-            f"{run_dir.name}: z patched per head (normalised effect)", "normalised effect",
-            xlabel="head", ylabel="layer", vmin=-1.0, vmax=1.0)
-    heatmap(np.nan_to_num(result.positions.matrix().numpy()), out_dir / POSITIONS_FIGURE,
-            f"{run_dir.name}: resid_pre patched per position (normalised effect)", "normalised effect",
-            xlabel="position (0-indexed)", ylabel="layer", vmin=-1.0, vmax=1.0)
+    # built aside and swapped in whole: an old result stays complete until the new one is
+    with atomic_directory(out_dir, replace=overwrite) as tmp:
+        atomic_write_json(tmp / PATCHING_FILE, result.to_dict())
+        result.heads.write_json(str(tmp / HEADS_FILE))
+        result.positions.write_json(str(tmp / POSITIONS_FILE))
+        heatmap(np.nan_to_num(result.heads.matrix().numpy()), tmp / HEADS_FIGURE,
+                f"{run_dir.name}: z patched per head (normalised effect)", "normalised effect",
+                xlabel="head", ylabel="layer", vmin=-1.0, vmax=1.0)
+        heatmap(np.nan_to_num(result.positions.matrix().numpy()), tmp / POSITIONS_FIGURE,
+                f"{run_dir.name}: resid_pre patched per position (normalised effect)", "normalised effect",
+                xlabel="position (0-indexed)", ylabel="layer", vmin=-1.0, vmax=1.0)
     files = [PATCHING_FILE, HEADS_FILE, POSITIONS_FILE, HEADS_FIGURE, POSITIONS_FIGURE]
     return result, files

@@ -9,13 +9,12 @@ off-trigger BOS mass and ``anchor_mass_other`` the BOS mass at the trigger.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from interp.atomic_io import atomic_write_json
+from interp.atomic_io import atomic_directory, atomic_write_json, check_output_directory
 from interp.plots import layer_head_map
 from interp.provenance import PROVENANCE_FILE, write_provenance
 from probes.default_state import default_state_test
@@ -44,7 +43,9 @@ class ToyProbeReport:
 
 
 def refuse_existing(out_dir: Path, overwrite: bool) -> None:
-    """Refuse a non-empty ``out_dir`` unless ``overwrite`` (checked before any work)."""
+    """Refuse, before any work, an ``out_dir`` that cannot take the result: non-empty
+    without ``overwrite``, a symlink, a file or a mount point."""
+    check_output_directory(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another --out or pass --overwrite")
 
@@ -69,17 +70,17 @@ def probe_run(
     state = ToyDefaultState.from_result(default_state_test(
         model, batch.tokens, probe.sink_heads(), default_position_mse(batch.targets, default_mask),
     ))
-    shutil.rmtree(out_dir, ignore_errors=True)  # only reached when empty or --overwrite
-    out_dir.mkdir(parents=True)
-    probe.write_json(str(out_dir / "probe.json"))
-    probe.write_heads_csv(str(out_dir / "heads.csv"))
-    atomic_write_json(out_dir / "default_state.json", state.to_dict())
-    layer_head_map(probe.anchor_mass_matrix().numpy(), out_dir / "anchor_mass.png",
-                   f"{run_dir.name}: BOS mass at non-trigger queries", "anchor_mass")
-    share = probe.matrix("value_weighted_anchor_share").numpy()
-    layer_head_map(np.nan_to_num(share), out_dir / "value_weighted_anchor_share.png",
-                   f"{run_dir.name}: value-weighted anchor share", "value_weighted_anchor_share")
-    write_provenance(out_dir, "toy probe", source=str(run_dir.resolve()))
+    # built aside and swapped in whole: an old result stays complete until the new one is
+    with atomic_directory(out_dir, replace=overwrite) as tmp:
+        probe.write_json(str(tmp / "probe.json"))
+        probe.write_heads_csv(str(tmp / "heads.csv"))
+        atomic_write_json(tmp / "default_state.json", state.to_dict())
+        layer_head_map(probe.anchor_mass_matrix().numpy(), tmp / "anchor_mass.png",
+                       f"{run_dir.name}: BOS mass at non-trigger queries", "anchor_mass")
+        share = probe.matrix("value_weighted_anchor_share").numpy()
+        layer_head_map(np.nan_to_num(share), tmp / "value_weighted_anchor_share.png",
+                       f"{run_dir.name}: value-weighted anchor share", "value_weighted_anchor_share")
+        write_provenance(tmp, "toy probe", source=str(run_dir.resolve()))
     files = ["probe.json", "heads.csv", "default_state.json", "anchor_mass.png", "value_weighted_anchor_share.png",
              PROVENANCE_FILE]
     return ToyProbeReport(str(run_dir), str(out_dir), probe, state, files)
