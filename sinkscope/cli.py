@@ -109,18 +109,25 @@ def _str_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line naming ``--help`` (exit 2), not a usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sinkscope",
         description="Measure attention sinks: toy trigger-task models, probes, interventions, reports.",
         epilog=MAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     toy = commands.add_parser(
         "toy", help="toy trigger-conditional models (the paper's experiments)",
         epilog=TOY_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    toy_commands = toy.add_subparsers(dest="toy_command", required=True, metavar="TOY_COMMAND")
+    toy_commands = toy.add_subparsers(dest="toy_command", required=True, metavar="TOY_COMMAND", parser_class=_Parser)
 
     train = toy_commands.add_parser(
         "train", help="train one toy model into a run directory",

@@ -27,7 +27,11 @@ def snapshot(root: Path) -> dict[str, tuple[int, str]]:
 
 
 def one_line_exit_2(capsys, argv: list[str], fix: str) -> None:
-    assert main(argv) == 2
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own exit, as the console script would see it
+        code = exit_.code
+    assert code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert fix in err, err
@@ -180,3 +184,18 @@ def test_toy_overwrite_keeps_the_old_result_until_the_new_one_is_complete(toy_ru
     assert main(["toy", command, str(toy_run), "--out", str(out), "--no-progress", "--overwrite", *flags]) == 1
     assert snapshot(out) == before
     assert [p.name for p in tmp_path.iterdir()] == [command]
+
+
+def test_argparse_errors_are_one_line_naming_help(capsys):
+    one_line_exit_2(capsys, ["toy", "train", "--layers", "x", "--out", "unused"], "see sinkscope toy train --help")
+    one_line_exit_2(capsys, ["audit"], "see sinkscope audit --help")
+
+
+@pytest.mark.parametrize("content, fix", [("[1, 2]", "not a JSON object"), ("{}", "incomplete audit result")])
+def test_report_on_a_malformed_audit_json_is_one_line(model_dir, prompts, tmp_path, capsys, content, fix):
+    out = tmp_path / "audit"
+    assert main(audit_argv(model_dir, prompts, out)) == 0
+    (out / "audit.json").write_text(content)
+    before = snapshot(out)
+    one_line_exit_2(capsys, ["report", str(out), "--no-progress"], fix)
+    assert snapshot(out) == before
