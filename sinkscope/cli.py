@@ -149,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--pos-embed", action="store_true", help="learned positional embeddings (beyond the paper)")
     train.add_argument("--scale-scores", action="store_true", help="divide scores by sqrt(d_head) (beyond the paper)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    train.add_argument("--checkpoint-every", type=int, default=2_000,
+                       help="steps between checkpoints; an interrupted run resumes from the last one (default 2000)")
     _add_common_output(train)
 
     reproduce = toy_commands.add_parser(
@@ -286,7 +288,7 @@ def _toy_train(args: argparse.Namespace) -> dict:
         ),
         task=TaskConfig(d_model=args.d_model, seq_len=args.seq_len,
                         eval_trigger_position=min(7, args.seq_len - 1)),
-        train=TrainConfig(seed=args.seed, lr=args.lr, max_steps=args.max_steps),
+        train=TrainConfig(seed=args.seed, lr=args.lr, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every),
     )
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.resume:
@@ -517,7 +519,7 @@ HANDLERS = {
 }
 
 
-INTERRUPTED = {"toy": "re-run the same command to resume", "audit": "nothing was written",
+INTERRUPTED = {"toy": "to resume, re-run the same command (toy train: add --resume)", "audit": "nothing was written",
                "report": "files already replaced are complete; re-run with --overwrite"}
 
 

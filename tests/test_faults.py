@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import torch
 
 from interp.atomic_io import OutputError, atomic_directory
 from sinkscope.cli import main
@@ -199,3 +200,32 @@ def test_report_on_a_malformed_audit_json_is_one_line(model_dir, prompts, tmp_pa
     before = snapshot(out)
     one_line_exit_2(capsys, ["report", str(out), "--no-progress"], fix)
     assert snapshot(out) == before
+
+
+def test_a_truncated_newest_checkpoint_resumes_from_the_previous_one(tmp_path, capsys):
+    """Final weights equal an uninterrupted run's, bit for bit, and the fallback is said."""
+    from interp.checkpoint import load_tensors
+    from toy.model import ToyModelConfig
+    from toy.run_dir import FINAL_WEIGHTS, RunConfig, TrainConfig, checkpoint_dirs
+    from toy.task import TaskConfig
+    from toy.train import train
+
+    def config(max_steps: int) -> RunConfig:
+        return RunConfig(ToyModelConfig(), TaskConfig(),
+                         TrainConfig(max_steps=max_steps, checkpoint_every=40, stop_linf=1e-12, log_every=20))
+
+    train(config(200), tmp_path / "straight", progress=False)
+    run = tmp_path / "interrupted"
+    train(config(160), run, progress=False)  # checkpoints at 120 and 160 are kept
+    newest = checkpoint_dirs(run)[-1]
+    assert newest.name.endswith("160")
+    weights = newest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    capsys.readouterr()
+    result = train(config(200), run, progress=False)
+    assert result.resumed_from_step == 120
+    err = capsys.readouterr().err
+    assert "step-00000160" in err and "unreadable" in err
+    straight, resumed = load_tensors(tmp_path / "straight" / FINAL_WEIGHTS), load_tensors(run / FINAL_WEIGHTS)
+    assert straight.keys() == resumed.keys()
+    assert all(torch.equal(straight[name], resumed[name]) for name in straight)

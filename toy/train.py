@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
 from interp.atomic_io import atomic_write_text, read_json
@@ -86,11 +88,26 @@ def _build(config: RunConfig) -> tuple[ToyTransformer, torch.optim.Adam, torch.G
 
 
 def _restore(run_dir: Path, model: ToyTransformer, optimizer: torch.optim.Adam, generator: torch.Generator) -> tuple[int, float]:
-    """Load the latest checkpoint; returns (step, wall seconds spent before it)."""
-    latest = checkpoint_dirs(run_dir)[-1]
-    state = read_json(latest / "state.json")
-    model.load_state_dict(load_tensors(latest / "model.safetensors"))
-    tensors = load_tensors(latest / "optimizer.safetensors")
+    """Load the newest intact checkpoint; returns (step, wall seconds spent before it).
+
+    A newer checkpoint that cannot be read (a file cut short by a full disk or a crash
+    outside the atomic write) is passed over with one line on stderr, and left in place:
+    the resumed run rewrites it when it reaches that step again."""
+    for candidate in reversed(checkpoint_dirs(run_dir)):
+        try:
+            state = read_json(candidate / "state.json")
+            weights = load_tensors(candidate / "model.safetensors")
+            tensors = load_tensors(candidate / "optimizer.safetensors")
+        except (OSError, ValueError, SafetensorError) as error:
+            print(f"sinkscope: checkpoint {candidate} is unreadable ({type(error).__name__}); trying an older one",
+                  file=sys.stderr)
+            continue
+        break
+    else:
+        raise RunDirectoryError(
+            f"no checkpoint in {run_dir / 'checkpoints'} can be read; move that folder away to restart the run from step 0"
+        )
+    model.load_state_dict(weights)
     generator.set_state(tensors.pop("rng.data_generator"))
     optimizer_from_tensors(optimizer, tensors, state["param_groups"])
     # A checkpoint at step s holds the state *before* step s's batch is drawn, so the
