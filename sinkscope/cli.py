@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--out", default=None, help="output directory (default RUN_DIR/probe)")
     probe.add_argument("--sequences", type=int, default=1000, help="test sequences (default 1000)")
     probe.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
+    probe.add_argument("--allow-unfinished", action="store_true",
+                       help="probe an interrupted or diverged run's latest weights anyway (the result says so)")
     _add_common_output(probe)
 
     patch = toy_commands.add_parser(
@@ -184,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     patch.add_argument("--out", default=None, help="output directory (default RUN_DIR/patch)")
     patch.add_argument("--inputs", type=int, default=256, help="paired inputs (default 256)")
     patch.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
+    patch.add_argument("--allow-unfinished", action="store_true",
+                       help="patch an interrupted or diverged run's latest weights anyway (the result says so)")
     _add_common_output(patch)
 
     sweep = toy_commands.add_parser(
@@ -328,7 +332,8 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
 def _toy_probe(args: argparse.Namespace) -> dict:
     from toy.probe_run import probe_run
 
-    report = probe_run(args.run_dir, args.out, args.sequences, overwrite=args.overwrite)
+    report = probe_run(args.run_dir, args.out, args.sequences, overwrite=args.overwrite,
+                       allow_unfinished=args.allow_unfinished)
     if not args.json:
         state = report.default_state
         print(f"sink heads: {len(report.probe.sink_heads())} of {len(report.probe.heads)}; "
@@ -347,7 +352,8 @@ def _toy_probe(args: argparse.Namespace) -> dict:
 def _toy_patch(args: argparse.Namespace) -> dict:
     from toy.patching import patch_run
 
-    result, files = patch_run(args.run_dir, args.out, args.inputs, overwrite=args.overwrite)
+    result, files = patch_run(args.run_dir, args.out, args.inputs, overwrite=args.overwrite,
+                              allow_unfinished=args.allow_unfinished)
     if not args.json:
         heads = result.heads.matrix()
         print("z patched per (layer, head), normalised effect (1 = carries the trigger):")

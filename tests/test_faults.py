@@ -229,3 +229,34 @@ def test_a_truncated_newest_checkpoint_resumes_from_the_previous_one(tmp_path, c
     straight, resumed = load_tensors(tmp_path / "straight" / FINAL_WEIGHTS), load_tensors(run / FINAL_WEIGHTS)
     assert straight.keys() == resumed.keys()
     assert all(torch.equal(straight[name], resumed[name]) for name in straight)
+
+
+def test_probe_and_patch_refuse_an_unfinished_run_unless_allowed(toy_run, tmp_path, capsys):
+    import json
+    import shutil
+
+    from toy.run_dir import RESULT_FILE
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run)
+    (run / RESULT_FILE).unlink()  # as after an interrupt: checkpoints only
+    for command, flags in (("probe", ["--sequences", "20"]), ("patch", ["--inputs", "8"])):
+        out = tmp_path / f"{command}-out"
+        one_line_exit_2(capsys, ["toy", command, str(run), "--out", str(out), *flags], "--allow-unfinished")
+        assert not out.exists()
+    assert main(["toy", "probe", str(run), "--out", str(tmp_path / "p"), "--sequences", "20", "--allow-unfinished",
+                 "--json"]) == 0
+    notes = json.loads((tmp_path / "p" / "probe.json").read_text())["notes"]
+    assert any("has not finished training" in note for note in notes)
+    diverged = json.loads((toy_run / RESULT_FILE).read_text()) | {"status": "diverged"}
+    (run / RESULT_FILE).write_text(json.dumps(diverged))
+    one_line_exit_2(capsys, ["toy", "probe", str(run), "--out", str(tmp_path / "d")], "diverged")
+
+
+def test_a_run_config_that_is_not_an_object_is_one_line(toy_run, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run)
+    (run / "config.json").write_text("[1, 2, 3]")
+    one_line_exit_2(capsys, ["toy", "probe", str(run), "--out", str(tmp_path / "p")], "is not a run config")

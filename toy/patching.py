@@ -12,7 +12,7 @@ patching ``resid_pre`` per (layer, position) finds where in the residual stream 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from interp.plots import heatmap
 from probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
 from toy.model import ToyTransformer
 from toy.probe_run import refuse_existing
-from toy.run_dir import load_model, read_config
+from toy.run_dir import load_model, read_config, require_finished
 from toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
 
 PATCHING_FILE = "patching.json"
@@ -95,6 +95,7 @@ def patch_run(
     out_dir: str | os.PathLike | None = None,
     n_inputs: int = 256,
     overwrite: bool = False,
+    allow_unfinished: bool = False,
 ) -> tuple[TriggerPatching, list[str]]:
     """`sinkscope toy patch RUN_DIR`: patching results as JSON and heatmaps in ``out_dir``
     (default ``RUN_DIR/patch``); returns the result and the files written."""
@@ -102,7 +103,11 @@ def patch_run(
     config = read_config(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "patch"
     refuse_existing(out_dir, overwrite)
+    unfinished = require_finished(run_dir, allow_unfinished, "patch")
     result = trigger_patching(load_model(run_dir), config.task, n_inputs)
+    if unfinished is not None:
+        result = replace(result, heads=replace(result.heads, notes=(*result.heads.notes, unfinished)),
+                         positions=replace(result.positions, notes=(*result.positions.notes, unfinished)))
     # built aside and swapped in whole: an old result stays complete until the new one is
     with atomic_directory(out_dir, replace=overwrite) as tmp:
         atomic_write_json(tmp / PATCHING_FILE, result.to_dict())

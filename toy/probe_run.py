@@ -9,7 +9,7 @@ off-trigger BOS mass and ``anchor_mass_other`` the BOS mass at the trigger.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,7 @@ from interp.provenance import PROVENANCE_FILE, write_provenance
 from probes.default_state import default_state_test
 from probes.probe import ProbeConfig, ProbeResult, probe_model
 from toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
-from toy.run_dir import load_model, read_config
+from toy.run_dir import load_model, read_config, require_finished
 from toy.task import eval_batch
 
 
@@ -55,10 +55,14 @@ def probe_run(
     out_dir: str | os.PathLike | None = None,
     n_sequences: int = 1000,
     overwrite: bool = False,
+    allow_unfinished: bool = False,
 ) -> ToyProbeReport:
-    """Probe a trained toy run; results go to ``out_dir`` (default ``RUN_DIR/probe``)."""
+    """Probe a trained toy run; results go to ``out_dir`` (default ``RUN_DIR/probe``).
+    An unfinished or diverged run is refused unless ``allow_unfinished`` (then the result
+    says so in its notes)."""
     run_dir = Path(run_dir)
     config = read_config(run_dir)
+    unfinished = require_finished(run_dir, allow_unfinished, "probe")
     model = load_model(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "probe"
     if n_sequences < 1:
@@ -67,6 +71,8 @@ def probe_run(
     batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
     default_mask = batch.default_query_mask()
     probe = probe_model(model, batch.tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
+    if unfinished is not None:
+        probe = replace(probe, notes=(*probe.notes, unfinished))
     state = ToyDefaultState.from_result(default_state_test(
         model, batch.tokens, probe.sink_heads(), default_position_mse(batch.targets, default_mask),
     ))

@@ -130,6 +130,9 @@ def read_config(run_dir: str | os.PathLike) -> RunConfig:
             "create one with `sinkscope toy train --out DIR`"
         )
     data = read_json(run_dir / CONFIG_FILE)
+    if not isinstance(data, dict):
+        raise ValueError(f"{run_dir / CONFIG_FILE} is not a run config (a JSON {type(data).__name__}, not an object); "
+                         "restore it or retrain into a new --out")
     data.pop("versions", None)
     return RunConfig.from_dict(data)
 
@@ -187,6 +190,28 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
             except json.JSONDecodeError:
                 break  # a line cut by an interruption: everything before it is intact
     return records
+
+
+def unfinished_reason(run_dir: str | os.PathLike) -> str | None:
+    """Why the run's weights are not a trained model (None when they are): interrupted or
+    still training (no result yet), or diverged (the weights are the last good checkpoint)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / RESULT_FILE).is_file():
+        return f"{run_dir} has not finished training (no {RESULT_FILE}), so only its latest checkpoint exists"
+    result = read_json(run_dir / RESULT_FILE)
+    if isinstance(result, dict) and result.get("status") == "diverged":
+        return f"{run_dir} diverged at step {result.get('steps')}; its weights are the last good checkpoint"
+    return None
+
+
+def require_finished(run_dir: str | os.PathLike, allow_unfinished: bool, command: str) -> str | None:
+    """Refuse to analyse an unfinished or diverged run unless ``allow_unfinished``; returns
+    the note to record in the result when it is allowed (None for a finished run)."""
+    reason = unfinished_reason(run_dir)
+    if reason is not None and not allow_unfinished:
+        raise ValueError(f"{reason}; finish it (sinkscope toy train --out {run_dir} --resume) "
+                         f"or pass --allow-unfinished to {command} it anyway")
+    return None if reason is None else f"analysed although {reason} (--allow-unfinished)"
 
 
 def load_model(run_dir: str | os.PathLike) -> ToyTransformer:
