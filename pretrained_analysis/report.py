@@ -269,6 +269,11 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
 def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
     record = read_comparison(source)
     rows = record.rows
+    root = source.resolve()
+    for row in rows:  # a report reads only inside its result directory, whatever the JSON says
+        if row.directory and root not in (root / row.directory).resolve().parents:
+            raise ValueError(f"{source / COMPARISON_JSON} names an audit directory {row.directory!r} outside {source}; "
+                             "a comparison's audits live inside it: regenerate it with sinkscope audit")
     epsilons = list(rows[0].sink_rate) if rows else []
     findings = [f"{len(rows)} audits on the same prompts ({record.prompts.n_prompts} from {record.prompt_location}, "
                 f"{'BOS prepended' if record.prompts.prepend_bos else 'no BOS'}); sink heads: {record.sink_head_rule}."]

@@ -260,3 +260,22 @@ def test_a_run_config_that_is_not_an_object_is_one_line(toy_run, tmp_path, capsy
     shutil.copytree(toy_run, run)
     (run / "config.json").write_text("[1, 2, 3]")
     one_line_exit_2(capsys, ["toy", "probe", str(run), "--out", str(tmp_path / "p")], "is not a run config")
+
+
+def test_a_comparison_report_reads_nothing_outside_its_directory(model_dir, prompts, tmp_path, capsys):
+    import json
+
+    out = tmp_path / "comparison"
+    assert main(audit_argv(model_dir, prompts, out) + ["--revision", "main"]) == 2  # a local dir takes no revision
+    capsys.readouterr()
+    second = tmp_path / "second"
+    second.mkdir()
+    for child in model_dir.iterdir():
+        (second / child.name).write_bytes(child.read_bytes())
+    assert main(["audit", str(model_dir), str(second), "--prompts", str(prompts), "--max-len", "16", "--examples", "0",
+                 "--out", str(out), "--no-progress"]) == 0
+    data = json.loads((out / "comparison.json").read_text())
+    data["rows"][0]["directory"] = "../../"
+    (out / "comparison.json").write_text(json.dumps(data))
+    one_line_exit_2(capsys, ["report", str(out), "--no-progress"], "outside")
+    assert not (out / "report.html").exists()
