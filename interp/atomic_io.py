@@ -3,6 +3,7 @@ so an interrupted run never leaves a half-written file behind."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -69,11 +70,20 @@ def _make_parent(path: Path) -> None:
         raise OutputError(f"cannot create {path.parent} ({error.strerror}); choose a writable output location") from None
 
 
+def inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
+    """Whether ``path`` is ``directory`` or lies below it (symlinks resolved)."""
+    path, directory = Path(path).resolve(), Path(directory).resolve()
+    return path == directory or directory in path.parents
+
+
 def check_output_directory(path: str | os.PathLike) -> None:
     """Refuse, before any work, an output directory that ``atomic_directory`` could not
     replace whole: a symbolic link (the result would replace the link, never reaching its
-    target), a mount point (it cannot be renamed) or a regular file."""
+    target), a mount point (it cannot be renamed), a regular file, or the current
+    directory or one above it."""
     path = Path(path)
+    if inside(Path.cwd(), path):
+        raise OutputError(f"{path} is the current directory or contains it; pass a new directory below it")
     if path.is_symlink():
         raise OutputError(f"{path} is a symbolic link; pass the directory it points to, {os.path.realpath(path)}")
     if path.exists() and not path.is_dir():
@@ -104,12 +114,12 @@ def atomic_directory(path: str | os.PathLike, replace: bool = True) -> Iterator[
         mode = stat.S_IMODE(path.stat().st_mode) if path.is_dir() else 0o777 & ~_umask()
         tmp.chmod(mode)  # an existing directory's mode, else a normal mkdir's (not mkdtemp's 0700)
         check_output_directory(path)
-        if not path.exists():
-            os.rename(tmp, path)
-        elif not replace:
+        if not path.exists() or not replace:
             try:
-                os.rename(tmp, path)  # onto an empty directory only: a filled one raises
-            except OSError:
+                os.rename(tmp, path)  # onto nothing or an empty directory only: a filled one raises
+            except OSError as error:
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
                 raise OutputError(
                     f"{path} was filled by another run while this one worked; it was kept and this result "
                     "discarded; choose another output directory"
@@ -118,7 +128,11 @@ def atomic_directory(path: str | os.PathLike, replace: bool = True) -> Iterator[
             # the old result moves to a fresh, uniquely named directory: no existing name is reused
             trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.replace(path, trash)
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(trash, path)  # put the old result back before anything else
+                raise
             shutil.rmtree(trash, ignore_errors=True)
     finally:
         if tmp.exists():

@@ -372,7 +372,7 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
         if n_ablated < prompts.n_prompts:
             notes.append(f"the ablations ran on the first {n_ablated} of {prompts.n_prompts} prompts (--ablate-prompts)")
         n_sinks = sum(row.is_sink_head for row in probe.heads)
-        if n_sinks > config.ablate_heads:
+        if n_sinks > config.ablate_heads and n_sinks > 1:
             notes.append(
                 f"{config.ablate_heads} of {n_sinks} sink heads, those with the largest anchor mass, were ablated one by one "
                 "(--ablate-heads); all were ablated together"

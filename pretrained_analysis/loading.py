@@ -350,9 +350,9 @@ def _gguf_field(reader: Any, key: str) -> Any:
 def gguf_quantization(resolved: ResolvedModel) -> str:
     """The checkpoint's quantisation type as llama.cpp names it (``Q4_1``, ``Q8_0``, ``F16``, ...),
     from ``general.file_type``; when that is absent, the most common tensor type."""
+    reader = _gguf_reader(resolved)  # names the install command when gguf is missing
     import gguf
 
-    reader = _gguf_reader(resolved)
     file_type = _gguf_field(reader, "general.file_type")
     if file_type is not None:
         try:
@@ -500,16 +500,16 @@ def _load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[
             resolved.location, gguf_file=resolved.gguf_file, dtype=getattr(torch, spec.dtype),
             attn_implementation="eager", device_map=spec.device_map,
         )
-        if spec.device is not None:
-            hf_model = hf_model.to(spec.device)
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, gguf_file=resolved.gguf_file)
     except ImportError as error:  # transformers checks the gguf version itself
         raise ModelLoadError(f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; {GGUF_INSTALL}") from None
-    except (ValueError, KeyError, NotImplementedError, RuntimeError, OSError) as error:
+    except (ValueError, KeyError, NotImplementedError, OSError) as error:
         raise ModelLoadError(
             f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; "
             "pass a GGUF of an architecture transformers can dequantise (llama, mistral, qwen2, gemma, ...)"
         ) from None
     finally:
         gguf_utils.tqdm = bar
+    if spec.device is not None:
+        hf_model = hf_model.to(spec.device)
     return {"hf_model": hf_model.eval(), "tokenizer": tokenizer}

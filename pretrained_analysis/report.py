@@ -116,7 +116,11 @@ class AuditRecord:
 
 
 def read_audit(directory: Path) -> AuditRecord:
-    return AuditRecord.from_dict(read_json(directory / AUDIT_FILE))
+    try:
+        return AuditRecord.from_dict(read_json(directory / AUDIT_FILE))
+    except KeyError as missing:  # a file edited by hand or written by something else
+        raise ValueError(f"{directory / AUDIT_FILE} is an incomplete audit result (no {missing} field); "
+                         "regenerate it with sinkscope audit") from None
 
 
 @dataclass(frozen=True)

@@ -435,12 +435,6 @@ def _audit_line(result) -> str:
     return line
 
 
-def _inside(path: Path, directory: Path) -> bool:
-    """Whether ``path`` is ``directory`` or lies below it (symlinks resolved)."""
-    path, directory = path.resolve(), directory.resolve()
-    return path == directory or directory in path.parents
-
-
 def _audit(args: argparse.Namespace) -> dict:
     from pretrained_analysis.loading import LoadSpec, context_length, resolve_model
     from pretrained_analysis.prompts import PromptSpec, check_context
@@ -463,7 +457,7 @@ def _audit(args: argparse.Namespace) -> dict:
             check_context(prompt_spec, n_ctx, where.label)
     slugs = _unique_slugs([where.label for where in resolved])
     out = Path(args.out or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
-    from interp.atomic_io import check_output_directory
+    from interp.atomic_io import check_output_directory, inside
 
     check_output_directory(out)
     if out.exists() and any(out.iterdir()) and not args.overwrite:
@@ -472,7 +466,7 @@ def _audit(args: argparse.Namespace) -> dict:
     if prompt_spec.kind == "file":
         inputs.append(Path(prompt_spec.source))
     for item in inputs:
-        if _inside(item, out):
+        if inside(item, out):
             raise ValueError(f"--out {out} holds this audit's own input {item}, which replacing it would delete; choose another --out")
 
     from pretrained_analysis.prompts import load_prompt_set
@@ -525,7 +519,8 @@ HANDLERS = {
 }
 
 
-INTERRUPTED = {"toy": "to resume, re-run the same command (toy train: add --resume)", "audit": "nothing was written",
+INTERRUPTED = {"toy": "train, reproduce and sweep resume when re-run (toy train with --resume); probe and patch "
+                      "left any old result as it was", "audit": "nothing was written",
                "report": "files already replaced are complete; re-run with --overwrite"}
 
 

@@ -133,8 +133,24 @@ def test_cuda_on_a_machine_without_it_is_one_line(model_dir, prompts, tmp_path, 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the refusal is for machines without it")
     one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out", "--device", "cuda"), "pass --device cpu")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_device_is_one_line(model_dir, prompts, tmp_path, capsys):
     one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out", "--device", "banana"), "unknown device")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_current_directory_or_a_run_is_not_an_out(model_dir, prompts, toy_run, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("k")
+    for out in (".", ".."):
+        one_line_exit_2(capsys, audit_argv(model_dir, prompts, Path(out), "--overwrite"), "is the current directory")
+    assert (tmp_path / "keep.txt").read_text() == "k"
+    before = snapshot(toy_run)
+    for target in (toy_run, toy_run.parent):
+        one_line_exit_2(capsys, ["toy", "probe", str(toy_run), "--out", str(target), "--overwrite"], "holds the run")
+    assert snapshot(toy_run) == before
 
 
 def test_an_unwritable_parent_is_one_line(model_dir, prompts, tmp_path, capsys, monkeypatch):
@@ -226,6 +242,7 @@ def test_a_truncated_newest_checkpoint_resumes_from_the_previous_one(tmp_path, c
     assert result.resumed_from_step == 120
     err = capsys.readouterr().err
     assert "step-00000160" in err and "unreadable" in err
+    assert (run / "checkpoints" / "unreadable-step-00000160").is_dir()  # kept, but no longer taken for a checkpoint
     straight, resumed = load_tensors(tmp_path / "straight" / FINAL_WEIGHTS), load_tensors(run / FINAL_WEIGHTS)
     assert straight.keys() == resumed.keys()
     assert all(torch.equal(straight[name], resumed[name]) for name in straight)

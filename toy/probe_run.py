@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from interp.atomic_io import atomic_directory, atomic_write_json, check_output_directory
+from interp.atomic_io import atomic_directory, atomic_write_json, check_output_directory, inside
 from interp.plots import layer_head_map
 from interp.provenance import PROVENANCE_FILE, write_provenance
 from probes.default_state import default_state_test
@@ -42,10 +42,13 @@ class ToyProbeReport:
         }
 
 
-def refuse_existing(out_dir: Path, overwrite: bool) -> None:
+def refuse_existing(out_dir: Path, overwrite: bool, run_dir: Path) -> None:
     """Refuse, before any work, an ``out_dir`` that cannot take the result: non-empty
-    without ``overwrite``, a symlink, a file or a mount point."""
+    without ``overwrite``, a symlink, a file, a mount point, or one holding the run."""
     check_output_directory(out_dir)
+    if inside(run_dir, out_dir):
+        raise ValueError(f"--out {out_dir} holds the run {run_dir} itself, which replacing it would delete; "
+                         "choose another --out (the default is RUN_DIR/probe or RUN_DIR/patch)")
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another --out or pass --overwrite")
 
@@ -67,7 +70,7 @@ def probe_run(
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "probe"
     if n_sequences < 1:
         raise ValueError(f"--sequences must be >= 1, got {n_sequences}")
-    refuse_existing(out_dir, overwrite)
+    refuse_existing(out_dir, overwrite, run_dir)
     batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
     default_mask = batch.default_query_mask()
     probe = probe_model(model, batch.tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))

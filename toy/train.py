@@ -91,16 +91,19 @@ def _restore(run_dir: Path, model: ToyTransformer, optimizer: torch.optim.Adam, 
     """Load the newest intact checkpoint; returns (step, wall seconds spent before it).
 
     A newer checkpoint that cannot be read (a file cut short by a full disk or a crash
-    outside the atomic write) is passed over with one line on stderr, and left in place:
-    the resumed run rewrites it when it reaches that step again."""
+    outside the atomic write) is passed over with one line on stderr and renamed
+    ``unreadable-step-*``, so that nothing else (pruning, ``load_model``, the divergence
+    message) takes it for a good checkpoint; it is kept for inspection."""
     for candidate in reversed(checkpoint_dirs(run_dir)):
         try:
             state = read_json(candidate / "state.json")
             weights = load_tensors(candidate / "model.safetensors")
             tensors = load_tensors(candidate / "optimizer.safetensors")
         except (OSError, ValueError, SafetensorError) as error:
-            print(f"sinkscope: checkpoint {candidate} is unreadable ({type(error).__name__}); trying an older one",
-                  file=sys.stderr)
+            quarantine = candidate.with_name(f"unreadable-{candidate.name}")
+            candidate.rename(quarantine)
+            print(f"sinkscope: checkpoint {candidate} is unreadable ({type(error).__name__}), kept as {quarantine.name}; "
+                  "trying an older one", file=sys.stderr)
             continue
         break
     else:
