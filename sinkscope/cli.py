@@ -392,7 +392,7 @@ def _toy_tradeoff(args: argparse.Namespace) -> dict:
     from toy.probe_run import refuse_existing
     from toy.tradeoff import write_tradeoff
 
-    refuse_existing(Path(args.out), args.overwrite)
+    refuse_existing(Path(args.out), args.overwrite, args.run)
     result = write_tradeoff(args.out, args.run)
     if not args.json:
         print(f"wrote {Path(args.out) / 'tradeoff.png'} and {Path(args.out) / 'tradeoff.json'}")

@@ -102,7 +102,7 @@ def patch_run(
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "patch"
-    refuse_existing(out_dir, overwrite, run_dir)
+    refuse_existing(out_dir, overwrite, [run_dir])
     unfinished = require_finished(run_dir, allow_unfinished, "patch")
     result = trigger_patching(load_model(run_dir), config.task, n_inputs)
     if unfinished is not None:

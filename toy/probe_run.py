@@ -9,6 +9,7 @@ off-trigger BOS mass and ``anchor_mass_other`` the BOS mass at the trigger.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,13 +43,14 @@ class ToyProbeReport:
         }
 
 
-def refuse_existing(out_dir: Path, overwrite: bool, run_dir: Path) -> None:
+def refuse_existing(out_dir: Path, overwrite: bool, runs: Sequence[str | os.PathLike] = ()) -> None:
     """Refuse, before any work, an ``out_dir`` that cannot take the result: non-empty
-    without ``overwrite``, a symlink, a file, a mount point, or one holding the run."""
+    without ``overwrite``, a symlink, a file, a mount point, or one holding an input run."""
     check_output_directory(out_dir)
-    if inside(run_dir, out_dir):
-        raise ValueError(f"--out {out_dir} holds the run {run_dir} itself, which replacing it would delete; "
-                         "choose another --out (the default is RUN_DIR/probe or RUN_DIR/patch)")
+    for run_dir in runs:
+        if inside(run_dir, out_dir):
+            raise ValueError(f"--out {out_dir} holds the run {run_dir} itself, which replacing it would delete; "
+                             "choose another --out")
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; choose another --out or pass --overwrite")
 
@@ -70,7 +72,7 @@ def probe_run(
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "probe"
     if n_sequences < 1:
         raise ValueError(f"--sequences must be >= 1, got {n_sequences}")
-    refuse_existing(out_dir, overwrite, run_dir)
+    refuse_existing(out_dir, overwrite, [run_dir])
     batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
     default_mask = batch.default_query_mask()
     probe = probe_model(model, batch.tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
