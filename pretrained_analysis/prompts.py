@@ -80,7 +80,9 @@ class PromptSpec(JsonConfig):
         if self.source == RANDOM_SOURCE:
             return "random"
         path = Path(self.source).expanduser()
-        if path.exists() or path.suffix.lower() in FILE_BUILDERS:
+        # a name with a file extension (x.bin, prompts.tsv) is a file, never a dataset id
+        has_extension = bool(path.suffix) and path.suffix[1:].isalnum() and ":" not in self.source
+        if path.exists() or has_extension:
             return "file"
         return "hub"
 
@@ -152,6 +154,8 @@ def _builtin_path() -> Path:
 
 def _read_file(path: Path, text_column: str) -> tuple[list[Any], str]:
     """All values of the text column of a local file, via ``datasets``; and the column used."""
+    if path.is_dir():
+        raise PromptError(f"{path} is a directory; pass a prompt file (.txt, .jsonl, .csv or .parquet)")
     if not path.is_file():
         raise PromptError(
             f"prompt file {path} does not exist; pass an existing .txt/.jsonl/.csv/.parquet file, default, random or a dataset id"
@@ -159,18 +163,40 @@ def _read_file(path: Path, text_column: str) -> tuple[list[Any], str]:
     builder = FILE_BUILDERS.get(path.suffix.lower())
     if builder is None:
         raise PromptError(f"{path} has an unknown extension; use one of {', '.join(FILE_BUILDERS)}")
-    if builder != "parquet" and not path.read_bytes().strip():
-        raise PromptError(f"prompt file {path} is empty; add prompts (one per line for .txt)")
+    if builder != "parquet":
+        _check_text_file(path)
     column = "text" if builder == "text" else text_column
     import datasets
 
     datasets.disable_progress_bars()
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its parsers log the error we report below
     try:
         dataset = datasets.load_dataset(builder, data_files=str(path), split="train")
     except Exception as error:  # datasets wraps parser errors in several classes
         cause = error.__cause__ or error
-        raise PromptError(f"cannot read prompts from {path} ({type(cause).__name__}: {str(cause).strip()[:200]})") from None
+        reason = (str(cause).strip().splitlines() or [""])[0][:200]
+        raise PromptError(f"cannot read prompts from {path} ({type(cause).__name__}: {reason}); "
+                          "check that it is an intact file of its format") from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
     return _column(dataset, column, str(path)), column
+
+
+def _check_text_file(path: Path) -> None:
+    """A text prompt file must be non-empty UTF-8 (a UTF-16 export or a binary file would
+    otherwise be read as garbage prompts)."""
+    raw = path.read_bytes()
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise PromptError(f"{path} is UTF-16 text; save it as UTF-8")
+    if b"\x00" in raw:
+        raise PromptError(f"{path} holds NUL bytes, so it is binary, not text; save the prompts as UTF-8 text")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise PromptError(f"{path} is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+    if not raw.strip():
+        raise PromptError(f"prompt file {path} is empty; add prompts (one per line for .txt)")
 
 
 def _read_hub(spec: PromptSpec) -> list[Any]:

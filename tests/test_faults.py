@@ -296,3 +296,24 @@ def test_a_comparison_report_reads_nothing_outside_its_directory(model_dir, prom
     (out / "comparison.json").write_text(json.dumps(data))
     one_line_exit_2(capsys, ["report", str(out), "--no-progress"], "outside")
     assert not (out / "report.html").exists()
+
+
+@pytest.mark.parametrize(
+    "name, content, fix",
+    [
+        ("utf16.txt", "one prompt\n".encode("utf-16"), "save it as UTF-8"),
+        ("latin1.txt", "caf\xe9 au lait\n".encode("latin-1"), "save it as UTF-8"),
+        ("nul.txt", b"\x00\x00\x00\n", "binary, not text"),
+        ("broken.parquet", b"PAR1 this is not a parquet file\n\n\nat all", "intact file"),
+    ],
+)
+def test_unreadable_prompt_files_are_one_line(model_dir, tmp_path, capsys, name, content, fix):
+    path = tmp_path / name
+    path.write_bytes(content)
+    one_line_exit_2(capsys, audit_argv(model_dir, path, tmp_path / "out"), fix)
+    assert not (tmp_path / "out").exists()
+
+
+def test_prompt_sources_that_are_not_files_name_the_fix(model_dir, tmp_path, capsys):
+    one_line_exit_2(capsys, audit_argv(model_dir, tmp_path, tmp_path / "out"), "is a directory")
+    one_line_exit_2(capsys, audit_argv(model_dir, tmp_path / "x.bin", tmp_path / "out"), "prompt file")  # not a dataset id
