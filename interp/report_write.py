@@ -46,6 +46,8 @@ class ReportFiles:
 
 
 def _refuse_existing_report(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"{out_dir} is a file, not a directory; pass a directory as --out")
     for name in (REPORT_HTML, REPORT_MD, FIGURE_DIR):
         if (out_dir / name).exists() and not overwrite:
             raise FileExistsError(f"{out_dir / name} exists; pass --overwrite to replace the report or choose another --out")

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -536,10 +538,18 @@ def _run_failed(command: str, error: RuntimeError) -> bool:
     return isinstance(error, AuditFailed)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (a scheduler or ``kill``) ends a run as Ctrl-C does: temporaries removed,
+    finished checkpoints and results kept."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = HANDLERS[(args.command, getattr(args, f"{args.command}_command", None))]
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
         result = handler(args)
     except (ValueError, FileExistsError, FileNotFoundError) as error:
@@ -553,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"sinkscope: run failed: {error}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)  # callers such as tests keep their own handler
     if args.json:
         print(json.dumps(result, indent=2))
     return EXIT_OK

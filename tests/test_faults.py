@@ -317,3 +317,57 @@ def test_unreadable_prompt_files_are_one_line(model_dir, tmp_path, capsys, name,
 def test_prompt_sources_that_are_not_files_name_the_fix(model_dir, tmp_path, capsys):
     one_line_exit_2(capsys, audit_argv(model_dir, tmp_path, tmp_path / "out"), "is a directory")
     one_line_exit_2(capsys, audit_argv(model_dir, tmp_path / "x.bin", tmp_path / "out"), "prompt file")  # not a dataset id
+
+
+def test_resume_refuses_a_config_whose_lr_was_edited(toy_run, tmp_path, capsys):
+    import json
+    import shutil
+
+    from toy.run_dir import RESULT_FILE
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run)
+    (run / RESULT_FILE).unlink()  # an interrupted run
+    (run / "model.safetensors").unlink()
+    config = json.loads((run / "config.json").read_text())
+    config["train"]["lr"] = 0.005
+    (run / "config.json").write_text(json.dumps(config))
+    before = snapshot(run)
+    one_line_exit_2(capsys, ["toy", "train", "--out", str(run), "--resume", "--lr", "0.005", "--max-steps", "50",
+                             "--no-progress"], "put the lr back in config.json")
+    assert snapshot(run) == before
+
+
+def test_report_out_that_is_a_file_is_one_line(model_dir, prompts, tmp_path, capsys):
+    out = tmp_path / "audit"
+    assert main(audit_argv(model_dir, prompts, out)) == 0
+    target = tmp_path / "report-file"
+    target.write_text("keep")
+    one_line_exit_2(capsys, ["report", str(out), "--out", str(target)], "is a file, not a directory")
+    assert target.read_text() == "keep"
+
+
+def test_sigterm_ends_a_run_like_ctrl_c_leaving_no_temporaries(tmp_path):
+    """A real ``sinkscope toy train`` process killed with SIGTERM mid-run: exit 1 with the
+    interrupt line, no traceback, and no hidden temporary directory or file left behind."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sinkscope.cli", "toy", "train", "--out", str(out), "--layers", "2", "--heads", "2",
+         "--max-steps", "1000000", "--checkpoint-every", "50", "--no-progress"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(out.glob("checkpoints/step-*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 1, err
+    assert "interrupted" in err and "Traceback" not in err
+    hidden = [str(path) for path in out.rglob(".*")]
+    assert hidden == [], hidden
+    assert list(out.glob("checkpoints/step-*"))  # finished checkpoints are kept

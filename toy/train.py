@@ -87,7 +87,9 @@ def _build(config: RunConfig) -> tuple[ToyTransformer, torch.optim.Adam, torch.G
     return model, optimizer, generator
 
 
-def _restore(run_dir: Path, model: ToyTransformer, optimizer: torch.optim.Adam, generator: torch.Generator) -> tuple[int, float]:
+def _restore(
+    run_dir: Path, model: ToyTransformer, optimizer: torch.optim.Adam, generator: torch.Generator, lr: float
+) -> tuple[int, float]:
     """Load the newest intact checkpoint; returns (step, wall seconds spent before it).
 
     A newer checkpoint that cannot be read (a file cut short by a full disk or a crash
@@ -109,6 +111,12 @@ def _restore(run_dir: Path, model: ToyTransformer, optimizer: torch.optim.Adam, 
     else:
         raise RunDirectoryError(
             f"no checkpoint in {run_dir / 'checkpoints'} can be read; move that folder away to restart the run from step 0"
+        )
+    trained_lr = state["param_groups"][0]["lr"]
+    if trained_lr != lr:  # config.json edited by hand since the checkpoint: refuse before touching anything
+        raise RunDirectoryError(
+            f"{run_dir}'s checkpoints were trained at lr {trained_lr:g} but its config.json says train.lr {lr:g}; "
+            "put the lr back in config.json, or train with the new lr into another --out"
         )
     model.load_state_dict(weights)
     generator.set_state(tensors.pop("rng.data_generator"))
@@ -184,7 +192,7 @@ def train(
         (run_dir / RESULT_FILE).unlink()
         (run_dir / FINAL_WEIGHTS).unlink()
     if checkpoint_dirs(run_dir):
-        step, wall_before = _restore(run_dir, model, optimizer, generator)
+        step, wall_before = _restore(run_dir, model, optimizer, generator, config.train.learning_rate(config.model))
         resumed_from = step
         if existing is not None and existing != config:
             write_config(run_dir, config)  # record the new max_steps
