@@ -148,7 +148,8 @@ def _prepare(member: _Member) -> int:
     if checkpoint_dirs(run_dir):
         for stale in (RESULT_FILE, FINAL_WEIGHTS):
             (run_dir / stale).unlink(missing_ok=True)
-        step, member.wall_before = _restore(run_dir, member.model, member.optimizer, member.generator)
+        lr = member.config.train.learning_rate(member.config.model)
+        step, member.wall_before = _restore(run_dir, member.model, member.optimizer, member.generator, lr)
         write_config(run_dir, member.config)
         return step
     write_config(run_dir, member.config)
