@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -182,6 +183,12 @@ def test_divergence_stops_with_a_good_checkpoint(tmp_path, lr):
     assert [p.name for p in checkpoint_dirs(run)] == ["step-00000000"]
     result = read_result(run)
     assert result.status == "diverged" and not result.converged
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"result.json holds a bare {constant}, which is not JSON")
+
+    stored = json.loads((run / "result.json").read_text(), parse_constant=refuse)
+    assert stored["loss"] is None and math.isnan(result.loss)
     assert not (run / "model.safetensors").exists()
     model = load_model(run)  # the last good checkpoint still loads, and is finite
     batch = eval_batch(TaskConfig(), 8, seed=0, target="single")

@@ -85,7 +85,7 @@ def _pending(member: _Member) -> bool:
     """True when the member still has steps to run (fresh or interrupted)."""
     if not (member.run_dir / RESULT_FILE).exists() or not (member.run_dir / FINAL_WEIGHTS).exists():
         return True
-    result = TrainResult(**read_json(member.run_dir / RESULT_FILE))
+    result = TrainResult.from_dict(read_json(member.run_dir / RESULT_FILE))
     return result.status == "max_steps" and result.steps < member.config.train.max_steps
 
 

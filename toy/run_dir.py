@@ -14,6 +14,7 @@ A run directory holds:
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -102,7 +103,8 @@ class RunConfig:
 @dataclass
 class TrainResult:
     """How a run ended. ``status`` is ``converged``, ``max_steps`` or ``diverged``;
-    ``linf_error`` is the last training batch's max absolute error."""
+    ``linf_error`` is the last training batch's max absolute error. In ``result.json`` a
+    non-finite number (a diverged run's loss) is ``null``, so the file is standard JSON."""
 
     run_dir: str
     status: str
@@ -114,7 +116,14 @@ class TrainResult:
     resumed_from_step: int | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {key: None if isinstance(value, float) and not math.isfinite(value) else value
+                for key, value in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainResult":
+        """Read back ``to_dict()``: a ``null`` number reads as NaN."""
+        numbers = ("wall_seconds", "linf_error", "loss")
+        return cls(**{key: float("nan") if key in numbers and value is None else value for key, value in data.items()})
 
 
 def write_config(run_dir: Path, config: RunConfig) -> None:
@@ -170,7 +179,7 @@ def write_result(run_dir: Path, result: TrainResult) -> None:
 
 
 def read_result(run_dir: str | os.PathLike) -> TrainResult:
-    return TrainResult(**read_json(Path(run_dir) / RESULT_FILE))
+    return TrainResult.from_dict(read_json(Path(run_dir) / RESULT_FILE))
 
 
 def append_metrics(run_dir: Path, record: dict) -> None:

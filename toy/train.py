@@ -181,7 +181,7 @@ def train(
     model, optimizer, generator = _build(config)
     step, wall_before = 0, 0.0
     if (run_dir / RESULT_FILE).exists() and (run_dir / FINAL_WEIGHTS).exists():
-        result = TrainResult(**read_json(run_dir / RESULT_FILE))
+        result = TrainResult.from_dict(read_json(run_dir / RESULT_FILE))
         finished = result.status == "converged" or (
             result.status == "max_steps" and result.steps >= config.train.max_steps
         )
