@@ -11,7 +11,7 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 
 def _umask() -> int:
@@ -28,11 +28,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     mkstemp's private 0600: results are meant to be read by others.
     """
     path = Path(path)
-    _make_parent(path)
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as error:
-        raise OutputError(f"cannot write in {path.parent} ({error.strerror}); choose a writable output location") from None
+    fd, tmp_name = _temporary(tempfile.mkstemp, path)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -63,11 +59,14 @@ class OutputError(ValueError):
     or written by another run meanwhile); nothing existing was changed."""
 
 
-def _make_parent(path: Path) -> None:
+def _temporary(make: Callable[..., Any], path: Path) -> Any:
+    """``make`` (``tempfile.mkstemp`` or ``mkdtemp``) of a hidden temporary beside ``path``,
+    its parent created first; an unwritable location is one ``OutputError``."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        return make(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as error:
-        raise OutputError(f"cannot create {path.parent} ({error.strerror}); choose a writable output location") from None
+        raise OutputError(f"cannot write in {path.parent} ({error.strerror}); choose a writable output location") from None
 
 
 def inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
@@ -92,6 +91,23 @@ def check_output_directory(path: str | os.PathLike) -> None:
         raise OutputError(f"{path} is a mount point, which cannot be replaced whole; pass a directory inside it")
 
 
+def refuse_output_directory(
+    out_dir: str | os.PathLike, overwrite: bool, inputs: Sequence[str | os.PathLike] = (), inputs_name: str = "the input"
+) -> None:
+    """Refuse, before any work, an output directory that cannot take a command's result:
+    one ``check_output_directory`` refuses, one holding any of the command's ``inputs``
+    (which replacing it would delete), or a non-empty one without ``overwrite``."""
+    out_dir = Path(out_dir)
+    check_output_directory(out_dir)
+    for item in inputs:
+        if inside(item, out_dir):
+            raise OutputError(
+                f"--out {out_dir} holds {inputs_name} {item}, which replacing it would delete; choose another --out"
+            )
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out_dir} exists and is not empty; pass --overwrite to replace it or choose another --out")
+
+
 @contextmanager
 def atomic_directory(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
     """Build a directory under a temporary name; rename it to ``path`` when complete.
@@ -104,11 +120,7 @@ def atomic_directory(path: str | os.PathLike, replace: bool = True) -> Iterator[
     """
     path = Path(path)
     check_output_directory(path)
-    _make_parent(path)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    except OSError as error:
-        raise OutputError(f"cannot write in {path.parent} ({error.strerror}); choose a writable output location") from None
+    tmp = Path(_temporary(tempfile.mkdtemp, path))
     try:
         yield tmp
         mode = stat.S_IMODE(path.stat().st_mode) if path.is_dir() else 0o777 & ~_umask()

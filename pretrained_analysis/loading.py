@@ -440,6 +440,7 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
     architectures = getattr(hf_config, "architectures", None) or [type(bridge.original_model).__name__]
     parameter = next(bridge.original_model.parameters())
     cfg = bridge.cfg
+    hooked = HookedModel(bridge).spec  # the probes' own reading of the bridge (causal, kv heads)
     info = ModelInfo(
         name=spec.name,
         label=resolved.label,
@@ -447,12 +448,12 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
         revision=resolved.revision,
         architecture=str(architectures[0]),
         model_type=str(getattr(hf_config, "model_type", "unknown")),
-        causal=HookedModel(bridge).spec.causal,
+        causal=hooked.causal,
         n_layers=int(cfg.n_layers),
         n_heads=int(cfg.n_heads),
         d_model=int(cfg.d_model),
         d_head=int(cfg.d_head),
-        n_kv_heads=int(getattr(cfg, "n_key_value_heads", None) or cfg.n_heads),
+        n_kv_heads=hooked.n_kv_heads,
         n_ctx=int(cfg.n_ctx),
         n_params=sum(p.numel() for p in bridge.original_model.parameters()),
         dtype=str(parameter.dtype).removeprefix("torch."),
@@ -484,11 +485,10 @@ def _load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[
     """The dequantised model and its tokenizer from a GGUF file, as ``boot_transformers``'
     ``hf_model`` / ``tokenizer`` arguments (eager attention, as the bridge needs), placed on
     ``spec.device`` or by ``spec.device_map``."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     import functools
 
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
     # transformers' dequantisation bar is a bare tqdm with no switch of its own

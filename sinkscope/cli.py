@@ -391,10 +391,10 @@ def _toy_sweep(args: argparse.Namespace) -> dict:
 
 
 def _toy_tradeoff(args: argparse.Namespace) -> dict:
-    from toy.probe_run import refuse_existing
+    from interp.atomic_io import refuse_output_directory
     from toy.tradeoff import write_tradeoff
 
-    refuse_existing(Path(args.out), args.overwrite, args.run)
+    refuse_output_directory(args.out, args.overwrite, args.run, "the run")
     result = write_tradeoff(args.out, args.run)
     if not args.json:
         print(f"wrote {Path(args.out) / 'tradeoff.png'} and {Path(args.out) / 'tradeoff.json'}")
@@ -459,17 +459,12 @@ def _audit(args: argparse.Namespace) -> dict:
             check_context(prompt_spec, n_ctx, where.label)
     slugs = _unique_slugs([where.label for where in resolved])
     out = Path(args.out or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
-    from interp.atomic_io import check_output_directory, inside
+    from interp.atomic_io import refuse_output_directory
 
-    check_output_directory(out)
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
-        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it or choose another --out")
     inputs = [Path(where.location) for where in resolved if where.is_local]
     if prompt_spec.kind == "file":
         inputs.append(Path(prompt_spec.source))
-    for item in inputs:
-        if inside(item, out):
-            raise ValueError(f"--out {out} holds this audit's own input {item}, which replacing it would delete; choose another --out")
+    refuse_output_directory(out, args.overwrite, inputs, "this audit's own input")
 
     from pretrained_analysis.prompts import load_prompt_set
 

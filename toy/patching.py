@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from interp.atomic_io import atomic_directory, atomic_write_json
+from interp.atomic_io import atomic_directory, atomic_write_json, refuse_output_directory
 from interp.plots import heatmap
 from probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
 from toy.model import ToyTransformer
-from toy.probe_run import refuse_existing
 from toy.run_dir import load_model, read_config, require_finished
 from toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
 
@@ -102,7 +101,7 @@ def patch_run(
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "patch"
-    refuse_existing(out_dir, overwrite, [run_dir])
+    refuse_output_directory(out_dir, overwrite, [run_dir], "the run")
     unfinished = require_finished(run_dir, allow_unfinished, "patch")
     result = trigger_patching(load_model(run_dir), config.task, n_inputs)
     if unfinished is not None:

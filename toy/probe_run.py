@@ -9,13 +9,12 @@ off-trigger BOS mass and ``anchor_mass_other`` the BOS mass at the trigger.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from interp.atomic_io import atomic_directory, atomic_write_json, check_output_directory, inside
+from interp.atomic_io import atomic_directory, atomic_write_json, refuse_output_directory
 from interp.plots import layer_head_map
 from interp.provenance import PROVENANCE_FILE, write_provenance
 from probes.default_state import default_state_test
@@ -43,18 +42,6 @@ class ToyProbeReport:
         }
 
 
-def refuse_existing(out_dir: Path, overwrite: bool, runs: Sequence[str | os.PathLike] = ()) -> None:
-    """Refuse, before any work, an ``out_dir`` that cannot take the result: non-empty
-    without ``overwrite``, a symlink, a file, a mount point, or one holding an input run."""
-    check_output_directory(out_dir)
-    for run_dir in runs:
-        if inside(run_dir, out_dir):
-            raise ValueError(f"--out {out_dir} holds the run {run_dir} itself, which replacing it would delete; "
-                             "choose another --out")
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; choose another --out or pass --overwrite")
-
-
 def probe_run(
     run_dir: str | os.PathLike,
     out_dir: str | os.PathLike | None = None,
@@ -72,7 +59,7 @@ def probe_run(
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "probe"
     if n_sequences < 1:
         raise ValueError(f"--sequences must be >= 1, got {n_sequences}")
-    refuse_existing(out_dir, overwrite, [run_dir])
+    refuse_output_directory(out_dir, overwrite, [run_dir], "the run")
     batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
     default_mask = batch.default_query_mask()
     probe = probe_model(model, batch.tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
