@@ -4,7 +4,9 @@ so an interrupted run never leaves a half-written file behind."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
+import math
 import os
 import shutil
 import stat
@@ -48,6 +50,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
+
+
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, recursively through
+    dicts, lists and tuples, so that ``json.dumps(..., allow_nan=False)`` writes standard
+    JSON (a bare ``NaN`` is not JSON; readers turn null back into NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -106,6 +121,70 @@ def refuse_output_directory(
             )
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; pass --overwrite to replace it or choose another --out")
+
+
+@contextmanager
+def locked_directory(path: str | os.PathLike) -> Iterator[bool]:
+    """Hold an exclusive lock on the output directory ``path`` (created, parents too, when
+    missing) until the block ends: a second writer on the same path gets ``OutputError``
+    at once instead of both running and one result silently replacing the other.
+
+    The lock is ``flock`` on the directory itself, so nothing is written beside it and the
+    kernel drops it if the process dies. Yields whether this call created ``path``; a
+    directory it created and left empty (the run failed) is removed again.
+    """
+    path = Path(path)
+    created = False
+    for _ in range(10):  # retried only when the directory is replaced between open and lock
+        try:
+            path.mkdir(parents=True)
+            created = True
+        except FileExistsError:
+            pass
+        except OSError as error:
+            raise OutputError(f"cannot create {path} ({error.strerror}); choose a writable output location") from None
+        try:
+            descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except NotADirectoryError:
+            raise OutputError(f"{path} exists and is not a directory; choose another output directory") from None
+        except FileNotFoundError:
+            continue  # removed between mkdir and open: make it again
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            raise OutputError(
+                f"{path} is being written by another sinkscope run; wait for it to finish or choose another output directory"
+            ) from None
+        held, now = os.fstat(descriptor), os.stat(path)
+        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+            break
+        os.close(descriptor)  # a finishing run swapped a new result in: lock that one
+    else:
+        raise OutputError(f"{path} keeps being replaced by another run; wait for it to finish or choose another output directory")
+    try:
+        yield created
+    finally:
+        if created:
+            try:
+                path.rmdir()  # only succeeds while empty: a failed run leaves no directory it made
+            except OSError:
+                pass
+        os.close(descriptor)
+
+
+@contextmanager
+def claim_output_directory(
+    out_dir: str | os.PathLike, overwrite: bool, inputs: Sequence[str | os.PathLike] = (), inputs_name: str = "the input"
+) -> Iterator[Path]:
+    """Lock ``out_dir`` for the block (``locked_directory``) after
+    ``refuse_output_directory``'s checks, which run again once the lock is held, so a
+    writer that finished in between is not replaced without ``overwrite``. Build the
+    result with ``atomic_directory(out_dir, replace=overwrite)`` inside the block."""
+    refuse_output_directory(out_dir, overwrite, inputs, inputs_name)  # before creating anything
+    with locked_directory(out_dir):
+        refuse_output_directory(out_dir, overwrite, inputs, inputs_name)
+        yield Path(out_dir)
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from interp.atomic_io import atomic_directory, atomic_path
+from interp.atomic_io import atomic_directory, atomic_path, locked_directory
 from interp.report_doc import ReportDocument
 from interp.report_html import render_html
 from interp.report_md import render_markdown
@@ -63,6 +63,14 @@ def write_report(
     ``figure_dir``); the rendered pages go to ``out_dir``."""
     out_dir = Path(out_dir)
     _refuse_existing_report(out_dir, overwrite)
+    with locked_directory(out_dir):  # two reports into one directory: the second is refused
+        return _write_report_locked(build, out_dir, overwrite, footer)
+
+
+def _write_report_locked(
+    build: Callable[[Path], ReportDocument], out_dir: Path, overwrite: bool, footer: str
+) -> tuple[ReportDocument, ReportFiles]:
+    _refuse_existing_report(out_dir, overwrite)  # again: another report may have landed meanwhile
     with tempfile.TemporaryDirectory(prefix="sinkscope-report-") as staging_name:
         staging = Path(staging_name)
         document = build(staging)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from interp.atomic_io import atomic_write_json
+from interp.atomic_io import atomic_write_json, finite_or_null
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
 from interp.patching import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
 
@@ -105,7 +105,7 @@ class PatchingResult:
         return [asdict(row) for row in self.rows]
 
     def to_dict(self) -> dict[str, Any]:
-        return _nan_to_none(
+        return finite_or_null(
             {
                 "model": self.model.to_dict(),
                 "hook": self.hook,
@@ -126,17 +126,6 @@ class PatchingResult:
 
     def write_json(self, path: str) -> None:
         atomic_write_json(path, self.to_dict())
-
-
-def _nan_to_none(value: Any) -> Any:
-    """NaN -> None, recursively, so the JSON is standard."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _nan_to_none(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_nan_to_none(item) for item in value]
-    return value
 
 
 def _validate_per(per: Sequence[str]) -> tuple[str, ...]:

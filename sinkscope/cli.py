@@ -102,9 +102,52 @@ def _add_common_output(parser: argparse.ArgumentParser) -> None:
 
 def _int_list(text: str) -> tuple[int, ...]:
     try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
+        values = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 8,16,32, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1 such as 8,16,32, got {text!r}")
+    return values
+
+
+def _at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum``, checked while parsing, before torch
+    loads, so a bad count is one line in a fraction of a second."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+POSITIVE, NON_NEGATIVE = _at_least(1), _at_least(0)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1), got {text}")
+    return value
 
 
 def _str_list(text: str) -> tuple[str, ...]:
@@ -137,13 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--out", required=True, help="run directory to create (or resume with --resume)")
     train.add_argument("--attention", default="softmax", help="softmax | relu | relu_prefix | sigmoid (default softmax)")
-    train.add_argument("--layers", type=int, default=1, help="number of layers (default 1)")
-    train.add_argument("--heads", type=int, default=1, help="heads per layer (default 1)")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--d-model", type=int, default=16, help="token width n (default 16)")
-    train.add_argument("--seq-len", type=int, default=16, help="sequence length L (default 16)")
-    train.add_argument("--max-steps", type=int, default=50_000)
-    train.add_argument("--lr", type=float, default=None, help="default: 1e-3 for one layer, 1e-4 for several")
+    train.add_argument("--layers", type=POSITIVE, default=1, help="number of layers (default 1)")
+    train.add_argument("--heads", type=POSITIVE, default=1, help="heads per layer (default 1)")
+    train.add_argument("--seed", type=NON_NEGATIVE, default=0)
+    train.add_argument("--d-model", type=POSITIVE, default=16, help="token width n (default 16)")
+    train.add_argument("--seq-len", type=POSITIVE, default=16, help="sequence length L (default 16)")
+    train.add_argument("--max-steps", type=POSITIVE, default=50_000)
+    train.add_argument("--lr", type=_positive_float, default=None, help="default: 1e-3 for one layer, 1e-4 for several")
     train.add_argument("--residual", choices=("auto", "yes", "no"), default="auto",
                        help="residual stream (auto: none for one layer, as the paper)")
     train.add_argument("--layer-norm", action="store_true", help="pre-LayerNorm (beyond the paper)")
@@ -151,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--pos-embed", action="store_true", help="learned positional embeddings (beyond the paper)")
     train.add_argument("--scale-scores", action="store_true", help="divide scores by sqrt(d_head) (beyond the paper)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    train.add_argument("--checkpoint-every", type=int, default=2_000,
+    train.add_argument("--checkpoint-every", type=POSITIVE, default=2_000,
                        help="steps between checkpoints; an interrupted run resumes from the last one (default 2000)")
     _add_common_output(train)
 
@@ -160,11 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=TOY_REPRODUCE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     reproduce.add_argument("--out", required=True, help="output directory (re-running resumes it)")
-    reproduce.add_argument("--seeds", type=int, default=None, help="seeds per model (default 3; --quick: 1)")
+    reproduce.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per model (default 3; --quick: 1)")
     reproduce.add_argument("--quick", action="store_true", help="reduced preset: one seed, at most 8,000 steps")
-    reproduce.add_argument("--max-steps", type=int, default=None, help="step cap per model (default 50,000)")
-    reproduce.add_argument("--sequences", type=int, default=1000, help="test sequences for heatmaps and tables")
-    reproduce.add_argument("--workers", type=int, default=2, help="parallel training processes (default 2)")
+    reproduce.add_argument("--max-steps", type=POSITIVE, default=None, help="step cap per model (default 50,000)")
+    reproduce.add_argument("--sequences", type=POSITIVE, default=1000, help="test sequences for heatmaps and tables")
+    reproduce.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
     reproduce.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
     _add_common_output(reproduce)
 
@@ -174,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
     probe.add_argument("--out", default=None, help="output directory (default RUN_DIR/probe)")
-    probe.add_argument("--sequences", type=int, default=1000, help="test sequences (default 1000)")
+    probe.add_argument("--sequences", type=POSITIVE, default=1000, help="test sequences (default 1000)")
     probe.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
     probe.add_argument("--allow-unfinished", action="store_true",
                        help="probe an interrupted or diverged run's latest weights anyway (the result says so)")
@@ -186,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     patch.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
     patch.add_argument("--out", default=None, help="output directory (default RUN_DIR/patch)")
-    patch.add_argument("--inputs", type=int, default=256, help="paired inputs (default 256)")
+    patch.add_argument("--inputs", type=POSITIVE, default=256, help="paired inputs (default 256)")
     patch.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
     patch.add_argument("--allow-unfinished", action="store_true",
                        help="patch an interrupted or diverged run's latest weights anyway (the result says so)")
@@ -202,10 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--heads", type=_int_list, default=(1,), help="comma-separated (default 1)")
     sweep.add_argument("--layers", type=_int_list, default=(1,), help="comma-separated (default 1)")
     sweep.add_argument("--attention", type=_str_list, default=("softmax", "relu"), help="comma-separated (default softmax,relu)")
-    sweep.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
-    sweep.add_argument("--max-steps", type=int, default=20_000, help="step cap per model (default 20,000)")
-    sweep.add_argument("--sequences", type=int, default=500, help="test sequences per model (default 500)")
-    sweep.add_argument("--workers", type=int, default=2, help="parallel training processes (default 2)")
+    sweep.add_argument("--seeds", type=POSITIVE, default=3, help="seeds per configuration (default 3)")
+    sweep.add_argument("--max-steps", type=POSITIVE, default=20_000, help="step cap per model (default 20,000)")
+    sweep.add_argument("--sequences", type=POSITIVE, default=500, help="test sequences per model (default 500)")
+    sweep.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
     sweep.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
     _add_common_output(sweep)
 
@@ -252,29 +295,29 @@ def _add_audit_parser(commands: argparse._SubParsersAction) -> None:
                             "empty, unless --overwrite")
     audit.add_argument("--revision", action="append", default=None,
                        help="hub revision, e.g. a Pythia checkpoint step1000 (repeatable: a checkpoint sweep)")
-    audit.add_argument("--max-len", type=int, default=DEFAULT_MAX_LEN,
+    audit.add_argument("--max-len", type=_at_least(2), default=DEFAULT_MAX_LEN,
                        help=f"T: most tokens per prompt, BOS included; longer prompts are truncated (default {DEFAULT_MAX_LEN})")
-    audit.add_argument("--n-prompts", type=int, default=DEFAULT_N_PROMPTS,
+    audit.add_argument("--n-prompts", type=POSITIVE, default=DEFAULT_N_PROMPTS,
                        help=f"number of prompts; a seeded subset when the source holds more (default {DEFAULT_N_PROMPTS})")
-    audit.add_argument("--seed", type=int, default=0, help="seed for random prompts, subsets and ablation controls")
-    audit.add_argument("--batch-size", type=int, default=16, help="prompts per forward pass (default 16)")
+    audit.add_argument("--seed", type=NON_NEGATIVE, default=0, help="seed for random prompts, subsets and ablation controls")
+    audit.add_argument("--batch-size", type=POSITIVE, default=16, help="prompts per forward pass (default 16)")
     audit.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=True,
                        help="put the tokenizer's BOS ([CLS] for encoders) first; it is the anchor (default: yes)")
     audit.add_argument("--text-column", default="text", help="text column of .jsonl/.csv/.parquet files and datasets")
     audit.add_argument("--split", default="train", help="dataset split, slicing allowed, e.g. 'test[:500]' (default train)")
     audit.add_argument("--ablate", action="store_true",
                        help="loss change when each sink head's sink is removed, all together, and the anchor evicted")
-    audit.add_argument("--ablate-heads", type=int, default=16,
+    audit.add_argument("--ablate-heads", type=NON_NEGATIVE, default=16,
                        help="sink heads ablated one by one, strongest first; all are ablated together too (default 16)")
-    audit.add_argument("--ablate-prompts", type=int, default=None,
+    audit.add_argument("--ablate-prompts", type=POSITIVE, default=None,
                        help="run the ablations on the first N prompts only (default: all)")
-    audit.add_argument("--sink-eps", type=float, default=0.1, help="sink head: anchor mass >= 1 - eps (default 0.1)")
-    audit.add_argument("--examples", type=int, default=2, help="prompts drawn as attention heatmaps (default 2)")
+    audit.add_argument("--sink-eps", type=_fraction, default=0.1, help="sink head: anchor mass >= 1 - eps (default 0.1)")
+    audit.add_argument("--examples", type=NON_NEGATIVE, default=2, help="prompts drawn as attention heatmaps (default 2)")
     audit.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: TransformerLens picks)")
     audit.add_argument("--dtype", choices=DTYPES, default="float32",
                        help="weights dtype; for GGUF files, the dtype they are dequantised to (default float32)")
     audit.add_argument("--device-map", default=None, help="split a large model across devices, e.g. auto")
-    audit.add_argument("--n-devices", type=int, default=None, help="split a large model across this many GPUs")
+    audit.add_argument("--n-devices", type=POSITIVE, default=None, help="split a large model across this many GPUs")
     audit.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
     _add_common_output(audit)
 
@@ -391,11 +434,12 @@ def _toy_sweep(args: argparse.Namespace) -> dict:
 
 
 def _toy_tradeoff(args: argparse.Namespace) -> dict:
-    from interp.atomic_io import refuse_output_directory
+    from interp.atomic_io import atomic_directory, claim_output_directory
     from toy.tradeoff import write_tradeoff
 
-    refuse_output_directory(args.out, args.overwrite, args.run, "the run")
-    result = write_tradeoff(args.out, args.run)
+    with claim_output_directory(args.out, args.overwrite, args.run, "the run"):
+        with atomic_directory(args.out, replace=args.overwrite) as tmp:
+            result = write_tradeoff(tmp, args.run)
     if not args.json:
         print(f"wrote {Path(args.out) / 'tradeoff.png'} and {Path(args.out) / 'tradeoff.json'}")
     return result.to_dict()
@@ -459,13 +503,17 @@ def _audit(args: argparse.Namespace) -> dict:
             check_context(prompt_spec, n_ctx, where.label)
     slugs = _unique_slugs([where.label for where in resolved])
     out = Path(args.out or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
-    from interp.atomic_io import refuse_output_directory
+    from interp.atomic_io import claim_output_directory
 
     inputs = [Path(where.location) for where in resolved if where.is_local]
     if prompt_spec.kind == "file":
         inputs.append(Path(prompt_spec.source))
-    refuse_output_directory(out, args.overwrite, inputs, "this audit's own input")
+    with claim_output_directory(out, args.overwrite, inputs, "this audit's own input"):
+        return _audit_into(args, out, specs, resolved, slugs, prompt_spec)
 
+
+def _audit_into(args: argparse.Namespace, out: Path, specs: list, resolved: list, slugs: list[str], prompt_spec) -> dict:
+    """The audit proper, once ``out`` is checked and locked."""
     from pretrained_analysis.prompts import load_prompt_set
 
     prompt_set = load_prompt_set(prompt_spec)  # before torch loads: a bad prompt file fails in about a second
@@ -516,8 +564,9 @@ HANDLERS = {
 }
 
 
-INTERRUPTED = {"toy": "train, reproduce and sweep resume when re-run (toy train with --resume); probe and patch "
-                      "left any old result as it was", "audit": "nothing was written",
+INTERRUPTED = {"toy": "training checkpointed the step it stopped at: re-run toy train with --resume, or reproduce "
+                      "and sweep with the same settings, to continue; an --overwrite run (and probe, patch, tradeoff) "
+                      "left the old result as it was", "audit": "nothing was written; any old result is as it was",
                "report": "files already replaced are complete; re-run with --overwrite"}
 
 

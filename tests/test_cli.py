@@ -28,7 +28,6 @@ def test_toy_train_writes_a_run_and_refuses_to_overwrite(tmp_path, capsys):
         (["toy", "train", "--d-model", "3"], "d_model >= 4"),
         (["toy", "train", "--seq-len", "2"], "seq_len >= 3"),
         (["toy", "train", "--attention", "cosine"], "choose one of"),
-        (["toy", "train", "--layers", "0"], "n_layers must be >= 1"),
     ],
 )
 def test_bad_configs_exit_2_with_a_one_line_message(tmp_path, capsys, argv, fragment):

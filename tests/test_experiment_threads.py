@@ -1,4 +1,4 @@
-"""Lending idle cores to the last runs of an experiment must not change any number."""
+"""Training's thread policy, and thread counts never change a number."""
 
 from __future__ import annotations
 
@@ -6,19 +6,25 @@ import pytest
 import torch
 
 from interp.checkpoint import load_tensors
-from toy.experiment import lent_threads
 from toy.model import ToyModelConfig
 from toy.run_dir import FINAL_WEIGHTS, RunConfig, TrainConfig
 from toy.task import TaskConfig
-from toy.train import train
+from toy.train import TRAIN_THREADS, train
 
 
-@pytest.mark.parametrize(
-    ("unfinished", "budget", "threads"),
-    [(6, 2, 1), (2, 2, 1), (1, 2, 2), (0, 2, 2), (1, 1, 1), (5, 4, 1), (3, 4, 1), (2, 4, 2), (1, 4, 4)],
-)
-def test_lent_threads_share_the_budget_once_jobs_run_out(unfinished, budget, threads):
-    assert lent_threads(unfinished, budget) == threads
+def test_training_runs_on_one_thread_and_restores_the_callers_setting(tmp_path):
+    """One intra-op thread while training (a busy machine slows it proportionally, not
+    several-fold: benchmarks/bench_under_load.py), whatever the caller had set."""
+    config = RunConfig(ToyModelConfig(), TaskConfig(), TrainConfig(max_steps=10, log_every=5, stop_linf=1e-12))
+    seen: list[int] = []
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        train(config, tmp_path / "run", progress=False, on_log=lambda step: seen.append(torch.get_num_threads()))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [TRAIN_THREADS] * 3 and TRAIN_THREADS == 1
 
 
 @pytest.mark.parametrize("layers_heads", [(2, 2), (4, 4)])

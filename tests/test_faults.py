@@ -371,3 +371,218 @@ def test_sigterm_ends_a_run_like_ctrl_c_leaving_no_temporaries(tmp_path):
     hidden = [str(path) for path in out.rglob(".*")]
     assert hidden == [], hidden
     assert list(out.glob("checkpoints/step-*"))  # finished checkpoints are kept
+
+
+def _tiny_reproduce_argv(out: Path, max_steps: int, *extra: str) -> list[str]:
+    """The --quick reproduction cut to a few steps per model (six models, one worker)."""
+    return ["toy", "reproduce", "--quick", "--max-steps", str(max_steps), "--sequences", "16", "--workers", "1",
+            "--out", str(out), "--no-progress", *extra]
+
+
+@pytest.mark.parametrize("command", ["audit", "probe", "patch", "tradeoff", "train", "reproduce", "sweep", "report"])
+def test_a_second_writer_on_a_locked_out_is_refused(model_dir, prompts, toy_run, tmp_path, capsys, command):
+    """Another run holds ``--out`` (its lock, as a running sinkscope process holds it):
+    this one exits 2 at once, one line, and ``--out`` is untouched."""
+    from interp.atomic_io import locked_directory
+
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = {
+        "audit": audit_argv(model_dir, prompts, out, "--overwrite"),
+        "probe": ["toy", "probe", str(toy_run), "--out", str(out), "--sequences", "20", "--overwrite"],
+        "patch": ["toy", "patch", str(toy_run), "--out", str(out), "--inputs", "8", "--overwrite"],
+        "tradeoff": ["toy", "tradeoff", "--run", str(toy_run), "--out", str(out), "--overwrite"],
+        "train": ["toy", "train", "--out", str(out), "--max-steps", "5", "--no-progress", "--resume"],
+        "reproduce": _tiny_reproduce_argv(out, 5, "--overwrite"),
+        "sweep": ["toy", "sweep", "--seq-len", "8", "--d-model", "8", "--seeds", "1", "--max-steps", "5",
+                  "--workers", "1", "--out", str(out), "--no-progress", "--overwrite"],
+        "report": ["report", str(toy_run / "probe"), "--out", str(out), "--overwrite"],
+    }[command]
+    if command == "report" and not (toy_run / "probe").exists():
+        assert main(["toy", "probe", str(toy_run), "--sequences", "20", "--no-progress"]) == 0
+    (out / "theirs.txt").write_text("being written")
+    before = snapshot(out)
+    with locked_directory(out):
+        one_line_exit_2(capsys, argv, "is being written by another sinkscope run")
+    assert snapshot(out) == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left beside it
+
+
+def test_two_audit_processes_on_one_out_exactly_one_wins(model_dir, prompts, tmp_path):
+    """Two real ``sinkscope audit`` processes started together on one new ``--out``."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "sinkscope.cli", *audit_argv(model_dir, prompts, out)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    processes = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                 for _ in range(2)]
+    outcomes = sorted((process.wait(timeout=300), process.stderr.read()) for process in processes)
+    assert [code for code, _ in outcomes] == [0, 2], outcomes
+    loser = outcomes[1][1].strip()
+    assert len(loser.splitlines()) == 1 and "Traceback" not in loser, loser
+    assert "another sinkscope run" in loser or "exists and is not empty" in loser, loser
+    assert (out / "audit.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "prompts.txt"]
+
+
+def test_two_toy_trainers_on_one_out_exactly_one_wins(tmp_path):
+    """Two real ``sinkscope toy train`` processes on one ``--out``: one trains, the other
+    exits 2 with one line; metrics.jsonl holds each step once."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "sinkscope.cli", "toy", "train", "--out", str(out), "--max-steps", "400",
+            "--no-progress", "--resume"]
+    processes = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outcomes = sorted((process.wait(timeout=300), process.stderr.read()) for process in processes)
+    if [code for code, _ in outcomes] == [0, 0]:
+        pytest.fail(f"both trainers succeeded: {outcomes}")
+    # the second either met the lock, or started after the first finished and found the
+    # finished run (a --resume of a finished run returns it: exit 0 without training)
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(steps) == len(set(steps)) and steps == sorted(steps)
+    loser = outcomes[-1][1].strip()
+    assert outcomes[-1][0] == 2 and len(loser.splitlines()) == 1 and "another sinkscope run" in loser, outcomes
+
+
+def test_audit_overwrite_interrupted_keeps_the_old_result(model_dir, prompts, tmp_path, monkeypatch):
+    """Ctrl-C while the new audit is being written (at its heads.csv, after the figures):
+    the old result stays exactly as it was; without the interrupt the new one replaces it."""
+    import pretrained_analysis.audit as audit_module
+
+    out = tmp_path / "out"
+    assert main(audit_argv(model_dir, prompts, out)) == 0
+    before = snapshot(out)
+
+    class Interrupted:
+        def __init__(self, probe):
+            self.probe = probe
+
+        def __getattr__(self, name):
+            if name == "write_heads_csv":
+                raise KeyboardInterrupt
+            return getattr(self.probe, name)
+
+    real_write_audit = audit_module.write_audit
+
+    def interrupted_write_audit(result, directory):
+        from dataclasses import replace
+
+        return real_write_audit(replace(result, probe=Interrupted(result.probe)), directory)
+
+    monkeypatch.setattr(audit_module, "write_audit", interrupted_write_audit)
+    assert main(audit_argv(model_dir, prompts, out, "--overwrite", "--seed", "1")) == 1
+    assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "prompts.txt"]
+    monkeypatch.setattr(audit_module, "write_audit", real_write_audit)
+    assert main(audit_argv(model_dir, prompts, out, "--overwrite", "--batch-size", "2")) == 0
+    assert snapshot(out) != before and (out / "audit.json").is_file()
+
+
+def test_reproduce_overwrite_keeps_the_old_result_until_the_new_one_is_complete(tmp_path, monkeypatch):
+    """``toy reproduce --quick --overwrite`` over an older reproduction with other settings:
+    Ctrl-C late in the new run (at the trade-off, after every model trained) leaves the old
+    result exactly as it was and nothing beside it; the uninterrupted run replaces it whole,
+    and the run directories it records are the final ones, not the staging name."""
+    import json
+
+    import toy.reproduce as reproduce_module
+
+    out = tmp_path / "toy"
+    assert main(_tiny_reproduce_argv(out, 3)) == 0
+    before = snapshot(out)
+    real = reproduce_module.write_tradeoff
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reproduce_module, "write_tradeoff", interrupted)
+    assert main(_tiny_reproduce_argv(out, 4, "--overwrite")) == 1
+    assert snapshot(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["toy"]
+    monkeypatch.setattr(reproduce_module, "write_tradeoff", real)
+    assert main(_tiny_reproduce_argv(out, 4, "--overwrite")) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["toy"]
+    assert json.loads((out / "reproduce.json").read_text())["max_steps"] == 4
+    for result_file in out.glob("*/result.json"):
+        assert json.loads(result_file.read_text())["run_dir"] == str(out / result_file.parent.name)
+    assert ".tmp" not in "".join(p.read_text() for p in out.rglob("*.json"))
+
+
+def test_an_interrupt_checkpoints_the_current_step_and_resume_is_bitwise(tmp_path):
+    """SIGINT to a real ``sinkscope toy train`` between checkpoints: the run checkpoints
+    the step it stopped at (no finished step lost), and ``--resume`` ends with the same
+    weights as a run never interrupted."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from interp.checkpoint import load_tensors
+    from toy.run_dir import FINAL_WEIGHTS, checkpoint_dirs
+
+    argv = ["toy", "train", "--max-steps", "2500", "--checkpoint-every", "100000", "--no-progress"]
+    run = tmp_path / "interrupted"
+    process = subprocess.Popen([sys.executable, "-m", "sinkscope.cli", *argv, "--out", str(run)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        metrics = run / "metrics.jsonl"
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:  # steps 0, 100, 200 logged
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 1 and "interrupted" in err and "Traceback" not in err, err
+    steps = [int(path.name.split("-")[1]) for path in checkpoint_dirs(run)]
+    assert len(steps) == 2 and steps[0] == 0 and steps[1] >= 200, steps  # step 0, and where it stopped
+    logged = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert not (run / FINAL_WEIGHTS).exists()
+    assert main([*argv, "--out", str(run), "--resume"]) == 0
+    assert main([*argv, "--out", str(tmp_path / "straight")]) == 0
+    resumed, straight = load_tensors(run / FINAL_WEIGHTS), load_tensors(tmp_path / "straight" / FINAL_WEIGHTS)
+    assert all(torch.equal(resumed[name], straight[name]) for name in straight)
+    assert logged[-1] < steps[1] + 100
+
+
+def test_metrics_with_a_nan_are_standard_json(tmp_path):
+    import json
+
+    from toy.run_dir import METRICS_FILE, append_metrics, read_metrics
+
+    append_metrics(tmp_path, {"step": 0, "loss": float("nan"), "anchor_mass_trigger": [[float("inf"), 0.5]]})
+    line = (tmp_path / METRICS_FILE).read_text()
+    json.loads(line, parse_constant=lambda name: pytest.fail(f"bare {name} in {line}"))
+    assert read_metrics(tmp_path) == [{"step": 0, "loss": None, "anchor_mass_trigger": [[None, 0.5]]}]
+
+
+@pytest.mark.parametrize("argv, fix", [
+    (["toy", "train", "--out", "x", "--layers", "0"], "--layers: must be >= 1, got 0"),
+    (["toy", "train", "--out", "x", "--lr", "-1"], "--lr: must be a positive number"),
+    (["toy", "reproduce", "--out", "x", "--seeds", "0"], "--seeds: must be >= 1"),
+    (["toy", "probe", "run", "--sequences", "0"], "--sequences: must be >= 1"),
+    (["toy", "patch", "run", "--inputs", "-3"], "--inputs: must be >= 1"),
+    (["toy", "sweep", "--out", "x", "--d-model", "8,0"], "integers >= 1"),
+    (["audit", "gpt2", "--batch-size", "0"], "--batch-size: must be >= 1"),
+    (["audit", "gpt2", "--sink-eps", "1.5"], "--sink-eps: must lie in [0, 1)"),
+    (["audit", "gpt2", "--max-len", "1"], "--max-len: must be >= 2"),
+])
+def test_bad_counts_are_one_line_before_torch_loads(tmp_path, argv, fix):
+    """Checked while parsing: one line naming --help, exit 2, and torch never imported
+    (about 8 s saved on every typo)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom sinkscope.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
+             "except SystemExit as exit_:\n    code = exit_.code\nprint('torch' in sys.modules)\nsys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip()
+    assert len(err.splitlines()) == 1 and fix in err and "--help" in err, err
+    assert done.stdout.strip() == "False"
+    assert list(tmp_path.iterdir()) == []

@@ -160,7 +160,6 @@ def test_existing_out_is_refused_unless_overwrite(tiny_gpt2, tmp_path, capsys):
         (["--prompts", "EMPTY"], "is empty"),
         (["--prompts", "CSV", "--text-column", "prompt"], "available columns: text_body"),
         (["--revision", "step1000"], "--revision selects a hub checkpoint"),
-        (["--batch-size", "0"], "--batch-size must be >= 1"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tiny_gpt2, tmp_path, capsys, extra, fragment):

@@ -16,15 +16,17 @@ import copy
 import os
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 from tqdm.auto import tqdm
 
-from interp.atomic_io import read_json
+from interp.atomic_io import locked_directory, read_json
 from interp.checkpoint import optimizer_to_tensors, save_tensors
 from interp.hook_names import pattern_hook
+from toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
 from toy.run_dir import (
     FINAL_WEIGHTS,
     METRICS_FILE,
@@ -40,6 +42,7 @@ from toy.run_dir import (
 )
 from toy.task import sample_batch
 from toy.train import (
+    TRAIN_THREADS,
     RunDirectoryError,
     TrainingDiverged,
     _build,
@@ -47,6 +50,7 @@ from toy.train import (
     _restore,
     head_anchor_masses,
     paper_adam,
+    torch_threads,
     train,
 )
 
@@ -209,6 +213,17 @@ class _Stack:
 
 
 def _train_together(members: list[_Member], progress: bool, on_log: Callable[[int], None] | None) -> list[TrainResult]:
+    with ExitStack() as held:
+        for member in members:  # as in ``train``: one trainer per run directory, one thread
+            held.enter_context(locked_directory(member.run_dir))
+        held.enter_context(torch_threads(TRAIN_THREADS))
+        interrupt = held.enter_context(interrupts_at_step_boundaries())
+        return _train_locked(members, progress, on_log, interrupt)
+
+
+def _train_locked(
+    members: list[_Member], progress: bool, on_log: Callable[[int], None] | None, interrupt: StepBoundaryInterrupt
+) -> list[TrainResult]:
     starts = [_prepare(m) for m in members]
     step = starts[0]
     resumed_from = step if step > 0 else None
@@ -237,6 +252,12 @@ def _train_together(members: list[_Member], progress: bool, on_log: Callable[[in
     try:
         while stack is not None:
             data_states = [m.generator.get_state() for m in stack.members]
+            if interrupt.requested:  # between steps, as in ``train``: checkpoint every active member
+                if step != last_checkpoint:
+                    for k, member in enumerate(stack.members):
+                        stack.sync_member(k)
+                        _checkpoint(member, step, data_states[k], member.wall_before + time.perf_counter() - started)
+                raise KeyboardInterrupt
             batches = [sample_batch(task_cfg, train_cfg.batch_size, m.generator, target) for m in stack.members]
             tokens = torch.stack([b.tokens for b in batches])  # [K, batch, pos, d_model]
             targets = torch.stack([b.targets for b in batches])

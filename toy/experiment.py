@@ -2,21 +2,19 @@
 ``sinkscope toy reproduce`` and ``sinkscope toy sweep``.
 
 Each job trains one model into its own run directory (resumable) and evaluates it the
-way the paper's figures do. Jobs run in parallel worker processes with one thread
-each: the models are tiny, so more processes beat more threads per process. Once fewer
-jobs remain than workers, the idle workers' cores are lent to the jobs still running
-(``torch.set_num_threads``, re-read every ``log_every`` steps), so the longest run, the
-4x4 softmax model, finishes on two threads instead of waiting alone on one. Thread
-count does not change the numbers: training is bit-identical on 1 or 2 threads
-(``tests/test_experiment_threads.py``).
+way the paper's figures do. Jobs run in parallel worker processes with one torch thread
+each (``toy.train.TRAIN_THREADS``): the models are tiny, so more processes beat more
+threads per process, and a job keeps its speed when other work shares the machine.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
-import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,12 +22,12 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from interp.atomic_io import atomic_write_json, read_json
+from interp.atomic_io import atomic_directory, atomic_write_json, check_output_directory, locked_directory, read_json
 from toy.batched_train import train_batched
 from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.run_dir import RunConfig, TrainResult, read_metrics
-from toy.train import train
+from toy.train import TRAIN_THREADS, train
 
 
 @dataclass
@@ -68,31 +66,6 @@ class ModelSummary:
         })
 
 
-# In a worker process: how many jobs are still unfinished (set by the parent) and how
-# many cores the experiment may use. None in the parent process.
-_UNFINISHED_JOBS: Any = None
-_CORE_BUDGET = 1
-
-
-def _init_worker(unfinished_jobs: Any, core_budget: int) -> None:
-    global _UNFINISHED_JOBS, _CORE_BUDGET
-    _UNFINISHED_JOBS, _CORE_BUDGET = unfinished_jobs, core_budget
-
-
-def lent_threads(unfinished_jobs: int, core_budget: int) -> int:
-    """Threads for one job when ``unfinished_jobs`` share ``core_budget`` cores: 1 while
-    every worker is busy, the idle workers' cores once jobs run out."""
-    return max(1, core_budget // max(1, min(unfinished_jobs, core_budget)))
-
-
-def _use_lent_threads(step: int | None = None) -> None:
-    if _UNFINISHED_JOBS is None:
-        return
-    threads = lent_threads(_UNFINISHED_JOBS.value, _CORE_BUDGET)
-    if threads != torch.get_num_threads():
-        torch.set_num_threads(threads)
-
-
 def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tuple[str, RunConfig]]]:
     """Jobs whose configs differ only in ``train.seed``, in groups trained as one batched
     computation (``toy.batched_train``): at most ceil(seeds / workers) seeds a group, so
@@ -112,17 +85,28 @@ def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tu
 
 def train_and_evaluate(group: list[tuple[str, RunConfig]], out_dir: str, n_sequences: int) -> list[ModelSummary]:
     """Train (or resume) ``out_dir/name`` for each job of ``group`` (one config, or seeds of
-    one config trained together) and evaluate each; runs inside a worker process."""
-    torch.set_num_threads(1)
-    _use_lent_threads()
+    one config trained together) and evaluate each."""
     names, configs = [name for name, _ in group], [config for _, config in group]
     run_dirs = [Path(out_dir) / name for name in names]
     if len(group) == 1:
-        results = [train(configs[0], run_dirs[0], resume=True, progress=False, on_log=_use_lent_threads)]
+        results = [train(configs[0], run_dirs[0], resume=True, progress=False)]
     else:
-        results = train_batched(configs, run_dirs, progress=False, on_log=_use_lent_threads)
-    _use_lent_threads()
+        results = train_batched(configs, run_dirs, progress=False)
     return [_evaluate(name, config, result, Path(out_dir), n_sequences) for name, config, result in zip(names, configs, results)]
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(TRAIN_THREADS)  # evaluation too: one thread per worker process
+
+
+def _train_and_evaluate_in_worker(group: list[tuple[str, RunConfig]], out_dir: str, n_sequences: int) -> list[ModelSummary]:
+    """``train_and_evaluate`` in a pool worker. An interrupt (the parent's pool sends
+    SIGTERM; Ctrl-C reaches every process) has already checkpointed the run at a step
+    boundary; the worker then exits quietly instead of printing a traceback per process."""
+    try:
+        return train_and_evaluate(group, out_dir, n_sequences)
+    except KeyboardInterrupt:
+        raise SystemExit(1) from None
 
 
 def _evaluate(name: str, config: RunConfig, result: TrainResult, out_dir: Path, n_sequences: int) -> ModelSummary:
@@ -171,10 +155,11 @@ def run_jobs(
                     bar.update(1)
             return by_name
         context = multiprocessing.get_context("spawn")
-        unfinished = context.Value("i", len(groups), lock=False)  # one writer: this process
-        with context.Pool(min(workers, len(groups)), initializer=_init_worker, initargs=(unfinished, workers)) as pool:
+        with context.Pool(min(workers, len(groups)), initializer=_init_worker) as pool:
             pending = {
-                tuple(name for name, _ in group): pool.apply_async(train_and_evaluate, (group, str(out_dir), n_sequences))
+                tuple(name for name, _ in group): pool.apply_async(
+                    _train_and_evaluate_in_worker, (group, str(out_dir), n_sequences)
+                )
                 for group in groups
             }
             while pending:
@@ -183,7 +168,6 @@ def run_jobs(
                     for summary in pending.pop(names).get():
                         by_name[summary.name] = summary
                         bar.update(1)
-                unfinished.value = len(pending)
                 running = [
                     f"{name}@{_last_step(out_dir / name)}"
                     for names in pending
@@ -205,29 +189,65 @@ def _last_step(run_dir: Path) -> int:
     return records[-1]["step"] if records else 0
 
 
-def prepare_experiment_dir(
+@contextmanager
+def experiment_directory(
     out_dir: str | os.PathLike,
     marker_file: str,
     settings: dict[str, Any],
     what: str,
     overwrite: bool,
-) -> None:
-    """Make ``out_dir`` ready: resume when its ``marker_file`` holds the same settings,
-    refuse other contents unless ``overwrite`` (then start afresh)."""
+) -> Iterator[Path]:
+    """Lock ``out_dir`` (a second writer gets one line) and yield the directory to work in.
+
+    ``out_dir`` itself when it is new or empty, or when its ``marker_file`` holds the same
+    ``settings`` (an interrupted run resumes there). Other contents are refused unless
+    ``overwrite``; then the new result is built aside and swapped in only when complete,
+    so an interrupt leaves the old result whole. Paths that the new result records to
+    itself (run directories, provenance) are rewritten to ``out_dir`` before the swap.
+    """
     out_dir = Path(out_dir)
-    marker = out_dir / marker_file
-    if marker.exists() and not overwrite:
-        if read_json(marker) != settings:
-            raise FileExistsError(
-                f"{out_dir} holds {what} with different settings; use another --out or pass --overwrite"
-            )
-        return  # same settings: resume
-    if out_dir.exists() and any(out_dir.iterdir()):
+    check_output_directory(out_dir)
+    with locked_directory(out_dir):
+        marker = out_dir / marker_file
+        if marker.exists() and not overwrite:
+            if read_json(marker) != settings:
+                raise FileExistsError(
+                    f"{out_dir} holds {what} with different settings; use another --out or pass --overwrite"
+                )
+            yield out_dir  # same settings: resume
+            return
+        if not any(out_dir.iterdir()):
+            atomic_write_json(marker, settings)
+            yield out_dir
+            return
         if not overwrite:
             raise FileExistsError(f"{out_dir} exists and is not empty; use another --out or pass --overwrite")
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(marker, settings)
+        with atomic_directory(out_dir, replace=True) as staging:
+            atomic_write_json(staging / marker_file, settings)
+            yield staging
+            _record_final_location(staging, out_dir)
+
+
+def _record_final_location(staging: Path, out_dir: Path) -> None:
+    """Rewrite every JSON string under ``staging`` that names it (as given or resolved) to
+    name ``out_dir`` instead, where the directory is about to be renamed."""
+    prefixes = {str(staging): str(out_dir), str(staging.resolve()): str(out_dir.resolve())}
+
+    def relocated(value: Any) -> Any:
+        if isinstance(value, str):
+            for old, new in prefixes.items():
+                value = new if value == old else value.replace(old + os.sep, new + os.sep)
+            return value
+        if isinstance(value, list):
+            return [relocated(item) for item in value]
+        if isinstance(value, dict):
+            return {key: relocated(item) for key, item in value.items()}
+        return value
+
+    for path in sorted(staging.rglob("*.json")):
+        text = path.read_text(encoding="utf-8")
+        if any(old in text for old in prefixes):
+            atomic_write_json(path, relocated(json.loads(text)))
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from interp.atomic_io import atomic_directory, atomic_write_json, refuse_output_directory
+from interp.atomic_io import atomic_directory, atomic_write_json, claim_output_directory
 from interp.plots import heatmap
 from probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
 from toy.model import ToyTransformer
@@ -101,22 +101,22 @@ def patch_run(
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "patch"
-    refuse_output_directory(out_dir, overwrite, [run_dir], "the run")
-    unfinished = require_finished(run_dir, allow_unfinished, "patch")
-    result = trigger_patching(load_model(run_dir), config.task, n_inputs)
-    if unfinished is not None:
-        result = replace(result, heads=replace(result.heads, notes=(*result.heads.notes, unfinished)),
-                         positions=replace(result.positions, notes=(*result.positions.notes, unfinished)))
-    # built aside and swapped in whole: an old result stays complete until the new one is
-    with atomic_directory(out_dir, replace=overwrite) as tmp:
-        atomic_write_json(tmp / PATCHING_FILE, result.to_dict())
-        result.heads.write_json(str(tmp / HEADS_FILE))
-        result.positions.write_json(str(tmp / POSITIONS_FILE))
-        heatmap(np.nan_to_num(result.heads.matrix().numpy()), tmp / HEADS_FIGURE,
-                f"{run_dir.name}: z patched per head (normalised effect)", "normalised effect",
-                xlabel="head", ylabel="layer", vmin=-1.0, vmax=1.0)
-        heatmap(np.nan_to_num(result.positions.matrix().numpy()), tmp / POSITIONS_FIGURE,
-                f"{run_dir.name}: resid_pre patched per position (normalised effect)", "normalised effect",
-                xlabel="position (0-indexed)", ylabel="layer", vmin=-1.0, vmax=1.0)
+    with claim_output_directory(out_dir, overwrite, [run_dir], "the run"):
+        unfinished = require_finished(run_dir, allow_unfinished, "patch")
+        result = trigger_patching(load_model(run_dir), config.task, n_inputs)
+        if unfinished is not None:
+            result = replace(result, heads=replace(result.heads, notes=(*result.heads.notes, unfinished)),
+                             positions=replace(result.positions, notes=(*result.positions.notes, unfinished)))
+        # built aside and swapped in whole: an old result stays complete until the new one is
+        with atomic_directory(out_dir, replace=overwrite) as tmp:
+            atomic_write_json(tmp / PATCHING_FILE, result.to_dict())
+            result.heads.write_json(str(tmp / HEADS_FILE))
+            result.positions.write_json(str(tmp / POSITIONS_FILE))
+            heatmap(np.nan_to_num(result.heads.matrix().numpy()), tmp / HEADS_FIGURE,
+                    f"{run_dir.name}: z patched per head (normalised effect)", "normalised effect",
+                    xlabel="head", ylabel="layer", vmin=-1.0, vmax=1.0)
+            heatmap(np.nan_to_num(result.positions.matrix().numpy()), tmp / POSITIONS_FIGURE,
+                    f"{run_dir.name}: resid_pre patched per position (normalised effect)", "normalised effect",
+                    xlabel="position (0-indexed)", ylabel="layer", vmin=-1.0, vmax=1.0)
     files = [PATCHING_FILE, HEADS_FILE, POSITIONS_FILE, HEADS_FIGURE, POSITIONS_FIGURE]
     return result, files

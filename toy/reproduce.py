@@ -4,8 +4,7 @@ ReLU) over several seeds, evaluate each like the paper's figures, and write
 
 Runs are independent, so they train in parallel worker processes (``toy.experiment``):
 the seeds of one architecture train together as one batched computation
-(``toy.batched_train``), split across the workers, and idle cores are lent to the last
-runs. Every run lives in its own run directory, so an interrupted reproduction resumes
+(``toy.batched_train``), split across the workers. Every run lives in its own run directory, so an interrupted reproduction resumes
 where it stopped.
 """
 
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from interp.atomic_io import atomic_write_json, atomic_write_text
 from interp.provenance import write_provenance
-from toy.experiment import ModelSummary, markdown_table, prepare_experiment_dir, run_jobs
+from toy.experiment import ModelSummary, markdown_table, experiment_directory, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
@@ -174,24 +173,24 @@ def reproduce(
 ) -> ReproduceSummary:
     """Train and evaluate every model of ``config`` into ``out_dir``; write the summaries."""
     out_dir = Path(out_dir)
-    prepare_experiment_dir(out_dir, REPRODUCE_FILE, config.to_dict(), "a reproduction", overwrite)
-    jobs = config.run_configs()
-    started = time.perf_counter()
-    by_name = run_jobs(jobs, out_dir, config.workers, config.n_sequences, progress)
-    models = [by_name[name] for name, _ in sorted(jobs, key=_job_order)]
-    one_layer_softmax = [out_dir / m.name for m in models if (m.layers, m.heads, m.attention) == (1, 1, "softmax")]
-    if one_layer_softmax:
-        write_tradeoff(out_dir, one_layer_softmax, config.task, n_sequences=config.n_sequences)
-    summary = ReproduceSummary(
-        config=config,
-        models=models,
-        checks=check_claims(models, TrainConfig().stop_linf),
-        wall_seconds=round(time.perf_counter() - started, 2),
-        figures=["tradeoff.png"] if one_layer_softmax else [],
-    )
-    atomic_write_json(out_dir / "summary.json", summary.to_dict())
-    atomic_write_text(out_dir / "summary.md", summary_markdown(summary))
-    write_provenance(out_dir, "toy reproduce")
+    with experiment_directory(out_dir, REPRODUCE_FILE, config.to_dict(), "a reproduction", overwrite) as work_dir:
+        jobs = config.run_configs()
+        started = time.perf_counter()
+        by_name = run_jobs(jobs, work_dir, config.workers, config.n_sequences, progress)
+        models = [by_name[name] for name, _ in sorted(jobs, key=_job_order)]
+        one_layer_softmax = [work_dir / m.name for m in models if (m.layers, m.heads, m.attention) == (1, 1, "softmax")]
+        if one_layer_softmax:
+            write_tradeoff(work_dir, one_layer_softmax, config.task, n_sequences=config.n_sequences)
+        summary = ReproduceSummary(
+            config=config,
+            models=models,
+            checks=check_claims(models, TrainConfig().stop_linf),
+            wall_seconds=round(time.perf_counter() - started, 2),
+            figures=["tradeoff.png"] if one_layer_softmax else [],
+        )
+        atomic_write_json(work_dir / "summary.json", summary.to_dict())
+        atomic_write_text(work_dir / "summary.md", summary_markdown(summary))
+        write_provenance(work_dir, "toy reproduce")
     return summary
 
 

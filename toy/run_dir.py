@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from interp.config_io import JsonConfig
-from interp.atomic_io import atomic_directory, atomic_write_json, read_json
+from interp.atomic_io import atomic_directory, atomic_write_json, finite_or_null, read_json
 from interp.checkpoint import load_tensors, save_tensors
 from toy.model import ToyModelConfig, ToyTransformer
 from toy.task import TaskConfig
@@ -184,7 +184,7 @@ def read_result(run_dir: str | os.PathLike) -> TrainResult:
 
 def append_metrics(run_dir: Path, record: dict) -> None:
     with open(run_dir / METRICS_FILE, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
+        handle.write(json.dumps(finite_or_null(record), allow_nan=False) + "\n")  # NaN as null: standard JSON
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict]:

@@ -18,7 +18,7 @@ from interp.atomic_io import atomic_write_json, atomic_write_text
 from interp.attention_kinds import validate_attention_kind
 from interp.plots import bar_chart, heatmap
 from interp.provenance import write_provenance
-from toy.experiment import ModelSummary, markdown_table, prepare_experiment_dir, run_jobs
+from toy.experiment import ModelSummary, markdown_table, experiment_directory, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
@@ -198,14 +198,14 @@ def sweep(config: SweepConfig, out_dir: str | os.PathLike, overwrite: bool = Fal
     """Train and evaluate the grid into ``out_dir``; writes ``summary.json``, ``summary.md``
     and plots. Re-running with the same settings resumes."""
     out_dir = Path(out_dir)
-    prepare_experiment_dir(out_dir, SWEEP_FILE, config.to_dict(), "a sweep", overwrite)
-    started = time.perf_counter()
-    by_name = run_jobs(config.jobs(), out_dir, config.workers, config.n_sequences, progress)
-    rows = aggregate(config, by_name)
-    models = [by_name[name] for name in sorted(by_name)]
-    result = SweepResult(config, rows, models, round(time.perf_counter() - started, 2))
-    result.figures = _plots(config, rows, out_dir)
-    atomic_write_json(out_dir / "summary.json", result.to_dict())
-    atomic_write_text(out_dir / "summary.md", sweep_markdown(result))
-    write_provenance(out_dir, "toy sweep")
+    with experiment_directory(out_dir, SWEEP_FILE, config.to_dict(), "a sweep", overwrite) as work_dir:
+        started = time.perf_counter()
+        by_name = run_jobs(config.jobs(), work_dir, config.workers, config.n_sequences, progress)
+        rows = aggregate(config, by_name)
+        models = [by_name[name] for name in sorted(by_name)]
+        result = SweepResult(config, rows, models, round(time.perf_counter() - started, 2))
+        result.figures = _plots(config, rows, work_dir)
+        atomic_write_json(work_dir / "summary.json", result.to_dict())
+        atomic_write_text(work_dir / "summary.md", sweep_markdown(result))
+        write_provenance(work_dir, "toy sweep")
     return result

@@ -10,14 +10,15 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
-from interp.atomic_io import atomic_write_text, read_json
+from interp.atomic_io import atomic_write_text, locked_directory, read_json
 from interp.checkpoint import (
     load_tensors,
     optimizer_from_tensors,
@@ -25,6 +26,7 @@ from interp.checkpoint import (
     save_tensors,
 )
 from probes.sink_metrics import anchor_mass
+from toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
 from toy.model import ToyTransformer
 from toy.run_dir import (
     FINAL_WEIGHTS,
@@ -43,6 +45,25 @@ from toy.run_dir import (
 from toy.task import TaskBatch, sample_batch
 
 DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one seed
+
+# A toy step is a few 16-wide matmuls: a second intra-op thread gains little on an idle
+# machine and costs several-fold once another process wants the core (the threads wait
+# on each other at every op). More cores go to more training processes instead
+# (benchmarks/bench_under_load.py measures both).
+TRAIN_THREADS = 1
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``threads`` for the block, then restored."""
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class TrainingDiverged(RuntimeError):
@@ -151,6 +172,7 @@ def train(
     resume: bool = True,
     progress: bool = True,
     on_log: Callable[[int], None] | None = None,
+    threads: int = TRAIN_THREADS,
 ) -> TrainResult:
     """Train one toy model into ``run_dir`` and return how it ended.
 
@@ -159,9 +181,23 @@ def train(
     may differ on resume: raising it continues a run that stopped at ``max_steps``, with the
     same numbers as an uninterrupted run of the new length. A directory holding any other
     different setting is refused rather than overwritten. ``on_log(step)`` is called at
-    every metrics step (``toy.experiment`` uses it to lend idle cores to the run).
+    every metrics step. ``threads``: torch intra-op threads while training (the caller's
+    setting is restored after); one by default, see ``TRAIN_THREADS``.
     """
     run_dir = Path(run_dir)
+    # a second trainer on this directory is refused, not interleaved
+    with locked_directory(run_dir), torch_threads(threads), interrupts_at_step_boundaries() as interrupt:
+        return _train_locked(config, run_dir, resume, progress, on_log, interrupt)
+
+
+def _train_locked(
+    config: RunConfig,
+    run_dir: Path,
+    resume: bool,
+    progress: bool,
+    on_log: Callable[[int], None] | None,
+    interrupt: StepBoundaryInterrupt,
+) -> TrainResult:
     resumed_from: int | None = None
     existing: RunConfig | None = None
     if (run_dir / "config.json").exists():
@@ -224,6 +260,10 @@ def train(
     try:
         while True:
             data_state = generator.get_state()
+            if interrupt.requested:  # between steps: the state is one step's, consistent
+                if step != last_checkpoint:
+                    checkpoint(step, data_state)
+                raise KeyboardInterrupt
             batch = sample_batch(task_cfg, train_cfg.batch_size, generator, target)
             log_now = step % train_cfg.log_every == 0
             if log_now:

@@ -1,0 +1,51 @@
+"""Ctrl-C and SIGTERM during training stop at the next step boundary, so the trainer can
+checkpoint a consistent state (weights, Adam moments and the data generator of one
+step) before it raises ``KeyboardInterrupt``: an interrupted run loses no finished step.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class StepBoundaryInterrupt:
+    """Set by SIGINT or SIGTERM inside ``interrupts_at_step_boundaries``; the training
+    loop reads ``requested`` once per step. A second signal raises at once (the user
+    insists), as does any signal outside the block."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+
+@contextmanager
+def interrupts_at_step_boundaries() -> Iterator[StepBoundaryInterrupt]:
+    """Defer SIGINT and SIGTERM to the training loop's step boundaries for the block; a
+    signal that arrived after the last boundary raises ``KeyboardInterrupt`` as the block
+    ends, so a caller with more work (the next model of an experiment) stops too.
+
+    Signal handlers can only be set from the main thread; elsewhere the block runs with
+    the process's handlers unchanged (``requested`` stays False)."""
+    latch = StepBoundaryInterrupt()
+    if threading.current_thread() is not threading.main_thread():
+        yield latch
+        return
+    previous = {
+        signum: signal.signal(signum, latch._handle)
+        for signum in (signal.SIGINT, signal.SIGTERM)
+        if signal.getsignal(signum) is not signal.SIG_IGN  # a caller that ignores a signal keeps ignoring it
+    }
+    try:
+        yield latch
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if latch.requested:
+        raise KeyboardInterrupt
