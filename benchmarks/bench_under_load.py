@@ -112,13 +112,13 @@ def format_table(rows: list[LoadRow], hogs: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 600 for 1x1, 150 for 4x4)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 3000 for 1x1, 1200 for 2x2, 600 for 4x4)")
     parser.add_argument("--hogs", type=int, default=1)
     parser.add_argument("--cases", default="1x1,4x4")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     cases = args.cases.split(",")
-    steps = {case: args.steps or {"1x1": 600, "2x2": 300, "4x4": 150}[case] for case in cases}
+    steps = {case: args.steps or {"1x1": 3000, "2x2": 1200, "4x4": 600}[case] for case in cases}
     rows = bench(cases, steps, args.hogs)
     print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}\n")
     print(format_table(rows, args.hogs))

@@ -90,6 +90,15 @@ def inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
     return path == directory or directory in path.parents
 
 
+def holds_files(path: str | os.PathLike) -> bool:
+    """Whether the directory ``path`` exists and has any entry; a ``path`` that exists and
+    is not a directory is ``OutputError`` (it can hold no result)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{path} exists and is not a directory; choose another output directory")
+    return path.is_dir() and any(path.iterdir())
+
+
 def check_output_directory(path: str | os.PathLike) -> None:
     """Refuse, before any work, an output directory that ``atomic_directory`` could not
     replace whole: a symbolic link (the result would replace the link, never reaching its
@@ -119,7 +128,7 @@ def refuse_output_directory(
             raise OutputError(
                 f"--out {out_dir} holds {inputs_name} {item}, which replacing it would delete; choose another --out"
             )
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+    if holds_files(out_dir) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; pass --overwrite to replace it or choose another --out")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,8 @@ WEIGHT_FILES: tuple[str, ...] = (
     "pytorch_model.bin.index.json",
 )
 CONTEXT_FIELDS: tuple[str, ...] = ("n_positions", "max_position_embeddings", "n_ctx", "max_sequence_length", "seq_length")
+# what transformers' from_pretrained accepts as a string device_map
+DEVICE_MAP_PATTERN = r"auto|balanced|balanced_low_0|sequential|cpu|disk|mps|cuda(:\d+)?|\d+"
 GGUF_SUFFIX = ".gguf"
 GGUF_INSTALL = "pip install 'sinkscope[gguf]'"
 OFFLINE_FIX = (
@@ -106,6 +109,11 @@ class LoadSpec(JsonConfig):
             raise ValueError("--device is exclusive with --device-map/--n-devices; pass one placement")
         if self.n_devices is not None and self.n_devices < 1:
             raise ValueError(f"--n-devices must be >= 1, got {self.n_devices}")
+        if self.device_map is not None and not re.fullmatch(DEVICE_MAP_PATTERN, self.device_map):
+            raise ValueError(
+                f"--device-map {self.device_map!r} is not a placement; pass auto, balanced, balanced_low_0, "
+                "sequential, or one device such as cpu or cuda:0"
+            )
 
     config_name = "model loading"
 
@@ -379,10 +387,16 @@ def context_length(resolved: ResolvedModel) -> int | None:
         config_path = _cached_file(resolved.location, CONFIG_FILE, resolved.revision)
     if config_path is None:
         return None
+    fix = ("restore it (save_pretrained writes it)" if resolved.is_local
+           else "delete the model from the Hugging Face cache so that it downloads again")
     try:
         config = json.loads(Path(config_path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except OSError:
         return None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ModelLoadError(f"{config_path} is not valid JSON ({error}); {fix}") from None
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{config_path} is not a model config (a JSON object); {fix}")
     for field_name in CONTEXT_FIELDS:
         value = config.get(field_name)
         if isinstance(value, int) and value > 0:

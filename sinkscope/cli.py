@@ -339,8 +339,10 @@ def _toy_train(args: argparse.Namespace) -> dict:
                         eval_trigger_position=min(7, args.seq_len - 1)),
         train=TrainConfig(seed=args.seed, lr=args.lr, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every),
     )
+    from interp.atomic_io import holds_files
+
     out = Path(args.out)
-    if out.exists() and any(out.iterdir()) and not args.resume:
+    if holds_files(out) and not args.resume:
         raise FileExistsError(f"{out} already exists; pass --resume to continue it or choose another --out")
     result = train(config, out, resume=True, progress=not args.no_progress)
     if not args.json:

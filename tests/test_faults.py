@@ -586,3 +586,85 @@ def test_bad_counts_are_one_line_before_torch_loads(tmp_path, argv, fix):
     assert len(err.splitlines()) == 1 and fix in err and "--help" in err, err
     assert done.stdout.strip() == "False"
     assert list(tmp_path.iterdir()) == []
+
+
+def _toy_argv(command: str, toy_run: Path, out: Path) -> list[str]:
+    return {
+        "train": ["toy", "train", "--out", str(out), "--max-steps", "5", "--no-progress"],
+        "train --resume": ["toy", "train", "--out", str(out), "--max-steps", "5", "--no-progress", "--resume"],
+        "reproduce": _tiny_reproduce_argv(out, 3),
+        "sweep": ["toy", "sweep", "--seq-len", "8", "--d-model", "8", "--seeds", "1", "--max-steps", "3",
+                  "--workers", "1", "--out", str(out), "--no-progress"],
+        "probe": ["toy", "probe", str(toy_run), "--out", str(out), "--sequences", "20"],
+        "patch": ["toy", "patch", str(toy_run), "--out", str(out), "--inputs", "8"],
+        "tradeoff": ["toy", "tradeoff", "--run", str(toy_run), "--out", str(out)],
+        "report": ["report", str(toy_run), "--out", str(out)],
+    }[command]
+
+
+TOY_COMMANDS = ["train", "train --resume", "reproduce", "sweep", "probe", "patch", "tradeoff"]
+
+
+@pytest.mark.parametrize("command", TOY_COMMANDS)
+def test_a_regular_file_as_out_is_refused_by_every_toy_command(toy_run, tmp_path, capsys, command):
+    out = tmp_path / "result"
+    out.write_text("keep me")
+    for flags in ([], ["--overwrite"] if command not in ("train", "train --resume") else []):
+        one_line_exit_2(capsys, _toy_argv(command, toy_run, out) + flags, "not a directory")
+    assert out.read_text() == "keep me"
+    assert [p.name for p in tmp_path.iterdir()] == ["result"]
+
+
+@pytest.mark.parametrize("command", ["train", "reproduce", "sweep", "probe", "tradeoff", "report"])
+def test_an_unwritable_location_is_one_line_before_any_work(toy_run, tmp_path, capsys, monkeypatch, command):
+    """EACCES when the output directory (or a temporary beside it) is made, as under a
+    0555 parent or a read-only filesystem for an ordinary user; injected, since CI runs
+    as root. The command stops at once, naming a writable location."""
+    import tempfile
+
+    parent = tmp_path / "read-only"
+    parent.mkdir()
+    real_mkdir, real_mkdtemp = os.mkdir, tempfile.mkdtemp
+
+    def refuse_mkdir(path, *args, **kwargs):
+        if Path(path).parent == parent:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    def refuse_mkdtemp(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir) == parent:
+            raise PermissionError(13, "Permission denied")
+        return real_mkdtemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", refuse_mkdir)
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse_mkdtemp)
+    if command == "report" and not (toy_run / "probe").exists():
+        monkeypatch.undo()
+        assert main(["toy", "probe", str(toy_run), "--sequences", "20", "--no-progress"]) == 0
+        monkeypatch.setattr(os, "mkdir", refuse_mkdir)
+        monkeypatch.setattr(tempfile, "mkdtemp", refuse_mkdtemp)
+    argv = _toy_argv(command, toy_run, parent / "out")
+    if command == "report":
+        argv[1] = str(toy_run / "probe")
+    one_line_exit_2(capsys, argv, "writable output location")
+    assert list(parent.iterdir()) == []
+
+
+def test_a_bogus_device_map_names_the_placements(model_dir, prompts, tmp_path, capsys):
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out", "--device-map", "bogus"),
+                    "pass auto, balanced, balanced_low_0, sequential")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content, fix", [("{not json", "is not valid JSON"), ("[1, 2]", "is not a model config")])
+def test_a_broken_model_config_names_the_file_not_the_network(model_dir, prompts, tmp_path, capsys, content, fix):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    (model / "config.json").write_text(content)
+    before = snapshot(model)
+    one_line_exit_2(capsys, audit_argv(model, prompts, tmp_path / "out"), fix)
+    err_fix = "restore it"
+    one_line_exit_2(capsys, audit_argv(model, prompts, tmp_path / "out"), err_fix)
+    assert snapshot(model) == before and not (tmp_path / "out").exists()

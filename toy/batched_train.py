@@ -23,7 +23,7 @@ import torch
 from torch.func import functional_call, stack_module_state, vmap
 from tqdm.auto import tqdm
 
-from interp.atomic_io import locked_directory, read_json
+from interp.atomic_io import holds_files, locked_directory, read_json
 from interp.checkpoint import optimizer_to_tensors, save_tensors
 from interp.hook_names import pattern_hook
 from toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
@@ -146,7 +146,7 @@ def _prepare(member: _Member) -> int:
                 f"{run_dir} already holds a run with a different config ({', '.join(differing)}); "
                 "choose another directory or delete it"
             )
-    elif run_dir.exists() and any(run_dir.iterdir()):
+    elif holds_files(run_dir):
         raise RunDirectoryError(f"{run_dir} exists and is not a toy run directory; choose an empty or new directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     if checkpoint_dirs(run_dir):

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from interp.atomic_io import atomic_directory, atomic_write_json, check_output_directory, locked_directory, read_json
+from interp.atomic_io import atomic_directory, atomic_write_json, check_output_directory, holds_files, locked_directory, read_json
 from toy.batched_train import train_batched
 from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
@@ -216,7 +216,7 @@ def experiment_directory(
                 )
             yield out_dir  # same settings: resume
             return
-        if not any(out_dir.iterdir()):
+        if not holds_files(out_dir):
             atomic_write_json(marker, settings)
             yield out_dir
             return

@@ -18,7 +18,7 @@ import torch
 from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
-from interp.atomic_io import atomic_write_text, locked_directory, read_json
+from interp.atomic_io import atomic_write_text, holds_files, locked_directory, read_json
 from interp.checkpoint import (
     load_tensors,
     optimizer_from_tensors,
@@ -210,7 +210,7 @@ def _train_locked(
             )
         if not resume:
             raise RunDirectoryError(f"{run_dir} already holds a run; pass resume=True (--resume) or choose another directory")
-    elif run_dir.exists() and any(run_dir.iterdir()):
+    elif holds_files(run_dir):
         raise RunDirectoryError(f"{run_dir} exists and is not a toy run directory; choose an empty or new directory")
     run_dir.mkdir(parents=True, exist_ok=True)
 
