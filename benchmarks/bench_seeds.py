@@ -8,14 +8,14 @@ early and both ways do exactly N steps per seed, with the trainer's defaults oth
 (batches of 128, metrics logged every 100 steps, a checkpoint and the final weights
 written at the end):
 - ``sequential``: ``toy.train.train(config, run_dir)`` for each seed in turn;
-- ``batched``: ``toy.batched_train.train_batched(configs, run_dirs)``, one call.
+- ``batched``: ``toy.train.train_seeds(configs, run_dirs)``, one call.
 Every run writes into a fresh temporary directory (an existing one would resume). One CPU
 thread, both ways in one process after a short warm-up of each, the order alternating
 between repeats; each time is the median over the repeats. The ratio is sequential time
 over batched time (target >= 3). The last repeat's results are compared seed by seed:
 status, steps, and the largest relative difference in final loss and L-inf error.
 
-When ``toy.batched_train`` cannot be imported the benchmark reports it as not available.
+When ``toy.train.train_seeds`` cannot be imported the benchmark reports it as not available.
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ BatchedTrainer = Callable[..., list[TrainResult]]
 
 
 def load_batched_trainer() -> tuple[BatchedTrainer | None, str]:
-    """``toy.batched_train.train_batched``, or None and why it is not available."""
+    """``toy.train.train_seeds``, or None and why it is not available."""
     try:
-        from toy.batched_train import train_batched
+        from toy.train import train_seeds as train_batched
     except Exception as error:  # ImportError, or a module that fails while importing
-        return None, f"toy.batched_train.train_batched is not available ({type(error).__name__}: {error})"
-    return train_batched, "toy.batched_train.train_batched"
+        return None, f"toy.train.train_seeds is not available ({type(error).__name__}: {error})"
+    return train_batched, "toy.train.train_seeds"
 
 
 def seed_configs(model: ToyModelConfig, k: int, steps: int) -> list[RunConfig]:

@@ -9,7 +9,7 @@ own imports), each reusing the benchmark module named in brackets:
   of the same math (``bench_toy_training``); target hooked/plain >= 0.9 in every case;
 - ``seeds``: K=8 seeds trained as one vectorised computation against 8 runs one after
   another (``bench_seeds``); target >= 3x faster; reported as not available when
-  ``toy.batched_train`` cannot be imported;
+  ``toy.train.train_seeds`` cannot be imported;
 - ``audit``: the audit against the bare forward pass and against caching every hook, on a
   GPT-2-small-shaped (124M), a Pythia-160m-shaped (162M) and a SmolLM2-135M-shaped model
   (Llama with grouped-query attention, 9 query heads on 3 key/value heads, 135M), random
@@ -159,8 +159,8 @@ def section_seeds(p: dict, profile: str) -> dict:
     if train_batched is None:
         return {
             "rows": [target_row(label, None, f">= {SEEDS_TARGET:g}x", None, status="not available")],
-            "details": f"Not available: {source}. The benchmark runs as soon as `toy/batched_train.py` provides "
-                       "`train_batched(configs, run_dirs, progress=False) -> list[TrainResult]`.",
+            "details": f"Not available: {source}. The benchmark runs as soon as `toy.train` provides "
+                       "`train_seeds(configs, run_dirs, progress=False) -> list[TrainResult]`.",
             "profiles": [],
             "raw": {"available": False, "reason": source},
         }

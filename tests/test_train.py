@@ -49,8 +49,8 @@ def captured_models(monkeypatch):
     models = []
     original = train_module._build
 
-    def build(config):
-        built = original(config)
+    def build(config, device):
+        built = original(config, device)
         models.append(built[0])
         return built
 

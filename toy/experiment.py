@@ -23,11 +23,10 @@ import torch
 from tqdm.auto import tqdm
 
 from interp.atomic_io import atomic_directory, atomic_write_json, check_output_directory, holds_files, locked_directory, read_json
-from toy.batched_train import train_batched
 from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.run_dir import RunConfig, TrainResult, read_metrics
-from toy.train import TRAIN_THREADS, train
+from toy.train import TRAIN_THREADS, train_seeds
 
 
 @dataclass
@@ -68,7 +67,7 @@ class ModelSummary:
 
 def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tuple[str, RunConfig]]]:
     """Jobs whose configs differ only in ``train.seed``, in groups trained as one batched
-    computation (``toy.batched_train``): at most ceil(seeds / workers) seeds a group, so
+    computation (``toy.train.train_seeds``): at most ceil(seeds / workers) seeds a group, so
     every worker gets a share of the costliest configuration. Order is kept (groups
     follow their first job), so costliest-first stays costliest-first."""
     by_key: dict[str, list[tuple[str, RunConfig]]] = {}
@@ -88,10 +87,7 @@ def train_and_evaluate(group: list[tuple[str, RunConfig]], out_dir: str, n_seque
     one config trained together) and evaluate each."""
     names, configs = [name for name, _ in group], [config for _, config in group]
     run_dirs = [Path(out_dir) / name for name in names]
-    if len(group) == 1:
-        results = [train(configs[0], run_dirs[0], resume=True, progress=False)]
-    else:
-        results = train_batched(configs, run_dirs, progress=False)
+    results = train_seeds(configs, run_dirs, progress=False)
     return [_evaluate(name, config, result, Path(out_dir), n_sequences) for name, config, result in zip(names, configs, results)]
 
 

@@ -4,7 +4,7 @@ ReLU) over several seeds, evaluate each like the paper's figures, and write
 
 Runs are independent, so they train in parallel worker processes (``toy.experiment``):
 the seeds of one architecture train together as one batched computation
-(``toy.batched_train``), split across the workers. Every run lives in its own run directory, so an interrupted reproduction resumes
+(``toy.train.train_seeds``), split across the workers. Every run lives in its own run directory, so an interrupted reproduction resumes
 where it stopped.
 """
 

@@ -104,15 +104,15 @@ class TaskBatch:
 
 def make_tokens(config: TaskConfig, trigger_position: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Token vectors ``[batch, pos, d_model]`` with one trigger per row at ``trigger_position [batch]``."""
-    batch = trigger_position.shape[0]
+    batch, device = trigger_position.shape[0], trigger_position.device
     L, n = config.seq_len, config.d_model
-    tokens = torch.zeros(batch, L, n)
+    tokens = torch.zeros(batch, L, n, device=device)
     tokens[:, 1:, FIRST_FEATURE:config.bias_coord] = (
-        torch.rand(batch, L - 1, config.bias_coord - FIRST_FEATURE, generator=generator) * 2 - 1
+        torch.rand(batch, L - 1, config.bias_coord - FIRST_FEATURE, generator=generator, device=device) * 2 - 1
     )
     tokens[:, 0, BOS_FLAG] = 1.0
     tokens[:, 1:, config.bias_coord] = 1.0
-    rows = torch.arange(batch)
+    rows = torch.arange(batch, device=device)
     tokens[rows, trigger_position, TRIGGER_FLAG] = 1.0
     tokens[rows, trigger_position, config.bias_coord] = 0.0
     return tokens
@@ -121,11 +121,11 @@ def make_tokens(config: TaskConfig, trigger_position: torch.Tensor, generator: t
 def make_targets(tokens: torch.Tensor, trigger_position: torch.Tensor, target: TargetKind) -> torch.Tensor:
     """Targets ``[batch, pos, d_model]`` for tokens ``[batch, pos, d_model]``."""
     batch, L, _ = tokens.shape
-    positions = torch.arange(L)
+    positions = torch.arange(L, device=tokens.device)
     # mean over non-BOS tokens 1..j (inclusive) of each row
     in_prefix = (positions.unsqueeze(0) >= 1) & (positions.unsqueeze(0) <= trigger_position.unsqueeze(1))
     prefix_mean = (tokens * in_prefix.unsqueeze(-1)).sum(dim=1) / trigger_position.unsqueeze(1).to(tokens.dtype)
-    rows = torch.arange(batch)
+    rows = torch.arange(batch, device=tokens.device)
     if target == "single":
         targets = torch.zeros_like(tokens)
         targets[rows, trigger_position] = prefix_mean
@@ -144,20 +144,21 @@ def sample_batch(
     target: TargetKind,
     trigger_position: int | None = None,
 ) -> TaskBatch:
-    """Draw a batch. ``trigger_position=None`` draws the training distribution
-    (uniform over ``train_trigger_min..trigger_max``); an int fixes it for every row."""
+    """Draw a batch on the generator's device. ``trigger_position=None`` draws the training
+    distribution (uniform over ``train_trigger_min..trigger_max``); an int fixes it for
+    every row."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if trigger_position is None:
         triggers = torch.randint(
-            config.train_trigger_min, config.trigger_max + 1, (batch_size,), generator=generator
+            config.train_trigger_min, config.trigger_max + 1, (batch_size,), generator=generator, device=generator.device
         )
     else:
         if not 1 <= trigger_position < config.seq_len:
             raise ValueError(
                 f"trigger_position={trigger_position} must lie in 1..{config.seq_len - 1} (0-indexed)"
             )
-        triggers = torch.full((batch_size,), trigger_position, dtype=torch.long)
+        triggers = torch.full((batch_size,), trigger_position, dtype=torch.long, device=generator.device)
     tokens = make_tokens(config, triggers, generator)
     return TaskBatch(tokens=tokens, targets=make_targets(tokens, triggers, target), trigger_position=triggers)
 

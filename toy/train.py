@@ -1,21 +1,33 @@
-"""Train a toy model on the trigger task, as the paper does: Adam (0.9, 0.95), no weight
+"""Train toy models on the trigger task, as the paper does: Adam (0.9, 0.95), no weight
 decay, fresh batches of 128 every step, stop when the batch's max absolute error falls
-below 5e-3. Resumable, reproducible (same seed, same numbers on CPU), and it refuses to
-continue past a NaN.
+below 5e-3. Resumable, reproducible (same seed, same device, same numbers), and it
+refuses to continue past a NaN.
+
+One trainer: ``train_seeds`` trains K >= 1 models that differ only in their seed as one
+stack on one device; ``train`` is K = 1. With K = 1 the stack is the model itself; with
+K > 1 the weights are stacked (``torch.func.stack_module_state``) and run with ``vmap``,
+and one Adam steps them all. Adam is elementwise and each model's loss depends only on
+its own slice, so every model follows its own trajectory (up to float rounding in
+batched matmuls). A model that converges, reaches ``max_steps`` or diverges is written
+out and leaves the stack without changing the others. Every model has its own run
+directory (``toy.run_dir`` format), so any of them can be resumed or inspected alone.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
+from torch.func import functional_call, stack_module_state, vmap
 from tqdm.auto import tqdm
 
 from interp.atomic_io import atomic_write_text, holds_files, locked_directory, read_json
@@ -25,6 +37,7 @@ from interp.checkpoint import (
     optimizer_to_tensors,
     save_tensors,
 )
+from interp.hook_names import pattern_hook
 from probes.sink_metrics import anchor_mass
 from toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
 from toy.model import ToyTransformer
@@ -74,8 +87,31 @@ class RunDirectoryError(ValueError):
     """The run directory cannot be used as asked (exists with another config, etc.)."""
 
 
+DEVICES = ("cpu", "cuda", "auto")
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (cuda when this machine has it, else cpu)
+    as a device this machine has; anything else is one ``ValueError`` naming the choices."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; pass cpu, cuda, cuda:N or auto") from None
+    if resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"toy training runs on cpu or cuda, not {resolved.type}; pass cpu, cuda or auto")
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"this machine has no CUDA device for {device!r}; pass --device cpu (or auto)")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"{device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return resolved
+
+
 def head_anchor_masses(model: ToyTransformer, batch: TaskBatch, patterns: dict[str, torch.Tensor]) -> tuple[list, list]:
-    """Per-layer lists of per-head BOS mass at default and at trigger queries."""
+    """Per-layer lists of per-head BOS mass at default and at trigger queries
+    (``patterns``: hook name -> ``[batch, head, query, key]``)."""
     default, trigger = [], []
     default_mask, trigger_mask = batch.default_query_mask(), batch.trigger_query_mask()
     for layer in range(model.cfg.n_layers):
@@ -100,11 +136,13 @@ def paper_adam(params: Iterable[torch.Tensor], config: RunConfig) -> torch.optim
     )
 
 
-def _build(config: RunConfig) -> tuple[ToyTransformer, torch.optim.Adam, torch.Generator]:
+def _build(config: RunConfig, device: torch.device) -> tuple[ToyTransformer, torch.optim.Adam, torch.Generator]:
+    """A fresh model, its Adam and its data generator. The weights are drawn on the CPU
+    (the same initial model on every device); batches are drawn on ``device``."""
     torch.manual_seed(config.train.seed)
-    model = ToyTransformer(config.model)
+    model = ToyTransformer(config.model).to(device)
     optimizer = paper_adam(model.parameters(), config)
-    generator = torch.Generator().manual_seed(config.train.seed + DATA_SEED_OFFSET)
+    generator = torch.Generator(device=device).manual_seed(config.train.seed + DATA_SEED_OFFSET)
     return model, optimizer, generator
 
 
@@ -139,6 +177,12 @@ def _restore(
             f"{run_dir}'s checkpoints were trained at lr {trained_lr:g} but its config.json says train.lr {lr:g}; "
             "put the lr back in config.json, or train with the new lr into another --out"
         )
+    trained_on = state.get("device", "cpu")  # checkpoints from before devices existed are CPU ones
+    if trained_on != generator.device.type:  # the data generator's state only fits its own kind of device
+        raise RunDirectoryError(
+            f"{run_dir} was trained on {trained_on} and its data stream continues only there; "
+            f"resume it with --device {trained_on}"
+        )
     model.load_state_dict(weights)
     generator.set_state(tensors.pop("rng.data_generator"))
     optimizer_from_tensors(optimizer, tensors, state["param_groups"])
@@ -166,39 +210,24 @@ def _json_line(record: dict) -> str:
     return json.dumps(record) + "\n"
 
 
-def train(
-    config: RunConfig,
-    run_dir: str | os.PathLike,
-    resume: bool = True,
-    progress: bool = True,
-    on_log: Callable[[int], None] | None = None,
-    threads: int = TRAIN_THREADS,
-) -> TrainResult:
-    """Train one toy model into ``run_dir`` and return how it ended.
+class _Member:
+    """One model of a stack: its config, run directory, own ``ToyTransformer`` (used for
+    checkpoints and metrics), Adam, data generator, and where it (re)starts."""
 
-    With ``resume=True`` an existing run directory with the same config continues from its
-    latest checkpoint (a finished run returns its stored result). Only ``train.max_steps``
-    may differ on resume: raising it continues a run that stopped at ``max_steps``, with the
-    same numbers as an uninterrupted run of the new length. A directory holding any other
-    different setting is refused rather than overwritten. ``on_log(step)`` is called at
-    every metrics step. ``threads``: torch intra-op threads while training (the caller's
-    setting is restored after); one by default, see ``TRAIN_THREADS``.
-    """
-    run_dir = Path(run_dir)
-    # a second trainer on this directory is refused, not interleaved
-    with locked_directory(run_dir), torch_threads(threads), interrupts_at_step_boundaries() as interrupt:
-        return _train_locked(config, run_dir, resume, progress, on_log, interrupt)
+    def __init__(self, config: RunConfig, run_dir: Path, device: torch.device) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.model, self.optimizer, self.generator = _build(config, device)
+        self.device = device
+        self.step = 0
+        self.wall_before = 0.0
+        self.resumed_from: int | None = None
 
 
-def _train_locked(
-    config: RunConfig,
-    run_dir: Path,
-    resume: bool,
-    progress: bool,
-    on_log: Callable[[int], None] | None,
-    interrupt: StepBoundaryInterrupt,
-) -> TrainResult:
-    resumed_from: int | None = None
+def _open_run(config: RunConfig, run_dir: Path, resume: bool, device: torch.device) -> TrainResult | _Member:
+    """The run directory's one owner: validate it against ``config`` and return either
+    the stored result of a finished run or a member ready to train (fresh, or restored
+    from its newest intact checkpoint)."""
     existing: RunConfig | None = None
     if (run_dir / "config.json").exists():
         existing = read_config(run_dir)
@@ -213,111 +242,288 @@ def _train_locked(
     elif holds_files(run_dir):
         raise RunDirectoryError(f"{run_dir} exists and is not a toy run directory; choose an empty or new directory")
     run_dir.mkdir(parents=True, exist_ok=True)
-
-    model, optimizer, generator = _build(config)
-    step, wall_before = 0, 0.0
     if (run_dir / RESULT_FILE).exists() and (run_dir / FINAL_WEIGHTS).exists():
         result = TrainResult.from_dict(read_json(run_dir / RESULT_FILE))
-        finished = result.status == "converged" or (
-            result.status == "max_steps" and result.steps >= config.train.max_steps
-        )
-        if finished:
+        if result.status == "converged" or (result.status == "max_steps" and result.steps >= config.train.max_steps):
             return result
         # max_steps was raised: continue from the final checkpoint. Drop the stale result and
         # final weights first so an interruption cannot leave them describing an older step.
         (run_dir / RESULT_FILE).unlink()
         (run_dir / FINAL_WEIGHTS).unlink()
+    member = _Member(config, run_dir, device)
     if checkpoint_dirs(run_dir):
-        step, wall_before = _restore(run_dir, model, optimizer, generator, config.train.learning_rate(config.model))
-        resumed_from = step
+        lr = config.train.learning_rate(config.model)
+        member.step, member.wall_before = _restore(run_dir, member.model, member.optimizer, member.generator, lr)
+        member.resumed_from = member.step
         if existing is not None and existing != config:
             write_config(run_dir, config)  # record the new max_steps
     else:
         write_config(run_dir, config)
-        if (run_dir / METRICS_FILE).exists():
-            (run_dir / METRICS_FILE).unlink()
+        (run_dir / METRICS_FILE).unlink(missing_ok=True)
+    return member
 
-    train_cfg, task_cfg = config.train, config.task
-    target = config.model.target
-    pattern_filter = lambda name: name.endswith("hook_pattern")  # noqa: E731
+
+def _check_stackable(configs: list[RunConfig], run_dirs: list[Path]) -> None:
+    if not configs:
+        raise ValueError("train_seeds needs at least one config")
+    if len(configs) != len(run_dirs):
+        raise ValueError(f"got {len(configs)} configs but {len(run_dirs)} run directories; pass one directory per config")
+    if len({run_dir.resolve() for run_dir in run_dirs}) != len(run_dirs):
+        raise ValueError("run directories must be distinct")
+    reference = configs[0].to_dict()
+    reference["train"].pop("seed")
+    for config in configs[1:]:
+        other = config.to_dict()
+        other["train"].pop("seed")
+        if other != reference:
+            raise ValueError(
+                "models trained together need configs that differ only in train.seed; "
+                "train other differences in separate calls"
+            )
+
+
+def train(
+    config: RunConfig,
+    run_dir: str | os.PathLike,
+    resume: bool = True,
+    progress: bool = True,
+    on_log: Callable[[int], None] | None = None,
+    threads: int = TRAIN_THREADS,
+    device: str | torch.device = "cpu",
+) -> TrainResult:
+    """Train one toy model into ``run_dir`` and return how it ended (``train_seeds`` with
+    K = 1; the arguments are the same)."""
+    return train_seeds([config], [run_dir], resume, progress, on_log, threads, device)[0]
+
+
+def train_seeds(
+    configs: list[RunConfig],
+    run_dirs: list[str | os.PathLike],
+    resume: bool = True,
+    progress: bool = True,
+    on_log: Callable[[int], None] | None = None,
+    threads: int = TRAIN_THREADS,
+    device: str | torch.device = "cpu",
+) -> list[TrainResult]:
+    """Train ``configs`` (identical but for ``train.seed``) together, one run directory
+    each; one result per config, in order.
+
+    With ``resume=True`` an existing run directory with the same config continues from
+    its newest intact checkpoint (a finished run returns its stored result). Only
+    ``train.max_steps`` may differ on resume: raising it continues a run that stopped at
+    ``max_steps``, with the same numbers as an uninterrupted run of the new length. Runs
+    that resume from different steps train in separate stacks, one after another. Any
+    other difference is refused rather than overwritten. A run whose loss becomes NaN
+    stops with its last good checkpoint kept; the others continue, and
+    ``TrainingDiverged`` is raised at the end naming it. ``on_log(step)`` is called every
+    ``log_every`` steps. ``threads``: torch intra-op threads while training (restored
+    after; ``TRAIN_THREADS`` by default). ``device``: ``cpu``, ``cuda[:N]`` or ``auto``;
+    batches are drawn there, reproducible per seed on a given kind of device.
+    Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
+    """
+    paths = [Path(run_dir) for run_dir in run_dirs]
+    _check_stackable(configs, paths)
+    target_device = resolve_device(device)
+    results: dict[int, TrainResult] = {}
+    with ExitStack() as held:
+        for path in paths:  # a second trainer on any of these directories is refused, not interleaved
+            held.enter_context(locked_directory(path))
+        held.enter_context(torch_threads(threads))
+        interrupt = held.enter_context(interrupts_at_step_boundaries())
+        members: dict[int, _Member] = {}
+        for index, (config, path) in enumerate(zip(configs, paths)):
+            opened = _open_run(config, path, resume, target_device)
+            if isinstance(opened, TrainResult):
+                results[index] = opened
+            else:
+                members[index] = opened
+        for start in sorted({member.step for member in members.values()}):
+            group = [index for index, member in members.items() if member.step == start]
+            trained = _train_stack([members[index] for index in group], progress, on_log, interrupt)
+            results.update(zip(group, trained))
+    ordered = [results[index] for index in range(len(configs))]
+    diverged = [result for result in ordered if result.status == "diverged"]
+    if diverged:
+        raise TrainingDiverged(_diverged_message(diverged))
+    return ordered
+
+
+def _diverged_message(diverged: list[TrainResult]) -> str:
+    parts = []
+    for result in diverged:
+        good = checkpoint_dirs(Path(result.run_dir))
+        parts.append(f"{result.run_dir}: loss became {result.loss} at step {result.steps}, last good checkpoint "
+                     f"{good[-1].name if good else 'none'} kept in {Path(result.run_dir) / 'checkpoints'}")
+    return "; ".join(parts) + "; training stopped; lower the learning rate (--lr) and retrain"
+
+
+class _Stack:
+    """The active members' weights and the Adam that steps them. One member: its own
+    model and Adam, unchanged (the single-model numbers exactly). Several: weights
+    stacked ``{name: [K, ...]}`` and run with ``vmap``."""
+
+    def __init__(self, members: list[_Member]) -> None:
+        self.members = members
+        if len(members) == 1:
+            only = members[0]
+            self.optimizer = only.optimizer
+            self._model = only.model
+            return
+        self.base = copy.deepcopy(members[0].model).to("meta")
+        self.names = [name for name, _ in members[0].model.named_parameters()]
+        params, self.buffers = stack_module_state([m.model for m in members])
+        self.params = {name: params[name] for name in self.names}
+        self.optimizer = paper_adam(list(self.params.values()), members[0].config)
+        self._load_member_optimizer_states()
+        self._batched = vmap(lambda p, b, x: functional_call(self.base, (p, b), (x,)))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens [K, batch, pos, d_model]`` -> outputs of the same shape."""
+        if len(self.members) == 1:
+            return self._model(tokens[0]).unsqueeze(0)
+        return self._batched(self.params, self.buffers, tokens)
+
+    def _load_member_optimizer_states(self) -> None:
+        """Stack the members' Adam states (all at the same step) into the stack's Adam."""
+        states = [m.optimizer.state_dict()["state"] for m in self.members]
+        if not states[0]:
+            return
+        for index, name in enumerate(self.names):
+            self.optimizer.state[self.params[name]] = {
+                "step": states[0][index]["step"].clone(),
+                "exp_avg": torch.stack([s[index]["exp_avg"] for s in states]),
+                "exp_avg_sq": torch.stack([s[index]["exp_avg_sq"] for s in states]),
+            }
+
+    def sync_member(self, k: int) -> None:
+        """Copy slice ``k`` of the stacked weights and Adam state into member k's own model
+        and Adam, so checkpoints and metrics use the single-model code paths (a no-op for
+        one member: its model is the stack)."""
+        if len(self.members) == 1:
+            return
+        member = self.members[k]
+        with torch.no_grad():
+            for name, param in member.model.named_parameters():
+                param.copy_(self.params[name][k])
+                state = self.optimizer.state.get(self.params[name])
+                if state:
+                    member.optimizer.state[param] = {
+                        "step": state["step"].clone(),
+                        "exp_avg": state["exp_avg"][k].clone(),
+                        "exp_avg_sq": state["exp_avg_sq"][k].clone(),
+                    }
+
+    def without(self, drop: set[int]) -> "_Stack | None":
+        keep = [k for k in range(len(self.members)) if k not in drop]
+        if not keep:
+            return None
+        for k in keep:
+            self.sync_member(k)
+        return _Stack([self.members[k] for k in keep])
+
+
+def _train_stack(
+    members: list[_Member], progress: bool, on_log: Callable[[int], None] | None, interrupt: StepBoundaryInterrupt
+) -> list[TrainResult]:
+    """Train members that start at the same step until each converges, reaches
+    ``max_steps`` or diverges; one result per member."""
+    step = members[0].step
+    train_cfg, task_cfg = members[0].config.train, members[0].config.task
+    target = members[0].config.model.target
+    stack: _Stack | None = _Stack(members)
+    results: dict[int, TrainResult] = {}
+    index_of = {id(m): k for k, m in enumerate(members)}
     started = time.perf_counter()
-    bar = tqdm(total=train_cfg.max_steps, initial=step, disable=not progress, desc=run_dir.name, leave=False)
-    status = "max_steps"
-    loss_value = linf_value = float("nan")
+    last_checkpoint = step if step > 0 else -1
+    label = members[0].run_dir.name if len(members) == 1 else f"{len(members)} seeds"
+    bar = tqdm(total=train_cfg.max_steps, initial=step, disable=not progress, desc=label, leave=False)
 
-    last_checkpoint = step if resumed_from is not None else -1
+    def elapsed(member: _Member) -> float:
+        return member.wall_before + time.perf_counter() - started
 
-    def checkpoint(at_step: int, data_state: torch.Tensor) -> None:
-        """Save the state at the start of ``at_step``: weights and Adam state before its
-        update, and the data generator before its batch is drawn (``data_state``)."""
-        nonlocal last_checkpoint
-        tensors, groups = optimizer_to_tensors(optimizer)
-        tensors["rng.data_generator"] = data_state
-        wall = wall_before + time.perf_counter() - started
-        write_checkpoint(run_dir, at_step, model, tensors, {"wall_seconds": wall, "param_groups": groups}, train_cfg.keep_checkpoints)
-        last_checkpoint = at_step
+    def finish(k: int, status: str, loss: float, linf: float, data_state: torch.Tensor) -> None:
+        member = stack.members[k]
+        stack.sync_member(k)
+        if status != "diverged":
+            if step != last_checkpoint:
+                _checkpoint(member, step, data_state, elapsed(member))
+            save_tensors(member.run_dir / FINAL_WEIGHTS, member.model.state_dict())
+        result = TrainResult(str(member.run_dir), status, status == "converged", step, elapsed(member), linf, loss,
+                             member.resumed_from)
+        write_result(member.run_dir, result)
+        results[index_of[id(member)]] = result
 
     try:
-        while True:
-            data_state = generator.get_state()
-            if interrupt.requested:  # between steps: the state is one step's, consistent
+        while stack is not None:
+            data_states = [m.generator.get_state() for m in stack.members]
+            if interrupt.requested:  # between steps: each member's state is one step's, consistent
                 if step != last_checkpoint:
-                    checkpoint(step, data_state)
+                    for k, member in enumerate(stack.members):
+                        stack.sync_member(k)
+                        _checkpoint(member, step, data_states[k], elapsed(member))
                 raise KeyboardInterrupt
-            batch = sample_batch(task_cfg, train_cfg.batch_size, generator, target)
-            log_now = step % train_cfg.log_every == 0
-            if log_now:
-                output, cache = model.run_with_cache(batch.tokens, names_filter=pattern_filter)
-            else:
-                output = model(batch.tokens)
-            error = output - batch.targets
-            loss = error.pow(2).mean()
-            loss_value, linf_value = float(loss.detach()), float(error.detach().abs().max())
-            if not (torch.isfinite(loss) and linf_value == linf_value and linf_value != float("inf")):
-                status = "diverged"
+            batches = [sample_batch(task_cfg, train_cfg.batch_size, m.generator, target) for m in stack.members]
+            tokens = torch.stack([b.tokens for b in batches])  # [K, batch, pos, d_model]
+            targets = torch.stack([b.targets for b in batches])
+            error = stack.forward(tokens) - targets
+            losses = error.pow(2).mean(dim=(1, 2, 3))  # [K]
+            linfs = error.detach().abs().amax(dim=(1, 2, 3))
+            loss_values, linf_values = losses.detach().tolist(), linfs.tolist()
+            finished: set[int] = set()
+            for k, member in enumerate(stack.members):
+                loss_k, linf_k = loss_values[k], linf_values[k]
+                if not (math.isfinite(loss_k) and math.isfinite(linf_k)):
+                    finish(k, "diverged", loss_k, linf_k, data_states[k])
+                    finished.add(k)
+                    continue
+                # checkpoint only states whose loss is known to be finite, so the "last good
+                # checkpoint" named on divergence really is good
+                if step % train_cfg.checkpoint_every == 0 and step != last_checkpoint:
+                    stack.sync_member(k)
+                    _checkpoint(member, step, data_states[k], elapsed(member))
+                converged = linf_k < train_cfg.stop_linf
+                if step % train_cfg.log_every == 0 or converged or step >= train_cfg.max_steps:
+                    stack.sync_member(k)
+                    _log(member, step, loss_k, linf_k, batches[k])
+                if converged or step >= train_cfg.max_steps:
+                    finish(k, "converged" if converged else "max_steps", loss_k, linf_k, data_states[k])
+                    finished.add(k)
+            if step % train_cfg.checkpoint_every == 0:
+                last_checkpoint = step
+            if on_log is not None and step % train_cfg.log_every == 0:
+                on_log(step)
+            continuing = [k for k in range(len(stack.members)) if k not in finished]
+            if not continuing:
                 break
-            # Checkpoint only states whose loss is known to be finite, so the "last good
-            # checkpoint" named on divergence really is good.
-            if step % train_cfg.checkpoint_every == 0 and step != last_checkpoint:
-                checkpoint(step, data_state)
-            converged = linf_value < train_cfg.stop_linf
-            if log_now or converged or step >= train_cfg.max_steps:
-                if not log_now:
-                    _, cache = model.run_with_cache(batch.tokens, names_filter=pattern_filter)
-                default, trigger = head_anchor_masses(model, batch, dict(cache.items()))
-                append_metrics(run_dir, {
-                    "step": step, "loss": loss_value, "linf_error": linf_value,
-                    "anchor_mass_default": default, "anchor_mass_trigger": trigger,
-                })
-                bar.set_postfix(loss=f"{loss_value:.2e}", linf=f"{linf_value:.2e}", refresh=False)
-                if on_log is not None:
-                    on_log(step)
-            if converged:
-                status = "converged"
-                break
-            if step >= train_cfg.max_steps:
-                break
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            bar.set_postfix(active=len(continuing), linf=f"{min(linf_values[k] for k in continuing):.2e}", refresh=False)
+            stack.optimizer.zero_grad(set_to_none=True)
+            losses[continuing].sum().backward()
+            stack.optimizer.step()
             step += 1
             bar.update(1)
+            if finished:
+                stack = stack.without(finished)
     finally:
         bar.close()
+    return [results[k] for k in range(len(members))]
 
-    wall = wall_before + time.perf_counter() - started
-    if status == "diverged":
-        good = checkpoint_dirs(run_dir)
-        good_step = good[-1].name if good else "none"
-        result = TrainResult(str(run_dir), status, False, step, wall, linf_value, loss_value, resumed_from)
-        write_result(run_dir, result)
-        raise TrainingDiverged(
-            f"loss became {loss_value} at step {step}; training stopped and the last good checkpoint "
-            f"({good_step}) is kept in {run_dir / 'checkpoints'}; lower the learning rate (--lr) and retrain"
-        )
-    if step != last_checkpoint:
-        checkpoint(step, data_state)
-    save_tensors(run_dir / FINAL_WEIGHTS, model.state_dict())
-    result = TrainResult(str(run_dir), status, status == "converged", step, wall, linf_value, loss_value, resumed_from)
-    write_result(run_dir, result)
-    return result
+
+def _checkpoint(member: _Member, step: int, data_state: torch.Tensor, wall: float) -> None:
+    """Save the state at the start of ``step``: weights and Adam state before its update,
+    and the data generator before its batch is drawn (``data_state``)."""
+    tensors, groups = optimizer_to_tensors(member.optimizer)
+    tensors["rng.data_generator"] = data_state
+    write_checkpoint(member.run_dir, step, member.model, tensors,
+                     {"wall_seconds": wall, "param_groups": groups, "device": member.device.type},
+                     member.config.train.keep_checkpoints)
+
+
+def _log(member: _Member, step: int, loss: float, linf: float, batch: TaskBatch) -> None:
+    names = {pattern_hook(layer) for layer in range(member.config.model.n_layers)}
+    with torch.no_grad():
+        _, cache = member.model.run_with_cache(batch.tokens, names_filter=lambda name: name in names)
+    default, trigger = head_anchor_masses(member.model, batch, dict(cache.items()))
+    append_metrics(member.run_dir, {
+        "step": step, "loss": loss, "linf_error": linf,
+        "anchor_mass_default": default, "anchor_mass_trigger": trigger,
+    })
