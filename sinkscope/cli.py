@@ -150,6 +150,19 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _toy_device(text: str) -> str:
+    """cpu, cuda, cuda:N or auto, checked while parsing (whether this machine has the
+    device is checked once torch loads, before anything is written)."""
+    if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:N or auto, got {text!r}")
+    return text
+
+
+def _add_device(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", type=_toy_device, default="cpu",
+                        help="where the models train: cpu, cuda, cuda:N, or auto (cuda when available) (default cpu)")
+
+
 def _str_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
@@ -196,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     train.add_argument("--checkpoint-every", type=POSITIVE, default=2_000,
                        help="steps between checkpoints; an interrupted run resumes from the last one (default 2000)")
+    _add_device(train)
     _add_common_output(train)
 
     reproduce = toy_commands.add_parser(
@@ -209,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--sequences", type=POSITIVE, default=1000, help="test sequences for heatmaps and tables")
     reproduce.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
     reproduce.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
+    _add_device(reproduce)
     _add_common_output(reproduce)
 
     probe = toy_commands.add_parser(
@@ -250,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--sequences", type=POSITIVE, default=500, help="test sequences per model (default 500)")
     sweep.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
     sweep.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
+    _add_device(sweep)
     _add_common_output(sweep)
 
     tradeoff = toy_commands.add_parser(
@@ -344,7 +360,7 @@ def _toy_train(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     if holds_files(out) and not args.resume:
         raise FileExistsError(f"{out} already exists; pass --resume to continue it or choose another --out")
-    result = train(config, out, resume=True, progress=not args.no_progress)
+    result = train(config, out, resume=True, progress=not args.no_progress, device=args.device)
     if not args.json:
         print(f"{result.status} after {result.steps} steps ({result.wall_seconds:.1f} s), "
               f"batch L-inf error {result.linf_error:.2e}; run directory: {out}")
@@ -360,7 +376,7 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
     config = ReproduceConfig.quick(**overrides) if args.quick else ReproduceConfig(**overrides)
-    summary = reproduce(config, args.out, overwrite=args.overwrite, progress=not args.no_progress)
+    summary = reproduce(config, args.out, overwrite=args.overwrite, progress=not args.no_progress, device=args.device)
     if not args.json:
         from toy.experiment import markdown_table
         from toy.reproduce import overview_rows
@@ -423,7 +439,7 @@ def _toy_sweep(args: argparse.Namespace) -> dict:
         attentions=args.attention, seeds=args.seeds, max_steps=args.max_steps,
         n_sequences=args.sequences, workers=args.workers,
     )
-    result = sweep(config, args.out, overwrite=args.overwrite, progress=not args.no_progress)
+    result = sweep(config, args.out, overwrite=args.overwrite, progress=not args.no_progress, device=args.device)
     if not args.json:
         print(markdown_table(
             ["configuration", "converged", "mean steps", "sink fraction", "seeds with a sink"],

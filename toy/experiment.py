@@ -82,12 +82,14 @@ def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tu
     return groups
 
 
-def train_and_evaluate(group: list[tuple[str, RunConfig]], out_dir: str, n_sequences: int) -> list[ModelSummary]:
+def train_and_evaluate(
+    group: list[tuple[str, RunConfig]], out_dir: str, n_sequences: int, device: str = "cpu"
+) -> list[ModelSummary]:
     """Train (or resume) ``out_dir/name`` for each job of ``group`` (one config, or seeds of
-    one config trained together) and evaluate each."""
+    one config trained together) on ``device`` and evaluate each (on the CPU)."""
     names, configs = [name for name, _ in group], [config for _, config in group]
     run_dirs = [Path(out_dir) / name for name in names]
-    results = train_seeds(configs, run_dirs, progress=False)
+    results = train_seeds(configs, run_dirs, progress=False, device=device)
     return [_evaluate(name, config, result, Path(out_dir), n_sequences) for name, config, result in zip(names, configs, results)]
 
 
@@ -95,12 +97,14 @@ def _init_worker() -> None:
     torch.set_num_threads(TRAIN_THREADS)  # evaluation too: one thread per worker process
 
 
-def _train_and_evaluate_in_worker(group: list[tuple[str, RunConfig]], out_dir: str, n_sequences: int) -> list[ModelSummary]:
+def _train_and_evaluate_in_worker(
+    group: list[tuple[str, RunConfig]], out_dir: str, n_sequences: int, device: str
+) -> list[ModelSummary]:
     """``train_and_evaluate`` in a pool worker. An interrupt (the parent's pool sends
     SIGTERM; Ctrl-C reaches every process) has already checkpointed the run at a step
     boundary; the worker then exits quietly instead of printing a traceback per process."""
     try:
-        return train_and_evaluate(group, out_dir, n_sequences)
+        return train_and_evaluate(group, out_dir, n_sequences, device)
     except KeyboardInterrupt:
         raise SystemExit(1) from None
 
@@ -136,9 +140,10 @@ def run_jobs(
     workers: int,
     n_sequences: int,
     progress: bool = True,
+    device: str = "cpu",
 ) -> dict[str, ModelSummary]:
     """Train and evaluate every ``(run name, config)`` job; ``workers`` processes (1: in
-    this process). Seeds of one config train together (``seed_groups``). Pass the
+    this process), training on ``device``. Seeds of one config train together (``seed_groups``). Pass the
     costliest jobs first so the workers finish together."""
     by_name: dict[str, ModelSummary] = {}
     groups = seed_groups(jobs, workers)
@@ -146,7 +151,7 @@ def run_jobs(
     try:
         if workers == 1:
             for group in groups:
-                for summary in train_and_evaluate(group, str(out_dir), n_sequences):
+                for summary in train_and_evaluate(group, str(out_dir), n_sequences, device):
                     by_name[summary.name] = summary
                     bar.update(1)
             return by_name
@@ -154,7 +159,7 @@ def run_jobs(
         with context.Pool(min(workers, len(groups)), initializer=_init_worker) as pool:
             pending = {
                 tuple(name for name, _ in group): pool.apply_async(
-                    _train_and_evaluate_in_worker, (group, str(out_dir), n_sequences)
+                    _train_and_evaluate_in_worker, (group, str(out_dir), n_sequences, device)
                 )
                 for group in groups
             }

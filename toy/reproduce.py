@@ -20,6 +20,7 @@ from interp.provenance import write_provenance
 from toy.experiment import ModelSummary, markdown_table, experiment_directory, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
+from toy.train import resolve_device
 from toy.task import TaskConfig
 from toy.tradeoff import write_tradeoff
 
@@ -170,13 +171,17 @@ def reproduce(
     out_dir: str | os.PathLike,
     overwrite: bool = False,
     progress: bool = True,
+    device: str = "cpu",
 ) -> ReproduceSummary:
-    """Train and evaluate every model of ``config`` into ``out_dir``; write the summaries."""
+    """Train and evaluate every model of ``config`` into ``out_dir``; write the summaries.
+    ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``); evaluation
+    runs on the CPU."""
     out_dir = Path(out_dir)
+    target_device = resolve_device(device)  # before anything is written
     with experiment_directory(out_dir, REPRODUCE_FILE, config.to_dict(), "a reproduction", overwrite) as work_dir:
         jobs = config.run_configs()
         started = time.perf_counter()
-        by_name = run_jobs(jobs, work_dir, config.workers, config.n_sequences, progress)
+        by_name = run_jobs(jobs, work_dir, config.workers, config.n_sequences, progress, str(target_device))
         models = [by_name[name] for name, _ in sorted(jobs, key=_job_order)]
         one_layer_softmax = [work_dir / m.name for m in models if (m.layers, m.heads, m.attention) == (1, 1, "softmax")]
         if one_layer_softmax:

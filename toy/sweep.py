@@ -22,6 +22,7 @@ from toy.experiment import ModelSummary, markdown_table, experiment_directory, r
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
+from toy.train import resolve_device
 
 SWEEP_FILE = "sweep.json"
 
@@ -194,13 +195,17 @@ def sweep_markdown(result: SweepResult) -> str:
     )
 
 
-def sweep(config: SweepConfig, out_dir: str | os.PathLike, overwrite: bool = False, progress: bool = True) -> SweepResult:
+def sweep(
+    config: SweepConfig, out_dir: str | os.PathLike, overwrite: bool = False, progress: bool = True, device: str = "cpu"
+) -> SweepResult:
     """Train and evaluate the grid into ``out_dir``; writes ``summary.json``, ``summary.md``
-    and plots. Re-running with the same settings resumes."""
+    and plots. Re-running with the same settings resumes. ``device``: where the models
+    train (``cpu``, ``cuda[:N]`` or ``auto``)."""
     out_dir = Path(out_dir)
+    target_device = resolve_device(device)  # before anything is written
     with experiment_directory(out_dir, SWEEP_FILE, config.to_dict(), "a sweep", overwrite) as work_dir:
         started = time.perf_counter()
-        by_name = run_jobs(config.jobs(), work_dir, config.workers, config.n_sequences, progress)
+        by_name = run_jobs(config.jobs(), work_dir, config.workers, config.n_sequences, progress, str(target_device))
         rows = aggregate(config, by_name)
         models = [by_name[name] for name in sorted(by_name)]
         result = SweepResult(config, rows, models, round(time.perf_counter() - started, 2))
