@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from interp.atomic_io import atomic_directory, atomic_write_json, check_output_directory, holds_files, locked_directory, read_json
 from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
-from toy.run_dir import RunConfig, TrainResult, read_metrics
+from toy.progress import ExperimentProgress
+from toy.run_dir import RunConfig, TrainResult
 from toy.train import TRAIN_THREADS, train_seeds
 
 
@@ -143,17 +143,16 @@ def run_jobs(
     device: str = "cpu",
 ) -> dict[str, ModelSummary]:
     """Train and evaluate every ``(run name, config)`` job; ``workers`` processes (1: in
-    this process), training on ``device``. Seeds of one config train together (``seed_groups``). Pass the
-    costliest jobs first so the workers finish together."""
+    this process), training on ``device``. Seeds of one config train together
+    (``seed_groups``). Pass the costliest jobs first so the workers finish together.
+    ``progress``: one line per running model on stderr (``toy.progress``)."""
     by_name: dict[str, ModelSummary] = {}
     groups = seed_groups(jobs, workers)
-    bar = tqdm(total=len(jobs), desc="models", disable=not progress)
-    try:
+    with ExperimentProgress(out_dir, jobs, enabled=progress):
         if workers == 1:
             for group in groups:
                 for summary in train_and_evaluate(group, str(out_dir), n_sequences, device):
                     by_name[summary.name] = summary
-                    bar.update(1)
             return by_name
         context = multiprocessing.get_context("spawn")
         with context.Pool(min(workers, len(groups)), initializer=_init_worker) as pool:
@@ -164,30 +163,15 @@ def run_jobs(
                 for group in groups
             }
             while pending:
-                time.sleep(0.5)
+                time.sleep(0.2)
                 for names in [n for n, r in pending.items() if r.ready()]:
                     for summary in pending.pop(names).get():
                         by_name[summary.name] = summary
-                        bar.update(1)
-                running = [
-                    f"{name}@{_last_step(out_dir / name)}"
-                    for names in pending
-                    for name in names
-                    if (out_dir / name / "metrics.jsonl").exists()
-                ]
-                bar.set_postfix_str(", ".join(running[: 2 * workers]), refresh=True)
             # let the workers exit on their own: the context manager's terminate() can kill
             # one holding a queue lock, which leaks a semaphore (a warning at shutdown)
             pool.close()
             pool.join()
-    finally:
-        bar.close()
     return by_name
-
-
-def _last_step(run_dir: Path) -> int:
-    records = read_metrics(run_dir)
-    return records[-1]["step"] if records else 0
 
 
 @contextmanager

@@ -41,6 +41,7 @@ from interp.hook_names import pattern_hook
 from probes.sink_metrics import anchor_mass
 from toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
 from toy.model import ToyTransformer
+from toy.progress import LOG_INTERVAL_S, TERMINAL_INTERVAL_S
 from toy.run_dir import (
     FINAL_WEIGHTS,
     METRICS_FILE,
@@ -436,7 +437,9 @@ def _train_stack(
     started = time.perf_counter()
     last_checkpoint = step if step > 0 else -1
     label = members[0].run_dir.name if len(members) == 1 else f"{len(members)} seeds"
-    bar = tqdm(total=train_cfg.max_steps, initial=step, disable=not progress, desc=label, leave=False)
+    # in a log (stderr not a terminal) a line every LOG_INTERVAL_S seconds, not a redraw per update
+    bar = tqdm(total=train_cfg.max_steps, initial=step, disable=not progress, desc=label, leave=False,
+               mininterval=TERMINAL_INTERVAL_S if sys.stderr.isatty() else LOG_INTERVAL_S)
 
     def elapsed(member: _Member) -> float:
         return member.wall_before + time.perf_counter() - started
@@ -495,7 +498,8 @@ def _train_stack(
             continuing = [k for k in range(len(stack.members)) if k not in finished]
             if not continuing:
                 break
-            bar.set_postfix(active=len(continuing), linf=f"{min(linf_values[k] for k in continuing):.2e}", refresh=False)
+            bar.set_postfix_str(f"{len(continuing)} training, best L-inf {min(linf_values[k] for k in continuing):.1e} "
+                                f"(stops below {train_cfg.stop_linf:g})", refresh=False)
             stack.optimizer.zero_grad(set_to_none=True)
             losses[continuing].sum().backward()
             stack.optimizer.step()

@@ -1,0 +1,120 @@
+"""Progress a person can read while an experiment's toy models train.
+
+One line per running model: step / max steps, the batch L-inf error against the stop
+threshold, steps per second, and the longest it can still take (the time to ``max_steps``
+at the current speed; the paper's stop rule usually ends it earlier, and the line says
+so rather than promising a finish time). The lines are read from the run directories
+(``metrics.jsonl``, ``result.json``), so they are the same whether models train in this
+process or in worker processes. On a terminal the block is redrawn in place about once
+a second; in a log (stderr not a terminal) a block is printed every ``LOG_INTERVAL_S``
+seconds instead of redraws.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from toy.run_dir import RESULT_FILE, RunConfig, read_metrics
+
+TERMINAL_INTERVAL_S = 1.0
+LOG_INTERVAL_S = 15.0
+
+
+def duration_text(seconds: float) -> str:
+    """``42s``, ``7m05s``, ``2h03m``."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+@dataclass(frozen=True)
+class RunLine:
+    """What one running model's progress line shows."""
+
+    name: str
+    step: int
+    max_steps: int
+    linf_error: float | None
+    stop_linf: float
+    steps_per_s: float | None
+
+    def text(self) -> str:
+        linf = "L-inf -" if self.linf_error is None else f"L-inf {self.linf_error:.1e}"
+        line = f"{self.name}: step {self.step:,}/{self.max_steps:,}, {linf} (stops below {self.stop_linf:g})"
+        if self.steps_per_s:
+            left = (self.max_steps - self.step) / self.steps_per_s
+            line += f", {self.steps_per_s:,.0f} steps/s, at most {duration_text(left)} more"
+        return line
+
+
+class ExperimentProgress:
+    """Watches ``out_dir/name`` for every job while ``with``-entered and writes progress to
+    ``stream`` (stderr) from a background thread; ``enabled=False`` writes nothing."""
+
+    def __init__(self, out_dir: Path, jobs: list[tuple[str, RunConfig]], enabled: bool = True,
+                 stream: TextIO | None = None) -> None:
+        self.out_dir = Path(out_dir)
+        self.jobs = dict(jobs)
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval = TERMINAL_INTERVAL_S if self.interactive else LOG_INTERVAL_S
+        self._seen: dict[str, tuple[int, float]] = {}  # name -> (step, time) when first read
+        self._speed: dict[str, float] = {}
+        self._drawn = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = time.monotonic()
+
+    def __enter__(self) -> "ExperimentProgress":
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, name="sinkscope-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._draw(final=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._draw()
+
+    def snapshot(self) -> tuple[int, list[RunLine]]:
+        """(models finished, lines of the models running now), from the run directories."""
+        finished, lines = 0, []
+        now = time.monotonic()
+        for name, config in self.jobs.items():
+            run_dir = self.out_dir / name
+            if (run_dir / RESULT_FILE).exists():
+                finished += 1
+                continue
+            records = read_metrics(run_dir)
+            if not records:
+                continue
+            step, linf = records[-1]["step"], records[-1]["linf_error"]
+            first = self._seen.setdefault(name, (step, now))  # speed: the average since first seen
+            if step > first[0] and now > first[1]:
+                self._speed[name] = (step - first[0]) / (now - first[1])
+            lines.append(RunLine(name, step, config.train.max_steps, linf, config.train.stop_linf, self._speed.get(name)))
+        return finished, lines
+
+    def _draw(self, final: bool = False) -> None:
+        finished, lines = self.snapshot()
+        header = f"models: {finished}/{len(self.jobs)} finished, {duration_text(time.monotonic() - self._started)} so far"
+        block = [header] if final else [header, *(f"  {line.text()}" for line in lines)]
+        if self.interactive and self._drawn:
+            self.stream.write(f"\x1b[{self._drawn}F\x1b[J")  # back to the block's first line, clear below
+        self.stream.write("\n".join(block) + "\n")
+        self.stream.flush()
+        self._drawn = len(block) if self.interactive else 0
