@@ -95,12 +95,19 @@ def heatmap(
     vmin: float = 0.0,
     vmax: float = 1.0,
     cmap: str = "magma",
+    x_tick_labels: Sequence[str] | None = None,
+    y_tick_labels: Sequence[str] | None = None,
 ) -> None:
-    """A ``[rows, columns]`` heatmap with integer ticks and each cell annotated (up to 256
-    cells), e.g. layer x head, or layer x position for patching effects."""
+    """A ``[rows, columns]`` heatmap with integer ticks (or the given tick labels, one per
+    column / row) and each cell annotated (up to 256 cells), e.g. layer x head, or layer
+    x position for patching effects."""
     n_rows, n_columns = values.shape
     fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * n_columns + 2), max(2.5, 0.4 * n_rows + 1.5)), layout="constrained")
     image = _draw_grid(ax, values, vmin, vmax, xlabel, ylabel, cmap)
+    if x_tick_labels is not None:
+        ax.set_xticks(range(n_columns), list(x_tick_labels))
+    if y_tick_labels is not None:
+        ax.set_yticks(range(n_rows), list(y_tick_labels))
     ax.set_title(title, fontsize=10)
     fig.colorbar(image, ax=ax, label=colorbar_label)
     save_figure(fig, path)

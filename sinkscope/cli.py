@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 the run failed (e.g. training diverged), 2 bad usage or inpu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import signal
@@ -163,6 +164,14 @@ def _add_device(parser: argparse.ArgumentParser) -> None:
                         help="where the models train: cpu, cuda, cuda:N, or auto (cuda when available) (default cpu)")
 
 
+def _switch_list(text: str) -> tuple[bool, ...]:
+    values = {"off": False, "on": True}
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or any(part not in values for part in parts):
+        raise argparse.ArgumentTypeError(f"expected off, on or off,on, got {text!r}")
+    return tuple(dict.fromkeys(values[part] for part in parts))
+
+
 def _str_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
@@ -255,12 +264,17 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=TOY_SWEEP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sweep.add_argument("--out", required=True, help="output directory (re-running resumes it)")
-    sweep.add_argument("--seq-len", type=_int_list, default=(8, 16, 32), help="comma-separated (default 8,16,32)")
-    sweep.add_argument("--d-model", type=_int_list, default=(8, 16, 32), help="comma-separated (default 8,16,32)")
-    sweep.add_argument("--heads", type=_int_list, default=(1,), help="comma-separated (default 1)")
-    sweep.add_argument("--layers", type=_int_list, default=(1,), help="comma-separated (default 1)")
-    sweep.add_argument("--attention", type=_str_list, default=("softmax", "relu"), help="comma-separated (default softmax,relu)")
-    sweep.add_argument("--seeds", type=POSITIVE, default=3, help="seeds per configuration (default 3)")
+    sweep.add_argument("--preset", choices=("phase",), default=None,
+                       help="phase: the sink phase diagram, every attention kind x layers x heads x LayerNorm x MLP "
+                            "(1,024 models with --device cuda, 64 on a CPU); flags below narrow or widen it")
+    sweep.add_argument("--seq-len", type=_int_list, default=None, help="comma-separated (default 8,16,32)")
+    sweep.add_argument("--d-model", type=_int_list, default=None, help="comma-separated (default 8,16,32)")
+    sweep.add_argument("--heads", type=_int_list, default=None, help="comma-separated (default 1)")
+    sweep.add_argument("--layers", type=_int_list, default=None, help="comma-separated (default 1)")
+    sweep.add_argument("--attention", type=_str_list, default=None, help="comma-separated (default softmax,relu)")
+    sweep.add_argument("--layer-norm", type=_switch_list, default=None, help="off, on or off,on (default off)")
+    sweep.add_argument("--mlp", type=_switch_list, default=None, help="off, on or off,on (default off)")
+    sweep.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per configuration (default 3)")
     sweep.add_argument("--max-steps", type=POSITIVE, default=20_000, help="step cap per model (default 20,000)")
     sweep.add_argument("--sequences", type=POSITIVE, default=500, help="test sequences per model (default 500)")
     sweep.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
@@ -432,19 +446,26 @@ def _toy_patch(args: argparse.Namespace) -> dict:
 
 def _toy_sweep(args: argparse.Namespace) -> dict:
     from toy.experiment import markdown_table
-    from toy.sweep import SweepConfig, sweep
+    from toy.sweep import SweepConfig, phase_diagram, sweep
 
-    config = SweepConfig(
-        seq_lens=args.seq_len, d_models=args.d_model, heads=args.heads, layers=args.layers,
-        attentions=args.attention, seeds=args.seeds, max_steps=args.max_steps,
-        n_sequences=args.sequences, workers=args.workers,
-    )
+    axes = {"seq_lens": args.seq_len, "d_models": args.d_model, "heads": args.heads, "layers": args.layers,
+            "attentions": args.attention, "layer_norms": args.layer_norm, "mlps": args.mlp, "seeds": args.seeds}
+    chosen = {name: value for name, value in axes.items() if value is not None}
+    common = {"max_steps": args.max_steps, "n_sequences": args.sequences, "workers": args.workers}
+    if args.preset == "phase":
+        from toy.train import resolve_device
+
+        base = phase_diagram(resolve_device(args.device).type, **common)
+        config = dataclasses.replace(base, **chosen)
+    else:
+        config = SweepConfig(**chosen, **common)
     result = sweep(config, args.out, overwrite=args.overwrite, progress=not args.no_progress, device=args.device)
     if not args.json:
         print(markdown_table(
-            ["configuration", "converged", "mean steps", "sink fraction", "seeds with a sink"],
+            ["configuration", "converged", "mean steps", "sink fraction", "seeds with a sink", "default-position MSE"],
             [[r.label, f"{r.converged}/{r.seeds}", f"{r.mean_steps:.0f}", f"{r.sink_fraction:.2f}",
-              f"{r.seeds_with_sink}/{r.seeds}"] for r in result.rows],
+              f"{r.seeds_with_sink}/{r.seeds}", "-" if r.mean_default_mse is None else f"{r.mean_default_mse:.1e}"]
+             for r in result.rows],
         ))
         print(f"wrote {Path(args.out) / 'summary.md'}, {Path(args.out) / 'summary.json'} and plots "
               f"({result.wall_seconds:.0f} s)")

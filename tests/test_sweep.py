@@ -39,3 +39,47 @@ def test_sweep_refuses_impossible_grids_before_training(tmp_path, capsys):
         main(["toy", "sweep", "--out", str(tmp_path / "s"), "--seq-len", "8,x"])
     assert exit_info.value.code == 2 and "comma-separated integers" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_the_phase_diagram_preset_sizes_the_grid_by_device():
+    from toy.sweep import phase_diagram
+
+    gpu, cpu = phase_diagram("cuda"), phase_diagram("cpu")
+    assert len(gpu.jobs()) == 4 * 4 * 4 * 2 * 2 * 4 == 1024
+    assert set(gpu.attentions) == {"softmax", "relu", "relu_prefix", "sigmoid"}
+    assert gpu.layer_norms == gpu.mlps == (False, True)
+    assert len(cpu.jobs()) == 64 and cpu.mlps == (False,)
+
+
+def test_a_phase_diagram_sweep_reports_cells_with_ranges_over_seeds(tmp_path, capsys):
+    """The preset through the CLI, narrowed to a few short runs: every cell (attention x
+    layers x heads x LayerNorm) has its seeds' ranges and default-position error, one
+    layers x heads figure per kind and block, and the report shows them."""
+    out = tmp_path / "phase"
+    argv = ["toy", "sweep", "--preset", "phase", "--layers", "1,2", "--heads", "1", "--attention", "softmax,relu",
+            "--seeds", "2", "--max-steps", "40", "--sequences", "32", "--workers", "1", "--out", str(out),
+            "--no-progress", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = data["rows"]
+    assert len(rows) == 2 * 2 * 1 * 2  # attention x layers x heads x LayerNorm (MLP off on a CPU)
+    assert {(r["layer_norm"], r["mlp"]) for r in rows} == {(False, False), (True, False)}
+    for row in rows:
+        low, high = row["sink_fraction_range"]
+        assert 0.0 <= low <= row["sink_fraction"] <= high <= 1.0
+        assert row["steps_range"] == [40, 40] and row["default_mse_range"][0] <= row["mean_default_mse"]
+    assert sorted(f for f in data["figures"] if f.startswith("phase_")) == [
+        "phase_relu_d16_L16.png", "phase_relu_d16_L16_ln.png", "phase_softmax_d16_L16.png", "phase_softmax_d16_L16_ln.png"]
+    assert (out / "relu-2x1-d16-L16-ln-seed1" / "result.json").is_file()
+    assert main(["report", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "sink fraction over seeds" in page and "softmax 2x1 d16 L16 +LN" in page and "phase softmax d16 L16 ln" in page
+
+
+def test_an_older_sweep_directory_without_the_new_axes_still_resumes(tmp_path):
+    config = SweepConfig(seq_lens=(6,), d_models=(6,), attentions=("relu",), seeds=1, max_steps=20, n_sequences=16,
+                         workers=1)
+    assert "layer_norms" not in config.to_dict() and "mlps" not in config.to_dict()
+    first = sweep(config, tmp_path / "s", progress=False)
+    again = sweep(config, tmp_path / "s", progress=False)
+    assert [m.steps for m in again.models] == [m.steps for m in first.models]

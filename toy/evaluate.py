@@ -128,6 +128,7 @@ class ModelEvaluation:
     trigger_position_1indexed: int
     default_state_test: ToyDefaultState | None = None
     figures: list[str] = field(default_factory=list)
+    default_mse: float = float("nan")  # MSE at default (non-trigger) positions of the figure set
 
     @property
     def sink_heads(self) -> list[tuple[int, int]]:
@@ -209,6 +210,7 @@ def evaluate_model(
         trigger_position_1indexed=trigger + 1,
         default_state_test=default_state,
         figures=figures,
+        default_mse=float(default_position_mse(batch.targets, default_mask)(output, None).mean()),
     )
 
 

@@ -51,6 +51,7 @@ class ModelSummary:
     paper: str
     paper_sink_heads: int | None
     figures: list[str]
+    default_mse: float | None = None  # MSE at default positions (absent from older summaries)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -131,6 +132,7 @@ def _evaluate(name: str, config: RunConfig, result: TrainResult, out_dir: Path, 
         paper=paper_reference(*key),
         paper_sink_heads=PAPER_SINK_HEADS.get(key),
         figures=[f"{name}/{figure}" for figure in evaluation.figures],
+        default_mse=evaluation.default_mse,
     )
 
 

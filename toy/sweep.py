@@ -1,6 +1,8 @@
 """`sinkscope toy sweep`: the trigger task over a grid of sequence lengths, widths, heads,
-layers and attention kinds, several seeds each, with a table and plots of how often
-heads sink and how long models take to converge.
+layers, attention kinds, LayerNorm and MLP on/off, several seeds each, with a table and
+plots of how often heads sink, the default-position error and how long models take to
+converge. ``PHASE_DIAGRAM`` is the grid that asks where sinks form at all: every
+attention kind x 1-4 layers x 1-4 heads x LayerNorm x MLP (``phase_diagram``).
 """
 
 from __future__ import annotations
@@ -38,13 +40,15 @@ class SweepConfig:
     heads: tuple[int, ...] = (1,)
     layers: tuple[int, ...] = (1,)
     attentions: tuple[str, ...] = ("softmax", "relu")
+    layer_norms: tuple[bool, ...] = (False,)
+    mlps: tuple[bool, ...] = (False,)
     seeds: int = 3
     max_steps: int = 20_000
     n_sequences: int = 500
     workers: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("seq_lens", "d_models", "heads", "layers", "attentions"):
+        for name in ("seq_lens", "d_models", "heads", "layers", "attentions", "layer_norms", "mlps"):
             if not getattr(self, name):
                 raise ValueError(f"the sweep needs at least one value for {name}")
         for attention in self.attentions:
@@ -56,22 +60,48 @@ class SweepConfig:
         for seq_len, d_model in itertools.product(self.seq_lens, self.d_models):
             _task(seq_len, d_model)
 
-    def grid(self) -> list[tuple[str, int, int, int, int]]:
-        """(attention, layers, heads, d_model, seq_len) per configuration."""
-        return list(itertools.product(self.attentions, self.layers, self.heads, self.d_models, self.seq_lens))
+    def grid(self) -> list["Cell"]:
+        """One ``Cell`` per configuration."""
+        return [Cell(*values) for values in itertools.product(
+            self.attentions, self.layers, self.heads, self.d_models, self.seq_lens, self.layer_norms, self.mlps)]
 
     def jobs(self) -> list[tuple[str, RunConfig]]:
         jobs = []
-        for attention, layers, heads, d_model, seq_len in self.grid():
+        for cell in self.grid():
             for seed in range(self.seeds):
-                model = ToyModelConfig(n_layers=layers, n_heads=heads, attention=attention, d_model=d_model, seq_len=seq_len)
-                config = RunConfig(model, _task(seq_len, d_model), TrainConfig(seed=seed, max_steps=self.max_steps))
-                jobs.append((run_name(attention, layers, heads, d_model, seq_len, seed), config))
+                model = ToyModelConfig(n_layers=cell.layers, n_heads=cell.heads, attention=cell.attention,
+                                       d_model=cell.d_model, seq_len=cell.seq_len, layer_norm=cell.layer_norm, mlp=cell.mlp)
+                config = RunConfig(model, _task(cell.seq_len, cell.d_model), TrainConfig(seed=seed, max_steps=self.max_steps))
+                jobs.append((cell.run_name(seed), config))
         # costliest first (layers x heads x width x length) so parallel workers finish together
         return sorted(jobs, key=lambda job: -_cost(job[1]))
 
     def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """The settings (``sweep.json``). The LayerNorm and MLP axes are written only when
+        they differ from off, so sweep directories written before they existed resume."""
+        data = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        for axis in ("layer_norms", "mlps"):
+            if data[axis] == [False]:
+                del data[axis]
+        return data
+
+
+def phase_diagram(
+    device_type: str, seeds: int | None = None, max_steps: int = 20_000, n_sequences: int = 500, workers: int = 2
+) -> SweepConfig:
+    """The sink phase diagram: softmax, relu, relu_prefix and sigmoid attention x layers x
+    heads x LayerNorm off/on x MLP off/on at d_model 16, seq_len 16. On a GPU the full grid
+    (4 x 4 x 4 x 2 x 2 = 256 configurations x 4 seeds = 1,024 models); on a CPU a small one
+    (1-2 layers x 1-2 heads, MLP off: 32 configurations x 2 seeds = 64 models)."""
+    full = device_type == "cuda"
+    return SweepConfig(
+        seq_lens=(16,), d_models=(16,),
+        heads=(1, 2, 3, 4) if full else (1, 2), layers=(1, 2, 3, 4) if full else (1, 2),
+        attentions=("softmax", "relu", "relu_prefix", "sigmoid"),
+        layer_norms=(False, True), mlps=(False, True) if full else (False,),
+        seeds=seeds if seeds is not None else (4 if full else 2), max_steps=max_steps, n_sequences=n_sequences,
+        workers=workers,
+    )
 
 
 def _task(seq_len: int, d_model: int) -> TaskConfig:
@@ -83,15 +113,33 @@ def _cost(config: RunConfig) -> int:
     return model.n_layers * model.n_heads * model.d_model * model.seq_len
 
 
-def run_name(attention: str, layers: int, heads: int, d_model: int, seq_len: int, seed: int) -> str:
-    return f"{attention}-{layers}x{heads}-d{d_model}-L{seq_len}-seed{seed}"
+@dataclass(frozen=True)
+class Cell:
+    """One configuration of the grid."""
+
+    attention: str
+    layers: int
+    heads: int
+    d_model: int
+    seq_len: int
+    layer_norm: bool = False
+    mlp: bool = False
+
+    @property
+    def extras(self) -> str:
+        return "".join(suffix for flag, suffix in ((self.layer_norm, "-ln"), (self.mlp, "-mlp")) if flag)
+
+    def run_name(self, seed: int) -> str:
+        return f"{self.attention}-{self.layers}x{self.heads}-d{self.d_model}-L{self.seq_len}{self.extras}-seed{seed}"
 
 
 @dataclass
 class SweepRow:
     """One configuration, aggregated over its seeds. ``sink_fraction``: the share of all
     its heads (over seeds) with ``anchor_mass_default >= 0.9``; steps and seconds are
-    means over seeds."""
+    means over seeds. ``*_range``: the smallest and largest value over the seeds (per
+    seed, the sink fraction is that model's share of sink heads); ``mean_default_mse``:
+    the mean over seeds of the MSE at default (non-trigger) positions."""
 
     attention: str
     layers: int
@@ -105,10 +153,17 @@ class SweepRow:
     sink_fraction: float
     mean_anchor_mass_default: float
     seeds_with_sink: int
+    layer_norm: bool = False
+    mlp: bool = False
+    sink_fraction_range: tuple[float, float] | None = None
+    steps_range: tuple[int, int] | None = None
+    mean_default_mse: float | None = None
+    default_mse_range: tuple[float, float] | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.attention} {self.layers}x{self.heads} d{self.d_model} L{self.seq_len}"
+        extras = "".join(text for flag, text in ((self.layer_norm, " +LN"), (self.mlp, " +MLP")) if flag)
+        return f"{self.attention} {self.layers}x{self.heads} d{self.d_model} L{self.seq_len}{extras}"
 
 
 @dataclass
@@ -125,7 +180,7 @@ class SweepResult:
         config = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
         return cls(
             config=SweepConfig(**config),
-            rows=[SweepRow(**row) for row in data["rows"]],
+            rows=[SweepRow(**{k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}) for row in data["rows"]],
             models=[ModelSummary.from_dict(model) for model in data["models"]],
             wall_seconds=data["wall_seconds"],
             figures=list(data["figures"]),
@@ -143,11 +198,13 @@ class SweepResult:
 
 def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[SweepRow]:
     rows = []
-    for attention, layers, heads, d_model, seq_len in config.grid():
-        models = [by_name[run_name(attention, layers, heads, d_model, seq_len, s)] for s in range(config.seeds)]
+    for cell in config.grid():
+        models = [by_name[cell.run_name(s)] for s in range(config.seeds)]
         head_rows = [row for m in models for row in m.heads_table]
+        per_seed_fraction = [m.n_sink_heads / (cell.layers * cell.heads) for m in models]
+        default_mses = [m.default_mse for m in models if m.default_mse is not None]
         rows.append(SweepRow(
-            attention=attention, layers=layers, heads=heads, d_model=d_model, seq_len=seq_len,
+            attention=cell.attention, layers=cell.layers, heads=cell.heads, d_model=cell.d_model, seq_len=cell.seq_len,
             seeds=len(models),
             converged=sum(m.converged for m in models),
             mean_steps=mean(m.steps for m in models),
@@ -155,6 +212,11 @@ def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[Swe
             sink_fraction=sum(r.is_sink_head for r in head_rows) / len(head_rows),
             mean_anchor_mass_default=mean(r.anchor_mass_default for r in head_rows),
             seeds_with_sink=sum(m.n_sink_heads > 0 for m in models),
+            layer_norm=cell.layer_norm, mlp=cell.mlp,
+            sink_fraction_range=(min(per_seed_fraction), max(per_seed_fraction)),
+            steps_range=(min(m.steps for m in models), max(m.steps for m in models)),
+            mean_default_mse=mean(default_mses) if default_mses else None,
+            default_mse_range=(min(default_mses), max(default_mses)) if default_mses else None,
         ))
     return rows
 
@@ -167,30 +229,64 @@ def _plots(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str
     bar_chart(labels, [("mean steps", [row.mean_steps for row in rows])], out_dir / "steps_to_converge.png",
               f"mean training steps (cap {config.max_steps})", "steps")
     figures += ["sink_fraction.png", "steps_to_converge.png"]
-    if len(config.d_models) > 1 and len(config.seq_lens) > 1:
-        for attention, layers, heads in itertools.product(config.attentions, config.layers, config.heads):
-            grid = np.array([[next(r.sink_fraction for r in rows if (r.attention, r.layers, r.heads, r.d_model, r.seq_len)
-                                   == (attention, layers, heads, d, L)) for L in config.seq_lens] for d in config.d_models])
-            name = f"sink_fraction_{attention}_{layers}x{heads}.png"
-            heatmap(grid, out_dir / name, f"{attention} {layers}x{heads}: sink fraction",
-                    "sink fraction", xlabel="seq_len index " + str(list(config.seq_lens)),
-                    ylabel="d_model index " + str(list(config.d_models)))
+    for attention, layers, heads, layer_norm, mlp in itertools.product(
+            config.attentions, config.layers, config.heads, config.layer_norms, config.mlps):
+        if len(config.d_models) == 1 or len(config.seq_lens) == 1:
+            break
+        grid = np.array([[_row(rows, attention, layers, heads, d, L, layer_norm, mlp).sink_fraction
+                          for L in config.seq_lens] for d in config.d_models])
+        extras = Cell(attention, layers, heads, 0, 0, layer_norm, mlp).extras.replace("-", "_")
+        name = f"sink_fraction_{attention}_{layers}x{heads}{extras}.png"
+        heatmap(grid, out_dir / name, f"{attention} {layers}x{heads}{extras}: sink fraction",
+                "sink fraction", xlabel="seq_len", ylabel="d_model",
+                x_tick_labels=[str(L) for L in config.seq_lens], y_tick_labels=[str(d) for d in config.d_models])
+        figures.append(name)
+    if len(config.layers) > 1 or len(config.heads) > 1:  # the phase diagram: layers x heads per kind and block
+        for attention, layer_norm, mlp, d_model, seq_len in itertools.product(
+                config.attentions, config.layer_norms, config.mlps, config.d_models, config.seq_lens):
+            grid = np.array([[_row(rows, attention, layers, heads, d_model, seq_len, layer_norm, mlp).sink_fraction
+                              for heads in config.heads] for layers in config.layers])
+            cell = Cell(attention, 0, 0, d_model, seq_len, layer_norm, mlp)
+            name = f"phase_{attention}_d{d_model}_L{seq_len}{cell.extras.replace('-', '_')}.png"
+            heatmap(grid, out_dir / name, f"{attention}{cell.extras.replace('-', ' +')}: sink fraction by layers x heads",
+                    "sink fraction", xlabel="heads", ylabel="layers", vmin=0.0, vmax=1.0,
+                    x_tick_labels=[str(h) for h in config.heads], y_tick_labels=[str(n) for n in config.layers])
             figures.append(name)
     return figures
 
 
-def sweep_markdown(result: SweepResult) -> str:
-    header = ["attention", "layers x heads", "d_model", "seq_len", "converged", "mean steps",
-              "mean seconds", "sink fraction", "seeds with a sink", "mean anchor_mass_default"]
-    table = markdown_table(header, [[
-        r.attention, f"{r.layers}x{r.heads}", str(r.d_model), str(r.seq_len), f"{r.converged}/{r.seeds}",
-        f"{r.mean_steps:.0f}", f"{r.mean_seconds:.1f}", f"{r.sink_fraction:.2f}", f"{r.seeds_with_sink}/{r.seeds}",
+def _row(rows: list[SweepRow], attention: str, layers: int, heads: int, d_model: int, seq_len: int,
+         layer_norm: bool, mlp: bool) -> SweepRow:
+    key = (attention, layers, heads, d_model, seq_len, layer_norm, mlp)
+    return next(r for r in rows if (r.attention, r.layers, r.heads, r.d_model, r.seq_len, r.layer_norm, r.mlp) == key)
+
+
+def _range_text(values: tuple[float, float] | None, spec: str) -> str:
+    return "-" if values is None else f"{values[0]:{spec}}..{values[1]:{spec}}"
+
+
+def sweep_table_rows(result: SweepResult) -> list[list[str]]:
+    """The per-configuration table, as text cells (Markdown here, HTML in the report)."""
+    return [[
+        r.label, f"{r.converged}/{r.seeds}", f"{r.mean_steps:.0f}", _range_text(r.steps_range, ".0f"),
+        f"{r.sink_fraction:.2f}", _range_text(r.sink_fraction_range, ".2f"), f"{r.seeds_with_sink}/{r.seeds}",
+        "-" if r.mean_default_mse is None else f"{r.mean_default_mse:.2e}", _range_text(r.default_mse_range, ".1e"),
         f"{r.mean_anchor_mass_default:.3f}",
-    ] for r in result.rows])
+    ] for r in result.rows]
+
+
+SWEEP_TABLE_HEADER = ["configuration", "converged", "mean steps", "steps over seeds", "sink fraction",
+                      "sink fraction over seeds", "seeds with a sink", "default-position MSE",
+                      "default MSE over seeds", "mean anchor_mass_default"]
+
+
+def sweep_markdown(result: SweepResult) -> str:
+    table = markdown_table(SWEEP_TABLE_HEADER, sweep_table_rows(result))
     return (
         "# Toy sweep: how often do heads sink?\n\n"
         f"{len(result.rows)} configurations x {result.config.seeds} seeds, up to {result.config.max_steps} steps; "
-        f"wall time {result.wall_seconds:.0f} s. A head sinks when its BOS mass at non-trigger queries is >= 0.9.\n\n"
+        f"wall time {result.wall_seconds:.0f} s. A head sinks when its BOS mass at non-trigger queries is >= 0.9; "
+        "\"over seeds\" columns give the smallest and largest value among the seeds.\n\n"
         + table + "\n" + " ".join(f"![{Path(f).stem}]({f})" for f in result.figures) + "\n"
     )
 
