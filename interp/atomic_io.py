@@ -149,7 +149,9 @@ def locked_directory(path: str | os.PathLike) -> Iterator[bool]:
             path.mkdir(parents=True)
             created = True
         except FileExistsError:
-            pass
+            if not path.is_dir():  # a file, or a broken symbolic link, at path or above it
+                raise OutputError(f"cannot create {path}: it, or a folder above it, is a file or a broken symbolic "
+                                  "link; choose another output directory") from None
         except OSError as error:
             raise OutputError(f"cannot create {path} ({error.strerror}); choose a writable output location") from None
         try:

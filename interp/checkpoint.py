@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from interp.atomic_io import atomic_path
@@ -23,7 +24,10 @@ def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint file {path} does not exist")
-    return load_file(str(path))
+    try:
+        return load_file(str(path))
+    except SafetensorError as error:  # cut short or overwritten: the file, not the code, is wrong
+        raise ValueError(f"{path} is not a readable safetensors file ({error}); restore it or regenerate it") from None
 
 
 def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:

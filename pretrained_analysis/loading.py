@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError
+
 from interp.config_io import JsonConfig
 
 PYTHIA_SIZES: tuple[str, ...] = ("14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")
@@ -443,6 +445,11 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
     except OSError as error:
         raise ModelNotAvailableError(
             f"could not load {spec.label} ({resolved.location}): {_first_line(error)}; " + OFFLINE_FIX
+        ) from None
+    except SafetensorError as error:
+        raise ModelLoadError(
+            f"the weights of {spec.label} in {resolved.location} cannot be read ({_first_line(error)}); "
+            "restore them (save_pretrained writes them)"
         ) from None
     except (ValueError, KeyError, NotImplementedError, RuntimeError) as error:
         raise ModelLoadError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import signal
 import sys
@@ -207,7 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=NON_NEGATIVE, default=0)
     train.add_argument("--d-model", type=POSITIVE, default=16, help="token width n (default 16)")
     train.add_argument("--seq-len", type=POSITIVE, default=16, help="sequence length L (default 16)")
-    train.add_argument("--max-steps", type=POSITIVE, default=50_000)
+    train.add_argument("--max-steps", type=POSITIVE, default=None,
+                       help="step cap (default 50,000; with --resume: the run's own, so a finished run stays finished "
+                            "unless you raise it)")
     train.add_argument("--lr", type=_positive_float, default=None, help="default: 1e-3 for one layer, 1e-4 for several")
     train.add_argument("--residual", choices=("auto", "yes", "no"), default="auto",
                        help="residual stream (auto: none for one layer, as the paper)")
@@ -359,6 +362,12 @@ def _toy_train(args: argparse.Namespace) -> dict:
     from toy.train import train
 
     residual = {"auto": None, "yes": True, "no": False}[args.residual]
+    max_steps = args.max_steps
+    if max_steps is None:
+        from toy.run_dir import CONFIG_FILE, read_config
+
+        resuming = args.resume and (Path(args.out) / CONFIG_FILE).is_file()
+        max_steps = read_config(args.out).train.max_steps if resuming else 50_000
     config = RunConfig(
         model=ToyModelConfig(
             n_layers=args.layers, n_heads=args.heads, d_model=args.d_model, seq_len=args.seq_len,
@@ -367,7 +376,7 @@ def _toy_train(args: argparse.Namespace) -> dict:
         ),
         task=TaskConfig(d_model=args.d_model, seq_len=args.seq_len,
                         eval_trigger_position=min(7, args.seq_len - 1)),
-        train=TrainConfig(seed=args.seed, lr=args.lr, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every),
+        train=TrainConfig(seed=args.seed, lr=args.lr, max_steps=max_steps, checkpoint_every=args.checkpoint_every),
     )
     from interp.atomic_io import holds_files
 
@@ -627,7 +636,21 @@ def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _terminated_after_the_work(signum: int, frame: object) -> None:
+    """SIGTERM once the result is complete (printing it, or the interpreter shutting down):
+    one line and exit 1 at once, instead of the default silent death (exit 143)."""
+    sys.stderr.write("sinkscope: interrupted after the result was complete; it is kept\n")
+    sys.stderr.flush()
+    os._exit(EXIT_FAILED)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, MemoryError) or "can't allocate memory" in str(error) or "out of memory" in str(error)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The console script (``argv=None``: the process's arguments) or an in-process call
+    (tests); an in-process caller gets its own SIGTERM handler back at the end."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = HANDLERS[(args.command, getattr(args, f"{args.command}_command", None))]
@@ -635,23 +658,34 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
         result = handler(args)
+        if args.json:
+            print(json.dumps(result, indent=2))
     except (ValueError, FileExistsError, FileNotFoundError) as error:
         print(f"sinkscope: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"sinkscope: interrupted; {INTERRUPTED[args.command]}", file=sys.stderr)
         return EXIT_FAILED
-    except RuntimeError as error:
+    except (RuntimeError, MemoryError) as error:
+        if _out_of_memory(error):  # a count too large for this machine: the input, not the code
+            print(f"sinkscope: error: out of memory ({_first_line(error)}); lower the sizes and counts "
+                  "(--sequences, --inputs, --heads, --d-model, --batch-size, --n-prompts, --max-len)", file=sys.stderr)
+            return EXIT_USAGE
         if not _run_failed(args.command, error):
             raise
         print(f"sinkscope: run failed: {error}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)  # callers such as tests keep their own handler
-    if args.json:
-        print(json.dumps(result, indent=2))
+            # the console script keeps a SIGTERM handler through the interpreter's shutdown;
+            # an in-process caller (tests) gets its own back
+            signal.signal(signal.SIGTERM, _terminated_after_the_work if argv is None else previous)
     return EXIT_OK
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 if __name__ == "__main__":

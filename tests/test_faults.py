@@ -668,3 +668,79 @@ def test_a_broken_model_config_names_the_file_not_the_network(model_dir, prompts
     err_fix = "restore it"
     one_line_exit_2(capsys, audit_argv(model, prompts, tmp_path / "out"), err_fix)
     assert snapshot(model) == before and not (tmp_path / "out").exists()
+
+
+def test_truncated_weights_are_one_line_naming_the_file(model_dir, prompts, toy_run, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run, ignore=shutil.ignore_patterns("probe", "patch"))
+    weights = run / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    one_line_exit_2(capsys, ["toy", "probe", str(run), "--out", str(tmp_path / "p"), "--sequences", "8"],
+                    "is not a readable safetensors file")
+    one_line_exit_2(capsys, ["toy", "patch", str(run), "--out", str(tmp_path / "q"), "--inputs", "4"],
+                    "is not a readable safetensors file")
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    (model / "model.safetensors").write_bytes((model_dir / "model.safetensors").read_bytes()[:500])
+    one_line_exit_2(capsys, audit_argv(model, prompts, tmp_path / "out"), "cannot be read")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "p").exists()
+
+
+def test_a_run_config_with_sections_of_the_wrong_type_is_one_line(toy_run, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run, ignore=shutil.ignore_patterns("probe", "patch"))
+    (run / "config.json").write_text('{"model": 1, "task": 2, "train": 3}')
+    one_line_exit_2(capsys, ["toy", "probe", str(run), "--out", str(tmp_path / "p")], "restore it")
+    one_line_exit_2(capsys, ["toy", "tradeoff", "--run", str(run), "--out", str(tmp_path / "t")], "restore it")
+
+
+def test_running_out_of_memory_is_one_line_naming_the_counts(toy_run, tmp_path, capsys, monkeypatch):
+    """A count too large for the machine (injected: an allocation the allocator refuses)."""
+    import toy.probe_run
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 8000000000000 bytes.")
+
+    monkeypatch.setattr(toy.probe_run, "probe_model", refuse)
+    one_line_exit_2(capsys, ["toy", "probe", str(toy_run), "--out", str(tmp_path / "p")], "lower the sizes and counts")
+    assert not (tmp_path / "p").exists()
+
+
+def test_sigterm_after_the_work_is_one_line_and_exit_1(toy_run, tmp_path):
+    """SIGTERM while the console script shuts down (after main returned): not a silent
+    exit 143."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys, time\nfrom sinkscope.cli import main\nsys.argv[0] = 'sinkscope'\n"
+            "status = main()\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(10)\nsys.exit(status)\n")
+    done = subprocess.run([sys.executable, "-c", code, "toy", "probe", str(toy_run), "--out", str(tmp_path / "p"),
+                           "--sequences", "8"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done
+    assert done.stderr.strip() == "sinkscope: interrupted after the result was complete; it is kept"
+    assert (tmp_path / "p" / "probe.json").is_file()
+
+
+def test_a_broken_symlink_at_or_above_out_names_it(model_dir, prompts, toy_run, tmp_path, capsys):
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "dangling" / "sub"), "broken symbolic link")
+    if not (toy_run / "probe").exists():
+        assert main(["toy", "probe", str(toy_run), "--sequences", "20", "--no-progress"]) == 0
+    one_line_exit_2(capsys, ["report", str(toy_run / "probe"), "--out", str(tmp_path / "dangling")], "symbolic link")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_resume_without_max_steps_keeps_a_finished_run_finished(toy_run, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run)
+    before = snapshot(run)
+    assert main(["toy", "train", "--out", str(run), "--resume", "--no-progress"]) == 0
+    assert snapshot(run) == before  # finished at its own max_steps: nothing retrained or rewritten
+    assert "max_steps after 50 steps" in capsys.readouterr().out

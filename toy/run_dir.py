@@ -143,7 +143,11 @@ def read_config(run_dir: str | os.PathLike) -> RunConfig:
         raise ValueError(f"{run_dir / CONFIG_FILE} is not a run config (a JSON {type(data).__name__}, not an object); "
                          "restore it or retrain into a new --out")
     data.pop("versions", None)
-    return RunConfig.from_dict(data)
+    try:
+        return RunConfig.from_dict(data)
+    except (TypeError, AttributeError) as error:  # a section or setting of the wrong JSON type
+        raise ValueError(f"{run_dir / CONFIG_FILE} has a setting of the wrong type ({error}); "
+                         "restore it or retrain into a new --out") from None
 
 
 def checkpoint_dirs(run_dir: Path) -> list[Path]:
