@@ -466,8 +466,11 @@ def _train_stack(
                         _checkpoint(member, step, data_states[k], elapsed(member))
                 raise KeyboardInterrupt
             batches = [sample_batch(task_cfg, train_cfg.batch_size, m.generator, target) for m in stack.members]
-            tokens = torch.stack([b.tokens for b in batches])  # [K, batch, pos, d_model]
-            targets = torch.stack([b.targets for b in batches])
+            if len(batches) == 1:  # a view, not a copy: K = 1 costs what a plain training step does
+                tokens, targets = batches[0].tokens.unsqueeze(0), batches[0].targets.unsqueeze(0)
+            else:
+                tokens = torch.stack([b.tokens for b in batches])  # [K, batch, pos, d_model]
+                targets = torch.stack([b.targets for b in batches])
             error = stack.forward(tokens) - targets
             losses = error.pow(2).mean(dim=(1, 2, 3))  # [K]
             linfs = error.detach().abs().amax(dim=(1, 2, 3))
@@ -498,10 +501,11 @@ def _train_stack(
             continuing = [k for k in range(len(stack.members)) if k not in finished]
             if not continuing:
                 break
-            bar.set_postfix_str(f"{len(continuing)} training, best L-inf {min(linf_values[k] for k in continuing):.1e} "
-                                f"(stops below {train_cfg.stop_linf:g})", refresh=False)
+            if progress and step % train_cfg.log_every == 0:
+                bar.set_postfix_str(f"{len(continuing)} training, best L-inf {min(linf_values[k] for k in continuing):.1e} "
+                                    f"(stops below {train_cfg.stop_linf:g})", refresh=False)
             stack.optimizer.zero_grad(set_to_none=True)
-            losses[continuing].sum().backward()
+            (losses if len(continuing) == len(losses) else losses[continuing]).sum().backward()
             stack.optimizer.step()
             step += 1
             bar.update(1)
