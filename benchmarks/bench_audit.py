@@ -60,9 +60,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -119,10 +120,16 @@ SHAPES: dict[str, str] = {
 
 def build_model(directory: str, shape: str = "gpt2-small") -> int:
     """Save a random model of ``shape`` (see ``SHAPES``) and a tokenizer; returns its parameter count."""
-    from tiny_models import train_byte_level_tokenizer
     from transformers import (
-        GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM,
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,
     )
+
+    from tiny_models import train_byte_level_tokenizer
 
     tokenizer = train_byte_level_tokenizer()
     special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
@@ -130,15 +137,31 @@ def build_model(directory: str, shape: str = "gpt2-small") -> int:
         config, model_class = GPT2Config(n_ctx=1024, **special), GPT2LMHeadModel
     elif shape == "pythia-160m":
         config = GPTNeoXConfig(
-            vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-            rotary_pct=0.25, max_position_embeddings=2048, tie_word_embeddings=False, **special,
+            vocab_size=50304,
+            hidden_size=768,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            intermediate_size=3072,
+            rotary_pct=0.25,
+            max_position_embeddings=2048,
+            tie_word_embeddings=False,
+            **special,
         )
         model_class = GPTNeoXForCausalLM
     elif shape == "smollm2-135m":
         config = LlamaConfig(
-            vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-            num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000,
-            tie_word_embeddings=True, attn_implementation="eager", **special,
+            vocab_size=49152,
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            max_position_embeddings=8192,
+            rms_norm_eps=1e-5,
+            rope_theta=100000,
+            tie_word_embeddings=True,
+            attn_implementation="eager",
+            **special,
         )
         model_class = LlamaForCausalLM
     else:
@@ -295,6 +318,7 @@ def format_table(results: list[ModeResult]) -> str:
     for r in results:
         peak = "n/a" if r.peak_rss_increase_mib is None else f"{r.peak_rss_increase_mib:.0f}"
         share = "n/a" if r.peak_rss_increase_mib is None or not cache else f"{r.peak_rss_increase_mib / cache:.2f}"
+
         def cell(value: float | None, width: int, digits: int) -> str:
             return f"{'n/a':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
@@ -332,20 +356,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         from interp.atomic_io import atomic_write_json
 
-        atomic_write_json(args.json, {
-            "benchmark": "audit",
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "threads": torch.get_num_threads(),
-            "shape": args.shape,
-            "n_params": n_params,
-            "prompts": args.prompts,
-            "tokens": args.tokens,
-            "batch_size": args.batch_size,
-            "repeats": args.repeats,
-            "write_audit_s": write_seconds,
-            "results": [asdict(result) for result in results],
-        })
+        atomic_write_json(
+            args.json,
+            {
+                "benchmark": "audit",
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+                "threads": torch.get_num_threads(),
+                "shape": args.shape,
+                "n_params": n_params,
+                "prompts": args.prompts,
+                "tokens": args.tokens,
+                "batch_size": args.batch_size,
+                "repeats": args.repeats,
+                "write_audit_s": write_seconds,
+                "results": [asdict(result) for result in results],
+            },
+        )
         print(f"wrote {args.json}")
     return 0
 

@@ -47,9 +47,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -101,13 +101,17 @@ def build(setup: Setup) -> tuple[HookedModel, torch.Tensor]:
         from toy.task import TaskConfig, eval_batch
 
         torch.manual_seed(0)
-        config = ToyModelConfig(n_layers=N_LAYERS, n_heads=N_HEADS, d_model=64, d_head=16, seq_len=setup.tokens, init_std=0.1)
+        config = ToyModelConfig(
+            n_layers=N_LAYERS, n_heads=N_HEADS, d_model=64, d_head=16, seq_len=setup.tokens, init_std=0.1
+        )
         task = TaskConfig(d_model=64, seq_len=setup.tokens, eval_trigger_position=setup.tokens // 2)
         return HookedModel(ToyTransformer(config)), eval_batch(task, setup.prompts, seed=0, target="residual").tokens
     from tiny_models import load_bridge
 
     bridge = load_bridge(setup.gpt2_dir)
-    tokens = torch.randint(0, bridge.cfg.d_vocab, (setup.prompts, setup.tokens), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(
+        0, bridge.cfg.d_vocab, (setup.prompts, setup.tokens), generator=torch.Generator().manual_seed(0)
+    )
     return HookedModel(bridge), tokens
 
 
@@ -170,7 +174,7 @@ def bench_case(setup: Setup, repeats: int) -> list[CaseResult]:
         run()
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     for repeat in range(repeats):
-        for mode in MODES[repeat % len(MODES):] + MODES[: repeat % len(MODES)]:
+        for mode in MODES[repeat % len(MODES) :] + MODES[: repeat % len(MODES)]:
             started = time.perf_counter()
             runs[mode]()
             times[mode].append(time.perf_counter() - started)
@@ -203,7 +207,9 @@ def format_table(results: list[CaseResult], prompts: int, tokens: int) -> str:
             memory = f"{'n/a':>9} {'n/a':>9} {'n/a':>12}"
         else:
             memory = f"{r.memory.kept_mib:>9.1f} {r.memory.peak_mib:>9.1f} {r.memory.peak_mib - bare[r.case].peak_mib:>+12.1f}"
-        lines.append(f"{r.case:<10} {r.mode:<6} {r.median_s:>9.3f} {r.ratio_to_bare:>7.2f} {r.median_paired_ratio:>7.2f} {memory}")
+        lines.append(
+            f"{r.case:<10} {r.mode:<6} {r.median_s:>9.3f} {r.ratio_to_bare:>7.2f} {r.median_paired_ratio:>7.2f} {memory}"
+        )
     one = pattern_mib(prompts, tokens)
     lines.append(
         f"patterns ({prompts} x {N_HEADS} x {tokens} x {tokens} float32): one layer {one:.1f} MiB, "
@@ -232,23 +238,28 @@ def main(argv: list[str] | None = None) -> int:
         build_tiny_gpt2(gpt2_dir, n_layer=N_LAYERS, n_head=N_HEADS, n_embd=256)
         for case in CASES:
             results += bench_case(Setup(case, args.prompts, args.tokens, gpt2_dir), args.repeats)
-    print(f"probe overhead, {args.prompts} prompts x {args.tokens} tokens, {args.repeats} repeats, 1 thread, torch {torch.__version__}")
+    print(
+        f"probe overhead, {args.prompts} prompts x {args.tokens} tokens, {args.repeats} repeats, 1 thread, torch {torch.__version__}"
+    )
     print(format_table(results, args.prompts, args.tokens))
     if args.json is not None:
         from interp.atomic_io import atomic_write_json
 
-        atomic_write_json(args.json, {
-            "benchmark": "probe_overhead",
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "threads": torch.get_num_threads(),
-            "prompts": args.prompts,
-            "tokens": args.tokens,
-            "repeats": args.repeats,
-            "pattern_mib_one_layer": pattern_mib(args.prompts, args.tokens),
-            "pattern_mib_all_layers": N_LAYERS * pattern_mib(args.prompts, args.tokens),
-            "results": [asdict(r) for r in results],
-        })
+        atomic_write_json(
+            args.json,
+            {
+                "benchmark": "probe_overhead",
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+                "threads": torch.get_num_threads(),
+                "prompts": args.prompts,
+                "tokens": args.tokens,
+                "repeats": args.repeats,
+                "pattern_mib_one_layer": pattern_mib(args.prompts, args.tokens),
+                "pattern_mib_all_layers": N_LAYERS * pattern_mib(args.prompts, args.tokens),
+                "results": [asdict(r) for r in results],
+            },
+        )
         print(f"wrote {args.json}")
     return 0
 

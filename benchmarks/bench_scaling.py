@@ -47,13 +47,20 @@ EXPECTED = {"prompts": (0.8, 1.2), "tokens": (1.0, 2.0)}  # the exponent ranges 
 
 def build_model(directory: str) -> int:
     """Save the small random GPT-2 and its tokenizer; returns its parameter count."""
-    from tiny_models import train_byte_level_tokenizer
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tiny_models import train_byte_level_tokenizer
 
     tokenizer = train_byte_level_tokenizer()
     config = GPT2Config(
-        vocab_size=len(tokenizer), n_positions=N_CTX, n_ctx=N_CTX, n_layer=N_LAYERS, n_head=N_HEADS, n_embd=D_MODEL,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        n_positions=N_CTX,
+        n_ctx=N_CTX,
+        n_layer=N_LAYERS,
+        n_head=N_HEADS,
+        n_embd=D_MODEL,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()
@@ -82,7 +89,7 @@ def time_point(loaded: LoadedModel, n_prompts: int, tokens: int, repeats: int) -
         run()
     times: dict[str, list[float]] = {"audit": [], "bare": []}
     for repeat in range(repeats):
-        for way in (("audit", "bare") if repeat % 2 == 0 else ("bare", "audit")):
+        for way in ("audit", "bare") if repeat % 2 == 0 else ("bare", "audit"):
             started = time.perf_counter()
             runs[way]()
             times[way].append(time.perf_counter() - started)
@@ -207,15 +214,21 @@ def _sizes(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=_sizes, default=[4, 8, 16, 32], help="prompt counts (default 4,8,16,32)")
-    parser.add_argument("--tokens", type=_sizes, default=[32, 64, 128, 256], help="tokens per prompt (default 32,64,128,256)")
+    parser.add_argument(
+        "--tokens", type=_sizes, default=[32, 64, 128, 256], help="tokens per prompt (default 32,64,128,256)"
+    )
     parser.add_argument("--fixed-prompts", type=int, default=16, help="prompts in the T sweep (default 16)")
     parser.add_argument("--fixed-tokens", type=int, default=64, help="tokens in the prompts sweep (default 64)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per point; the median is reported (default 5)")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed runs per point; the median is reported (default 5)"
+    )
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
     if len(args.prompts) < 2 or len(args.tokens) < 2:
         parser.error("--prompts and --tokens need at least two sizes each to fit an exponent")
-    if min(args.prompts + [args.fixed_prompts, args.repeats]) < 1 or not all(2 <= t <= N_CTX for t in args.tokens + [args.fixed_tokens]):
+    if min(args.prompts + [args.fixed_prompts, args.repeats]) < 1 or not all(
+        2 <= t <= N_CTX for t in args.tokens + [args.fixed_tokens]
+    ):
         parser.error(f"prompt counts and --repeats must be >= 1 and token counts in 2..{N_CTX}")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="bench_scaling_") as model_dir:
@@ -235,14 +248,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         from interp.atomic_io import atomic_write_json
 
-        atomic_write_json(args.json, {
-            "benchmark": "scaling",
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "threads": torch.get_num_threads(),
-            "n_params": n_params,
-            "results": results,
-        })
+        atomic_write_json(
+            args.json,
+            {
+                "benchmark": "scaling",
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+                "threads": torch.get_num_threads(),
+                "n_params": n_params,
+                "results": results,
+            },
+        )
         print(f"wrote {args.json}")
     return 0
 

@@ -26,8 +26,8 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -87,7 +87,13 @@ def _rel(a: float, b: float) -> float:
 def agreement(sequential: list[TrainResult], batched: list[TrainResult]) -> dict:
     """How the batched results match the one-by-one results, seed by seed."""
     if len(sequential) != len(batched):
-        return {"same_count": False, "same_status": False, "same_steps": False, "max_rel_loss": math.inf, "max_rel_linf": math.inf}
+        return {
+            "same_count": False,
+            "same_status": False,
+            "same_steps": False,
+            "max_rel_loss": math.inf,
+            "max_rel_linf": math.inf,
+        }
     return {
         "same_count": True,
         "same_status": all(s.status == b.status for s, b in zip(sequential, batched)),
@@ -154,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=8, help="K, the seeds trained together (default 8)")
     parser.add_argument("--steps", type=int, default=300, help="training steps per seed (default 300)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per way; the median is reported (default 3)")
-    parser.add_argument("--cases", default="1x1,2x2", help=f"comma-separated architectures among {', '.join(CASES)} (default 1x1,2x2)")
+    parser.add_argument(
+        "--cases", default="1x1,2x2", help=f"comma-separated architectures among {', '.join(CASES)} (default 1x1,2x2)"
+    )
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
     cases = [case.strip() for case in args.cases.split(",") if case.strip()]
@@ -170,20 +178,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"K={args.seeds} seeds vectorised vs sequential: not available: {source}")
         return 0
     results = [bench_case(train_batched, case, args.seeds, args.steps, args.repeats) for case in cases]
-    print(f"K={args.seeds} seeds, batched vs sequential, {args.steps} steps x {args.repeats} repeats, 1 thread, torch {torch.__version__}")
+    print(
+        f"K={args.seeds} seeds, batched vs sequential, {args.steps} steps x {args.repeats} repeats, 1 thread, torch {torch.__version__}"
+    )
     print(format_table(results))
     worst = min(r["speedup"] for r in results)
     print(f"worst speedup {worst:.2f}x (target >= 3x): {'ok' if worst >= 3 else 'NOT MET'}")
     if args.json is not None:
         from interp.atomic_io import atomic_write_json
 
-        atomic_write_json(args.json, {
-            "benchmark": "seeds",
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "threads": torch.get_num_threads(),
-            "results": results,
-        })
+        atomic_write_json(
+            args.json,
+            {
+                "benchmark": "seeds",
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+                "threads": torch.get_num_threads(),
+                "results": results,
+            },
+        )
         print(f"wrote {args.json}")
     return 0
 

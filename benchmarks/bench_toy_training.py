@@ -83,8 +83,8 @@ class PlainAttention(nn.Module):
             n_batch, n_pos, n_heads, n_pos
         )
         pattern = scores_to_pattern(self.attention, scores + bias, row_scale)  # [batch, query, head, key]
-        values = (x @ w_ov).view(n_batch, n_pos, n_heads, d_model).transpose(1, 2).reshape(
-            n_batch, n_heads * n_pos, d_model
+        values = (
+            (x @ w_ov).view(n_batch, n_pos, n_heads, d_model).transpose(1, 2).reshape(n_batch, n_heads * n_pos, d_model)
         )
         return pattern.reshape(n_batch, n_pos, n_heads * n_pos) @ values
 
@@ -183,7 +183,7 @@ def bench_case(case: Case, steps: int, repeats: int, warmup: int) -> dict:
     kinds = ("hooked", "plain", "per_head")
     rates: dict[str, list[float]] = {kind: [] for kind in kinds}
     for repeat in range(repeats):
-        for kind in kinds[repeat % 3:] + kinds[: repeat % 3]:  # rotate the order
+        for kind in kinds[repeat % 3 :] + kinds[: repeat % 3]:  # rotate the order
             hooked, plain = build_pair(case.model)
             model = plain if kind == "plain" else hooked
             if kind == "per_head":
@@ -248,13 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         from interp.atomic_io import atomic_write_json
 
-        atomic_write_json(args.json, {
-            "benchmark": "toy_training",
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "threads": torch.get_num_threads(),
-            "results": results,
-        })
+        atomic_write_json(
+            args.json,
+            {
+                "benchmark": "toy_training",
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+                "threads": torch.get_num_threads(),
+                "results": results,
+            },
+        )
         print(f"wrote {args.json}")
     return 0
 

@@ -26,10 +26,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
@@ -73,14 +73,32 @@ def steps_per_second(case: str, way: str, steps: int, workdir: Path) -> float:
     run_dir = Path(tempfile.mkdtemp(dir=workdir)) / "run"
     if way == "cli":
         subprocess.run(
-            [sys.executable, "-m", "sinkscope.cli", "toy", "train", "--out", str(run_dir), "--layers", str(layers),
-             "--heads", str(heads), "--max-steps", str(steps), "--checkpoint-every", str(10 * steps), "--no-progress"],
-            check=True, stdout=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "sinkscope.cli",
+                "toy",
+                "train",
+                "--out",
+                str(run_dir),
+                "--layers",
+                str(layers),
+                "--heads",
+                str(heads),
+                "--max-steps",
+                str(steps),
+                "--checkpoint-every",
+                str(10 * steps),
+                "--no-progress",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
         result = read_result(run_dir)  # the default stop rule: a run that converges early still has a speed
     else:
         config = RunConfig(
-            ToyModelConfig(n_layers=layers, n_heads=heads), TaskConfig(),
+            ToyModelConfig(n_layers=layers, n_heads=heads),
+            TaskConfig(),
             TrainConfig(max_steps=steps, stop_linf=1e-12, checkpoint_every=10 * steps),
         )
         result = train(config, run_dir, progress=False, threads=1 if way == "api, 1 thread" else 2)
@@ -98,21 +116,31 @@ def bench(cases: list[str], steps: dict[str, int], hogs: int) -> list[LoadRow]:
                 with cpu_hogs(hogs):
                     loaded = steps_per_second(case, way, steps[case], workdir)
                 rows.append(LoadRow(case, way, steps[case], idle, loaded))
-                print(f"{case} {way}: idle {idle:.1f} steps/s, beside {hogs} hog(s) {loaded:.1f} steps/s "
-                      f"({loaded / idle:.2f})", flush=True)
+                print(
+                    f"{case} {way}: idle {idle:.1f} steps/s, beside {hogs} hog(s) {loaded:.1f} steps/s "
+                    f"({loaded / idle:.2f})",
+                    flush=True,
+                )
     return rows
 
 
 def format_table(rows: list[LoadRow], hogs: int) -> str:
-    lines = [f"| case | way | steps | idle steps/s | beside {hogs} hog(s) steps/s | ratio |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.case} | {r.way} | {r.steps} | {r.idle_steps_per_s:.1f} | {r.loaded_steps_per_s:.1f} | {r.ratio:.2f} |"
-              for r in rows]
+    lines = [
+        f"| case | way | steps | idle steps/s | beside {hogs} hog(s) steps/s | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r.case} | {r.way} | {r.steps} | {r.idle_steps_per_s:.1f} | {r.loaded_steps_per_s:.1f} | {r.ratio:.2f} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 3000 for 1x1, 1200 for 2x2, 600 for 4x4)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="steps per run (default 3000 for 1x1, 1200 for 2x2, 600 for 4x4)"
+    )
     parser.add_argument("--hogs", type=int, default=1)
     parser.add_argument("--cases", default="1x1,4x4")
     parser.add_argument("--json", default=None)

@@ -15,7 +15,7 @@ import cProfile
 import os
 import pstats
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 MiB = 2**20
 OWN_PACKAGES = ("interp/", "probes/", "toy/", "pretrained_analysis/", "sinkscope/")
@@ -48,7 +48,7 @@ def _short_path(path: str) -> str:
         if marker in path:
             return path.split(marker, 1)[1]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    return path[len(root):] if path.startswith(root) else os.path.basename(path)
+    return path[len(root) :] if path.startswith(root) else os.path.basename(path)
 
 
 def python_functions(fn: Callable[[], object], repeats: int = 1) -> list[dict]:
@@ -64,12 +64,14 @@ def python_functions(fn: Callable[[], object], repeats: int = 1) -> list[dict]:
     rows = []
     for (path, line, name), (_, n_calls, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
         where = name if path == "~" else f"{_short_path(path)}:{line}({name})"
-        rows.append({
-            "name": where,
-            "calls": n_calls / repeats,
-            "self_ms": own * 1000 / repeats,
-            "total_ms": cumulative * 1000 / repeats,
-        })
+        rows.append(
+            {
+                "name": where,
+                "calls": n_calls / repeats,
+                "self_ms": own * 1000 / repeats,
+                "total_ms": cumulative * 1000 / repeats,
+            }
+        )
     return sorted(rows, key=lambda r: -r["self_ms"])
 
 
@@ -150,7 +152,9 @@ def compare(
     slow_own = own_code([row for row in slow_py if row["name"] not in fast_names], slow_py_total)
 
     def listing(rows: list[dict], key: str) -> str:
-        return ", ".join(f"`{row['name']}` {'+' if key == 'extra' else ''}{row[key]:.1f} ms" for row in rows[:3]) or "none"
+        return (
+            ", ".join(f"`{row['name']}` {'+' if key == 'extra' else ''}{row[key]:.1f} ms" for row in rows[:3]) or "none"
+        )
 
     summary = (
         f"torch.profiler: {slow_label} {slow_total:.1f} ms of operator self time per run vs {fast_label} "
@@ -158,17 +162,28 @@ def compare(
         f"cProfile (its own overhead included): {slow_py_total:.1f} vs {fast_py_total:.1f} ms "
         f"({slow_py_total - fast_py_total:+.1f} ms); functions both run, largest extra: {listing(extra_shared, 'extra')}; "
         f"functions only {slow_label} runs, largest own time: {listing(slow_only, 'self_ms')}"
-        + (f"; sinkscope calls only {slow_label} makes, by cumulative time: {listing(slow_own, 'total_ms')}." if slow_own else ".")
+        + (
+            f"; sinkscope calls only {slow_label} makes, by cumulative time: {listing(slow_own, 'total_ms')}."
+            if slow_own
+            else "."
+        )
     )
     tables = [
         (f"Top operators, {slow_label} (torch.profiler, per run)", rows_table(slow_ops, top)),
         (f"Top operators, {fast_label} (torch.profiler, per run)", rows_table(fast_ops, top)),
         (f"Operators where {slow_label} spends more than {fast_label}", extra_table(extra_ops) if extra_ops else ""),
-        (f"Python functions both run, where {slow_label} spends more (cProfile own time)",
-         extra_table(extra_shared) if extra_shared else ""),
-        (f"Python functions only {slow_label} runs (cProfile, per run)", rows_table(slow_only, top, total_ms=slow_py_total) if slow_only else ""),
-        (f"sinkscope functions only {slow_label} calls, by cumulative time (cProfile, per run)",
-         rows_table(slow_own, top, total_ms=slow_py_total) if slow_own else ""),
+        (
+            f"Python functions both run, where {slow_label} spends more (cProfile own time)",
+            extra_table(extra_shared) if extra_shared else "",
+        ),
+        (
+            f"Python functions only {slow_label} runs (cProfile, per run)",
+            rows_table(slow_only, top, total_ms=slow_py_total) if slow_only else "",
+        ),
+        (
+            f"sinkscope functions only {slow_label} calls, by cumulative time (cProfile, per run)",
+            rows_table(slow_own, top, total_ms=slow_py_total) if slow_own else "",
+        ),
         (f"Top Python functions, {fast_label} (cProfile, per run)", rows_table(fast_py, top)),
     ]
     tables = [f"{caption}:\n\n{table}" for caption, table in tables if table]

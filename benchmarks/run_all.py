@@ -41,9 +41,10 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
@@ -59,11 +60,21 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "seeds": {"k": 8, "steps": 300, "repeats": 3, "cases": ["1x1", "2x2"], "profile_steps": 50},
         "audit": {
             "shapes": ["gpt2-small", "pythia-160m", "smollm2-135m"],
-            "prompts": 16, "tokens": 64, "batch_size": 16, "repeats": 5,
-            "memory_modes": ["bare hf", "bare bridge", "audit", "full cache"], "write": True,
+            "prompts": 16,
+            "tokens": 64,
+            "batch_size": 16,
+            "repeats": 5,
+            "memory_modes": ["bare hf", "bare bridge", "audit", "full cache"],
+            "write": True,
             "timed_modes": ["bare hf", "bare bridge", "bare trunk", "audit", "full cache"],
         },
-        "scaling": {"prompts": [4, 8, 16, 32], "tokens": [32, 64, 128, 256], "fixed_prompts": 16, "fixed_tokens": 64, "repeats": 5},
+        "scaling": {
+            "prompts": [4, 8, 16, 32],
+            "tokens": [32, 64, 128, 256],
+            "fixed_prompts": 16,
+            "fixed_tokens": 64,
+            "repeats": 5,
+        },
         "load": {"cases": ["1x1", "2x2", "4x4"], "steps": {"1x1": 3000, "2x2": 1200, "4x4": 600}, "hogs": 1},
     },
     "quick": {
@@ -71,10 +82,21 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "seeds": {"k": 8, "steps": 100, "repeats": 3, "cases": ["1x1"], "profile_steps": 20},
         "audit": {
             "shapes": ["gpt2-small", "pythia-160m", "smollm2-135m"],
-            "prompts": 8, "tokens": 64, "batch_size": 8, "repeats": 3,
-            "memory_modes": ["bare bridge", "audit", "full cache"], "write": False, "timed_modes": ["bare bridge", "bare trunk", "audit"],
+            "prompts": 8,
+            "tokens": 64,
+            "batch_size": 8,
+            "repeats": 3,
+            "memory_modes": ["bare bridge", "audit", "full cache"],
+            "write": False,
+            "timed_modes": ["bare bridge", "bare trunk", "audit"],
         },
-        "scaling": {"prompts": [4, 8, 16, 32], "tokens": [32, 64, 128, 256], "fixed_prompts": 8, "fixed_tokens": 64, "repeats": 3},
+        "scaling": {
+            "prompts": [4, 8, 16, 32],
+            "tokens": [32, 64, 128, 256],
+            "fixed_prompts": 8,
+            "fixed_tokens": 64,
+            "repeats": 3,
+        },
         "load": {"cases": ["1x1", "4x4"], "steps": {"1x1": 1000, "4x4": 200}, "hogs": 1},
     },
 }
@@ -90,7 +112,9 @@ def log(message: str) -> None:
     print(f"{time.perf_counter() - _STARTED:6.0f}s {message}", file=sys.stderr, flush=True)
 
 
-def target_row(label: str, value: float | None, target: str, ok: bool | None, status: str | None = None, kind: str = "target") -> dict:
+def target_row(
+    label: str, value: float | None, target: str, ok: bool | None, status: str | None = None, kind: str = "target"
+) -> dict:
     """One line of the summary table. ``status`` overrides the verdict (e.g. not available)."""
     if status is None:
         if kind == "target":
@@ -120,8 +144,12 @@ def section_toy(p: dict, profile: str) -> dict:
         log(f"[toy] {case.name}: {p['repeats']} x {p['steps']} steps per model")
         results.append(btt.bench_case(case, p["steps"], p["repeats"], p["warmup"]))
     rows = [
-        target_row(f"toy training {r['case']}: hooked / plain steps per second", r["ratio_hooked_over_plain"], f">= {TOY_TARGET}",
-                   r["ratio_hooked_over_plain"] >= TOY_TARGET)
+        target_row(
+            f"toy training {r['case']}: hooked / plain steps per second",
+            r["ratio_hooked_over_plain"],
+            f">= {TOY_TARGET}",
+            r["ratio_hooked_over_plain"] >= TOY_TARGET,
+        )
         for r in results
     ]
     details = (
@@ -140,8 +168,10 @@ def section_toy(p: dict, profile: str) -> dict:
         log(f"[toy] profiling {case.name}, {n} steps per model")
         found = profiling.compare(
             f"toy training {case.name}: hooked vs plain, {n} steps",
-            "hooked", lambda: btt.train_steps(hooked, case.model, task, n),
-            "plain", lambda: btt.train_steps(plain, case.model, task, n),
+            "hooked",
+            lambda: btt.train_steps(hooked, case.model, task, n),
+            "plain",
+            lambda: btt.train_steps(plain, case.model, task, n),
         )
         found["summary"] += f" Per step: divide by {n}."
         profiles.append(found)
@@ -160,7 +190,7 @@ def section_seeds(p: dict, profile: str) -> dict:
         return {
             "rows": [target_row(label, None, f">= {SEEDS_TARGET:g}x", None, status="not available")],
             "details": f"Not available: {source}. The benchmark runs as soon as `toy.train` provides "
-                       "`train_seeds(configs, run_dirs, progress=False) -> list[TrainResult]`.",
+            "`train_seeds(configs, run_dirs, progress=False) -> list[TrainResult]`.",
             "profiles": [],
             "raw": {"available": False, "reason": source},
         }
@@ -168,7 +198,10 @@ def section_seeds(p: dict, profile: str) -> dict:
     for case in p["cases"]:
         log(f"[seeds] {case}: K={p['k']}, {p['steps']} steps, {p['repeats']} repeats")
         results.append(bench_seeds.bench_case(train_batched, case, p["k"], p["steps"], p["repeats"]))
-    rows = [target_row(f"{label}, {r['case']}", r["speedup"], f">= {SEEDS_TARGET:g}x", r["speedup"] >= SEEDS_TARGET) for r in results]
+    rows = [
+        target_row(f"{label}, {r['case']}", r["speedup"], f">= {SEEDS_TARGET:g}x", r["speedup"] >= SEEDS_TARGET)
+        for r in results
+    ]
     agreement_notes = []
     for r in results:
         a = r["agreement"]
@@ -194,8 +227,10 @@ def section_seeds(p: dict, profile: str) -> dict:
             counter = iter(range(10**6))
             found = profiling.compare(
                 f"K={p['k']} seeds {worst['case']}: vectorised vs sequential, {n} steps",
-                "vectorised", lambda: bench_seeds.run_batched(train_batched, configs, Path(tmp) / f"b{next(counter)}"),
-                "sequential", lambda: bench_seeds.run_sequential(configs, Path(tmp) / f"s{next(counter)}"),
+                "vectorised",
+                lambda: bench_seeds.run_batched(train_batched, configs, Path(tmp) / f"b{next(counter)}"),
+                "sequential",
+                lambda: bench_seeds.run_sequential(configs, Path(tmp) / f"s{next(counter)}"),
             )
         found["summary"] = (
             "The target asks the vectorised run to take at most a third of the sequential run's time. Both do the same "
@@ -220,8 +255,10 @@ def section_audit(p: dict, profile: str) -> dict:
             n_params = bench_audit.build_model(model_dir, shape)
             setup = bench_audit.Setup(model_dir, p["prompts"], p["tokens"], p["batch_size"])
             h = bench_audit.harness(setup, None)
-            log(f"[audit] {shape}: timing {len(p['timed_modes'])} ways x {p['repeats']} repeats, "
-                f"peak memory of {len(p['memory_modes'])} ways")
+            log(
+                f"[audit] {shape}: timing {len(p['timed_modes'])} ways x {p['repeats']} repeats, "
+                f"peak memory of {len(p['memory_modes'])} ways"
+            )
             results, write_s = bench_audit.bench(
                 setup, p["repeats"], tuple(p["memory_modes"]), p["write"], h, tuple(p["timed_modes"])
             )
@@ -231,36 +268,69 @@ def section_audit(p: dict, profile: str) -> dict:
             audit_peak, cache_peak = by_mode["audit"].peak_rss_increase_mib, by_mode["full cache"].peak_rss_increase_mib
             memory_ratio = None if audit_peak is None or not cache_peak else audit_peak / cache_peak
             name = bench_audit.SHAPES[shape].rsplit(" (", 1)[0]
-            rows.append(target_row(f"audit {name}: audit / bare forward time", time_ratio, f"<= {AUDIT_TIME_TARGET}",
-                                   time_ratio <= AUDIT_TIME_TARGET))
+            rows.append(
+                target_row(
+                    f"audit {name}: audit / bare forward time",
+                    time_ratio,
+                    f"<= {AUDIT_TIME_TARGET}",
+                    time_ratio <= AUDIT_TIME_TARGET,
+                )
+            )
             trunk_ratio = by_mode["audit"].ratio_to_bare_trunk
             if trunk_ratio is not None:
-                rows.append(target_row(
-                    f"audit {name}: audit / bare forward without the unembedding", trunk_ratio,
-                    f"<= {AUDIT_TIME_TARGET}", trunk_ratio <= AUDIT_TIME_TARGET,
-                ))
+                rows.append(
+                    target_row(
+                        f"audit {name}: audit / bare forward without the unembedding",
+                        trunk_ratio,
+                        f"<= {AUDIT_TIME_TARGET}",
+                        trunk_ratio <= AUDIT_TIME_TARGET,
+                    )
+                )
                 time_ratio = max(time_ratio, trunk_ratio)  # a profile when either comparison misses
             if memory_ratio is None:
-                rows.append(target_row(f"audit {name}: audit / full-cache peak memory", None, f"<= {AUDIT_MEMORY_TARGET}", None,
-                                       status="not measured (/proc/self/clear_refs not writable)"))
+                rows.append(
+                    target_row(
+                        f"audit {name}: audit / full-cache peak memory",
+                        None,
+                        f"<= {AUDIT_MEMORY_TARGET}",
+                        None,
+                        status="not measured (/proc/self/clear_refs not writable)",
+                    )
+                )
             else:
-                rows.append(target_row(f"audit {name}: audit / full-cache peak memory", memory_ratio, f"<= {AUDIT_MEMORY_TARGET}",
-                                       memory_ratio <= AUDIT_MEMORY_TARGET))
+                rows.append(
+                    target_row(
+                        f"audit {name}: audit / full-cache peak memory",
+                        memory_ratio,
+                        f"<= {AUDIT_MEMORY_TARGET}",
+                        memory_ratio <= AUDIT_MEMORY_TARGET,
+                    )
+                )
             text = bench_audit.format_table(results)
             if write_s is not None:
                 text += f"\nwrite_audit (JSON, CSV, map, per-layer plot, 2 example heatmaps): {write_s:.2f} s, once"
             blocks.append(
                 f"**{bench_audit.SHAPES[shape]}**, {n_params / 1e6:.0f}M parameters, random weights:\n\n{code_block(text)}"
             )
-            raw.append({"shape": shape, "n_params": n_params, "write_audit_s": write_s,
-                        "results": [r.__dict__ for r in results]})
+            raw.append(
+                {
+                    "shape": shape,
+                    "n_params": n_params,
+                    "write_audit_s": write_s,
+                    "results": [r.__dict__ for r in results],
+                }
+            )
             missed_time = time_ratio > AUDIT_TIME_TARGET
             missed_memory = memory_ratio is not None and memory_ratio > AUDIT_MEMORY_TARGET
             if profile == "always" or (profile == "missed" and missed_time):
                 log(f"[audit] {shape}: profiling audit vs bare bridge")
                 audit_run = bench_audit.runner(h, "audit", setup.batch_size)
                 bare_run = bench_audit.runner(h, "bare bridge", setup.batch_size)
-                profiles.append(profiling.compare(f"audit {name}: audit vs bare forward", "audit", audit_run, "bare bridge", bare_run))
+                profiles.append(
+                    profiling.compare(
+                        f"audit {name}: audit vs bare forward", "audit", audit_run, "bare bridge", bare_run
+                    )
+                )
             if profile == "always" or (profile == "missed" and missed_memory):
                 log(f"[audit] {shape}: memory profile of the audit")
                 found = profiling.memory_profile(
@@ -288,7 +358,8 @@ def section_audit(p: dict, profile: str) -> dict:
         "probe metric, no figures, ending after the last block), `full cache` (`run_with_cache` on every hook, all batches kept). Times: medians of "
         f"{p['repeats']} runs, order rotating; 1 thread; torch {torch.__version__}. `peak +MiB`: peak RSS of a second, "
         "warm run above the RSS before it, each way in a fresh spawned process (`/proc/self/clear_refs` + `VmHWM`); "
-        "`of cache`: that peak over the full cache's (`n/a`: not timed or not measured in this preset).\n\n" + "\n\n".join(blocks)
+        "`of cache`: that peak over the full cache's (`n/a`: not timed or not measured in this preset).\n\n"
+        + "\n\n".join(blocks)
     )
     return {"rows": rows, "details": details, "profiles": profiles, "raw": raw}
 
@@ -315,7 +386,11 @@ def section_scaling(p: dict, profile: str) -> dict:
             exponent = result["audit_exponent"]
             what = "number of prompts" if result["axis"] == "prompts" else "tokens per prompt T"
             ok = low <= exponent <= high
-            rows.append(target_row(f"scaling: audit time exponent vs {what}", exponent, f"{low:g}..{high:g}", ok, kind="expectation"))
+            rows.append(
+                target_row(
+                    f"scaling: audit time exponent vs {what}", exponent, f"{low:g}..{high:g}", ok, kind="expectation"
+                )
+            )
             notes.append(bench_scaling.explain(result))
             if profile == "always" or (profile == "missed" and not ok):
                 sizes = result["sizes"]
@@ -330,7 +405,10 @@ def section_scaling(p: dict, profile: str) -> dict:
                 log(f"[scaling] profiling the audit at {result['axis']}={large} vs {small}")
                 found = profiling.compare(
                     f"scaling vs {what}: audit at {large} vs at {small}",
-                    f"{result['axis']}={large}", at(large), f"{result['axis']}={small}", at(small),
+                    f"{result['axis']}={large}",
+                    at(large),
+                    f"{result['axis']}={small}",
+                    at(small),
                 )
                 found["summary"] = (
                     f"Going from {small} to {large} multiplies the size by {large / small:g}. "
@@ -358,9 +436,14 @@ def section_load(p: dict, profile: str) -> dict:
 
     rows_found = bench_under_load.bench(p["cases"], p["steps"], p["hogs"])
     rows = [
-        target_row(f"toy training {r.case} beside {p['hogs']} CPU hog: {r.way}, loaded / idle steps per second", r.ratio,
-                   f">= {LOAD_TARGET}", r.ratio >= LOAD_TARGET)
-        for r in rows_found if r.way != "api, 2 threads"
+        target_row(
+            f"toy training {r.case} beside {p['hogs']} CPU hog: {r.way}, loaded / idle steps per second",
+            r.ratio,
+            f">= {LOAD_TARGET}",
+            r.ratio >= LOAD_TARGET,
+        )
+        for r in rows_found
+        if r.way != "api, 2 threads"
     ]
     budgets = ", ".join(f"{case}: {p['steps'][case]} steps" for case in p["cases"])
     details = (
@@ -372,12 +455,19 @@ def section_load(p: dict, profile: str) -> dict:
         "target; it shows why the policy exists.\n\n"
         f"{bench_under_load.format_table(rows_found, p['hogs'])}"
     )
-    return {"rows": rows, "details": details, "profiles": [],
-            "raw": [{**vars(r), "ratio": r.ratio} for r in rows_found]}
+    return {
+        "rows": rows,
+        "details": details,
+        "profiles": [],
+        "raw": [{**vars(r), "ratio": r.ratio} for r in rows_found],
+    }
 
 
 SECTION_FUNCTIONS: dict[str, Callable[[dict, str], dict]] = {
-    "toy": section_toy, "seeds": section_seeds, "audit": section_audit, "scaling": section_scaling,
+    "toy": section_toy,
+    "seeds": section_seeds,
+    "audit": section_audit,
+    "scaling": section_scaling,
     "load": section_load,
 }
 SECTION_TITLES = {
@@ -419,11 +509,27 @@ def run_section_here(name: str, preset: str, profile: str, out: Path) -> int:
 
 def run_section(name: str, preset: str, profile: str) -> dict:
     """The parent side: run one section in a subprocess; returns its dict plus ``seconds``."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
     with tempfile.TemporaryDirectory(prefix=f"run_all_{name}_") as tmp:
         out = Path(tmp) / "section.json"
-        command = [sys.executable, str(Path(__file__).resolve()), "--section", name, "--section-out", str(out), "--profile", profile]
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--section",
+            name,
+            "--section-out",
+            str(out),
+            "--profile",
+            profile,
+        ]
         if preset == "quick":
             command.append("--quick")
         started = time.perf_counter()
@@ -471,7 +577,9 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             found[package] = "not installed"
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        )
         dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=10)
         if commit.returncode == 0:
             found["git commit"] = commit.stdout.strip() + (" (uncommitted changes)" if dirty.stdout.strip() else "")
@@ -487,8 +595,15 @@ def _value(row: dict) -> str:
     return f"{value:.3f}x" if row["target"].endswith("x") else f"{value:.3f}"  # 3 decimals: 0.797 is not 0.80
 
 
-def render(preset: str, machine: dict, found_versions: dict, loads: tuple, started: dt.datetime, wall_s: float,
-           sections: dict[str, dict]) -> str:
+def render(
+    preset: str,
+    machine: dict,
+    found_versions: dict,
+    loads: tuple,
+    started: dt.datetime,
+    wall_s: float,
+    sections: dict[str, dict],
+) -> str:
     lines = [
         "# sinkscope benchmark results",
         "",
@@ -508,9 +623,14 @@ def render(preset: str, machine: dict, found_versions: dict, loads: tuple, start
     ]
     lines += [f"| {name} | {version} |" for name, version in found_versions.items()]
     if loads[0] > 0.5 or loads[1] > 1.5:  # the suite itself adds about 1 to the load at the end
-        lines += ["", (f"Other processes were running (load average {loads[0]:.1f} before the suite, {loads[1]:.1f} at its "
-                       f"end, on {machine['usable_cores']} cores; the suite itself adds about 1), so the figures are "
-                       "noisier than on a quiet machine.")]
+        lines += [
+            "",
+            (
+                f"Other processes were running (load average {loads[0]:.1f} before the suite, {loads[1]:.1f} at its "
+                f"end, on {machine['usable_cores']} cores; the suite itself adds about 1), so the figures are "
+                "noisier than on a quiet machine."
+            ),
+        ]
     lines += ["", "## Summary", "", "| benchmark | measured | target | verdict |", "|---|---:|---|---|"]
     for name, section in sections.items():
         if "error" in section:
@@ -519,8 +639,13 @@ def render(preset: str, machine: dict, found_versions: dict, loads: tuple, start
             continue
         for row in section["rows"]:
             lines.append(f"| {row['label']} | {_value(row)} | {row['target']} | {row['status']} |")
-    missed = [(name, row) for name, section in sections.items() if "error" not in section
-              for row in section["rows"] if row["ok"] is False]
+    missed = [
+        (name, row)
+        for name, section in sections.items()
+        if "error" not in section
+        for row in section["rows"]
+        if row["ok"] is False
+    ]
     for name, section in sections.items():
         lines += ["", f"## {SECTION_TITLES[name]}", "", f"Section time: {section['seconds']:.0f} s.", ""]
         if "error" in section:
@@ -530,8 +655,11 @@ def render(preset: str, machine: dict, found_versions: dict, loads: tuple, start
     lines += ["", "## Targets not met, with profiles", ""]
     failed = [SECTION_TITLES[name] for name, section in sections.items() if "error" in section]
     if not missed:
-        lines.append("None: every target measured was met." if not failed else
-                     f"No target was missed in the sections that ran; failed (see above): {', '.join(failed)}.")
+        lines.append(
+            "None: every target measured was met."
+            if not failed
+            else f"No target was missed in the sections that ran; failed (see above): {', '.join(failed)}."
+        )
     for name, section in sections.items():
         if "error" in section:
             continue
@@ -554,11 +682,21 @@ def render(preset: str, machine: dict, found_versions: dict, loads: tuple, start
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and sizes (about 4 minutes on 2 cores)")
-    parser.add_argument("--out", type=Path, default=BENCH_DIR / "RESULTS.md", help="the markdown report (default benchmarks/RESULTS.md)")
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections among {', '.join(SECTIONS)} (default all)")
-    parser.add_argument("--profile", choices=("missed", "always", "never"), default="missed",
-                        help="profile the slow path when a target is missed (default), always, or never")
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write every section's raw results as JSON")
+    parser.add_argument(
+        "--out", type=Path, default=BENCH_DIR / "RESULTS.md", help="the markdown report (default benchmarks/RESULTS.md)"
+    )
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma-separated sections among {', '.join(SECTIONS)} (default all)"
+    )
+    parser.add_argument(
+        "--profile",
+        choices=("missed", "always", "never"),
+        default="missed",
+        help="profile the slow path when a target is missed (default), always, or never",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="PATH", help="also write every section's raw results as JSON"
+    )
     parser.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)  # internal: run one section (child)
     parser.add_argument("--section-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -600,11 +738,19 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(out, text)
     log(f"wrote {out}")
     if args.json is not None:
-        atomic_write_json(args.json, {
-            "preset": preset, "started": started.isoformat(), "wall_s": wall_s, "machine": machine,
-            "versions": found_versions, "load_average": loads, "presets": PRESETS[preset],
-            "sections": {name: {k: v for k, v in s.items()} for name, s in sections.items()},
-        })
+        atomic_write_json(
+            args.json,
+            {
+                "preset": preset,
+                "started": started.isoformat(),
+                "wall_s": wall_s,
+                "machine": machine,
+                "versions": found_versions,
+                "load_average": loads,
+                "presets": PRESETS[preset],
+                "sections": {name: {k: v for k, v in s.items()} for name, s in sections.items()},
+            },
+        )
         log(f"wrote {args.json}")
     failed = [name for name, section in sections.items() if "error" in section]
     return 1 if failed else 0

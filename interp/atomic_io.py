@@ -11,9 +11,10 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 
 def _umask() -> int:
@@ -81,7 +82,9 @@ def _temporary(make: Callable[..., Any], path: Path) -> Any:
         path.parent.mkdir(parents=True, exist_ok=True)
         return make(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as error:
-        raise OutputError(f"cannot write in {path.parent} ({error.strerror}); choose a writable output location") from None
+        raise OutputError(
+            f"cannot write in {path.parent} ({error.strerror}); choose a writable output location"
+        ) from None
 
 
 def inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
@@ -116,7 +119,10 @@ def check_output_directory(path: str | os.PathLike) -> None:
 
 
 def refuse_output_directory(
-    out_dir: str | os.PathLike, overwrite: bool, inputs: Sequence[str | os.PathLike] = (), inputs_name: str = "the input"
+    out_dir: str | os.PathLike,
+    overwrite: bool,
+    inputs: Sequence[str | os.PathLike] = (),
+    inputs_name: str = "the input",
 ) -> None:
     """Refuse, before any work, an output directory that cannot take a command's result:
     one ``check_output_directory`` refuses, one holding any of the command's ``inputs``
@@ -129,7 +135,9 @@ def refuse_output_directory(
                 f"--out {out_dir} holds {inputs_name} {item}, which replacing it would delete; choose another --out"
             )
     if holds_files(out_dir) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; pass --overwrite to replace it or choose another --out")
+        raise FileExistsError(
+            f"{out_dir} exists and is not empty; pass --overwrite to replace it or choose another --out"
+        )
 
 
 @contextmanager
@@ -150,8 +158,10 @@ def locked_directory(path: str | os.PathLike) -> Iterator[bool]:
             created = True
         except FileExistsError:
             if not path.is_dir():  # a file, or a broken symbolic link, at path or above it
-                raise OutputError(f"cannot create {path}: it, or a folder above it, is a file or a broken symbolic "
-                                  "link; choose another output directory") from None
+                raise OutputError(
+                    f"cannot create {path}: it, or a folder above it, is a file or a broken symbolic "
+                    "link; choose another output directory"
+                ) from None
         except OSError as error:
             raise OutputError(f"cannot create {path} ({error.strerror}); choose a writable output location") from None
         try:
@@ -172,7 +182,9 @@ def locked_directory(path: str | os.PathLike) -> Iterator[bool]:
             break
         os.close(descriptor)  # a finishing run swapped a new result in: lock that one
     else:
-        raise OutputError(f"{path} keeps being replaced by another run; wait for it to finish or choose another output directory")
+        raise OutputError(
+            f"{path} keeps being replaced by another run; wait for it to finish or choose another output directory"
+        )
     try:
         yield created
     finally:
@@ -186,7 +198,10 @@ def locked_directory(path: str | os.PathLike) -> Iterator[bool]:
 
 @contextmanager
 def claim_output_directory(
-    out_dir: str | os.PathLike, overwrite: bool, inputs: Sequence[str | os.PathLike] = (), inputs_name: str = "the input"
+    out_dir: str | os.PathLike,
+    overwrite: bool,
+    inputs: Sequence[str | os.PathLike] = (),
+    inputs_name: str = "the input",
 ) -> Iterator[Path]:
     """Lock ``out_dir`` for the block (``locked_directory``) after
     ``refuse_output_directory``'s checks, which run again once the lock is held, so a

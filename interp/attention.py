@@ -153,8 +153,8 @@ class HookedAttention(nn.Module):
         pattern = scores_to_pattern(self.attention, scores, None if row_scale is None else row_scale.unsqueeze(-1))
         pattern = self.hook_pattern(pattern.transpose(1, 2)).transpose(1, 2)
         # [batch, head * key, d_model]: x W_OV per head, matching the pattern's flattening
-        values = (x @ w_ov).view(n_batch, n_pos, n_heads, d_model).transpose(1, 2).reshape(
-            n_batch, n_heads * n_pos, d_model
+        values = (
+            (x @ w_ov).view(n_batch, n_pos, n_heads, d_model).transpose(1, 2).reshape(n_batch, n_heads * n_pos, d_model)
         )
         out = pattern.reshape(n_batch, n_pos, n_heads * n_pos) @ values
         return out.view(*batch_shape, n_pos, d_model)

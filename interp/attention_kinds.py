@@ -28,9 +28,7 @@ NORMALISED_KINDS: tuple[str, ...] = ("softmax",)
 
 def validate_attention_kind(kind: str) -> str:
     if kind not in ATTENTION_KINDS:
-        raise ValueError(
-            f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}"
-        )
+        raise ValueError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}")
     return kind
 
 

@@ -44,7 +44,9 @@ def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, to
     return tensors, groups
 
 
-def optimizer_from_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], groups: list[dict]) -> None:
+def optimizer_from_tensors(
+    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], groups: list[dict]
+) -> None:
     """Inverse of ``optimizer_to_tensors``: load into an optimizer built on the same params."""
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in tensors.items():

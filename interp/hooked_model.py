@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from transformer_lens import HookedRootModule
@@ -120,7 +121,7 @@ class ModelSpec:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ModelSpec":
+    def from_dict(cls, data: dict) -> ModelSpec:
         """Read back ``to_dict()``. Hook names are not stored: a spec read from a result
         file describes the model, it cannot vouch for a live model's hooks."""
         return cls(**data, hook_names=frozenset())
@@ -147,7 +148,7 @@ class PreparedBatch:
     def n_pos(self) -> int:
         return int(self.attention_mask.shape[1])
 
-    def select(self, rows: torch.Tensor) -> "PreparedBatch":
+    def select(self, rows: torch.Tensor) -> PreparedBatch:
         """The sub-batch of ``rows`` (a ``[n]`` long index)."""
         return PreparedBatch(self.model_input[rows], self.attention_mask[rows], self.anchor[rows])
 
@@ -196,7 +197,11 @@ class HookedModel:
         hook_names = frozenset(model.hook_dict.keys())
         if self.is_bridge:
             cfg = model.cfg
-            missing = [name for name in (attn_hook(0, "pattern"), attn_hook(0, "v"), attn_hook(0, "z")) if name not in hook_names]
+            missing = [
+                name
+                for name in (attn_hook(0, "pattern"), attn_hook(0, "v"), attn_hook(0, "z"))
+                if name not in hook_names
+            ]
             if missing:
                 # e.g. state-space models (Mamba), which the bridge boots but which have no attention
                 architecture = type(getattr(model, "original_model", model)).__name__

@@ -9,13 +9,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from interp.atomic_io import atomic_path  # noqa: E402
 
 
-def save_figure(fig: "plt.Figure", path: str | os.PathLike, dpi: int = 110) -> None:
+def save_figure(fig: plt.Figure, path: str | os.PathLike, dpi: int = 110) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
@@ -46,7 +46,10 @@ def attention_grid(
         raise ValueError(f"need {n_layers} layer labels and {n_heads} head labels for patterns {patterns.shape}")
     size = 2.6
     fig, axes = plt.subplots(
-        n_layers, n_heads, figsize=(size * n_heads + 1.2, size * n_layers + 0.6), squeeze=False,
+        n_layers,
+        n_heads,
+        figsize=(size * n_heads + 1.2, size * n_layers + 0.6),
+        squeeze=False,
         layout="constrained",
     )
     top = float(np.nanmax(patterns)) if vmax is None else vmax
@@ -127,8 +130,14 @@ def layer_head_maps(
         raise ValueError("layer_head_maps needs at least one panel")
     widths = [max(1.2, 0.45 * values.shape[1] + 0.6) for _, values in panels]
     height = max(2.2, 0.4 * max(values.shape[0] for _, values in panels) + 1.2)
-    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths) + 1.2, height), squeeze=False,
-                             layout="constrained", gridspec_kw={"width_ratios": widths})
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(sum(widths) + 1.2, height),
+        squeeze=False,
+        layout="constrained",
+        gridspec_kw={"width_ratios": widths},
+    )
     image = None
     for ax, (name, values) in zip(axes[0], panels):
         image = _draw_grid(ax, values, vmin, vmax, "head", "layer", "magma")
@@ -138,7 +147,7 @@ def layer_head_maps(
     save_figure(fig, path)
 
 
-def _draw_grid(ax: "plt.Axes", values: np.ndarray, vmin: float, vmax: float, xlabel: str, ylabel: str, cmap: str):
+def _draw_grid(ax: plt.Axes, values: np.ndarray, vmin: float, vmax: float, xlabel: str, ylabel: str, cmap: str):
     """Draw one ``[rows, columns]`` map on ``ax`` (cells annotated up to 256); returns the image."""
     n_rows, n_columns = values.shape
     image = ax.imshow(values, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
@@ -146,8 +155,15 @@ def _draw_grid(ax: "plt.Axes", values: np.ndarray, vmin: float, vmax: float, xla
         for row in range(n_rows):
             for column in range(n_columns):
                 value = values[row, column]
-                ax.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=6,
-                        color="white" if value < (vmin + vmax) / 2 else "black")
+                ax.text(
+                    column,
+                    row,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if value < (vmin + vmax) / 2 else "black",
+                )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_xticks(range(n_columns))
@@ -207,7 +223,12 @@ def bar_chart(
         ax.bar(positions + (index - (len(series) - 1) / 2) * width, heights, width, label=name)
     if log:
         ax.set_yscale("log")
-    ax.set_xticks(positions, list(categories), rotation=30 if len(categories) > 4 else 0, ha="right" if len(categories) > 4 else "center")
+    ax.set_xticks(
+        positions,
+        list(categories),
+        rotation=30 if len(categories) > 4 else 0,
+        ha="right" if len(categories) > 4 else "center",
+    )
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
     ax.set_title(title, fontsize=10)

@@ -44,7 +44,7 @@ class Provenance(JsonConfig):
     versions: tuple[tuple[str, str], ...]
 
     @classmethod
-    def collect(cls, command: str, source: str = "") -> "Provenance":
+    def collect(cls, command: str, source: str = "") -> Provenance:
         """The current environment's provenance."""
         versions = (("python", platform.python_version()),) + tuple((name, package_version(name)) for name in PACKAGES)
         return cls(
@@ -56,7 +56,7 @@ class Provenance(JsonConfig):
         )
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Provenance":
+    def from_dict(cls, data: dict) -> Provenance:
         data = dict(data)
         data["versions"] = tuple((str(name), str(version)) for name, version in data.get("versions", ()))
         return super().from_dict(data)
@@ -78,8 +78,16 @@ def read_provenance(result_dir: str | os.PathLike) -> Provenance | None:
 def provenance_block(provenance: Provenance | None) -> KeyValues:
     """The report's provenance table (what wrote the directory, when, with which versions)."""
     if provenance is None:
-        return KeyValues("Provenance", (("recorded", f"no {PROVENANCE_FILE}: the directory predates provenance records; "
-                                                     "re-run its command to record one"),))
+        return KeyValues(
+            "Provenance",
+            (
+                (
+                    "recorded",
+                    f"no {PROVENANCE_FILE}: the directory predates provenance records; "
+                    "re-run its command to record one",
+                ),
+            ),
+        )
     items = [("command", provenance.command)]
     if provenance.source:
         items.append(("source", provenance.source))

@@ -12,9 +12,8 @@ import math
 import struct
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Union
 
-Cell = Union[str, int, float, bool, None]
+Cell = str | int | float | bool | None
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -80,7 +79,7 @@ class KeyValues:
     items: tuple[tuple[str, str], ...]
 
 
-Block = Union[Paragraph, Bullets, Table, Figure, KeyValues]
+Block = Paragraph | Bullets | Table | Figure | KeyValues
 
 
 @dataclass(frozen=True)
@@ -151,4 +150,6 @@ def config_block(caption: str, config: object) -> KeyValues:
     left out too)."""
     if not is_dataclass(config):
         raise TypeError(f"config_block needs a dataclass, got {type(config).__name__}")
-    return KeyValues(caption, tuple((item.name, str(getattr(config, item.name))) for item in fields(config) if item.repr))
+    return KeyValues(
+        caption, tuple((item.name, str(getattr(config, item.name))) for item in fields(config) if item.repr)
+    )

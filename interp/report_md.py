@@ -9,8 +9,8 @@ or break a table).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from interp.report_doc import Block, Bullets, Figure, KeyValues, Paragraph, ReportDocument, Table, format_cell
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from interp.atomic_io import atomic_directory, atomic_path, locked_directory
 from interp.report_doc import ReportDocument
@@ -50,7 +50,9 @@ def _refuse_existing_report(out_dir: Path, overwrite: bool) -> None:
         raise FileExistsError(f"{out_dir} is a file, not a directory; pass a directory as --out")
     for name in (REPORT_HTML, REPORT_MD, FIGURE_DIR):
         if (out_dir / name).exists() and not overwrite:
-            raise FileExistsError(f"{out_dir / name} exists; pass --overwrite to replace the report or choose another --out")
+            raise FileExistsError(
+                f"{out_dir / name} exists; pass --overwrite to replace the report or choose another --out"
+            )
 
 
 def write_report(

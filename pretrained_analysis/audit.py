@@ -20,10 +20,11 @@ from __future__ import annotations
 import math
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -160,36 +161,38 @@ class AuditResult:
 
     def to_dict(self) -> dict[str, Any]:
         anchor = "[CLS], the first token" if not self.model.causal else "the first real token of each prompt"
-        return json_safe({
-            "model": self.model.to_dict(),
-            "revision": self.model.revision,
-            "bos": {
-                "prepend_bos": self.prompts.spec.prepend_bos,
-                "anchor": anchor,
-                "anchor_token": self.prompts.anchor_token,
-            },
-            "prompts": self.prompts.to_dict(),
-            "config": self.config.to_dict(),
-            "n_queries": self.probe.n_queries,
-            "sink_rate": self.sink_rate(),
-            "sink_rate_definition": (
-                "Gu et al. Sink_1^eps: percent of (prompt, layer, head) with alpha_1 > eps, alpha_1 = mean over "
-                "queries of the attention on the first token"
-            ),
-            "sink_head_rule": f"anchor_mass >= {1.0 - self.config.sink_eps:g}",
-            "sink_heads": [
-                {"layer": row.layer, "head": row.head, "anchor_mass": row.anchor_mass} for row in self.sink_heads()
-            ],
-            "layers": self.probe.layer_table(),
-            "heads": self.probe.head_table(),
-            "attn_out_norm_of_sum": self.probe.attn_out_norm_of_sum,
-            "attn_out_sum_of_norms": self.probe.attn_out_sum_of_norms,
-            "ablation": None if self.ablation is None else self.ablation.to_dict(),
-            "notes": list(self.notes),
-            "figures": self.figure_names(),
-            "versions": dict(self.versions),
-            "seconds": self.seconds,
-        })
+        return json_safe(
+            {
+                "model": self.model.to_dict(),
+                "revision": self.model.revision,
+                "bos": {
+                    "prepend_bos": self.prompts.spec.prepend_bos,
+                    "anchor": anchor,
+                    "anchor_token": self.prompts.anchor_token,
+                },
+                "prompts": self.prompts.to_dict(),
+                "config": self.config.to_dict(),
+                "n_queries": self.probe.n_queries,
+                "sink_rate": self.sink_rate(),
+                "sink_rate_definition": (
+                    "Gu et al. Sink_1^eps: percent of (prompt, layer, head) with alpha_1 > eps, alpha_1 = mean over "
+                    "queries of the attention on the first token"
+                ),
+                "sink_head_rule": f"anchor_mass >= {1.0 - self.config.sink_eps:g}",
+                "sink_heads": [
+                    {"layer": row.layer, "head": row.head, "anchor_mass": row.anchor_mass} for row in self.sink_heads()
+                ],
+                "layers": self.probe.layer_table(),
+                "heads": self.probe.head_table(),
+                "attn_out_norm_of_sum": self.probe.attn_out_norm_of_sum,
+                "attn_out_sum_of_norms": self.probe.attn_out_sum_of_norms,
+                "ablation": None if self.ablation is None else self.ablation.to_dict(),
+                "notes": list(self.notes),
+                "figures": self.figure_names(),
+                "versions": dict(self.versions),
+                "seconds": self.seconds,
+            }
+        )
 
 
 def json_safe(value: Any) -> Any:
@@ -213,7 +216,9 @@ def _versions() -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def _probe(hooked: HookedModel, prompts: TokenizedPrompts, config: AuditConfig, label: str, progress: bool) -> ProbeResult:
+def _probe(
+    hooked: HookedModel, prompts: TokenizedPrompts, config: AuditConfig, label: str, progress: bool
+) -> ProbeResult:
     bar = tqdm(total=len(prompts), desc=f"probing {label}", unit="prompt", disable=not progress, leave=False)
 
     def batches():
@@ -246,14 +251,23 @@ def next_token_loss(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
     over positions whose token and next token are both real."""
     tokens, mask = batch.model_input, batch.attention_mask
     valid = (mask[:, 1:] & mask[:, :-1]).to(torch.float64)
-    losses = F.cross_entropy(
-        logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten().to(logits.device), reduction="none"
-    ).view(valid.shape).double()
+    losses = (
+        F.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten().to(logits.device), reduction="none"
+        )
+        .view(valid.shape)
+        .double()
+    )
     return (losses * valid.to(losses.device)).sum(dim=1) / valid.sum(dim=1).to(losses.device)
 
 
 def _mean_loss(
-    hooked: HookedModel, prompts: TokenizedPrompts, n: int, intervention: Intervention | None, size: int, tick: Callable[[], None]
+    hooked: HookedModel,
+    prompts: TokenizedPrompts,
+    n: int,
+    intervention: Intervention | None,
+    size: int,
+    tick: Callable[[], None],
 ) -> float:
     """Mean next-token loss over the first ``n`` prompts."""
     total, count = 0.0, 0
@@ -272,7 +286,9 @@ def _ablate(
     hooked: HookedModel, prompts: TokenizedPrompts, probe: ProbeResult, config: AuditConfig, label: str, progress: bool
 ) -> AblationResult:
     if prompts.summary.min_tokens < 2:
-        raise PromptError("--ablate needs prompts of at least 2 tokens to have a next-token loss; drop one-token prompts")
+        raise PromptError(
+            "--ablate needs prompts of at least 2 tokens to have a next-token loss; drop one-token prompts"
+        )
     spec = hooked.spec
     n = len(prompts) if config.ablate_prompts is None else min(config.ablate_prompts, len(prompts))
     # strongest sinks first, so that the cap on single-head tests keeps the clearest sinks
@@ -298,7 +314,9 @@ def _ablate(
             loss_fn,
             attention_mask=prompts.attention_mask[:n],
             config=DefaultStateConfig(
-                n_bootstrap=config.n_bootstrap, seed=config.seed, batch_size=config.batch_size,
+                n_bootstrap=config.n_bootstrap,
+                seed=config.seed,
+                batch_size=config.batch_size,
                 max_single_heads=config.ablate_heads,
             ),
         )
@@ -336,7 +354,7 @@ def _examples(
 
         def capture(layer: int):
             def hook(pattern: torch.Tensor, hook: Any) -> None:
-                captured[layer] = pattern[0, list(heads)].float().cpu().numpy()
+                captured[layer] = pattern[0, list(heads)].float().cpu().numpy()  # noqa: B023 (used within this iteration)
 
             return hook
 
@@ -366,11 +384,17 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
         if config.ablate:
             notes.append("encoder: no next-token loss, so the loss-based ablations were skipped")
     if model.quantization is not None:
-        notes.append(f"weights dequantised to {model.dtype} from the {model.quantization} GGUF file {Path(model.source_file).name}")
+        notes.append(
+            f"weights dequantised to {model.dtype} from the {model.quantization} GGUF file {Path(model.source_file).name}"
+        )
     if config.ablate and model.causal:
-        n_ablated = prompts.n_prompts if config.ablate_prompts is None else min(config.ablate_prompts, prompts.n_prompts)
+        n_ablated = (
+            prompts.n_prompts if config.ablate_prompts is None else min(config.ablate_prompts, prompts.n_prompts)
+        )
         if n_ablated < prompts.n_prompts:
-            notes.append(f"the ablations ran on the first {n_ablated} of {prompts.n_prompts} prompts (--ablate-prompts)")
+            notes.append(
+                f"the ablations ran on the first {n_ablated} of {prompts.n_prompts} prompts (--ablate-prompts)"
+            )
         n_sinks = sum(row.is_sink_head for row in probe.heads)
         if n_sinks > config.ablate_heads and n_sinks > 1:
             notes.append(
@@ -378,7 +402,9 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
                 "(--ablate-heads); all were ablated together"
             )
     if prompts.n_truncated:
-        notes.append(f"{prompts.n_truncated} of {prompts.n_prompts} prompts were truncated to {prompts.spec.max_len} tokens")
+        notes.append(
+            f"{prompts.n_truncated} of {prompts.n_prompts} prompts were truncated to {prompts.spec.max_len} tokens"
+        )
     if prompts.n_prompts < prompts.spec.n_prompts:
         notes.append(f"the source holds only {prompts.n_prompts} prompts; all were used")
     return tuple(notes)
@@ -400,7 +426,9 @@ def audit(
     try:
         probe = _probe(hooked, tokenized, config, info.label, progress)
         _check_finite(probe, info)
-        ablation = _ablate(hooked, tokenized, probe, config, info.label, progress) if config.ablate and info.causal else None
+        ablation = (
+            _ablate(hooked, tokenized, probe, config, info.label, progress) if config.ablate and info.causal else None
+        )
         examples = _examples(hooked, loaded, tokenized, config.n_examples)
     except torch.OutOfMemoryError:
         raise AuditFailed(

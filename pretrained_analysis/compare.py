@@ -10,9 +10,10 @@ depth, else against relative depth layer / (n_layers - 1)).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -68,8 +69,9 @@ class ComparisonRow:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ComparisonRow":
+    def from_dict(cls, data: dict[str, Any]) -> ComparisonRow:
         """Read back a row of ``comparison.json`` (a stored NaN, written as null, reads as NaN)."""
+
         def number(value: float | None) -> float:
             return float("nan") if value is None else float(value)
 
@@ -114,8 +116,17 @@ class Comparison:
         }
 
     def to_markdown(self) -> str:
-        header = ["model", "layers x heads", "params", *[f"sink rate eps={eps} (%)" for eps in self.epsilons()],
-                  "sink heads", "mean anchor mass", "loss", "loss change: all sinks removed", "loss change: anchor evicted"]
+        header = [
+            "model",
+            "layers x heads",
+            "params",
+            *[f"sink rate eps={eps} (%)" for eps in self.epsilons()],
+            "sink heads",
+            "mean anchor mass",
+            "loss",
+            "loss change: all sinks removed",
+            "loss change: anchor evicted",
+        ]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for row in self.rows:
             cells = [

@@ -60,7 +60,13 @@ WEIGHT_FILES: tuple[str, ...] = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
-CONTEXT_FIELDS: tuple[str, ...] = ("n_positions", "max_position_embeddings", "n_ctx", "max_sequence_length", "seq_length")
+CONTEXT_FIELDS: tuple[str, ...] = (
+    "n_positions",
+    "max_position_embeddings",
+    "n_ctx",
+    "max_sequence_length",
+    "seq_length",
+)
 # what transformers' from_pretrained accepts as a string device_map
 DEVICE_MAP_PATTERN = r"auto|balanced|balanced_low_0|sequential|cpu|disk|mps|cuda(:\d+)?|\d+"
 GGUF_SUFFIX = ".gguf"
@@ -104,7 +110,9 @@ class LoadSpec(JsonConfig):
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", os.fspath(self.name))  # accept a pathlib.Path for local directories
         if not self.name.strip():
-            raise UnknownModelError("the model name is empty; pass e.g. gpt2, pythia-70m, org/name or a local directory")
+            raise UnknownModelError(
+                "the model name is empty; pass e.g. gpt2, pythia-70m, org/name or a local directory"
+            )
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
         if self.device is not None and (self.device_map is not None or self.n_devices is not None):
@@ -276,7 +284,9 @@ def resolve_model(name: str, revision: str | None = None) -> ResolvedModel:
     if gguf is not None:
         if revision is not None:
             raise ValueError(f"--revision selects a hub checkpoint but {name} is a local GGUF file; drop --revision")
-        return ResolvedModel(name=name, location=str(gguf.parent.resolve()), is_local=True, revision=None, gguf_file=gguf.name)
+        return ResolvedModel(
+            name=name, location=str(gguf.parent.resolve()), is_local=True, revision=None, gguf_file=gguf.name
+        )
     if path.is_dir():
         if revision is not None:
             raise ValueError(
@@ -314,7 +324,8 @@ def resolve_model(name: str, revision: str | None = None) -> ResolvedModel:
     at = "" if revision is None else f" at revision {revision}"
     if hub_offline():
         raise ModelNotAvailableError(
-            f"{name} ({candidates[0]}{at}) is not in the local Hugging Face cache and the hub is offline; " + OFFLINE_FIX
+            f"{name} ({candidates[0]}{at}) is not in the local Hugging Face cache and the hub is offline; "
+            + OFFLINE_FIX
         )
     _check_hub(name, candidates[0], revision)
     return ResolvedModel(name=name, location=candidates[0], is_local=False, revision=revision)
@@ -342,7 +353,9 @@ def _gguf_reader(resolved: ResolvedModel):
     except ImportError:
         raise ModelLoadError(f"reading {resolved.gguf_file} needs the gguf package; {GGUF_INSTALL}") from None
     if not hasattr(gguf.ReaderField, "contents"):
-        raise ModelLoadError(f"reading {resolved.gguf_file} needs gguf >= 0.16 (found an older one); {GGUF_INSTALL} --upgrade")
+        raise ModelLoadError(
+            f"reading {resolved.gguf_file} needs gguf >= 0.16 (found an older one); {GGUF_INSTALL} --upgrade"
+        )
     try:
         return gguf.GGUFReader(Path(resolved.location) / resolved.gguf_file)
     except (ValueError, OSError, KeyError, IndexError) as error:
@@ -389,8 +402,11 @@ def context_length(resolved: ResolvedModel) -> int | None:
         config_path = _cached_file(resolved.location, CONFIG_FILE, resolved.revision)
     if config_path is None:
         return None
-    fix = ("restore it (save_pretrained writes it)" if resolved.is_local
-           else "delete the model from the Hugging Face cache so that it downloads again")
+    fix = (
+        "restore it (save_pretrained writes it)"
+        if resolved.is_local
+        else "delete the model from the Hugging Face cache so that it downloads again"
+    )
     try:
         config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     except OSError:
@@ -518,12 +534,17 @@ def _load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[
         gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         hf_model = AutoModelForCausalLM.from_pretrained(
-            resolved.location, gguf_file=resolved.gguf_file, dtype=getattr(torch, spec.dtype),
-            attn_implementation="eager", device_map=spec.device_map,
+            resolved.location,
+            gguf_file=resolved.gguf_file,
+            dtype=getattr(torch, spec.dtype),
+            attn_implementation="eager",
+            device_map=spec.device_map,
         )
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, gguf_file=resolved.gguf_file)
     except ImportError as error:  # transformers checks the gguf version itself
-        raise ModelLoadError(f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; {GGUF_INSTALL}") from None
+        raise ModelLoadError(
+            f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; {GGUF_INSTALL}"
+        ) from None
     except (ValueError, KeyError, NotImplementedError, OSError) as error:
         raise ModelLoadError(
             f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; "

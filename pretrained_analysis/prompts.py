@@ -36,7 +36,13 @@ if TYPE_CHECKING:
 
 BUILTIN_SOURCE = "default"
 RANDOM_SOURCE = "random"
-FILE_BUILDERS: dict[str, str] = {".txt": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+FILE_BUILDERS: dict[str, str] = {
+    ".txt": "text",
+    ".jsonl": "json",
+    ".json": "json",
+    ".csv": "csv",
+    ".parquet": "parquet",
+}
 DEFAULT_MAX_LEN = 64
 DEFAULT_N_PROMPTS = 64
 
@@ -125,15 +131,15 @@ class TokenizedPrompts:
     """tokens: ``[n, pos]`` long, right-padded; attention_mask: ``[n, pos]`` bool, True at
     real tokens; texts: the source texts (decoded tokens for random prompts)."""
 
-    tokens: "torch.Tensor"
-    attention_mask: "torch.Tensor"
+    tokens: torch.Tensor
+    attention_mask: torch.Tensor
     texts: tuple[str, ...]
     summary: PromptSummary
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
-    def batch(self, start: int, stop: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+    def batch(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows ``start:stop`` trimmed to their longest prompt: tokens and mask ``[b, pos_b]``."""
         mask = self.attention_mask[start:stop]
         width = int(mask.sum(dim=1).max())
@@ -176,8 +182,10 @@ def _read_file(path: Path, text_column: str) -> tuple[list[Any], str]:
     except Exception as error:  # datasets wraps parser errors in several classes
         cause = error.__cause__ or error
         reason = (str(cause).strip().splitlines() or [""])[0][:200]
-        raise PromptError(f"cannot read prompts from {path} ({type(cause).__name__}: {reason}); "
-                          "check that it is an intact file of its format") from None
+        raise PromptError(
+            f"cannot read prompts from {path} ({type(cause).__name__}: {reason}); "
+            "check that it is an intact file of its format"
+        ) from None
     finally:
         datasets.logging.set_verbosity(verbosity)
     return _column(dataset, column, str(path)), column
@@ -259,7 +267,7 @@ def load_prompt_set(spec: PromptSpec) -> PromptSet:
     return PromptSet(spec=spec, texts=selected, n_available=len(texts), location=location)
 
 
-def _anchor_token_id(model: "LoadedModel") -> int:
+def _anchor_token_id(model: LoadedModel) -> int:
     tokenizer = model.bridge.tokenizer
     token = tokenizer.bos_token_id
     if not model.info.causal and tokenizer.cls_token_id is not None:
@@ -269,7 +277,7 @@ def _anchor_token_id(model: "LoadedModel") -> int:
     return int(token)
 
 
-def _random_rows(prompt_set: PromptSet, model: "LoadedModel") -> list[list[int]]:
+def _random_rows(prompt_set: PromptSet, model: LoadedModel) -> list[list[int]]:
     import torch
 
     spec, tokenizer = prompt_set.spec, model.bridge.tokenizer
@@ -283,7 +291,7 @@ def _random_rows(prompt_set: PromptSet, model: "LoadedModel") -> list[list[int]]
     return [prefix + row for row in body.tolist()]
 
 
-def tokenize_prompts(prompt_set: PromptSet, model: "LoadedModel") -> TokenizedPrompts:
+def tokenize_prompts(prompt_set: PromptSet, model: LoadedModel) -> TokenizedPrompts:
     """Tokens ``[n, pos]`` (pos <= T), right-padded, with the attention mask and a summary."""
     import torch
 

@@ -25,6 +25,11 @@ from interp.report_doc import (
     sig,
 )
 from interp.report_write import ReportKind
+from pretrained_analysis.audit import AUDIT_FILE, EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, AuditConfig
+from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, ComparisonRow
+from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
+from pretrained_analysis.loading import ModelInfo
+from pretrained_analysis.prompts import PromptSpec, PromptSummary
 from probes.default_state import DefaultStateResult
 from probes.probe import HeadProbe, LayerProbe
 from probes.report_sections import (
@@ -37,12 +42,6 @@ from probes.report_sections import (
     sink_rate_phrase,
     value_share_phrase,
 )
-from pretrained_analysis.audit import AUDIT_FILE, EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, AuditConfig
-from pretrained_analysis.compare import COMPARISON_JSON, ComparisonRow
-from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
-from pretrained_analysis.compare import SINK_RATE_FIGURE
-from pretrained_analysis.loading import ModelInfo
-from pretrained_analysis.prompts import PromptSpec, PromptSummary
 
 LOSS = "next-token loss"
 
@@ -90,7 +89,7 @@ class AuditRecord:
     seconds: float
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AuditRecord":
+    def from_dict(cls, data: dict[str, Any]) -> AuditRecord:
         ablation = data["ablation"]
         return cls(
             model=ModelInfo(**data["model"]),
@@ -103,7 +102,9 @@ class AuditRecord:
             layers=tuple(LayerProbe.from_dict(row) for row in data["layers"]),
             attn_out_norm_of_sum=_number(data["attn_out_norm_of_sum"]),
             attn_out_sum_of_norms=_number(data["attn_out_sum_of_norms"]),
-            ablation=None if ablation is None else AblationRecord(
+            ablation=None
+            if ablation is None
+            else AblationRecord(
                 base_loss=_number(ablation["base_loss"]),
                 evict_anchor_loss=_number(ablation["evict_anchor"]["loss"]),
                 sink_heads=DefaultStateResult.from_dict(ablation["sink_heads"]),
@@ -119,8 +120,10 @@ def read_audit(directory: Path) -> AuditRecord:
     try:
         return AuditRecord.from_dict(read_json(directory / AUDIT_FILE))
     except KeyError as missing:  # a file edited by hand or written by something else
-        raise ValueError(f"{directory / AUDIT_FILE} is an incomplete audit result (no {missing} field); "
-                         "regenerate it with sinkscope audit") from None
+        raise ValueError(
+            f"{directory / AUDIT_FILE} is an incomplete audit result (no {missing} field); "
+            "regenerate it with sinkscope audit"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ class ComparisonRecord:
     rows: tuple[ComparisonRow, ...]
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ComparisonRecord":
+    def from_dict(cls, data: dict[str, Any]) -> ComparisonRecord:
         prompts = dict(data["prompts"])
         location = str(prompts.pop("location"))
         return cls(
@@ -152,26 +155,38 @@ def _figures(directory: Path, names_and_captions: list[tuple[str, str]]) -> list
     blocks: list[Block] = []
     for name, caption in names_and_captions:
         path = directory / name
-        blocks.append(Figure(path, caption) if path.is_file()
-                      else Paragraph(f"Figure {name} is missing from {directory}; re-run the audit to draw it."))
+        blocks.append(
+            Figure(path, caption)
+            if path.is_file()
+            else Paragraph(f"Figure {name} is missing from {directory}; re-run the audit to draw it.")
+        )
     return blocks
 
 
 def _prompt_block(prompts: PromptSummary) -> KeyValues:
     spec = prompts.spec
-    return KeyValues("Prompts", (
-        ("source", spec.source),
-        ("kind", spec.kind),
-        ("location", prompts.location),
-        ("prompts", f"{prompts.n_prompts} used of {prompts.n_available} available "
-                    f"(requested {spec.n_prompts}, seed {spec.seed})"),
-        ("tokens", f"{prompts.n_tokens:,} in all, {prompts.min_tokens} to {prompts.max_tokens} per prompt"),
-        ("max tokens per prompt (BOS included)", str(spec.max_len)),
-        ("truncated", str(prompts.n_truncated)),
-        ("BOS convention", "BOS prepended (TransformerLens)" if spec.prepend_bos else "no BOS prepended (raw tokenizer)"),
-        ("anchor token", prompts.anchor_token),
-        ("text column / split", f"{spec.text_column} / {spec.split}"),
-    ))
+    return KeyValues(
+        "Prompts",
+        (
+            ("source", spec.source),
+            ("kind", spec.kind),
+            ("location", prompts.location),
+            (
+                "prompts",
+                f"{prompts.n_prompts} used of {prompts.n_available} available "
+                f"(requested {spec.n_prompts}, seed {spec.seed})",
+            ),
+            ("tokens", f"{prompts.n_tokens:,} in all, {prompts.min_tokens} to {prompts.max_tokens} per prompt"),
+            ("max tokens per prompt (BOS included)", str(spec.max_len)),
+            ("truncated", str(prompts.n_truncated)),
+            (
+                "BOS convention",
+                "BOS prepended (TransformerLens)" if spec.prepend_bos else "no BOS prepended (raw tokenizer)",
+            ),
+            ("anchor token", prompts.anchor_token),
+            ("text column / split", f"{spec.text_column} / {spec.split}"),
+        ),
+    )
 
 
 def _layer_phrase(layers: tuple[LayerProbe, ...]) -> str:
@@ -180,18 +195,22 @@ def _layer_phrase(layers: tuple[LayerProbe, ...]) -> str:
         return "No layer could be measured."
     top = max(measured, key=lambda layer: layer.anchor_mass)
     low = min(measured, key=lambda layer: layer.anchor_mass)
-    return (f"Anchor mass (mean over heads) is highest in layer {top.layer} ({top.anchor_mass:.3f}) and lowest in "
-            f"layer {low.layer} ({low.anchor_mass:.3f}).")
+    return (
+        f"Anchor mass (mean over heads) is highest in layer {top.layer} ({top.anchor_mass:.3f}) and lowest in "
+        f"layer {low.layer} ({low.anchor_mass:.3f})."
+    )
 
 
 def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
     total = sum(layer.massive_count for layer in layers)
     if total == 0:
-        peak = max((layer.max_abs_resid for layer in layers if not math.isnan(layer.max_abs_resid)), default=float("nan"))
+        peak = max(
+            (layer.max_abs_resid for layer in layers if not math.isnan(layer.max_abs_resid)), default=float("nan")
+        )
         return f"No massive activations (|x| > 100 and > 1000 x the median); the largest |residual| is {sig(peak, 3)}."
     at_anchor = sum(layer.massive_at_anchor for layer in layers)
     first = next(layer.layer for layer in layers if layer.massive_count)
-    return (f"{total} massive activations in the residual stream ({at_anchor} at the anchor), from layer {first} on.")
+    return f"{total} massive activations in the residual stream ({at_anchor} at the anchor), from layer {first} on."
 
 
 def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
@@ -213,8 +232,10 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
     ablation = record.ablation
     if ablation is not None:
         evicted = ablation.evict_anchor_loss - ablation.base_loss
-        findings.append(f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
-                        f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({evicted:+.3f}).")
+        findings.append(
+            f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
+            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({evicted:+.3f})."
+        )
         test = ablation.sink_heads
         if test.rows:
             subject = "the sink head" if len(test.sink_heads) == 1 else f"all {len(test.sink_heads)} sink heads"
@@ -222,45 +243,86 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
     findings += list(record.notes)
 
     n_examples = sum(1 for name in record.figures if name.startswith("attention_example_"))
-    examples = [(EXAMPLE_FIGURE.format(index=k), f"attention on prompt {k} (query y, key x; a subset of layers and "
-                                                  "heads for large models)") for k in range(n_examples)]
+    examples = [
+        (
+            EXAMPLE_FIGURE.format(index=k),
+            f"attention on prompt {k} (query y, key x; a subset of layers and heads for large models)",
+        )
+        for k in range(n_examples)
+    ]
     sections = [
-        Section("Sink map", tuple(_figures(source, [
-            (MAP_FIGURE, "anchor mass per layer and head"),
-            (LAYER_FIGURE, "anchor mass per layer: mean and max over heads, share of sink heads"),
-        ]))),
-        Section("Heads", (head_table(
-            record.heads, "Per head",
-            f"anchor_mass: mean attention on the anchor ({record.anchor}) over queries after it "
-            f"({record.n_queries:,} queries); "
-            "alpha: Gu et al.'s alpha; value_weighted_anchor_share: share of the head's output norm coming from "
-            "the anchor; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass on the anchor.",
-        ),)),
+        Section(
+            "Sink map",
+            tuple(
+                _figures(
+                    source,
+                    [
+                        (MAP_FIGURE, "anchor mass per layer and head"),
+                        (LAYER_FIGURE, "anchor mass per layer: mean and max over heads, share of sink heads"),
+                    ],
+                )
+            ),
+        ),
+        Section(
+            "Heads",
+            (
+                head_table(
+                    record.heads,
+                    "Per head",
+                    f"anchor_mass: mean attention on the anchor ({record.anchor}) over queries after it "
+                    f"({record.n_queries:,} queries); "
+                    "alpha: Gu et al.'s alpha; value_weighted_anchor_share: share of the head's output norm coming from "
+                    "the anchor; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass on the anchor.",
+                ),
+            ),
+        ),
         Section("Layers", (layer_table(record.layers),)),
     ]
     if examples:
         sections.append(Section("Attention heatmaps", tuple(_figures(source, examples))))
     if ablation is not None:
-        blocks: list[Block] = [KeyValues("Loss", (
-            (LOSS, f"{ablation.base_loss:.4f}"),
-            ("anchor evicted from every head",
-             f"{ablation.evict_anchor_loss:.4f} ({ablation.evict_anchor_loss - ablation.base_loss:+.4f})"),
-        ))]
+        blocks: list[Block] = [
+            KeyValues(
+                "Loss",
+                (
+                    (LOSS, f"{ablation.base_loss:.4f}"),
+                    (
+                        "anchor evicted from every head",
+                        f"{ablation.evict_anchor_loss:.4f} ({ablation.evict_anchor_loss - ablation.base_loss:+.4f})",
+                    ),
+                ),
+            )
+        ]
         rows = ablation.sink_heads.rows
         if rows:
-            blocks.insert(0, default_state_change_chart([row.label for row in rows], rows, LOSS, figure_dir / "ablation.png",
-                                                        f"{model.label}: removing sinks vs the matched control"))
+            blocks.insert(
+                0,
+                default_state_change_chart(
+                    [row.label for row in rows],
+                    rows,
+                    LOSS,
+                    figure_dir / "ablation.png",
+                    f"{model.label}: removing sinks vs the matched control",
+                ),
+            )
             blocks.append(default_state_table(rows, LOSS, "Sink removal per head and for all sink heads"))
         else:
             blocks.append(Paragraph(f"Sink removal not run: {ablation.sink_heads.note}."))
         sections.append(Section("Ablations", tuple(blocks)))
-    sections.append(Section("Configuration", (
-        config_block("Model", model),
-        _prompt_block(record.prompts),
-        config_block("Audit", config),
-        KeyValues("Provenance", (("command", "sinkscope audit"), ("seconds", f"{record.seconds:.1f}"),
-                                 *record.versions)),
-    )))
+    sections.append(
+        Section(
+            "Configuration",
+            (
+                config_block("Model", model),
+                _prompt_block(record.prompts),
+                config_block("Audit", config),
+                KeyValues(
+                    "Provenance",
+                    (("command", "sinkscope audit"), ("seconds", f"{record.seconds:.1f}"), *record.versions),
+                ),
+            ),
+        )
+    )
     revision = f" at revision {model.revision}" if model.revision else ""
     return ReportDocument(
         title=f"Attention-sink audit: {model.label}",
@@ -276,53 +338,108 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
     root = source.resolve()
     for row in rows:  # a report reads only inside its result directory, whatever the JSON says
         if row.directory and root not in (root / row.directory).resolve().parents:
-            raise ValueError(f"{source / COMPARISON_JSON} names an audit directory {row.directory!r} outside {source}; "
-                             "a comparison's audits live inside it: regenerate it with sinkscope audit")
+            raise ValueError(
+                f"{source / COMPARISON_JSON} names an audit directory {row.directory!r} outside {source}; "
+                "a comparison's audits live inside it: regenerate it with sinkscope audit"
+            )
     epsilons = list(rows[0].sink_rate) if rows else []
-    findings = [f"{len(rows)} audits on the same prompts ({record.prompts.n_prompts} from {record.prompt_location}, "
-                f"{'BOS prepended' if record.prompts.prepend_bos else 'no BOS'}); sink heads: {record.sink_head_rule}."]
+    findings = [
+        f"{len(rows)} audits on the same prompts ({record.prompts.n_prompts} from {record.prompt_location}, "
+        f"{'BOS prepended' if record.prompts.prepend_bos else 'no BOS'}); sink heads: {record.sink_head_rule}."
+    ]
     for eps in epsilons:
         ranked = sorted(rows, key=lambda row: row.sink_rate[eps])
         low, high = ranked[0].sink_rate[eps], ranked[-1].sink_rate[eps]
-        findings.append(f"Sink rate at eps {eps} is {percent(low)} for every model." if percent(low) == percent(high)
-                        else f"Sink rate at eps {eps} ranges from {percent(low)} ({ranked[0].label}) to "
-                             f"{percent(high)} ({ranked[-1].label}).")
+        findings.append(
+            f"Sink rate at eps {eps} is {percent(low)} for every model."
+            if percent(low) == percent(high)
+            else f"Sink rate at eps {eps} ranges from {percent(low)} ({ranked[0].label}) to "
+            f"{percent(high)} ({ranked[-1].label})."
+        )
     most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))
     findings.append(f"Most sink heads: {most.label} with {most.n_sink_heads} of {most.n_layers * most.n_heads}.")
     ablated = [row for row in rows if row.all_sink_heads_loss_delta is not None]
     for row in ablated:
-        findings.append(f"{row.label}: removing all sinks changes the {LOSS} by {row.all_sink_heads_loss_delta:+.4f}, "
-                        f"evicting the anchor by {row.evict_anchor_loss_delta:+.4f} (from {row.base_loss:.3f}).")
-    columns = [Column("model"), Column("revision"), Column("layers", numeric=True), Column("heads", numeric=True),
-               Column("parameters", ",d", numeric=True),
-               *[Column(f"sink rate eps={eps} (%)", ".1f", numeric=True) for eps in epsilons],
-               Column("sink heads", numeric=True), Column("mean anchor mass", ".3f", numeric=True),
-               Column(LOSS, ".3f", numeric=True), Column("loss change: all sinks removed", "+.4f", numeric=True),
-               Column("loss change: anchor evicted", "+.4f", numeric=True), Column("audit directory")]
+        findings.append(
+            f"{row.label}: removing all sinks changes the {LOSS} by {row.all_sink_heads_loss_delta:+.4f}, "
+            f"evicting the anchor by {row.evict_anchor_loss_delta:+.4f} (from {row.base_loss:.3f})."
+        )
+    columns = [
+        Column("model"),
+        Column("revision"),
+        Column("layers", numeric=True),
+        Column("heads", numeric=True),
+        Column("parameters", ",d", numeric=True),
+        *[Column(f"sink rate eps={eps} (%)", ".1f", numeric=True) for eps in epsilons],
+        Column("sink heads", numeric=True),
+        Column("mean anchor mass", ".3f", numeric=True),
+        Column(LOSS, ".3f", numeric=True),
+        Column("loss change: all sinks removed", "+.4f", numeric=True),
+        Column("loss change: anchor evicted", "+.4f", numeric=True),
+        Column("audit directory"),
+    ]
     table_rows = tuple(
-        (row.label, row.revision, row.n_layers, row.n_heads, row.n_params, *[row.sink_rate[eps] for eps in epsilons],
-         row.n_sink_heads, row.mean_anchor_mass, row.base_loss, row.all_sink_heads_loss_delta,
-         row.evict_anchor_loss_delta, row.directory)
+        (
+            row.label,
+            row.revision,
+            row.n_layers,
+            row.n_heads,
+            row.n_params,
+            *[row.sink_rate[eps] for eps in epsilons],
+            row.n_sink_heads,
+            row.mean_anchor_mass,
+            row.base_loss,
+            row.all_sink_heads_loss_delta,
+            row.evict_anchor_loss_delta,
+            row.directory,
+        )
         for row in rows
     )
-    maps = [(f"{row.directory}/{MAP_FIGURE}", f"{row.label}: anchor mass per layer and head")
-            for row in rows if row.directory]
+    maps = [
+        (f"{row.directory}/{MAP_FIGURE}", f"{row.label}: anchor mass per layer and head")
+        for row in rows
+        if row.directory
+    ]
     first_audit = source / rows[0].directory if rows and rows[0].directory else None
-    versions = read_audit(first_audit).versions if first_audit is not None and (first_audit / AUDIT_FILE).is_file() else ()
+    versions = (
+        read_audit(first_audit).versions if first_audit is not None and (first_audit / AUDIT_FILE).is_file() else ()
+    )
     sections = [
-        Section("Models", (Table("Audits compared", tuple(columns), table_rows,
-                                 "Run `sinkscope report` on an audit directory for its full report."),)),
-        Section("Sink rate and anchor mass", tuple(_figures(source, [
-            (SINK_RATE_FIGURE, "sink rate per model (Gu et al. Sink_1^eps)"),
-            (COMPARISON_LAYER_FIGURE, "anchor mass per layer (mean over heads) per model"),
-        ]))),
+        Section(
+            "Models",
+            (
+                Table(
+                    "Audits compared",
+                    tuple(columns),
+                    table_rows,
+                    "Run `sinkscope report` on an audit directory for its full report.",
+                ),
+            ),
+        ),
+        Section(
+            "Sink rate and anchor mass",
+            tuple(
+                _figures(
+                    source,
+                    [
+                        (SINK_RATE_FIGURE, "sink rate per model (Gu et al. Sink_1^eps)"),
+                        (COMPARISON_LAYER_FIGURE, "anchor mass per layer (mean over heads) per model"),
+                    ],
+                )
+            ),
+        ),
     ]
     if maps:
         sections.append(Section("Sink maps", tuple(_figures(source, maps))))
-    sections.append(Section("Configuration", (
-        config_block("Prompts", record.prompts),
-        KeyValues("Provenance", (("command", "sinkscope audit (several models or revisions)"), *versions)),
-    )))
+    sections.append(
+        Section(
+            "Configuration",
+            (
+                config_block("Prompts", record.prompts),
+                KeyValues("Provenance", (("command", "sinkscope audit (several models or revisions)"), *versions)),
+            ),
+        )
+    )
     return ReportDocument(
         title="Attention-sink comparison",
         subtitle=f"sinkscope audit · {len(rows)} models · {source}",

@@ -15,8 +15,9 @@ at the toy task's default positions, or a language model's per-input loss.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -61,7 +62,7 @@ class Estimate:
     ci_high: float
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Estimate":
+    def from_dict(cls, data: dict[str, Any]) -> Estimate:
         return cls(_number(data["mean"]), _number(data["ci_low"]), _number(data["ci_high"]))
 
 
@@ -84,7 +85,7 @@ class DefaultStateRow:
     cohens_d: float
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DefaultStateRow":
+    def from_dict(cls, data: dict[str, Any]) -> DefaultStateRow:
         """Read back a row of ``DefaultStateResult.to_dict()`` (a None number reads as NaN)."""
         return cls(
             label=str(data["label"]),
@@ -114,7 +115,7 @@ class DefaultStateResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DefaultStateResult":
+    def from_dict(cls, data: dict[str, Any]) -> DefaultStateResult:
         """Read back ``to_dict()`` (e.g. an audit's ``ablation.sink_heads``)."""
         return cls(
             sink_heads=tuple((int(layer), int(head)) for layer, head in data["sink_heads"]),
@@ -135,19 +136,27 @@ def _bootstrap(values: torch.Tensor, config: DefaultStateConfig, generator: torc
 
 
 def _errors(
-    model: HookedModel, batch: PreparedBatch, error_fn: ErrorFn, intervention: Intervention | None, batch_size: int | None
+    model: HookedModel,
+    batch: PreparedBatch,
+    error_fn: ErrorFn,
+    intervention: Intervention | None,
+    batch_size: int | None,
 ) -> torch.Tensor:
     step = batch_size or batch.batch_size
     chunks = []
     for start in range(0, batch.batch_size, step):
         stop = min(start + step, batch.batch_size)
-        part = batch if step >= batch.batch_size else batch.select(torch.arange(start, stop, device=batch.anchor.device))
+        part = (
+            batch if step >= batch.batch_size else batch.select(torch.arange(start, stop, device=batch.anchor.device))
+        )
         hooks = [] if intervention is None else intervention_hooks(model, part, intervention)
         with torch.no_grad():
             output = model.run_with_hooks(part, hooks)
         errors = error_fn(output, part)
         if errors.shape != (part.batch_size,):
-            raise ValueError(f"error_fn must return one error per input, shape [{part.batch_size}], got {tuple(errors.shape)}")
+            raise ValueError(
+                f"error_fn must return one error per input, shape [{part.batch_size}], got {tuple(errors.shape)}"
+            )
         chunks.append(errors.detach().double().cpu())
     return torch.cat(chunks)
 
@@ -176,14 +185,20 @@ def default_state_test(
     head_sets = [(f"L{layer}H{head}", ((layer, head),)) for layer, head in singles]
     if len(heads) > 1:
         head_sets.append(("all_sink_heads", heads))
-    note = "" if len(singles) == len(heads) else (
-        f"{len(singles)} of {len(heads)} sink heads tested one by one (the first {len(singles)} in the order given), "
-        f"all {len(heads)} together"
+    note = (
+        ""
+        if len(singles) == len(heads)
+        else (
+            f"{len(singles)} of {len(heads)} sink heads tested one by one (the first {len(singles)} in the order given), "
+            f"all {len(heads)} together"
+        )
     )
     rows = []
     for label, head_set in head_sets:
         removed = _errors(hooked, batch, error_fn, remove_sink(head_set), config.batch_size) - before
-        control = _errors(hooked, batch, error_fn, mask_random_key(head_set, seed=config.seed), config.batch_size) - before
+        control = (
+            _errors(hooked, batch, error_fn, mask_random_key(head_set, seed=config.seed), config.batch_size) - before
+        )
         difference = removed - control
         spread = float(difference.std()) if difference.numel() > 1 else 0.0
         rows.append(

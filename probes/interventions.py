@@ -25,8 +25,9 @@ skipped.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 import torch
 
@@ -37,7 +38,12 @@ InterventionKind = Literal[
     "remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key", "zero_head", "mean_ablate_head"
 ]
 INTERVENTION_KINDS: tuple[str, ...] = (
-    "remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key", "zero_head", "mean_ablate_head"
+    "remove_sink",
+    "evict_anchor",
+    "redirect_to_sink",
+    "mask_random_key",
+    "zero_head",
+    "mean_ablate_head",
 )
 PATTERN_KINDS: tuple[str, ...] = ("remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key")
 HeadRef = tuple[int, int]
@@ -157,7 +163,9 @@ def _keys_for(model: HookedModel, batch: PreparedBatch, intervention: Interventi
     return torch.where(after & candidates.any(dim=-1), choice, none)
 
 
-def edit_pattern(model: HookedModel, batch: PreparedBatch, intervention: Intervention, layer: int, pattern: torch.Tensor) -> torch.Tensor:
+def edit_pattern(
+    model: HookedModel, batch: PreparedBatch, intervention: Intervention, layer: int, pattern: torch.Tensor
+) -> torch.Tensor:
     """The edited pattern ``[batch, head, query, key]`` of ``layer`` under a pattern intervention."""
     heads = intervention.heads_in(layer)
     if intervention.kind == "redirect_to_sink":
@@ -202,14 +210,23 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
                 f"head ({layer}, {head}) does not exist; layers 0..{spec.n_layers - 1}, heads 0..{spec.n_heads - 1}"
             )
     if intervention.kind == "zero_head":
-        return [(attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), torch.zeros_like)) for layer in intervention.layers()]
+        return [
+            (attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), torch.zeros_like))
+            for layer in intervention.layers()
+        ]
     if intervention.kind == "mean_ablate_head":
         return [
-            (attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), _mean_replacement(intervention.means, layer)))
+            (
+                attn_hook(layer, "z"),
+                _z_head_hook(intervention.heads_in(layer), _mean_replacement(intervention.means, layer)),
+            )
             for layer in intervention.layers()
         ]
     if spec.pattern_writable:
-        return [(attn_hook(layer, "pattern"), _pattern_hook(model, batch, intervention, layer)) for layer in intervention.layers()]
+        return [
+            (attn_hook(layer, "pattern"), _pattern_hook(model, batch, intervention, layer))
+            for layer in intervention.layers()
+        ]
     spec.require_hooks(
         [attn_hook(layer, name) for layer in intervention.layers() for name in ("v", "z", "pattern")],
         f"{intervention.kind} on a model with read-only attention patterns",
@@ -220,13 +237,14 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
 
         def capture(name: str) -> Callable[..., None]:
             def hook(tensor: torch.Tensor, hook: Any) -> None:
-                captured[name] = tensor.detach()
+                captured[name] = tensor.detach()  # noqa: B023 (used within this iteration)
 
             return hook
 
         with torch.no_grad():
             model.run_with_hooks(
-                batch, hooks + [(attn_hook(layer, "pattern"), capture("pattern")), (attn_hook(layer, "v"), capture("v"))]
+                batch,
+                hooks + [(attn_hook(layer, "pattern"), capture("pattern")), (attn_hook(layer, "v"), capture("v"))],
             )
         edited = edit_pattern(model, batch, intervention, layer, captured["pattern"])
         # [batch, pos, head, d_head]
@@ -236,7 +254,9 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
     return hooks
 
 
-def _pattern_hook(model: HookedModel, batch: PreparedBatch, intervention: Intervention, layer: int) -> Callable[..., torch.Tensor]:
+def _pattern_hook(
+    model: HookedModel, batch: PreparedBatch, intervention: Intervention, layer: int
+) -> Callable[..., torch.Tensor]:
     def hook(pattern: torch.Tensor, hook: Any) -> torch.Tensor:
         return edit_pattern(model, batch, intervention, layer, pattern)
 
@@ -278,7 +298,9 @@ def head_means(
 
     def make(layer: int) -> Callable[..., None]:
         def hook(z: torch.Tensor, hook: Any) -> None:
-            means[layer] = ((z.float() * real.to(z.device).view(*real.shape, 1, 1)).sum(dim=0) / counts.to(z.device)).cpu()
+            means[layer] = (
+                (z.float() * real.to(z.device).view(*real.shape, 1, 1)).sum(dim=0) / counts.to(z.device)
+            ).cpu()
 
         return hook
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -155,7 +156,9 @@ def _metric_sum(metric_fn: MetricFn, output: torch.Tensor, context: MetricContex
     n = int(context.rows.shape[0])
     if not torch.is_tensor(values) or values.shape not in ((), (n,)):
         shape = tuple(values.shape) if torch.is_tensor(values) else type(values).__name__
-        raise ValueError(f"metric_fn must return a tensor of one value per input, shape [{n}], or a scalar; got {shape}")
+        raise ValueError(
+            f"metric_fn must return a tensor of one value per input, shape [{n}], or a scalar; got {shape}"
+        )
     values = values.detach().double()
     return float(values) * n if values.ndim == 0 else float(values.sum())
 
@@ -250,7 +253,9 @@ def activation_patching(
     sites = _sites(hook, axes, layer_list, head_list, position_list, n_hook_heads, target.n_pos)
     hook_names = sorted({site.hook_name for site in sites})
     spec.require_hooks(hook_names, f"patching {hook!r}")
-    if hooked.is_bridge and not hook_reaches_output(hooked, target.select(torch.arange(1, device=target.anchor.device)), hook_names[0]):
+    if hooked.is_bridge and not hook_reaches_output(
+        hooked, target.select(torch.arange(1, device=target.anchor.device)), hook_names[0]
+    ):
         raise ValueError(
             f"edits at {hook_names[0]} do not reach this model's output (a read-only hook in this bridge); "
             "patch 'z' or 'resid_pre' instead"
@@ -272,7 +277,9 @@ def activation_patching(
                 target_total += _metric_sum(metric_fn, hooked.forward(target_batch), context)
             bar.update(2)
             for index, site in enumerate(sites):
-                patched_totals[index] += _metric_sum(metric_fn, run_patched(hooked, target_batch, [site], cache), context)
+                patched_totals[index] += _metric_sum(
+                    metric_fn, run_patched(hooked, target_batch, [site], cache), context
+                )
                 bar.update(1)
             del cache, source_output  # freed before the next batch's capture
 

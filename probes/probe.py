@@ -26,8 +26,9 @@ import csv
 import io
 import json
 import math
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -38,9 +39,9 @@ from probes.sink_metrics import (
     SINK_RATE_EPSILONS,
     alpha_k,
     anchor_mass_sums,
+    head_output_norms,
     is_sink_head,
     massive_activations,
-    head_output_norms,
     output_gram,
     projected_value_norms,
     queries_after_anchor,
@@ -108,7 +109,7 @@ class HeadProbe:
     head_out_norm: float
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HeadProbe":
+    def from_dict(cls, data: dict[str, Any]) -> HeadProbe:
         """Read back a row of ``ProbeResult.head_table()`` (None reads as NaN)."""
         return cls(**_nan_from_json(data))
 
@@ -134,7 +135,7 @@ class LayerProbe:
     median_abs_resid: float
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LayerProbe":
+    def from_dict(cls, data: dict[str, Any]) -> LayerProbe:
         """Read back a row of ``ProbeResult.layer_table()`` (None reads as NaN)."""
         return cls(**_nan_from_json(data))
 
@@ -203,7 +204,7 @@ class ProbeResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ProbeResult":
+    def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
         """Read back ``to_dict()`` (``probe.json``); None (stored NaN) reads as NaN."""
         config = dict(data["config"])
         config["sink_rate_eps"] = tuple(config["sink_rate_eps"])
@@ -273,7 +274,12 @@ class _Accumulator:
         self.share, self.share_count = zeros(shape), zeros(shape)
         self.entropy, self.entropy_count = zeros(shape), zeros(shape)
         self.value_norm, self.value_count = zeros(shape), zeros(spec.n_layers)
-        self.head_out, self.layer_out, self.head_out_sum, self.out_count = zeros(shape), zeros(spec.n_layers), zeros(spec.n_layers), zeros(spec.n_layers)
+        self.head_out, self.layer_out, self.head_out_sum, self.out_count = (
+            zeros(shape),
+            zeros(spec.n_layers),
+            zeros(spec.n_layers),
+            zeros(spec.n_layers),
+        )
         self.resid_norm, self.resid_count = zeros(spec.n_layers), zeros(spec.n_layers)
         self.massive_count, self.massive_at_anchor = zeros(spec.n_layers), zeros(spec.n_layers)
         self.max_abs, self.median_abs = zeros(spec.n_layers), zeros(spec.n_layers)
@@ -303,9 +309,15 @@ class _Accumulator:
         return hooks
 
     def run(self, batch: PreparedBatch, query_mask: torch.Tensor | None) -> None:
-        real_queries = batch.attention_mask if query_mask is None else batch.attention_mask & query_mask.to(batch.attention_mask.device).bool()
+        real_queries = (
+            batch.attention_mask
+            if query_mask is None
+            else batch.attention_mask & query_mask.to(batch.attention_mask.device).bool()
+        )
         self._batch = batch
-        self._selected = queries_after_anchor(batch.n_pos, batch.anchor, batch.batch_size, real_queries, real_queries.device)
+        self._selected = queries_after_anchor(
+            batch.n_pos, batch.anchor, batch.batch_size, real_queries, real_queries.device
+        )
         self._visible = self.model.visible_keys(batch)
         self._out_total, self._out_norm_total = None, None
         # hooks only read, so inference mode (no autograd bookkeeping at all); the pass
@@ -407,7 +419,9 @@ class _Accumulator:
             rows = torch.arange(batch.batch_size, device=resid.device)
             self.resid_norm[layer] += float(resid[rows, batch.anchor].norm(dim=-1).sum())
             self.resid_count[layer] += batch.batch_size
-            stats = massive_activations(resid, batch.attention_mask, batch.anchor, self.config.massive_abs, self.config.massive_ratio)
+            stats = massive_activations(
+                resid, batch.attention_mask, batch.anchor, self.config.massive_abs, self.config.massive_ratio
+            )
             self.massive_count[layer] += stats.count
             self.massive_at_anchor[layer] += stats.at_anchor
             self.max_abs[layer] = max(float(self.max_abs[layer]), stats.max_abs)
@@ -471,12 +485,20 @@ class _Accumulator:
             for layer in range(spec.n_layers)
         )
         rates = tuple(
-            SinkRate(k=config.alpha_k, eps=eps, percent=float(100.0 * self.rate_hits[index] / self.rate_count) if self.rate_count > 0 else nan)
+            SinkRate(
+                k=config.alpha_k,
+                eps=eps,
+                percent=float(100.0 * self.rate_hits[index] / self.rate_count) if self.rate_count > 0 else nan,
+            )
             for index, eps in enumerate(config.sink_rate_eps)
         )
-        notes = () if spec.normalised else (
-            f"{spec.attention_kind} attention is not normalised: pattern rows need not sum to one, "
-            "and row_entropy is computed on renormalised rows",
+        notes = (
+            ()
+            if spec.normalised
+            else (
+                f"{spec.attention_kind} attention is not normalised: pattern rows need not sum to one, "
+                "and row_entropy is computed on renormalised rows",
+            )
         )
         total = float(self.total_count)
         return ProbeResult(
@@ -542,7 +564,9 @@ def iterate_batches(
         )
 
 
-def probe_batches(model: torch.nn.Module | HookedModel, batches: Iterable[ProbeBatch], config: ProbeConfig = ProbeConfig()) -> ProbeResult:
+def probe_batches(
+    model: torch.nn.Module | HookedModel, batches: Iterable[ProbeBatch], config: ProbeConfig = ProbeConfig()
+) -> ProbeResult:
     """Probe a stream of batches (e.g. a generator over a dataset)."""
     hooked = model if isinstance(model, HookedModel) else HookedModel(model)
     accumulator = _Accumulator(hooked, config)

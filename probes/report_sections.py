@@ -6,8 +6,8 @@ of an activation-patching result."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -36,13 +36,29 @@ HEAD_COLUMNS = (
 def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
     """One row per head; a metric that was measured for no head (all NaN) is left out."""
     rows = [
-        (h.layer, h.head, h.anchor_mass, h.anchor_mass_other, h.alpha, h.is_sink_head,
-         h.value_weighted_anchor_share, h.anchor_value_norm, h.row_entropy, h.dormant, h.head_out_norm)
+        (
+            h.layer,
+            h.head,
+            h.anchor_mass,
+            h.anchor_mass_other,
+            h.alpha,
+            h.is_sink_head,
+            h.value_weighted_anchor_share,
+            h.anchor_value_norm,
+            h.row_entropy,
+            h.dormant,
+            h.head_out_norm,
+        )
         for h in heads
     ]
-    keep = [index for index in range(len(HEAD_COLUMNS))
-            if not all(isinstance(row[index], float) and math.isnan(row[index]) for row in rows)]
-    return Table(caption, tuple(HEAD_COLUMNS[k] for k in keep), tuple(tuple(row[k] for k in keep) for row in rows), note)
+    keep = [
+        index
+        for index in range(len(HEAD_COLUMNS))
+        if not all(isinstance(row[index], float) and math.isnan(row[index]) for row in rows)
+    ]
+    return Table(
+        caption, tuple(HEAD_COLUMNS[k] for k in keep), tuple(tuple(row[k] for k in keep) for row in rows), note
+    )
 
 
 def layer_table(layers: Sequence[LayerProbe]) -> Table:
@@ -59,14 +75,25 @@ def layer_table(layers: Sequence[LayerProbe]) -> Table:
         Column("median |resid|", ".3g", numeric=True),
     )
     rows = tuple(
-        (layer.layer, layer.anchor_mass, layer.sink_heads, layer.attn_out_norm, layer.head_out_norm_sum,
-         layer.anchor_resid_norm, layer.massive_count, layer.massive_at_anchor, layer.max_abs_resid,
-         layer.median_abs_resid)
+        (
+            layer.layer,
+            layer.anchor_mass,
+            layer.sink_heads,
+            layer.attn_out_norm,
+            layer.head_out_norm_sum,
+            layer.anchor_resid_norm,
+            layer.massive_count,
+            layer.massive_at_anchor,
+            layer.max_abs_resid,
+            layer.median_abs_resid,
+        )
         for layer in layers
     )
-    note = ("Norms are means over the selected queries; attn_out_norm (norm of the summed heads) far below "
-            "head_out_norm_sum means the heads cancel. Massive activations: |x| > 100 and > 1000 x the layer's "
-            "median |x| in the residual stream after the layer.")
+    note = (
+        "Norms are means over the selected queries; attn_out_norm (norm of the summed heads) far below "
+        "head_out_norm_sum means the heads cancel. Massive activations: |x| > 100 and > 1000 x the layer's "
+        "median |x| in the residual stream after the layer."
+    )
     return Table("Per layer", columns, rows, note)
 
 
@@ -88,8 +115,10 @@ def sink_head_phrase(heads: Sequence[HeadProbe], sink_eps: float, where: str) ->
     if not measured:
         return f"No head could be measured ({rule})."
     top = max(measured, key=lambda head: head.anchor_mass)
-    return (f"None of the {len(heads)} heads is a sink head ({rule}); the largest anchor mass is "
-            f"{top.anchor_mass:.3f} (L{top.layer}H{top.head}).")
+    return (
+        f"None of the {len(heads)} heads is a sink head ({rule}); the largest anchor mass is "
+        f"{top.anchor_mass:.3f} (L{top.layer}H{top.head})."
+    )
 
 
 def default_state_finding(row: DefaultStateRow, what: str, subject: str) -> str:
@@ -100,8 +129,11 @@ def default_state_finding(row: DefaultStateRow, what: str, subject: str) -> str:
     remove_change = row.error_after_remove - row.error_before
     digits = next((k for k in range(2, 7) if sig(row.error_before, k) != sig(row.error_after_remove, k)), 6)
     leaves = abs(control_change) <= 0.1 * abs(remove_change) or abs(control_change) <= 0.5 * abs(row.error_before)
-    control = (f"leaves it at {sig(row.error_after_control, digits)}" if leaves
-               else f"moves it to {sig(row.error_after_control, digits)}")
+    control = (
+        f"leaves it at {sig(row.error_after_control, digits)}"
+        if leaves
+        else f"moves it to {sig(row.error_after_control, digits)}"
+    )
     verb = "raises" if remove_change > 0 else "lowers"
     ci = row.remove_increase
     return (
@@ -115,10 +147,15 @@ def value_share_phrase(sinks: Sequence[HeadProbe], anchor: str) -> str:
     """How much of what the sink heads write comes from the anchor (mass vs value)."""
     share = float(np.nanmean([head.value_weighted_anchor_share for head in sinks]))
     mass = float(np.nanmean([head.anchor_mass for head in sinks]))
-    reading = ("the sink takes their attention but carries little of what they write" if share < 0.5
-               else "the anchor also carries most of what they write")
-    return (f"Sink heads put {mass:.3f} of their attention on {anchor}, and {anchor} carries {share:.3f} of their "
-            f"output norm (value-weighted anchor share): {reading}.")
+    reading = (
+        "the sink takes their attention but carries little of what they write"
+        if share < 0.5
+        else "the anchor also carries most of what they write"
+    )
+    return (
+        f"Sink heads put {mass:.3f} of their attention on {anchor}, and {anchor} carries {share:.3f} of their "
+        f"output norm (value-weighted anchor share): {reading}."
+    )
 
 
 def default_state_table(rows: Sequence[DefaultStateRow], what: str, caption: str = "Default-state test") -> Table:
@@ -136,14 +173,26 @@ def default_state_table(rows: Sequence[DefaultStateRow], what: str, caption: str
         Column("Cohen's d", ".2f", numeric=True),
     )
     body = tuple(
-        (row.label, row.error_before, row.error_after_remove, row.error_after_control,
-         row.remove_increase.mean, row.remove_increase.ci_low, row.remove_increase.ci_high,
-         row.control_increase.mean, row.control_increase.ci_low, row.control_increase.ci_high, row.cohens_d)
+        (
+            row.label,
+            row.error_before,
+            row.error_after_remove,
+            row.error_after_control,
+            row.remove_increase.mean,
+            row.remove_increase.ci_low,
+            row.remove_increase.ci_high,
+            row.control_increase.mean,
+            row.control_increase.ci_low,
+            row.control_increase.ci_high,
+            row.cohens_d,
+        )
         for row in rows
     )
-    note = ("remove_sink zeroes each head's attention to the anchor and renormalises the row; the matched control "
-            "masks one random visible non-anchor key per query instead. Intervals are bootstrap intervals over "
-            "inputs; Cohen's d is of the paired difference (removal increase minus control increase).")
+    note = (
+        "remove_sink zeroes each head's attention to the anchor and renormalises the row; the matched control "
+        "masks one random visible non-anchor key per query instead. Intervals are bootstrap intervals over "
+        "inputs; Cohen's d is of the paired difference (removal increase minus control increase)."
+    )
     return Table(caption, columns, body, note)
 
 
@@ -174,8 +223,10 @@ def default_state_change_chart(
     control: for errors whose changes are small next to their level (a loss)."""
     bar_chart(
         labels,
-        [("remove_sink", [row.remove_increase.mean for row in rows]),
-         ("matched control", [row.control_increase.mean for row in rows])],
+        [
+            ("remove_sink", [row.remove_increase.mean for row in rows]),
+            ("matched control", [row.control_increase.mean for row in rows]),
+        ],
         path,
         title,
         f"change in {what}",
@@ -204,8 +255,10 @@ def patching_from_dict(data: dict) -> PatchingResult:
         n_pos=int(data["n_pos"]),
         source_metric=float(data["source_metric"]),
         target_metric=float(data["target_metric"]),
-        rows=tuple(PatchingRow(**{**row, **{key: float("nan") for key in PATCH_NUMBERS if row[key] is None}})
-                   for row in data["rows"]),
+        rows=tuple(
+            PatchingRow(**{**row, **{key: float("nan") for key in PATCH_NUMBERS if row[key] is None}})
+            for row in data["rows"]
+        ),
         notes=tuple(data["notes"]),
     )
 
@@ -219,27 +272,44 @@ def patch_site(row: PatchingRow) -> str:
 def patching_finding(result: PatchingResult) -> str:
     """The sites with the largest effects, in one sentence."""
     value = "normalised_effect" if any(not math.isnan(row.normalised_effect) for row in result.rows) else "effect"
-    ranked = sorted((row for row in result.rows if not math.isnan(getattr(row, value))),
-                    key=lambda row: -abs(getattr(row, value)))
+    ranked = sorted(
+        (row for row in result.rows if not math.isnan(getattr(row, value))), key=lambda row: -abs(getattr(row, value))
+    )
     largest = abs(getattr(ranked[0], value)) if ranked else 0.0
     strong = [row for row in ranked[:4] if abs(getattr(row, value)) >= 0.1 * largest] or ranked[:1]
     top = ", ".join(f"{patch_site(row)} {getattr(row, value):+.2f}" for row in strong)
     sites = f"{len(result.rows)} site{'s' if len(result.rows) != 1 else ''}"
-    return (f"Patching {result.hook} per {' x '.join(result.per)} ({sites}, {result.n_inputs} input "
-            f"pairs; metric {sig(result.target_metric, 3)} on the target, {sig(result.source_metric, 3)} on the "
-            f"source): the largest {value} is at {top or 'no site'}.")
+    return (
+        f"Patching {result.hook} per {' x '.join(result.per)} ({sites}, {result.n_inputs} input "
+        f"pairs; metric {sig(result.target_metric, 3)} on the target, {sig(result.source_metric, 3)} on the "
+        f"source): the largest {value} is at {top or 'no site'}."
+    )
 
 
 def patching_table(result: PatchingResult, caption: str) -> Table:
     """One row per patched site (columns for the axes ``per`` iterates)."""
     axes = [Column(axis, numeric=True) for axis in result.per]
-    columns = (Column("site"), *axes, Column("patched", ".4g", numeric=True), Column("effect", ".4g", numeric=True),
-               Column("normalised_effect", ".3f", numeric=True))
+    columns = (
+        Column("site"),
+        *axes,
+        Column("patched", ".4g", numeric=True),
+        Column("effect", ".4g", numeric=True),
+        Column("normalised_effect", ".3f", numeric=True),
+    )
     rows = tuple(
-        (patch_site(row), *[{"layer": row.layer, "head": row.head, "position": row.position}[axis] for axis in result.per],
-         row.patched, row.effect, row.normalised_effect)
+        (
+            patch_site(row),
+            *[{"layer": row.layer, "head": row.head, "position": row.position}[axis] for axis in result.per],
+            row.patched,
+            row.effect,
+            row.normalised_effect,
+        )
         for row in result.rows
     )
-    return Table(caption, columns, rows,
-                 "effect: the patched metric minus the target's; normalised_effect: effect / (source - target): 1 means "
-                 "the site alone carries the whole difference, 0 none of it.")
+    return Table(
+        caption,
+        columns,
+        rows,
+        "effect: the patched metric minus the target's; normalised_effect: effect / (source - target): 1 means "
+        "the site alone carries the whole difference, 0 none of it.",
+    )

@@ -1,4 +1,5 @@
-from sinkscope.cli import main
 import sys
+
+from sinkscope.cli import main
 
 sys.exit(main())

@@ -161,8 +161,12 @@ def _toy_device(text: str) -> str:
 
 
 def _add_device(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", type=_toy_device, default="cpu",
-                        help="where the models train: cpu, cuda, cuda:N, or auto (cuda when available) (default cpu)")
+    parser.add_argument(
+        "--device",
+        type=_toy_device,
+        default="cpu",
+        help="where the models train: cpu, cuda, cuda:N, or auto (cuda when available) (default cpu)",
+    )
 
 
 def _switch_list(text: str) -> tuple[bool, ...]:
@@ -188,45 +192,66 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="sinkscope",
         description="Measure attention sinks: toy trigger-task models, probes, interventions, reports.",
-        epilog=MAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=MAIN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     toy = commands.add_parser(
-        "toy", help="toy trigger-conditional models (the paper's experiments)",
-        epilog=TOY_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "toy",
+        help="toy trigger-conditional models (the paper's experiments)",
+        epilog=TOY_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     toy_commands = toy.add_subparsers(dest="toy_command", required=True, metavar="TOY_COMMAND", parser_class=_Parser)
 
     train = toy_commands.add_parser(
-        "train", help="train one toy model into a run directory",
-        epilog=TOY_TRAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "train",
+        help="train one toy model into a run directory",
+        epilog=TOY_TRAIN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument("--out", required=True, help="run directory to create (or resume with --resume)")
-    train.add_argument("--attention", default="softmax", help="softmax | relu | relu_prefix | sigmoid (default softmax)")
+    train.add_argument(
+        "--attention", default="softmax", help="softmax | relu | relu_prefix | sigmoid (default softmax)"
+    )
     train.add_argument("--layers", type=POSITIVE, default=1, help="number of layers (default 1)")
     train.add_argument("--heads", type=POSITIVE, default=1, help="heads per layer (default 1)")
     train.add_argument("--seed", type=NON_NEGATIVE, default=0)
     train.add_argument("--d-model", type=POSITIVE, default=16, help="token width n (default 16)")
     train.add_argument("--seq-len", type=POSITIVE, default=16, help="sequence length L (default 16)")
-    train.add_argument("--max-steps", type=POSITIVE, default=None,
-                       help="step cap (default 50,000; with --resume: the run's own, so a finished run stays finished "
-                            "unless you raise it)")
+    train.add_argument(
+        "--max-steps",
+        type=POSITIVE,
+        default=None,
+        help="step cap (default 50,000; with --resume: the run's own, so a finished run stays finished "
+        "unless you raise it)",
+    )
     train.add_argument("--lr", type=_positive_float, default=None, help="default: 1e-3 for one layer, 1e-4 for several")
-    train.add_argument("--residual", choices=("auto", "yes", "no"), default="auto",
-                       help="residual stream (auto: none for one layer, as the paper)")
+    train.add_argument(
+        "--residual",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="residual stream (auto: none for one layer, as the paper)",
+    )
     train.add_argument("--layer-norm", action="store_true", help="pre-LayerNorm (beyond the paper)")
     train.add_argument("--mlp", action="store_true", help="add an MLP per layer (beyond the paper)")
     train.add_argument("--pos-embed", action="store_true", help="learned positional embeddings (beyond the paper)")
     train.add_argument("--scale-scores", action="store_true", help="divide scores by sqrt(d_head) (beyond the paper)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    train.add_argument("--checkpoint-every", type=POSITIVE, default=2_000,
-                       help="steps between checkpoints; an interrupted run resumes from the last one (default 2000)")
+    train.add_argument(
+        "--checkpoint-every",
+        type=POSITIVE,
+        default=2_000,
+        help="steps between checkpoints; an interrupted run resumes from the last one (default 2000)",
+    )
     _add_device(train)
     _add_common_output(train)
 
     reproduce = toy_commands.add_parser(
-        "reproduce", help="train and evaluate the paper's six models; write summary.json/.md and heatmaps",
-        epilog=TOY_REPRODUCE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "reproduce",
+        help="train and evaluate the paper's six models; write summary.json/.md and heatmaps",
+        epilog=TOY_REPRODUCE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     reproduce.add_argument("--out", required=True, help="output directory (re-running resumes it)")
     reproduce.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per model (default 3; --quick: 1)")
@@ -239,37 +264,53 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_output(reproduce)
 
     probe = toy_commands.add_parser(
-        "probe", help="sink probes and the default-state test on a trained toy run",
-        epilog=TOY_PROBE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "probe",
+        help="sink probes and the default-state test on a trained toy run",
+        epilog=TOY_PROBE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     probe.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
     probe.add_argument("--out", default=None, help="output directory (default RUN_DIR/probe)")
     probe.add_argument("--sequences", type=POSITIVE, default=1000, help="test sequences (default 1000)")
     probe.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
-    probe.add_argument("--allow-unfinished", action="store_true",
-                       help="probe an interrupted or diverged run's latest weights anyway (the result says so)")
+    probe.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="probe an interrupted or diverged run's latest weights anyway (the result says so)",
+    )
     _add_common_output(probe)
 
     patch = toy_commands.add_parser(
-        "patch", help="activation patching: triggered -> untriggered inputs, per head and per position",
-        epilog=TOY_PATCH_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "patch",
+        help="activation patching: triggered -> untriggered inputs, per head and per position",
+        epilog=TOY_PATCH_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     patch.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
     patch.add_argument("--out", default=None, help="output directory (default RUN_DIR/patch)")
     patch.add_argument("--inputs", type=POSITIVE, default=256, help="paired inputs (default 256)")
     patch.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
-    patch.add_argument("--allow-unfinished", action="store_true",
-                       help="patch an interrupted or diverged run's latest weights anyway (the result says so)")
+    patch.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="patch an interrupted or diverged run's latest weights anyway (the result says so)",
+    )
     _add_common_output(patch)
 
     sweep = toy_commands.add_parser(
-        "sweep", help="the trigger task over a grid of seq_len, d_model, heads, layers and attention kinds",
-        epilog=TOY_SWEEP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "sweep",
+        help="the trigger task over a grid of seq_len, d_model, heads, layers and attention kinds",
+        epilog=TOY_SWEEP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sweep.add_argument("--out", required=True, help="output directory (re-running resumes it)")
-    sweep.add_argument("--preset", choices=("phase",), default=None,
-                       help="phase: the sink phase diagram, every attention kind x layers x heads x LayerNorm x MLP "
-                            "(1,024 models with --device cuda, 64 on a CPU); flags below narrow or widen it")
+    sweep.add_argument(
+        "--preset",
+        choices=("phase",),
+        default=None,
+        help="phase: the sink phase diagram, every attention kind x layers x heads x LayerNorm x MLP "
+        "(1,024 models with --device cuda, 64 on a CPU); flags below narrow or widen it",
+    )
     sweep.add_argument("--seq-len", type=_int_list, default=None, help="comma-separated (default 8,16,32)")
     sweep.add_argument("--d-model", type=_int_list, default=None, help="comma-separated (default 8,16,32)")
     sweep.add_argument("--heads", type=_int_list, default=None, help="comma-separated (default 1)")
@@ -286,12 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_output(sweep)
 
     tradeoff = toy_commands.add_parser(
-        "tradeoff", help="Theorem 1 made visible: off-trigger BOS mass vs default-position error",
-        epilog=TOY_TRADEOFF_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "tradeoff",
+        help="Theorem 1 made visible: off-trigger BOS mass vs default-position error",
+        epilog=TOY_TRADEOFF_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tradeoff.add_argument("--out", required=True, help="directory for tradeoff.json and tradeoff.png")
-    tradeoff.add_argument("--run", action="append", default=[],
-                          help="a trained single-layer run directory to add (repeatable)")
+    tradeoff.add_argument(
+        "--run", action="append", default=[], help="a trained single-layer run directory to add (repeatable)"
+    )
     tradeoff.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
     _add_common_output(tradeoff)
     _add_audit_parser(commands)
@@ -301,8 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_report_parser(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser(
-        "report", help="turn a result directory into report.html (self-contained) and report.md",
-        epilog=REPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "report",
+        help="turn a result directory into report.html (self-contained) and report.md",
+        epilog=REPORT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("result_dir", metavar="DIR", help="a directory written by sinkscope toy or audit")
     report.add_argument("--out", default=None, help="where to write the report (default DIR itself)")
@@ -315,40 +361,91 @@ def _add_audit_parser(commands: argparse._SubParsersAction) -> None:
     from pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
 
     audit = commands.add_parser(
-        "audit", help="audit pretrained models (GPT-2, Pythia, any Hugging Face model) for attention sinks",
-        epilog=AUDIT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "audit",
+        help="audit pretrained models (GPT-2, Pythia, any Hugging Face model) for attention sinks",
+        epilog=AUDIT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    audit.add_argument("models", nargs="+", metavar="MODEL",
-                       help="short name, Hugging Face id, local directory, or a GGUF file (or a directory holding one)")
-    audit.add_argument("--prompts", default="default",
-                       help="default (built-in English prompts), random (random tokens), a .txt (one prompt per "
-                            "line)/.jsonl/.csv/.parquet file, or a Hugging Face dataset ID[:CONFIG] (default: default)")
-    audit.add_argument("--out", default=None,
-                       help="output directory (default sinkscope-out/audit/<model>); refused if it exists and is not "
-                            "empty, unless --overwrite")
-    audit.add_argument("--revision", action="append", default=None,
-                       help="hub revision, e.g. a Pythia checkpoint step1000 (repeatable: a checkpoint sweep)")
-    audit.add_argument("--max-len", type=_at_least(2), default=DEFAULT_MAX_LEN,
-                       help=f"T: most tokens per prompt, BOS included; longer prompts are truncated (default {DEFAULT_MAX_LEN})")
-    audit.add_argument("--n-prompts", type=POSITIVE, default=DEFAULT_N_PROMPTS,
-                       help=f"number of prompts; a seeded subset when the source holds more (default {DEFAULT_N_PROMPTS})")
-    audit.add_argument("--seed", type=NON_NEGATIVE, default=0, help="seed for random prompts, subsets and ablation controls")
+    audit.add_argument(
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help="short name, Hugging Face id, local directory, or a GGUF file (or a directory holding one)",
+    )
+    audit.add_argument(
+        "--prompts",
+        default="default",
+        help="default (built-in English prompts), random (random tokens), a .txt (one prompt per "
+        "line)/.jsonl/.csv/.parquet file, or a Hugging Face dataset ID[:CONFIG] (default: default)",
+    )
+    audit.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default sinkscope-out/audit/<model>); refused if it exists and is not "
+        "empty, unless --overwrite",
+    )
+    audit.add_argument(
+        "--revision",
+        action="append",
+        default=None,
+        help="hub revision, e.g. a Pythia checkpoint step1000 (repeatable: a checkpoint sweep)",
+    )
+    audit.add_argument(
+        "--max-len",
+        type=_at_least(2),
+        default=DEFAULT_MAX_LEN,
+        help=f"T: most tokens per prompt, BOS included; longer prompts are truncated (default {DEFAULT_MAX_LEN})",
+    )
+    audit.add_argument(
+        "--n-prompts",
+        type=POSITIVE,
+        default=DEFAULT_N_PROMPTS,
+        help=f"number of prompts; a seeded subset when the source holds more (default {DEFAULT_N_PROMPTS})",
+    )
+    audit.add_argument(
+        "--seed", type=NON_NEGATIVE, default=0, help="seed for random prompts, subsets and ablation controls"
+    )
     audit.add_argument("--batch-size", type=POSITIVE, default=16, help="prompts per forward pass (default 16)")
-    audit.add_argument("--prepend-bos", action=argparse.BooleanOptionalAction, default=True,
-                       help="put the tokenizer's BOS ([CLS] for encoders) first; it is the anchor (default: yes)")
+    audit.add_argument(
+        "--prepend-bos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put the tokenizer's BOS ([CLS] for encoders) first; it is the anchor (default: yes)",
+    )
     audit.add_argument("--text-column", default="text", help="text column of .jsonl/.csv/.parquet files and datasets")
-    audit.add_argument("--split", default="train", help="dataset split, slicing allowed, e.g. 'test[:500]' (default train)")
-    audit.add_argument("--ablate", action="store_true",
-                       help="loss change when each sink head's sink is removed, all together, and the anchor evicted")
-    audit.add_argument("--ablate-heads", type=NON_NEGATIVE, default=16,
-                       help="sink heads ablated one by one, strongest first; all are ablated together too (default 16)")
-    audit.add_argument("--ablate-prompts", type=POSITIVE, default=None,
-                       help="run the ablations on the first N prompts only (default: all)")
-    audit.add_argument("--sink-eps", type=_fraction, default=0.1, help="sink head: anchor mass >= 1 - eps (default 0.1)")
-    audit.add_argument("--examples", type=NON_NEGATIVE, default=2, help="prompts drawn as attention heatmaps (default 2)")
+    audit.add_argument(
+        "--split", default="train", help="dataset split, slicing allowed, e.g. 'test[:500]' (default train)"
+    )
+    audit.add_argument(
+        "--ablate",
+        action="store_true",
+        help="loss change when each sink head's sink is removed, all together, and the anchor evicted",
+    )
+    audit.add_argument(
+        "--ablate-heads",
+        type=NON_NEGATIVE,
+        default=16,
+        help="sink heads ablated one by one, strongest first; all are ablated together too (default 16)",
+    )
+    audit.add_argument(
+        "--ablate-prompts",
+        type=POSITIVE,
+        default=None,
+        help="run the ablations on the first N prompts only (default: all)",
+    )
+    audit.add_argument(
+        "--sink-eps", type=_fraction, default=0.1, help="sink head: anchor mass >= 1 - eps (default 0.1)"
+    )
+    audit.add_argument(
+        "--examples", type=NON_NEGATIVE, default=2, help="prompts drawn as attention heatmaps (default 2)"
+    )
     audit.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: TransformerLens picks)")
-    audit.add_argument("--dtype", choices=DTYPES, default="float32",
-                       help="weights dtype; for GGUF files, the dtype they are dequantised to (default float32)")
+    audit.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="weights dtype; for GGUF files, the dtype they are dequantised to (default float32)",
+    )
     audit.add_argument("--device-map", default=None, help="split a large model across devices, e.g. auto")
     audit.add_argument("--n-devices", type=POSITIVE, default=None, help="split a large model across this many GPUs")
     audit.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
@@ -370,12 +467,18 @@ def _toy_train(args: argparse.Namespace) -> dict:
         max_steps = read_config(args.out).train.max_steps if resuming else 50_000
     config = RunConfig(
         model=ToyModelConfig(
-            n_layers=args.layers, n_heads=args.heads, d_model=args.d_model, seq_len=args.seq_len,
-            attention=args.attention, residual=residual, layer_norm=args.layer_norm, mlp=args.mlp,
-            positional_embedding=args.pos_embed, scale_scores=args.scale_scores,
+            n_layers=args.layers,
+            n_heads=args.heads,
+            d_model=args.d_model,
+            seq_len=args.seq_len,
+            attention=args.attention,
+            residual=residual,
+            layer_norm=args.layer_norm,
+            mlp=args.mlp,
+            positional_embedding=args.pos_embed,
+            scale_scores=args.scale_scores,
         ),
-        task=TaskConfig(d_model=args.d_model, seq_len=args.seq_len,
-                        eval_trigger_position=min(7, args.seq_len - 1)),
+        task=TaskConfig(d_model=args.d_model, seq_len=args.seq_len, eval_trigger_position=min(7, args.seq_len - 1)),
         train=TrainConfig(seed=args.seed, lr=args.lr, max_steps=max_steps, checkpoint_every=args.checkpoint_every),
     )
     from interp.atomic_io import holds_files
@@ -385,8 +488,10 @@ def _toy_train(args: argparse.Namespace) -> dict:
         raise FileExistsError(f"{out} already exists; pass --resume to continue it or choose another --out")
     result = train(config, out, resume=True, progress=not args.no_progress, device=args.device)
     if not args.json:
-        print(f"{result.status} after {result.steps} steps ({result.wall_seconds:.1f} s), "
-              f"batch L-inf error {result.linf_error:.2e}; run directory: {out}")
+        print(
+            f"{result.status} after {result.steps} steps ({result.wall_seconds:.1f} s), "
+            f"batch L-inf error {result.linf_error:.2e}; run directory: {out}"
+        )
     return result.to_dict()
 
 
@@ -404,13 +509,27 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
         from toy.experiment import markdown_table
         from toy.reproduce import overview_rows
 
-        print(markdown_table(
-            ["model", "converged", "steps", "seconds", "batch L-inf", "held-out L-inf", "held-out MSE", "sink heads", "paper"],
-            overview_rows(summary.models),
-        ))
+        print(
+            markdown_table(
+                [
+                    "model",
+                    "converged",
+                    "steps",
+                    "seconds",
+                    "batch L-inf",
+                    "held-out L-inf",
+                    "held-out MSE",
+                    "sink heads",
+                    "paper",
+                ],
+                overview_rows(summary.models),
+            )
+        )
         failed = [c for c in summary.checks if not c.passed]
-        print(f"{len(summary.checks) - len(failed)} of {len(summary.checks)} checks against the paper pass"
-              + (": failing: " + "; ".join(c.claim for c in failed) if failed else ""))
+        print(
+            f"{len(summary.checks) - len(failed)} of {len(summary.checks)} checks against the paper pass"
+            + (": failing: " + "; ".join(c.claim for c in failed) if failed else "")
+        )
         print(f"wrote {Path(args.out) / 'summary.md'} and {Path(args.out) / 'summary.json'}")
     return summary.to_dict()
 
@@ -418,17 +537,22 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
 def _toy_probe(args: argparse.Namespace) -> dict:
     from toy.probe_run import probe_run
 
-    report = probe_run(args.run_dir, args.out, args.sequences, overwrite=args.overwrite,
-                       allow_unfinished=args.allow_unfinished)
+    report = probe_run(
+        args.run_dir, args.out, args.sequences, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
+    )
     if not args.json:
         state = report.default_state
-        print(f"sink heads: {len(report.probe.sink_heads())} of {len(report.probe.heads)}; "
-              f"layer outputs: norm of sum {report.probe.attn_out_norm_of_sum:.3g} vs sum of norms "
-              f"{report.probe.attn_out_sum_of_norms:.3g}")
+        print(
+            f"sink heads: {len(report.probe.sink_heads())} of {len(report.probe.heads)}; "
+            f"layer outputs: norm of sum {report.probe.attn_out_norm_of_sum:.3g} vs sum of norms "
+            f"{report.probe.attn_out_sum_of_norms:.3g}"
+        )
         if state.default_error_before is not None:
-            print(f"default-state test: default-position MSE {state.default_error_before:.2e} -> "
-                  f"{state.default_error_after_remove:.2e} with the sinks removed, "
-                  f"{state.default_error_after_control:.2e} with the matched control")
+            print(
+                f"default-state test: default-position MSE {state.default_error_before:.2e} -> "
+                f"{state.default_error_after_remove:.2e} with the sinks removed, "
+                f"{state.default_error_after_control:.2e} with the matched control"
+            )
         else:
             print(f"default-state test: {state.note}")
         print(f"wrote {', '.join(report.files)} in {report.out_dir}")
@@ -438,8 +562,9 @@ def _toy_probe(args: argparse.Namespace) -> dict:
 def _toy_patch(args: argparse.Namespace) -> dict:
     from toy.patching import patch_run
 
-    result, files = patch_run(args.run_dir, args.out, args.inputs, overwrite=args.overwrite,
-                              allow_unfinished=args.allow_unfinished)
+    result, files = patch_run(
+        args.run_dir, args.out, args.inputs, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
+    )
     if not args.json:
         heads = result.heads.matrix()
         print("z patched per (layer, head), normalised effect (1 = carries the trigger):")
@@ -457,8 +582,16 @@ def _toy_sweep(args: argparse.Namespace) -> dict:
     from toy.experiment import markdown_table
     from toy.sweep import SweepConfig, phase_diagram, sweep
 
-    axes = {"seq_lens": args.seq_len, "d_models": args.d_model, "heads": args.heads, "layers": args.layers,
-            "attentions": args.attention, "layer_norms": args.layer_norm, "mlps": args.mlp, "seeds": args.seeds}
+    axes = {
+        "seq_lens": args.seq_len,
+        "d_models": args.d_model,
+        "heads": args.heads,
+        "layers": args.layers,
+        "attentions": args.attention,
+        "layer_norms": args.layer_norm,
+        "mlps": args.mlp,
+        "seeds": args.seeds,
+    }
     chosen = {name: value for name, value in axes.items() if value is not None}
     common = {"max_steps": args.max_steps, "n_sequences": args.sequences, "workers": args.workers}
     if args.preset == "phase":
@@ -470,14 +603,33 @@ def _toy_sweep(args: argparse.Namespace) -> dict:
         config = SweepConfig(**chosen, **common)
     result = sweep(config, args.out, overwrite=args.overwrite, progress=not args.no_progress, device=args.device)
     if not args.json:
-        print(markdown_table(
-            ["configuration", "converged", "mean steps", "sink fraction", "seeds with a sink", "default-position MSE"],
-            [[r.label, f"{r.converged}/{r.seeds}", f"{r.mean_steps:.0f}", f"{r.sink_fraction:.2f}",
-              f"{r.seeds_with_sink}/{r.seeds}", "-" if r.mean_default_mse is None else f"{r.mean_default_mse:.1e}"]
-             for r in result.rows],
-        ))
-        print(f"wrote {Path(args.out) / 'summary.md'}, {Path(args.out) / 'summary.json'} and plots "
-              f"({result.wall_seconds:.0f} s)")
+        print(
+            markdown_table(
+                [
+                    "configuration",
+                    "converged",
+                    "mean steps",
+                    "sink fraction",
+                    "seeds with a sink",
+                    "default-position MSE",
+                ],
+                [
+                    [
+                        r.label,
+                        f"{r.converged}/{r.seeds}",
+                        f"{r.mean_steps:.0f}",
+                        f"{r.sink_fraction:.2f}",
+                        f"{r.seeds_with_sink}/{r.seeds}",
+                        "-" if r.mean_default_mse is None else f"{r.mean_default_mse:.1e}",
+                    ]
+                    for r in result.rows
+                ],
+            )
+        )
+        print(
+            f"wrote {Path(args.out) / 'summary.md'}, {Path(args.out) / 'summary.json'} and plots "
+            f"({result.wall_seconds:.0f} s)"
+        )
     return result.to_dict()
 
 
@@ -520,12 +672,16 @@ def _unique_slugs(labels: list[str]) -> list[str]:
 
 def _audit_line(result) -> str:
     rates = result.sink_rate()
-    line = (f"{result.model.label}: {result.model.n_layers} layers x {result.model.heads_text}; sink rate "
-            + ", ".join(f"{rate:.1f}% (eps {eps})" for eps, rate in rates.items())
-            + f"; {len(result.sink_heads())} sink heads (anchor mass >= {1 - result.config.sink_eps:g})")
+    line = (
+        f"{result.model.label}: {result.model.n_layers} layers x {result.model.heads_text}; sink rate "
+        + ", ".join(f"{rate:.1f}% (eps {eps})" for eps, rate in rates.items())
+        + f"; {len(result.sink_heads())} sink heads (anchor mass >= {1 - result.config.sink_eps:g})"
+    )
     if result.ablation is not None:
         ablation = result.ablation
-        line += f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_loss - ablation.base_loss:+.3f}"
+        line += (
+            f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_loss - ablation.base_loss:+.3f}"
+        )
     return line
 
 
@@ -535,15 +691,23 @@ def _audit(args: argparse.Namespace) -> dict:
 
     revisions = args.revision or [None]
     if len(args.models) > 1 and len(revisions) > 1:
-        raise ValueError("pass several models or several --revision values, not both (one --revision applies to every model)")
+        raise ValueError(
+            "pass several models or several --revision values, not both (one --revision applies to every model)"
+        )
     specs = [
         LoadSpec(name, revision, args.device, args.dtype, args.device_map, args.n_devices)
-        for name in args.models for revision in revisions
+        for name in args.models
+        for revision in revisions
     ]
     resolved = [resolve_model(spec.name, spec.revision) for spec in specs]
     prompt_spec = PromptSpec(
-        source=args.prompts, max_len=args.max_len, n_prompts=args.n_prompts, seed=args.seed,
-        prepend_bos=args.prepend_bos, text_column=args.text_column, split=args.split,
+        source=args.prompts,
+        max_len=args.max_len,
+        n_prompts=args.n_prompts,
+        seed=args.seed,
+        prepend_bos=args.prepend_bos,
+        text_column=args.text_column,
+        split=args.split,
     )
     for where in resolved:
         n_ctx = context_length(where)
@@ -560,7 +724,9 @@ def _audit(args: argparse.Namespace) -> dict:
         return _audit_into(args, out, specs, resolved, slugs, prompt_spec)
 
 
-def _audit_into(args: argparse.Namespace, out: Path, specs: list, resolved: list, slugs: list[str], prompt_spec) -> dict:
+def _audit_into(
+    args: argparse.Namespace, out: Path, specs: list, resolved: list, slugs: list[str], prompt_spec
+) -> dict:
     """The audit proper, once ``out`` is checked and locked."""
     from pretrained_analysis.prompts import load_prompt_set
 
@@ -572,8 +738,13 @@ def _audit_into(args: argparse.Namespace, out: Path, specs: list, resolved: list
     from pretrained_analysis.loading import load_model
 
     config = AuditConfig(
-        batch_size=args.batch_size, sink_eps=args.sink_eps, ablate=args.ablate, ablate_heads=args.ablate_heads,
-        ablate_prompts=args.ablate_prompts, n_examples=args.examples, seed=args.seed,
+        batch_size=args.batch_size,
+        sink_eps=args.sink_eps,
+        ablate=args.ablate,
+        ablate_heads=args.ablate_heads,
+        ablate_prompts=args.ablate_prompts,
+        n_examples=args.examples,
+        seed=args.seed,
     )
     progress = not args.no_progress
     results = []
@@ -612,10 +783,13 @@ HANDLERS = {
 }
 
 
-INTERRUPTED = {"toy": "training checkpointed the step it stopped at: re-run toy train with --resume, or reproduce "
-                      "and sweep with the same settings, to continue; an --overwrite run (and probe, patch, tradeoff) "
-                      "left the old result as it was", "audit": "nothing was written; any old result is as it was",
-               "report": "files already replaced are complete; re-run with --overwrite"}
+INTERRUPTED = {
+    "toy": "training checkpointed the step it stopped at: re-run toy train with --resume, or reproduce "
+    "and sweep with the same settings, to continue; an --overwrite run (and probe, patch, tradeoff) "
+    "left the old result as it was",
+    "audit": "nothing was written; any old result is as it was",
+    "report": "files already replaced are complete; re-run with --overwrite",
+}
 
 
 def _run_failed(command: str, error: RuntimeError) -> bool:
@@ -668,8 +842,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     except (RuntimeError, MemoryError) as error:
         if _out_of_memory(error):  # a count too large for this machine: the input, not the code
-            print(f"sinkscope: error: out of memory ({_first_line(error)}); lower the sizes and counts "
-                  "(--sequences, --inputs, --heads, --d-model, --batch-size, --n-prompts, --max-len)", file=sys.stderr)
+            print(
+                f"sinkscope: error: out of memory ({_first_line(error)}); lower the sizes and counts "
+                "(--sequences, --inputs, --heads, --d-model, --batch-size, --n-prompts, --max-len)",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
         if not _run_failed(args.command, error):
             raise

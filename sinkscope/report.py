@@ -54,8 +54,10 @@ def detect_kind(result_dir: Path) -> ReportKind:
         if kind.matches(result_dir):
             return kind
     if (result_dir / CONFIG_FILE).is_file() and (result_dir / RESULT_FILE).is_file():
-        raise ValueError(f"{result_dir} is a toy training run; probe it first with `sinkscope toy probe {result_dir}` "
-                         f"and report on its probe directory")
+        raise ValueError(
+            f"{result_dir} is a toy training run; probe it first with `sinkscope toy probe {result_dir}` "
+            f"and report on its probe directory"
+        )
     expected = ", ".join(" + ".join(kind.markers) + f" ({kind.name})" for kind in REPORT_KINDS)
     raise ValueError(f"{result_dir} holds no sinkscope result; expected one of: {expected}")
 
@@ -65,11 +67,15 @@ def _check_markers(source: Path, kind: ReportKind) -> None:
     result, whatever its name)."""
     for marker in kind.markers:
         if marker.endswith(".json") and not isinstance(read_json(source / marker), dict):
-            raise ValueError(f"{source / marker} is not a sinkscope {kind.name} result (not a JSON object); "
-                             "regenerate it with its sinkscope command")
+            raise ValueError(
+                f"{source / marker} is not a sinkscope {kind.name} result (not a JSON object); "
+                "regenerate it with its sinkscope command"
+            )
 
 
-def report(result_dir: str | os.PathLike, out: str | os.PathLike | None = None, overwrite: bool = False) -> ReportResult:
+def report(
+    result_dir: str | os.PathLike, out: str | os.PathLike | None = None, overwrite: bool = False
+) -> ReportResult:
     """Write ``report.html`` and ``report.md`` for ``result_dir`` into ``out`` (default:
     ``result_dir`` itself). An existing report is refused unless ``overwrite``."""
     source = Path(result_dir)

@@ -77,8 +77,11 @@ class Chromium:
 
         self._process = subprocess.Popen(
             [executable, *CHROMIUM_FLAGS, f"--user-data-dir={self._profile}", "about:blank"],
-            preexec_fn=map_pipes, close_fds=False, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=map_pipes,
+            close_fds=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         os.close(to_browser_read)
         os.close(from_browser_write)
@@ -88,7 +91,7 @@ class Chromium:
         self._pages: dict[str, Page] = {}
         self.send("Browser.getVersion")
 
-    def __enter__(self) -> "Chromium":
+    def __enter__(self) -> Chromium:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -152,15 +155,17 @@ class Chromium:
         return reply.get("result", {})
 
     # pages ------------------------------------------------------------------------------
-    def open(self, path: Path, width: int = 1280, height: int = 900) -> "Page":
+    def open(self, path: Path, width: int = 1280, height: int = 900) -> Page:
         """Open ``path`` in a new tab and wait for its load event."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         page = self._pages[session] = Page(self, session)
         for domain in ("Page", "Runtime", "Log"):
             page.send(f"{domain}.enable")
-        page.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1,
-                                                         "mobile": False})
+        page.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
         page.send("Page.navigate", {"url": Path(path).resolve().as_uri()})
         page.wait_for("Page.loadEventFired")
         return page
@@ -180,7 +185,8 @@ class Page:
         self.seen.add(method)
         if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
             self.events.console_errors.append(
-                " ".join(str(arg.get("value", arg.get("description", ""))) for arg in params.get("args", [])))
+                " ".join(str(arg.get("value", arg.get("description", ""))) for arg in params.get("args", []))
+            )
         elif method == "Runtime.exceptionThrown":
             details = params.get("exceptionDetails", {})
             self.events.exceptions.append(details.get("exception", {}).get("description") or details.get("text", ""))
@@ -223,5 +229,7 @@ class Page:
         params: dict[str, Any] = {"format": "png"}
         if height is not None:
             width = self.evaluate("document.documentElement.clientWidth")
-            params.update(captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1})
+            params.update(
+                captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
+            )
         Path(path).write_bytes(base64.b64decode(self.send("Page.captureScreenshot", params)["data"]))

@@ -39,7 +39,11 @@ def _listen_to_z(model: ToyTransformer) -> list[tuple[str, object]]:
 @pytest.mark.parametrize("attention", ATTENTION_KINDS)
 @pytest.mark.parametrize(
     "shape",
-    [{"n_layers": 1, "n_heads": 1}, {"n_layers": 2, "n_heads": 3}, {"n_layers": 2, "n_heads": 2, "scale_scores": True, "layer_norm": True, "mlp": True}],
+    [
+        {"n_layers": 1, "n_heads": 1},
+        {"n_layers": 2, "n_heads": 3},
+        {"n_layers": 2, "n_heads": 2, "scale_scores": True, "layer_norm": True, "mlp": True},
+    ],
 )
 def test_both_orders_give_the_same_output_and_gradients(attention, shape):
     model = _model(attention=attention, **shape)
@@ -66,7 +70,9 @@ def test_a_hook_on_q_k_v_or_z_switches_to_the_per_head_order_and_sees_real_activ
     seen: dict[str, torch.Tensor] = {}
     for name in ("q", "k", "v", "z"):
         hook_point = getattr(attn, f"hook_{name}")
-        handle = hook_point.register_forward_hook(lambda module, args, output, name=name: seen.__setitem__(name, output))
+        handle = hook_point.register_forward_hook(
+            lambda module, args, output, name=name: seen.__setitem__(name, output)
+        )
         assert not attn._circuits_apply()
         model(_tokens())
         handle.remove()

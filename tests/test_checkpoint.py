@@ -112,7 +112,10 @@ def test_optimizer_state_round_trip(tmp_path):
     assert original["state"].keys() == restored["state"].keys()
     for param_id, state in original["state"].items():
         for key, value in state.items():
-            assert torch.equal(torch.as_tensor(value), torch.as_tensor(restored["state"][param_id][key])), (param_id, key)
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(restored["state"][param_id][key])), (
+                param_id,
+                key,
+            )
 
     # continuing from the restored state gives bitwise the same parameters
     _adam_steps(model, optimizer, 3, seed=1)

@@ -51,8 +51,20 @@ def prompts(tmp_path) -> Path:
 
 
 def audit_argv(model_dir: Path, prompts: Path, out: Path, *extra: str) -> list[str]:
-    return ["audit", str(model_dir), "--prompts", str(prompts), "--max-len", "16", "--examples", "0",
-            "--out", str(out), "--no-progress", *extra]
+    return [
+        "audit",
+        str(model_dir),
+        "--prompts",
+        str(prompts),
+        "--max-len",
+        "16",
+        "--examples",
+        "0",
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def test_a_sibling_named_like_the_old_trash_survives(model_dir, prompts, tmp_path):
@@ -179,7 +191,9 @@ def toy_run(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("command, flags", [("probe", ["--sequences", "20"]), ("patch", ["--inputs", "8"])])
-def test_toy_overwrite_keeps_the_old_result_until_the_new_one_is_complete(toy_run, tmp_path, monkeypatch, command, flags):
+def test_toy_overwrite_keeps_the_old_result_until_the_new_one_is_complete(
+    toy_run, tmp_path, monkeypatch, command, flags
+):
     """An interrupt while the new result is being written (injected at its last figure)
     leaves the old result exactly as it was, and no temporary behind."""
     import interp.plots
@@ -227,8 +241,11 @@ def test_a_truncated_newest_checkpoint_resumes_from_the_previous_one(tmp_path, c
     from toy.train import train
 
     def config(max_steps: int) -> RunConfig:
-        return RunConfig(ToyModelConfig(), TaskConfig(),
-                         TrainConfig(max_steps=max_steps, checkpoint_every=40, stop_linf=1e-12, log_every=20))
+        return RunConfig(
+            ToyModelConfig(),
+            TaskConfig(),
+            TrainConfig(max_steps=max_steps, checkpoint_every=40, stop_linf=1e-12, log_every=20),
+        )
 
     train(config(200), tmp_path / "straight", progress=False)
     run = tmp_path / "interrupted"
@@ -261,8 +278,22 @@ def test_probe_and_patch_refuse_an_unfinished_run_unless_allowed(toy_run, tmp_pa
         out = tmp_path / f"{command}-out"
         one_line_exit_2(capsys, ["toy", command, str(run), "--out", str(out), *flags], "--allow-unfinished")
         assert not out.exists()
-    assert main(["toy", "probe", str(run), "--out", str(tmp_path / "p"), "--sequences", "20", "--allow-unfinished",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "toy",
+                "probe",
+                str(run),
+                "--out",
+                str(tmp_path / "p"),
+                "--sequences",
+                "20",
+                "--allow-unfinished",
+                "--json",
+            ]
+        )
+        == 0
+    )
     notes = json.loads((tmp_path / "p" / "probe.json").read_text())["notes"]
     assert any("has not finished training" in note for note in notes)
     diverged = json.loads((toy_run / RESULT_FILE).read_text()) | {"status": "diverged"}
@@ -289,8 +320,25 @@ def test_a_comparison_report_reads_nothing_outside_its_directory(model_dir, prom
     second.mkdir()
     for child in model_dir.iterdir():
         (second / child.name).write_bytes(child.read_bytes())
-    assert main(["audit", str(model_dir), str(second), "--prompts", str(prompts), "--max-len", "16", "--examples", "0",
-                 "--out", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                str(model_dir),
+                str(second),
+                "--prompts",
+                str(prompts),
+                "--max-len",
+                "16",
+                "--examples",
+                "0",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     data = json.loads((out / "comparison.json").read_text())
     data["rows"][0]["directory"] = "../../"
     (out / "comparison.json").write_text(json.dumps(data))
@@ -316,7 +364,9 @@ def test_unreadable_prompt_files_are_one_line(model_dir, tmp_path, capsys, name,
 
 def test_prompt_sources_that_are_not_files_name_the_fix(model_dir, tmp_path, capsys):
     one_line_exit_2(capsys, audit_argv(model_dir, tmp_path, tmp_path / "out"), "is a directory")
-    one_line_exit_2(capsys, audit_argv(model_dir, tmp_path / "x.bin", tmp_path / "out"), "prompt file")  # not a dataset id
+    one_line_exit_2(
+        capsys, audit_argv(model_dir, tmp_path / "x.bin", tmp_path / "out"), "prompt file"
+    )  # not a dataset id
 
 
 def test_resume_refuses_a_config_whose_lr_was_edited(toy_run, tmp_path, capsys):
@@ -333,8 +383,11 @@ def test_resume_refuses_a_config_whose_lr_was_edited(toy_run, tmp_path, capsys):
     config["train"]["lr"] = 0.005
     (run / "config.json").write_text(json.dumps(config))
     before = snapshot(run)
-    one_line_exit_2(capsys, ["toy", "train", "--out", str(run), "--resume", "--lr", "0.005", "--max-steps", "50",
-                             "--no-progress"], "put the lr back in config.json")
+    one_line_exit_2(
+        capsys,
+        ["toy", "train", "--out", str(run), "--resume", "--lr", "0.005", "--max-steps", "50", "--no-progress"],
+        "put the lr back in config.json",
+    )
     assert snapshot(run) == before
 
 
@@ -357,9 +410,26 @@ def test_sigterm_ends_a_run_like_ctrl_c_leaving_no_temporaries(tmp_path):
 
     out = tmp_path / "run"
     process = subprocess.Popen(
-        [sys.executable, "-m", "sinkscope.cli", "toy", "train", "--out", str(out), "--layers", "2", "--heads", "2",
-         "--max-steps", "1000000", "--checkpoint-every", "50", "--no-progress"],
-        stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "sinkscope.cli",
+            "toy",
+            "train",
+            "--out",
+            str(out),
+            "--layers",
+            "2",
+            "--heads",
+            "2",
+            "--max-steps",
+            "1000000",
+            "--checkpoint-every",
+            "50",
+            "--no-progress",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 120
     while not list(out.glob("checkpoints/step-*")) and time.monotonic() < deadline:
@@ -375,8 +445,21 @@ def test_sigterm_ends_a_run_like_ctrl_c_leaving_no_temporaries(tmp_path):
 
 def _tiny_reproduce_argv(out: Path, max_steps: int, *extra: str) -> list[str]:
     """The --quick reproduction cut to a few steps per model (six models, one worker)."""
-    return ["toy", "reproduce", "--quick", "--max-steps", str(max_steps), "--sequences", "16", "--workers", "1",
-            "--out", str(out), "--no-progress", *extra]
+    return [
+        "toy",
+        "reproduce",
+        "--quick",
+        "--max-steps",
+        str(max_steps),
+        "--sequences",
+        "16",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("command", ["audit", "probe", "patch", "tradeoff", "train", "reproduce", "sweep", "report"])
@@ -394,8 +477,24 @@ def test_a_second_writer_on_a_locked_out_is_refused(model_dir, prompts, toy_run,
         "tradeoff": ["toy", "tradeoff", "--run", str(toy_run), "--out", str(out), "--overwrite"],
         "train": ["toy", "train", "--out", str(out), "--max-steps", "5", "--no-progress", "--resume"],
         "reproduce": _tiny_reproduce_argv(out, 5, "--overwrite"),
-        "sweep": ["toy", "sweep", "--seq-len", "8", "--d-model", "8", "--seeds", "1", "--max-steps", "5",
-                  "--workers", "1", "--out", str(out), "--no-progress", "--overwrite"],
+        "sweep": [
+            "toy",
+            "sweep",
+            "--seq-len",
+            "8",
+            "--d-model",
+            "8",
+            "--seeds",
+            "1",
+            "--max-steps",
+            "5",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--overwrite",
+        ],
         "report": ["report", str(toy_run / "probe"), "--out", str(out), "--overwrite"],
     }[command]
     if command == "report" and not (toy_run / "probe").exists():
@@ -416,8 +515,9 @@ def test_two_audit_processes_on_one_out_exactly_one_wins(model_dir, prompts, tmp
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "sinkscope.cli", *audit_argv(model_dir, prompts, out)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    processes = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-                 for _ in range(2)]
+    processes = [
+        subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     outcomes = sorted((process.wait(timeout=300), process.stderr.read()) for process in processes)
     assert [code for code, _ in outcomes] == [0, 2], outcomes
     loser = outcomes[1][1].strip()
@@ -435,8 +535,19 @@ def test_two_toy_trainers_on_one_out_exactly_one_wins(tmp_path):
     import sys
 
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "sinkscope.cli", "toy", "train", "--out", str(out), "--max-steps", "400",
-            "--no-progress", "--resume"]
+    argv = [
+        sys.executable,
+        "-m",
+        "sinkscope.cli",
+        "toy",
+        "train",
+        "--out",
+        str(out),
+        "--max-steps",
+        "400",
+        "--no-progress",
+        "--resume",
+    ]
     processes = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outcomes = sorted((process.wait(timeout=300), process.stderr.read()) for process in processes)
     if [code for code, _ in outcomes] == [0, 0]:
@@ -528,8 +639,12 @@ def test_an_interrupt_checkpoints_the_current_step_and_resume_is_bitwise(tmp_pat
 
     argv = ["toy", "train", "--max-steps", "2500", "--checkpoint-every", "100000", "--no-progress"]
     run = tmp_path / "interrupted"
-    process = subprocess.Popen([sys.executable, "-m", "sinkscope.cli", *argv, "--out", str(run)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sinkscope.cli", *argv, "--out", str(run)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         metrics = run / "metrics.jsonl"
@@ -561,25 +676,30 @@ def test_metrics_with_a_nan_are_standard_json(tmp_path):
     assert read_metrics(tmp_path) == [{"step": 0, "loss": None, "anchor_mass_trigger": [[None, 0.5]]}]
 
 
-@pytest.mark.parametrize("argv, fix", [
-    (["toy", "train", "--out", "x", "--layers", "0"], "--layers: must be >= 1, got 0"),
-    (["toy", "train", "--out", "x", "--lr", "-1"], "--lr: must be a positive number"),
-    (["toy", "reproduce", "--out", "x", "--seeds", "0"], "--seeds: must be >= 1"),
-    (["toy", "probe", "run", "--sequences", "0"], "--sequences: must be >= 1"),
-    (["toy", "patch", "run", "--inputs", "-3"], "--inputs: must be >= 1"),
-    (["toy", "sweep", "--out", "x", "--d-model", "8,0"], "integers >= 1"),
-    (["audit", "gpt2", "--batch-size", "0"], "--batch-size: must be >= 1"),
-    (["audit", "gpt2", "--sink-eps", "1.5"], "--sink-eps: must lie in [0, 1)"),
-    (["audit", "gpt2", "--max-len", "1"], "--max-len: must be >= 2"),
-])
+@pytest.mark.parametrize(
+    "argv, fix",
+    [
+        (["toy", "train", "--out", "x", "--layers", "0"], "--layers: must be >= 1, got 0"),
+        (["toy", "train", "--out", "x", "--lr", "-1"], "--lr: must be a positive number"),
+        (["toy", "reproduce", "--out", "x", "--seeds", "0"], "--seeds: must be >= 1"),
+        (["toy", "probe", "run", "--sequences", "0"], "--sequences: must be >= 1"),
+        (["toy", "patch", "run", "--inputs", "-3"], "--inputs: must be >= 1"),
+        (["toy", "sweep", "--out", "x", "--d-model", "8,0"], "integers >= 1"),
+        (["audit", "gpt2", "--batch-size", "0"], "--batch-size: must be >= 1"),
+        (["audit", "gpt2", "--sink-eps", "1.5"], "--sink-eps: must lie in [0, 1)"),
+        (["audit", "gpt2", "--max-len", "1"], "--max-len: must be >= 2"),
+    ],
+)
 def test_bad_counts_are_one_line_before_torch_loads(tmp_path, argv, fix):
     """Checked while parsing: one line naming --help, exit 2, and torch never imported
     (about 8 s saved on every typo)."""
     import subprocess
     import sys
 
-    probe = ("import sys\nfrom sinkscope.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
-             "except SystemExit as exit_:\n    code = exit_.code\nprint('torch' in sys.modules)\nsys.exit(code)\n")
+    probe = (
+        "import sys\nfrom sinkscope.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
+        "except SystemExit as exit_:\n    code = exit_.code\nprint('torch' in sys.modules)\nsys.exit(code)\n"
+    )
     done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     err = done.stderr.strip()
@@ -593,8 +713,23 @@ def _toy_argv(command: str, toy_run: Path, out: Path) -> list[str]:
         "train": ["toy", "train", "--out", str(out), "--max-steps", "5", "--no-progress"],
         "train --resume": ["toy", "train", "--out", str(out), "--max-steps", "5", "--no-progress", "--resume"],
         "reproduce": _tiny_reproduce_argv(out, 3),
-        "sweep": ["toy", "sweep", "--seq-len", "8", "--d-model", "8", "--seeds", "1", "--max-steps", "3",
-                  "--workers", "1", "--out", str(out), "--no-progress"],
+        "sweep": [
+            "toy",
+            "sweep",
+            "--seq-len",
+            "8",
+            "--d-model",
+            "8",
+            "--seeds",
+            "1",
+            "--max-steps",
+            "3",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
         "probe": ["toy", "probe", str(toy_run), "--out", str(out), "--sequences", "20"],
         "patch": ["toy", "patch", str(toy_run), "--out", str(out), "--inputs", "8"],
         "tradeoff": ["toy", "tradeoff", "--run", str(toy_run), "--out", str(out)],
@@ -651,8 +786,11 @@ def test_an_unwritable_location_is_one_line_before_any_work(toy_run, tmp_path, c
 
 
 def test_a_bogus_device_map_names_the_placements(model_dir, prompts, tmp_path, capsys):
-    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out", "--device-map", "bogus"),
-                    "pass auto, balanced, balanced_low_0, sequential")
+    one_line_exit_2(
+        capsys,
+        audit_argv(model_dir, prompts, tmp_path / "out", "--device-map", "bogus"),
+        "pass auto, balanced, balanced_low_0, sequential",
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -677,10 +815,16 @@ def test_truncated_weights_are_one_line_naming_the_file(model_dir, prompts, toy_
     shutil.copytree(toy_run, run, ignore=shutil.ignore_patterns("probe", "patch"))
     weights = run / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:200])
-    one_line_exit_2(capsys, ["toy", "probe", str(run), "--out", str(tmp_path / "p"), "--sequences", "8"],
-                    "is not a readable safetensors file")
-    one_line_exit_2(capsys, ["toy", "patch", str(run), "--out", str(tmp_path / "q"), "--inputs", "4"],
-                    "is not a readable safetensors file")
+    one_line_exit_2(
+        capsys,
+        ["toy", "probe", str(run), "--out", str(tmp_path / "p"), "--sequences", "8"],
+        "is not a readable safetensors file",
+    )
+    one_line_exit_2(
+        capsys,
+        ["toy", "patch", str(run), "--out", str(tmp_path / "q"), "--inputs", "4"],
+        "is not a readable safetensors file",
+    )
     model = tmp_path / "model"
     shutil.copytree(model_dir, model)
     (model / "model.safetensors").write_bytes((model_dir / "model.safetensors").read_bytes()[:500])
@@ -703,8 +847,10 @@ def test_running_out_of_memory_is_one_line_naming_the_counts(toy_run, tmp_path, 
     import toy.probe_run
 
     def refuse(*args, **kwargs):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
-                           "you tried to allocate 8000000000000 bytes.")
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 8000000000000 bytes."
+        )
 
     monkeypatch.setattr(toy.probe_run, "probe_model", refuse)
     one_line_exit_2(capsys, ["toy", "probe", str(toy_run), "--out", str(tmp_path / "p")], "lower the sizes and counts")
@@ -717,10 +863,16 @@ def test_sigterm_after_the_work_is_one_line_and_exit_1(toy_run, tmp_path):
     import subprocess
     import sys
 
-    code = ("import os, signal, sys, time\nfrom sinkscope.cli import main\nsys.argv[0] = 'sinkscope'\n"
-            "status = main()\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(10)\nsys.exit(status)\n")
-    done = subprocess.run([sys.executable, "-c", code, "toy", "probe", str(toy_run), "--out", str(tmp_path / "p"),
-                           "--sequences", "8"], capture_output=True, text=True, timeout=120)
+    code = (
+        "import os, signal, sys, time\nfrom sinkscope.cli import main\nsys.argv[0] = 'sinkscope'\n"
+        "status = main()\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(10)\nsys.exit(status)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "toy", "probe", str(toy_run), "--out", str(tmp_path / "p"), "--sequences", "8"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1, done
     assert done.stderr.strip() == "sinkscope: interrupted after the result was complete; it is kept"
     assert (tmp_path / "p" / "probe.json").is_file()

@@ -89,13 +89,15 @@ def test_anchor_mass_and_alpha_match_transformers_eager_attention(smollm2, promp
     real = mask.double()
     after = real.clone()
     after[:, 0] = 0.0  # queries after the anchor (position 0 in every row: right padding)
-    expected_mass = torch.stack([
-        (a.double()[:, :, :, 0] * after.unsqueeze(1)).sum(dim=(0, 2)) / after.sum() for a in attentions
-    ])  # [layer, head]
-    expected_alpha = torch.stack([
-        ((a.double()[:, :, :, 0] * real.unsqueeze(1)).sum(dim=2) / real.sum(dim=1, keepdim=True)).mean(dim=0)
-        for a in attentions
-    ])
+    expected_mass = torch.stack(
+        [(a.double()[:, :, :, 0] * after.unsqueeze(1)).sum(dim=(0, 2)) / after.sum() for a in attentions]
+    )  # [layer, head]
+    expected_alpha = torch.stack(
+        [
+            ((a.double()[:, :, :, 0] * real.unsqueeze(1)).sum(dim=2) / real.sum(dim=1, keepdim=True)).mean(dim=0)
+            for a in attentions
+        ]
+    )
     result = probe_model(HookedModel(loaded.bridge), tokens, attention_mask=mask, config=ProbeConfig(batch_size=4))
     torch.testing.assert_close(result.anchor_mass_matrix(), expected_mass, atol=1e-4, rtol=0)
     torch.testing.assert_close(result.matrix("alpha"), expected_alpha, atol=1e-4, rtol=0)
@@ -179,8 +181,23 @@ def test_main_job_audit_of_smollm2_from_the_command_line(tmp_path):
     from sinkscope.cli import main
 
     out = tmp_path / "audit-smollm2"
-    assert main(["audit", str(smollm2_dir()), "--ablate", "--ablate-prompts", "16", "--ablate-heads", "8",
-                 "--out", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                str(smollm2_dir()),
+                "--ablate",
+                "--ablate-prompts",
+                "16",
+                "--ablate-heads",
+                "8",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     data = json.loads((out / "audit.json").read_text())
     assert data["prompts"]["n_prompts"] == 64 and data["model"]["quantization"] == "Q4_1"
     rows = data["ablation"]["sink_heads"]["rows"]

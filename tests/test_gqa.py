@@ -56,10 +56,14 @@ def attention_inputs(hf, tokens: torch.Tensor, mask: torch.Tensor):
     handles = []
     for index, layer in enumerate(hf.model.layers):
         attn = layer.self_attn
-        handles.append(attn.register_forward_pre_hook(
-            lambda module, args, kwargs, i=index: hidden.__setitem__(i, kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]),
-            with_kwargs=True,
-        ))
+        handles.append(
+            attn.register_forward_pre_hook(
+                lambda module, args, kwargs, i=index: hidden.__setitem__(
+                    i, kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+                ),
+                with_kwargs=True,
+            )
+        )
         handles.append(attn.o_proj.register_forward_pre_hook(lambda module, args, i=index: z.__setitem__(i, args[0])))
     try:
         with torch.no_grad():
@@ -94,7 +98,7 @@ def direct_head_metrics(hf, tokens: torch.Tensor, mask: torch.Tensor) -> dict[st
         z = torch.einsum("bhqk,bkhd->bqhd", pattern, per_head_v)
         torch.testing.assert_close(z.reshape(batch, n_pos, -1), z_hf[layer].double(), atol=1e-5, rtol=0)
         for head in range(n_heads):
-            columns = W_O[:, head * d_head:(head + 1) * d_head]
+            columns = W_O[:, head * d_head : (head + 1) * d_head]
             value_out = (per_head_v[:, :, head] @ columns.T).norm(dim=-1)  # [batch, key]
             head_out = (z[:, :, head] @ columns.T).norm(dim=-1)  # [batch, query]
             totals = {name: 0.0 for name in names}
@@ -112,17 +116,25 @@ def direct_head_metrics(hf, tokens: torch.Tensor, mask: torch.Tensor) -> dict[st
                     p = a[visible] / a[visible].sum()
                     totals["row_entropy"] += float(-(p * p.log()).sum() / torch.log(torch.tensor(float(len(visible)))))
                     weighted = a[visible] * value_out[row, visible]
-                    totals["value_weighted_anchor_share"] += float(a[anchor] * value_out[row, anchor] / weighted.sum().detach())
+                    totals["value_weighted_anchor_share"] += float(
+                        a[anchor] * value_out[row, anchor] / weighted.sum().detach()
+                    )
                     totals["head_out_norm"] += float(head_out[row, i])
             for name in names:
                 metrics[name][layer, head] = totals[name] / (batch if name == "anchor_value_norm" else count)
             metrics["alpha"][layer, head] = alpha_sum / batch
-        real_after = [(row, i) for row in range(batch) for i in range(n_pos) if mask[row, i] and i > int(mask[row].long().argmax())]
+        real_after = [
+            (row, i)
+            for row in range(batch)
+            for i in range(n_pos)
+            if mask[row, i] and i > int(mask[row].long().argmax())
+        ]
         with torch.no_grad():
             layer_out = attn.o_proj(z_hf[layer]).double()
-        heads_out = torch.stack([
-            (z[:, :, head] @ W_O[:, head * d_head:(head + 1) * d_head].T).norm(dim=-1) for head in range(n_heads)
-        ], dim=-1).sum(dim=-1)
+        heads_out = torch.stack(
+            [(z[:, :, head] @ W_O[:, head * d_head : (head + 1) * d_head].T).norm(dim=-1) for head in range(n_heads)],
+            dim=-1,
+        ).sum(dim=-1)
         layer_norm[layer] = sum(float(layer_out[row, i].norm()) for row, i in real_after) / len(real_after)
         head_norm_sum[layer] = sum(float(heads_out[row, i]) for row, i in real_after) / len(real_after)
     metrics["attn_out_norm"], metrics["head_out_norm_sum"] = layer_norm, head_norm_sum
@@ -138,8 +150,17 @@ def test_every_probe_metric_matches_transformers_per_query_head(family_models):
     batch = hooked.prepare(PROMPTS, padding_side="right")
     assert not bool(batch.attention_mask.all())  # padded rows are part of the check
     expected = direct_head_metrics(hf, batch.model_input, batch.attention_mask)
-    result = probe_model(hooked, batch.model_input, attention_mask=batch.attention_mask, config=ProbeConfig(batch_size=2))
-    for name in ("anchor_mass", "alpha", "row_entropy", "value_weighted_anchor_share", "anchor_value_norm", "head_out_norm"):
+    result = probe_model(
+        hooked, batch.model_input, attention_mask=batch.attention_mask, config=ProbeConfig(batch_size=2)
+    )
+    for name in (
+        "anchor_mass",
+        "alpha",
+        "row_entropy",
+        "value_weighted_anchor_share",
+        "anchor_value_norm",
+        "head_out_norm",
+    ):
         torch.testing.assert_close(result.matrix(name), expected[name], atol=1e-5, rtol=1e-5, msg=f"{family} {name}")
     for name in ("attn_out_norm", "head_out_norm_sum"):
         measured = torch.tensor([getattr(layer, name) for layer in result.layers], dtype=torch.float64)
@@ -193,7 +214,9 @@ def drop_key(heads, key_rows):
                 if key_rows(i):
                     edited[:, head, i, 0] = 0.0
                     total = edited[:, head, i].sum(dim=-1, keepdim=True)
-                    edited[:, head, i] = torch.where(total > 0, edited[:, head, i] / torch.where(total > 0, total, 1.0), 0.0)
+                    edited[:, head, i] = torch.where(
+                        total > 0, edited[:, head, i] / torch.where(total > 0, total, 1.0), 0.0
+                    )
         return edited
 
     return edit
@@ -213,7 +236,9 @@ def one_hot_on_anchor(heads):
 @contextmanager
 def replaced_head_inputs(hf, layer, replacement):
     """o_proj's input (transformers' z, heads side by side) rewritten by ``replacement(z)``."""
-    handle = hf.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(lambda module, args: (replacement(args[0]),))
+    handle = hf.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(
+        lambda module, args: (replacement(args[0]),)
+    )
     try:
         yield
     finally:
@@ -246,7 +271,11 @@ def test_planted_sink_is_found_per_query_head_not_per_kv_head(llama_sink):
 @pytest.mark.parametrize(
     "name, build, edit",
     [
-        ("remove_sink", lambda: remove_sink([SINK, (0, 0)]), {1: drop_key([3], lambda i: i > 0), 0: drop_key([0], lambda i: i > 0)}),
+        (
+            "remove_sink",
+            lambda: remove_sink([SINK, (0, 0)]),
+            {1: drop_key([3], lambda i: i > 0), 0: drop_key([0], lambda i: i > 0)},
+        ),
         ("evict_anchor", lambda: evict_anchor([(1, h) for h in range(4)]), {1: drop_key(range(4), lambda i: True)}),
         ("redirect_to_sink", lambda: redirect_to_sink([(1, 2)]), {1: one_hot_on_anchor([2])}),
     ],
@@ -266,12 +295,14 @@ def test_head_output_interventions_match_transformers(sink_batch):
 
     def zero_slice(z):
         z = z.clone()
-        z[..., 2 * d_head:3 * d_head] = 0.0
+        z[..., 2 * d_head : 3 * d_head] = 0.0
         return z
 
     with replaced_head_inputs(hf, 1, zero_slice):
         expected = hf_logits(hf, tokens)
-    torch.testing.assert_close(run_with_intervention(hooked, tokens, zero_head([(1, 2)])), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        run_with_intervention(hooked, tokens, zero_head([(1, 2)])), expected, atol=1e-5, rtol=1e-5
+    )
 
     reference = hooked.prepare(PROMPTS)
     _, _, z_hf = attention_inputs(hf, reference.model_input, reference.attention_mask)
@@ -299,12 +330,22 @@ def test_matched_control_and_default_state_test_on_gqa(sink_batch):
     batch = hooked.prepare(PROMPTS)
 
     def loss(logits, prepared):
-        return torch.nn.functional.cross_entropy(
-            logits[:, :-1].flatten(0, 1), prepared.model_input[:, 1:].flatten(), reduction="none"
-        ).view(prepared.batch_size, -1).mean(dim=1)
+        return (
+            torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), prepared.model_input[:, 1:].flatten(), reduction="none"
+            )
+            .view(prepared.batch_size, -1)
+            .mean(dim=1)
+        )
 
-    result = default_state_test(hooked, batch.model_input, [SINK, (0, 1)], loss, attention_mask=batch.attention_mask,
-                                config=DefaultStateConfig(n_bootstrap=50, max_single_heads=1))
+    result = default_state_test(
+        hooked,
+        batch.model_input,
+        [SINK, (0, 1)],
+        loss,
+        attention_mask=batch.attention_mask,
+        config=DefaultStateConfig(n_bootstrap=50, max_single_heads=1),
+    )
     assert [row.label for row in result.rows] == ["L1H3", "all_sink_heads"]
     assert "1 of 2 sink heads tested one by one" in result.note
     assert result.rows[0].remove_increase.mean != 0.0
@@ -325,14 +366,14 @@ def test_patching_k_and_v_per_kv_head_matches_transformers(sink_batch):
         assert result.matrix("patched").shape == (2, 2)  # kv heads, not query heads
         captured = {}
         module = getattr(hf.model.layers[1].self_attn, projection)
-        handle = module.register_forward_hook(lambda m, args, output: captured.__setitem__("source", output.clone()))
+        handle = module.register_forward_hook(lambda m, args, output: captured.__setitem__("source", output.clone()))  # noqa: B023 (used within this iteration)
         hf_logits(hf, source)
         handle.remove()
         d_head = hooked.spec.d_head
 
         def patch(m, args, output):
             output = output.clone()
-            output[..., d_head:2 * d_head] = captured["source"][..., d_head:2 * d_head]
+            output[..., d_head : 2 * d_head] = captured["source"][..., d_head : 2 * d_head]  # noqa: B023 (used within this iteration)
             return output
 
         handle = module.register_forward_hook(patch)
@@ -352,8 +393,24 @@ def test_audit_of_a_gqa_checkpoint_with_ablations(llama_sink, tmp_path):
 
     directory, _, _ = llama_sink
     out = tmp_path / "audit"
-    code = main(["audit", str(directory), "--prompts", "default", "--n-prompts", "6", "--max-len", "24", "--ablate",
-                 "--examples", "1", "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "audit",
+            str(directory),
+            "--prompts",
+            "default",
+            "--n-prompts",
+            "6",
+            "--max-len",
+            "24",
+            "--ablate",
+            "--examples",
+            "1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     data = json.loads((out / "audit.json").read_text())
     assert data["model"]["n_kv_heads"] == 2 and data["model"]["n_heads"] == 4

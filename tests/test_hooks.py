@@ -161,7 +161,12 @@ def test_one_layer_default_has_no_residual():
         (dict(layer_norm=True), ["blocks.{l}.ln1.hook_normalized", "blocks.{l}.ln1.hook_scale"]),
         (
             dict(mlp=True),
-            ["blocks.{l}.mlp.hook_pre", "blocks.{l}.mlp.hook_post", "blocks.{l}.hook_resid_mid", "blocks.{l}.hook_mlp_out"],
+            [
+                "blocks.{l}.mlp.hook_pre",
+                "blocks.{l}.mlp.hook_post",
+                "blocks.{l}.hook_resid_mid",
+                "blocks.{l}.hook_mlp_out",
+            ],
         ),
         (
             dict(mlp=True, layer_norm=True, d_mlp=12),

@@ -45,14 +45,18 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def hf_reference(model_dir: Path, model_class: str, spec: PromptSpec) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+def hf_reference(
+    model_dir: Path, model_class: str, spec: PromptSpec
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Anchor mass and alpha ``[layer, head]`` and the sink rate, from Hugging Face's own
     eager attentions on the audit's tokens (right-padded, so the anchor is position 0)."""
     tokenized = tokenize_prompts(load_prompt_set(spec), load_model(LoadSpec(str(model_dir)), progress=False))
     mask = tokenized.attention_mask
     assert bool(mask[:, 0].all())
     with torch.no_grad():
-        out = load_hf_model(model_dir, model_class)(tokenized.tokens, attention_mask=mask.long(), output_attentions=True)
+        out = load_hf_model(model_dir, model_class)(
+            tokenized.tokens, attention_mask=mask.long(), output_attentions=True
+        )
     real = mask.unsqueeze(1).double()  # [batch, 1, query]
     after = real.clone()
     after[..., 0] = 0.0
@@ -101,8 +105,14 @@ def test_causal_audit_end_to_end_matches_hf(request, tmp_path, capsys, fixture, 
     data = json.loads((out / "audit.json").read_text())
     assert json.loads(stdout) == data
     assert data["model"]["causal"] and data["model"]["label"] == model_dir.name and data["revision"] is None
-    assert data["bos"] == {"prepend_bos": True, "anchor": "the first real token of each prompt", "anchor_token": "<|endoftext|>"}
-    assert data["prompts"]["n_prompts"] == 6 and data["prompts"]["max_len"] == 24 and data["prompts"]["kind"] == "builtin"
+    assert data["bos"] == {
+        "prepend_bos": True,
+        "anchor": "the first real token of each prompt",
+        "anchor_token": "<|endoftext|>",
+    }
+    assert (
+        data["prompts"]["n_prompts"] == 6 and data["prompts"]["max_len"] == 24 and data["prompts"]["kind"] == "builtin"
+    )
     assert [(row["layer"], row["head"]) for row in data["sink_heads"]] == [sink]
     assert {"layer", "anchor_mass", "sink_heads", "anchor_resid_norm"} <= set(data["layers"][0])
     assert set(data["sink_rate"]) == {"0.3", "0.8"} and set(data["versions"]) >= {"torch", "transformer-lens"}
@@ -118,7 +128,18 @@ def test_causal_audit_end_to_end_matches_hf(request, tmp_path, capsys, fixture, 
 
 def test_minilm_encoder_audit_uses_cls_and_skips_loss(minilm_dir, tmp_path, capsys):
     out = tmp_path / "minilm"
-    argv = ["audit", str(minilm_dir), "--out", str(out), "--ablate", "--n-prompts", "12", "--examples", "1", "--no-progress"]
+    argv = [
+        "audit",
+        str(minilm_dir),
+        "--out",
+        str(out),
+        "--ablate",
+        "--n-prompts",
+        "12",
+        "--examples",
+        "1",
+        "--no-progress",
+    ]
     code, stdout, stderr = run_cli(argv, capsys)
     assert code == 0, stderr
     assert "model: 6 layers x 12 heads" in stdout
@@ -165,7 +186,9 @@ def test_existing_out_is_refused_unless_overwrite(tiny_gpt2, tmp_path, capsys):
 def test_bad_input_exits_2_with_one_line(tiny_gpt2, tmp_path, capsys, extra, fragment):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "prompts.csv").write_text("text_body\nhello there\n")
-    extra = [{"EMPTY": str(tmp_path / "empty.txt"), "CSV": str(tmp_path / "prompts.csv")}.get(arg, arg) for arg in extra]
+    extra = [
+        {"EMPTY": str(tmp_path / "empty.txt"), "CSV": str(tmp_path / "prompts.csv")}.get(arg, arg) for arg in extra
+    ]
     code, _, err = run_cli(["audit", str(tiny_gpt2), "--out", str(tmp_path / "x"), "--no-progress", *extra], capsys)
     assert code == 2 and fragment in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
@@ -211,7 +234,10 @@ def test_revision_sweep_of_a_hub_name_from_the_local_cache(tmp_path, capsys, mon
     code, stdout, stderr = run_cli(argv, capsys)
     assert code == 0, stderr
     rows = json.loads((out / "comparison.json").read_text())["rows"]
-    assert [(row["label"], row["revision"]) for row in rows] == [("pythia-14m@step0", "step0"), ("pythia-14m@step30", "step30")]
+    assert [(row["label"], row["revision"]) for row in rows] == [
+        ("pythia-14m@step0", "step0"),
+        ("pythia-14m@step30", "step30"),
+    ]
     data = json.loads((out / "pythia-14m-step30" / "audit.json").read_text())
     assert data["revision"] == "step30" and data["model"]["location"] == "EleutherAI/pythia-14m"
     assert data["model"]["architecture"] == "GPTNeoXForCausalLM"

@@ -102,7 +102,11 @@ def test_offline_gpt2_exits_2_fast_without_traceback(tmp_path):
         start = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "sinkscope", "audit", *argv, "--out", str(tmp_path / "out")],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         seconds = time.perf_counter() - start
         assert done.returncode == 2, done.stderr

@@ -25,13 +25,17 @@ def tiny(tmp_path_factory):
 @pytest.fixture
 def files(tmp_path):
     (tmp_path / "p.txt").write_text("\n".join([TEXTS[0], "", "   ", *TEXTS[1:]]) + "\n")
-    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"body": text, "id": k}) + "\n" for k, text in enumerate(TEXTS)))
+    (tmp_path / "p.jsonl").write_text(
+        "".join(json.dumps({"body": text, "id": k}) + "\n" for k, text in enumerate(TEXTS))
+    )
     pd.DataFrame({"body": TEXTS, "id": range(3)}).to_csv(tmp_path / "p.csv", index=False)
     pd.DataFrame({"body": TEXTS, "id": range(3)}).to_parquet(tmp_path / "p.parquet")
     return tmp_path
 
 
-@pytest.mark.parametrize("name, column", [("p.txt", "text"), ("p.jsonl", "body"), ("p.csv", "body"), ("p.parquet", "body")])
+@pytest.mark.parametrize(
+    "name, column", [("p.txt", "text"), ("p.jsonl", "body"), ("p.csv", "body"), ("p.parquet", "body")]
+)
 def test_local_files_read_every_prompt_in_order(files, name, column):
     prompt_set = load_prompt_set(PromptSpec(source=str(files / name), text_column=column))
     assert prompt_set.texts == tuple(TEXTS) and prompt_set.n_available == 3
@@ -59,7 +63,9 @@ def test_tokens_follow_bos_rule_truncation_and_padding(files, tiny):
     assert summary.n_truncated == sum(len(ids) + 1 > 24 for ids in plain) > 0
     assert summary.max_tokens == 24 and summary.anchor_token == "<|endoftext|>"
     assert summary.to_dict()["prepend_bos"] is True and summary.to_dict()["kind"] == "file"
-    without = tokenize_prompts(load_prompt_set(PromptSpec(source=str(files / "p.txt"), max_len=24, prepend_bos=False)), tiny)
+    without = tokenize_prompts(
+        load_prompt_set(PromptSpec(source=str(files / "p.txt"), max_len=24, prepend_bos=False)), tiny
+    )
     assert without.tokens[2, : len(plain[2])].tolist() == plain[2]
 
 

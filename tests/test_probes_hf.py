@@ -64,9 +64,16 @@ def test_tiny_gpt2_matches_hf_eager(tiny_gpt2, padding_side):
         assert (batch.anchor > 0).any()
     position_ids = (batch.attention_mask.long().cumsum(-1) - 1).clamp_min(0)
     with torch.no_grad():
-        out = hf(batch.model_input, attention_mask=batch.attention_mask.long(), position_ids=position_ids, output_attentions=True)
+        out = hf(
+            batch.model_input,
+            attention_mask=batch.attention_mask.long(),
+            position_ids=position_ids,
+            output_attentions=True,
+        )
     expected_mass, expected_alpha = direct_metrics(out.attentions, batch.attention_mask)
-    result = probe_model(hooked, batch.model_input, attention_mask=batch.attention_mask, config=ProbeConfig(batch_size=2))
+    result = probe_model(
+        hooked, batch.model_input, attention_mask=batch.attention_mask, config=ProbeConfig(batch_size=2)
+    )
     mass, alpha = probed(result)
     torch.testing.assert_close(mass, expected_mass, atol=1e-5, rtol=0)
     torch.testing.assert_close(alpha, expected_alpha, atol=1e-5, rtol=0)

@@ -152,7 +152,9 @@ def test_bert_remove_sink_goes_through_hook_z(minilm):
     batch = hooked.prepare(prompts)
     names = ["blocks.0.attn.hook_pattern", "blocks.0.attn.hook_v"]
     with torch.no_grad():
-        plain, cache = minilm.run_with_cache(batch.model_input, attention_mask=batch.attention_mask.long(), names_filter=lambda n: n in names)
+        plain, cache = minilm.run_with_cache(
+            batch.model_input, attention_mask=batch.attention_mask.long(), names_filter=lambda n: n in names
+        )
     pattern, v = cache[names[0]][:, 3].clone(), cache[names[1]][:, :, 3]
     pattern[:, 1:, 0] = 0.0
     pattern = pattern / pattern.sum(dim=-1, keepdim=True)

@@ -8,13 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import (
-    TINY_GPT2_PROMPTS,
-    build_tiny_gpt2,
-    build_tiny_gpt_neox,
-    load_bridge,
-    toy_sink_model,
-)
 
 from interp.hooked_model import HookedModel
 from pretrained_analysis.audit import AuditConfig, audit
@@ -26,6 +19,13 @@ from probes.probe import (
     iterate_batches,
     probe_batches,
     probe_model,
+)
+from tiny_models import (
+    TINY_GPT2_PROMPTS,
+    build_tiny_gpt2,
+    build_tiny_gpt_neox,
+    load_bridge,
+    toy_sink_model,
 )
 
 torch.set_num_threads(1)

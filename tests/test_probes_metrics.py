@@ -130,4 +130,6 @@ def test_massive_activations_without_padding_match_the_per_prompt_median():
     assert (stats.count, stats.max_abs) == (1, 5000.0)
     padded = real.clone()
     padded[0, 4] = False  # the row-by-row path: row 0's median over its 4 real tokens only
-    assert float(massive_activations(resid, padded, torch.zeros(3, dtype=torch.long)).median_abs[0]) == float(resid[0, :4].abs().median())
+    assert float(massive_activations(resid, padded, torch.zeros(3, dtype=torch.long)).median_abs[0]) == float(
+        resid[0, :4].abs().median()
+    )

@@ -17,7 +17,7 @@ from probes.patching import MetricContext, activation_patching
 from tiny_models import build_tiny_gpt2, load_bridge
 from toy.constructions import relu_exact_model, softmax_scaled_model
 from toy.model import ToyModelConfig, ToyTransformer
-from toy.task import TRIGGER_FLAG, TaskConfig, TaskBatch, eval_batch
+from toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
 
 torch.set_num_threads(1)
 
@@ -52,12 +52,14 @@ def projection_on_source_target(batch: TaskBatch):
 def test_exact_relu_resid_restores_only_at_the_trigger():
     batch, untriggered = trigger_pair()
     model, metric = relu_exact_model(TASK), projection_on_source_target(batch)
-    result = activation_patching(model, batch.tokens, untriggered, "resid_pre", metric, per=("layer", "position"), batch_size=5)
+    result = activation_patching(
+        model, batch.tokens, untriggered, "resid_pre", metric, per=("layer", "position"), batch_size=5
+    )
     assert result.source_metric == pytest.approx(1.0, abs=1e-6) and result.target_metric == 0.0
     effect = result.matrix()
     assert effect.shape == (1, TASK.seq_len)
     assert effect[0, J].item() == pytest.approx(1.0, abs=1e-6)
-    others = torch.cat([effect[0, :J], effect[0, J + 1:]])
+    others = torch.cat([effect[0, :J], effect[0, J + 1 :]])
     assert torch.equal(others, torch.zeros_like(others))
     heads = activation_patching(model, batch.tokens, untriggered, "z", metric)
     assert heads.matrix().shape == (1, 1) and heads.matrix()[0, 0].item() == pytest.approx(1.0, abs=1e-6)
@@ -71,7 +73,7 @@ def test_softmax_pattern_patch_at_trigger_query_matches_hand_computation():
     # by hand: BOS's value is zero; the source's trigger row weights keys 1..J by
     # 1 / (J + e^-scale), the target's default row by 1 / (J + e^scale)
     goal = batch.targets[:, J]
-    source_sum, target_sum = batch.tokens[:, 1:J + 1].sum(dim=1), untriggered[:, 1:J + 1].sum(dim=1)
+    source_sum, target_sum = batch.tokens[:, 1 : J + 1].sum(dim=1), untriggered[:, 1 : J + 1].sum(dim=1)
 
     def projection(out):
         return ((out * goal).sum(dim=-1) / goal.pow(2).sum(dim=-1)).mean().item()
@@ -85,8 +87,10 @@ def test_softmax_pattern_patch_at_trigger_query_matches_hand_computation():
     assert effect[J].item() == pytest.approx((patched - target) / (source - target), rel=1e-4)
     # the pattern alone is not the source: the trigger's value (bias 0, flag 1) differs
     assert abs(effect[J].item() - 1.0) > 0.05
-    assert torch.count_nonzero(torch.cat([effect[:J], effect[J + 1:]])) == 0
-    resid = activation_patching(model, batch.tokens, untriggered, "resid_pre", metric, per=("layer", "position"), positions=[J])
+    assert torch.count_nonzero(torch.cat([effect[:J], effect[J + 1 :]])) == 0
+    resid = activation_patching(
+        model, batch.tokens, untriggered, "resid_pre", metric, per=("layer", "position"), positions=[J]
+    )
     assert resid.matrix()[0, J].item() == pytest.approx(1.0, abs=1e-5)
 
 
@@ -130,13 +134,17 @@ def test_each_head_restores_exactly_its_share():
 
 def test_table_and_json():
     batch, untriggered = trigger_pair(n=4)
-    result = activation_patching(split_relu_model()[0], batch.tokens, untriggered, "z", projection_on_source_target(batch))
+    result = activation_patching(
+        split_relu_model()[0], batch.tokens, untriggered, "z", projection_on_source_target(batch)
+    )
     table = result.table()
     assert [(row["layer"], row["head"], row["position"]) for row in table] == [(0, 0, None), (0, 1, None)]
     assert {"patched", "target", "source", "effect", "normalised_effect"} <= set(table[0])
     data = json.loads(result.to_json())
     assert data["hook"] == "z" and data["per"] == ["layer", "head"] and len(data["rows"]) == 2
-    identity = activation_patching(split_relu_model()[0], untriggered, untriggered, "z", projection_on_source_target(batch))
+    identity = activation_patching(
+        split_relu_model()[0], untriggered, untriggered, "z", projection_on_source_target(batch)
+    )
     assert all(row.effect == 0.0 and math.isnan(row.normalised_effect) for row in identity.rows)
     assert json.loads(identity.to_json())["rows"][0]["normalised_effect"] is None and identity.notes
 
@@ -210,10 +218,12 @@ def test_gpt2_patching_restores_and_localises(tiny_gpt2, token_pair):
     whole = activation_patching(tiny_gpt2, source, target, "resid_pre", metric, per=("layer",))
     assert abs(whole.source_metric - whole.target_metric) > 1e-3
     torch.testing.assert_close(whole.matrix(), torch.ones(2, dtype=torch.float64), atol=1e-4, rtol=0)
-    by_position = activation_patching(tiny_gpt2, source, target, "resid_pre", metric, per=("layer", "position"), batch_size=3)
+    by_position = activation_patching(
+        tiny_gpt2, source, target, "resid_pre", metric, per=("layer", "position"), batch_size=3
+    )
     layer0 = by_position.matrix()[0]
     assert layer0[CHANGED].item() == pytest.approx(1.0, abs=1e-4)
-    assert torch.count_nonzero(torch.cat([layer0[:CHANGED], layer0[CHANGED + 1:]])) == 0
+    assert torch.count_nonzero(torch.cat([layer0[:CHANGED], layer0[CHANGED + 1 :]])) == 0
     heads = activation_patching(tiny_gpt2, source, target, "z", metric, per=("layer", "head"))
     assert heads.matrix().shape == (2, 2) and heads.matrix("effect").abs().max() > 1e-4
     pattern = activation_patching(HookedModel(tiny_gpt2), source, target, "pattern", metric, per=("layer", "head"))

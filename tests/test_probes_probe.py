@@ -11,8 +11,8 @@ import torch
 
 from interp.hooked_model import HookedModel
 from probes.probe import ProbeConfig, probe_model
-from toy.model import ToyModelConfig, ToyTransformer
 from tiny_models import toy_sink_model as sink_model
+from toy.model import ToyModelConfig, ToyTransformer
 from toy.task import TaskConfig, eval_batch
 
 torch.set_num_threads(1)
@@ -39,9 +39,18 @@ def test_sink_head_detected_and_query_mask_split(task_batch):
 def test_batches_accumulate_exactly(task_batch):
     model = sink_model()
     whole = probe_model(model, task_batch.tokens, query_mask=task_batch.default_query_mask())
-    split = probe_model(model, task_batch.tokens, query_mask=task_batch.default_query_mask(), config=ProbeConfig(batch_size=3))
+    split = probe_model(
+        model, task_batch.tokens, query_mask=task_batch.default_query_mask(), config=ProbeConfig(batch_size=3)
+    )
     for a, b in zip(whole.heads, split.heads):
-        for name in ("anchor_mass", "anchor_mass_other", "alpha", "value_weighted_anchor_share", "row_entropy", "head_out_norm"):
+        for name in (
+            "anchor_mass",
+            "anchor_mass_other",
+            "alpha",
+            "value_weighted_anchor_share",
+            "row_entropy",
+            "head_out_norm",
+        ):
             assert getattr(a, name) == pytest.approx(getattr(b, name), rel=1e-5, abs=1e-7), name
     assert whole.attn_out_norm_of_sum == pytest.approx(split.attn_out_norm_of_sum, rel=1e-5)
     for a, b in zip(whole.layers, split.layers):  # residual medians are per prompt, so batch-size free too
@@ -54,7 +63,16 @@ def test_serialises_to_json_and_csv(task_batch, tmp_path):
     data = json.loads(result.to_json())
     assert data["model"]["family"] == "toy"
     assert len(data["heads"]) == 4 and data["heads"][0]["anchor_mass_other"] is None
-    assert {"layer", "head", "anchor_mass", "alpha", "is_sink_head", "value_weighted_anchor_share", "row_entropy", "dormant"} <= set(data["heads"][0])
+    assert {
+        "layer",
+        "head",
+        "anchor_mass",
+        "alpha",
+        "is_sink_head",
+        "value_weighted_anchor_share",
+        "row_entropy",
+        "dormant",
+    } <= set(data["heads"][0])
     result.write_json(str(tmp_path / "probe.json"))
     result.write_heads_csv(str(tmp_path / "heads.csv"))
     lines = (tmp_path / "heads.csv").read_text().splitlines()

@@ -18,8 +18,9 @@ def _config(max_steps: int) -> RunConfig:
 
 def test_a_line_says_step_error_threshold_speed_and_the_longest_it_can_take():
     line = RunLine("softmax-4x4-seed0", 12_400, 50_000, 0.0123, 5e-3, 61.0).text()
-    assert line == ("softmax-4x4-seed0: step 12,400/50,000, L-inf 1.2e-02 (stops below 0.005), 61 steps/s, "
-                    "at most 10m16s more")
+    assert line == (
+        "softmax-4x4-seed0: step 12,400/50,000, L-inf 1.2e-02 (stops below 0.005), 61 steps/s, at most 10m16s more"
+    )
     assert "steps/s" not in RunLine("x", 0, 100, None, 5e-3, None).text()
     assert [duration_text(s) for s in (5, 65, 7325)] == ["5s", "1m05s", "2h02m"]
 
@@ -50,9 +51,24 @@ def test_a_logged_reproduction_writes_a_few_lines_not_redraws(tmp_path):
     log = tmp_path / "stderr.log"
     with log.open("w") as stderr:
         done = subprocess.run(
-            [sys.executable, "-m", "sinkscope.cli", "toy", "reproduce", "--quick", "--max-steps", "300",
-             "--sequences", "16", "--workers", "2", "--out", str(tmp_path / "out")],
-            stdout=subprocess.DEVNULL, stderr=stderr,
+            [
+                sys.executable,
+                "-m",
+                "sinkscope.cli",
+                "toy",
+                "reproduce",
+                "--quick",
+                "--max-steps",
+                "300",
+                "--sequences",
+                "16",
+                "--workers",
+                "2",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
         )
     text = log.read_text()
     assert done.returncode == 0, text

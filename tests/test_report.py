@@ -24,9 +24,9 @@ from sinkscope.cli import main
 from sinkscope.report import REPORT_KINDS, report
 from tiny_models import build_tiny_gpt2, build_tiny_gpt_neox
 from toy.model import ToyModelConfig
+from toy.patching import patch_run
 from toy.probe_run import probe_run
 from toy.reproduce import ReproduceConfig, reproduce
-from toy.patching import patch_run
 from toy.run_dir import RunConfig, TrainConfig
 from toy.sweep import SweepConfig, sweep
 from toy.task import TaskConfig
@@ -62,15 +62,18 @@ def result_dirs(tmp_path_factory) -> dict[str, Path]:
     probe_run(run, run / "probe", n_sequences=100)
     dirs["toy probe with a sink"] = run / "probe"
     wide = xss_dir(root, "-2x2")  # briefly trained: four heads to sort, no sinks yet
-    train(RunConfig(ToyModelConfig(n_layers=2, n_heads=2), TaskConfig(), TrainConfig(max_steps=200)), wide, progress=False)
+    train(
+        RunConfig(ToyModelConfig(n_layers=2, n_heads=2), TaskConfig(), TrainConfig(max_steps=200)), wide, progress=False
+    )
     probe_run(wide, wide / "probe", n_sequences=100)
     dirs["toy probe"] = wide / "probe"
     write_tradeoff(root / "tradeoff", [run], n_sequences=100)
     dirs["toy tradeoff"] = root / "tradeoff"
     patch_run(run, run / "patch", n_inputs=32)
     dirs["toy patch"] = run / "patch"
-    grid = SweepConfig(seq_lens=(6, 8), d_models=(6, 8), attentions=("softmax",), seeds=1, max_steps=300,
-                       n_sequences=50, workers=1)
+    grid = SweepConfig(
+        seq_lens=(6, 8), d_models=(6, 8), attentions=("softmax",), seeds=1, max_steps=300, n_sequences=50, workers=1
+    )
     sweep(grid, xss_dir(root, "-sweep"), progress=False)
     dirs["toy sweep"] = xss_dir(root, "-sweep")
     # audits: tiny causal models with a planted sink, prompts from a file named with the XSS string
@@ -184,8 +187,10 @@ needs_chromium = pytest.mark.skipif(
 )
 
 IMAGES = "Promise.all(Array.from(document.images).map(i => i.decode().then(() => i.naturalWidth, () => 0)))"
-COLUMN = ("Array.from(document.querySelectorAll('table.sortable')[{table}].tBodies[0].rows)"
-          ".map(r => r.cells[{column}].getAttribute('data-sort'))")
+COLUMN = (
+    "Array.from(document.querySelectorAll('table.sortable')[{table}].tBodies[0].rows)"
+    ".map(r => r.cells[{column}].getAttribute('data-sort'))"
+)
 
 
 def _check_sorting(page, kind: str) -> None:

@@ -11,8 +11,17 @@ from toy.reproduce import ReproduceConfig, reproduce
 from toy.train import train
 
 REQUIRED_MODEL_KEYS = {
-    "layers", "heads", "attention", "seed", "converged", "steps", "wall_seconds", "linf_error",
-    "heads_table", "heldout_linf_error", "heldout_mse",
+    "layers",
+    "heads",
+    "attention",
+    "seed",
+    "converged",
+    "steps",
+    "wall_seconds",
+    "linf_error",
+    "heads_table",
+    "heldout_linf_error",
+    "heldout_mse",
 }
 REQUIRED_HEAD_KEYS = {"layer", "head", "anchor_mass_default", "anchor_mass_trigger", "is_sink_head"}
 
@@ -35,8 +44,14 @@ def test_outputs_have_the_documented_layout(tmp_path):
             assert REQUIRED_HEAD_KEYS <= set(row)
             assert row["is_sink_head"] == (row["anchor_mass_default"] >= 0.9)
         run_dir = out / model["name"]
-        for name in ("config.json", "metrics.jsonl", "model.safetensors", "result.json",
-                     "attention_mean.png", "attention_std.png"):
+        for name in (
+            "config.json",
+            "metrics.jsonl",
+            "model.safetensors",
+            "result.json",
+            "attention_mean.png",
+            "attention_std.png",
+        ):
             assert (run_dir / name).is_file(), name
         assert model["steps"] == 25 and not model["converged"]
     markdown = (out / "summary.md").read_text()
@@ -79,8 +94,10 @@ def test_seeds_of_one_config_are_grouped_costliest_first():
     config = _tiny(seeds=3, architectures=((2, 2), (1, 1)), attentions=("softmax",), workers=2)
     groups = seed_groups(config.run_configs(), config.workers)
     assert [[name for name, _ in group] for group in groups] == [
-        ["softmax-2x2-seed0", "softmax-2x2-seed1"], ["softmax-2x2-seed2"],
-        ["softmax-1x1-seed0", "softmax-1x1-seed1"], ["softmax-1x1-seed2"],
+        ["softmax-2x2-seed0", "softmax-2x2-seed1"],
+        ["softmax-2x2-seed2"],
+        ["softmax-1x1-seed0", "softmax-1x1-seed1"],
+        ["softmax-1x1-seed2"],
     ]
     assert [len(group) for group in seed_groups(config.run_configs(), 1)] == [3, 3]
 

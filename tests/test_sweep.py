@@ -11,8 +11,15 @@ from toy.sweep import SweepConfig, sweep
 
 
 def test_sweep_aggregates_seeds_per_configuration(tmp_path):
-    config = SweepConfig(seq_lens=(6, 8), d_models=(6,), attentions=("softmax", "relu"), seeds=2,
-                         max_steps=2500, n_sequences=64, workers=1)
+    config = SweepConfig(
+        seq_lens=(6, 8),
+        d_models=(6,),
+        attentions=("softmax", "relu"),
+        seeds=2,
+        max_steps=2500,
+        n_sequences=64,
+        workers=1,
+    )
     result = sweep(config, tmp_path / "sweep", progress=False)
     assert [(r.attention, r.seq_len) for r in result.rows] == [("softmax", 6), ("softmax", 8), ("relu", 6), ("relu", 8)]
     assert len(result.models) == 8
@@ -56,9 +63,30 @@ def test_a_phase_diagram_sweep_reports_cells_with_ranges_over_seeds(tmp_path, ca
     layers x heads x LayerNorm) has its seeds' ranges and default-position error, one
     layers x heads figure per kind and block, and the report shows them."""
     out = tmp_path / "phase"
-    argv = ["toy", "sweep", "--preset", "phase", "--layers", "1,2", "--heads", "1", "--attention", "softmax,relu",
-            "--seeds", "2", "--max-steps", "40", "--sequences", "32", "--workers", "1", "--out", str(out),
-            "--no-progress", "--json"]
+    argv = [
+        "toy",
+        "sweep",
+        "--preset",
+        "phase",
+        "--layers",
+        "1,2",
+        "--heads",
+        "1",
+        "--attention",
+        "softmax,relu",
+        "--seeds",
+        "2",
+        "--max-steps",
+        "40",
+        "--sequences",
+        "32",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--json",
+    ]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     rows = data["rows"]
@@ -69,16 +97,23 @@ def test_a_phase_diagram_sweep_reports_cells_with_ranges_over_seeds(tmp_path, ca
         assert 0.0 <= low <= row["sink_fraction"] <= high <= 1.0
         assert row["steps_range"] == [40, 40] and row["default_mse_range"][0] <= row["mean_default_mse"]
     assert sorted(f for f in data["figures"] if f.startswith("phase_")) == [
-        "phase_relu_d16_L16.png", "phase_relu_d16_L16_ln.png", "phase_softmax_d16_L16.png", "phase_softmax_d16_L16_ln.png"]
+        "phase_relu_d16_L16.png",
+        "phase_relu_d16_L16_ln.png",
+        "phase_softmax_d16_L16.png",
+        "phase_softmax_d16_L16_ln.png",
+    ]
     assert (out / "relu-2x1-d16-L16-ln-seed1" / "result.json").is_file()
     assert main(["report", str(out)]) == 0
     page = (out / "report.html").read_text()
-    assert "sink fraction over seeds" in page and "softmax 2x1 d16 L16 +LN" in page and "phase softmax d16 L16 ln" in page
+    assert (
+        "sink fraction over seeds" in page and "softmax 2x1 d16 L16 +LN" in page and "phase softmax d16 L16 ln" in page
+    )
 
 
 def test_an_older_sweep_directory_without_the_new_axes_still_resumes(tmp_path):
-    config = SweepConfig(seq_lens=(6,), d_models=(6,), attentions=("relu",), seeds=1, max_steps=20, n_sequences=16,
-                         workers=1)
+    config = SweepConfig(
+        seq_lens=(6,), d_models=(6,), attentions=("relu",), seeds=1, max_steps=20, n_sequences=16, workers=1
+    )
     assert "layer_norms" not in config.to_dict() and "mlps" not in config.to_dict()
     first = sweep(config, tmp_path / "s", progress=False)
     again = sweep(config, tmp_path / "s", progress=False)

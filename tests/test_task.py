@@ -70,12 +70,16 @@ def test_residual_targets_by_hand():
 
 def test_targets_on_a_fully_specified_example():
     # trigger at j = 2: mean of x_1 and x_2 over every coordinate (flags and bias included)
-    tokens = torch.tensor([[
-        [1.0, 0.0, 0.0, 0.0, 0.0],
-        [0.0, 0.0, 0.5, -1.0, 1.0],
-        [0.0, 1.0, -0.5, 0.25, 0.0],
-        [0.0, 0.0, 0.75, 0.75, 1.0],
-    ]])
+    tokens = torch.tensor(
+        [
+            [
+                [1.0, 0.0, 0.0, 0.0, 0.0],
+                [0.0, 0.0, 0.5, -1.0, 1.0],
+                [0.0, 1.0, -0.5, 0.25, 0.0],
+                [0.0, 0.0, 0.75, 0.75, 1.0],
+            ]
+        ]
+    )
     trig = torch.tensor([2])
     mean = torch.tensor([0.0, 0.5, 0.0, -0.375, 0.5])
     single = make_targets(tokens, trig, "single")

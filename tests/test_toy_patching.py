@@ -25,7 +25,9 @@ def test_remove_trigger_makes_a_content_token():
     assert torch.equal((tokens != batch.tokens).any(dim=-1), batch.trigger_query_mask())
 
 
-@pytest.mark.parametrize("build", [lambda: relu_exact_model(TASK), lambda: softmax_scaled_model(TASK, 10.0)], ids=["relu", "softmax"])
+@pytest.mark.parametrize(
+    "build", [lambda: relu_exact_model(TASK), lambda: softmax_scaled_model(TASK, 10.0)], ids=["relu", "softmax"]
+)
 def test_constructions_carry_the_trigger_in_their_head_at_the_trigger(build):
     result = trigger_patching(build(), TASK, n_inputs=16)
     assert result.heads.source_metric == pytest.approx(1.0, abs=1e-3) and abs(result.heads.target_metric) < 1e-3

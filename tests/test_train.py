@@ -84,7 +84,11 @@ def test_run_directory_layout(tmp_path, captured_models):
     assert [p.name for p in checkpoint_dirs(run)] == ["step-00000040", "step-00000060"]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-00000040", "step-00000060"]
     for checkpoint in checkpoint_dirs(run):
-        assert sorted(p.name for p in checkpoint.iterdir()) == ["model.safetensors", "optimizer.safetensors", "state.json"]
+        assert sorted(p.name for p in checkpoint.iterdir()) == [
+            "model.safetensors",
+            "optimizer.safetensors",
+            "state.json",
+        ]
     assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
 
     assert read_result(run).to_dict() == result.to_dict()

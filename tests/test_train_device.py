@@ -21,8 +21,10 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def _configs(layers: int, heads: int, seeds, **settings) -> list[RunConfig]:
-    return [RunConfig(ToyModelConfig(n_layers=layers, n_heads=heads), TaskConfig(), TrainConfig(seed=seed, **settings))
-            for seed in seeds]
+    return [
+        RunConfig(ToyModelConfig(n_layers=layers, n_heads=heads), TaskConfig(), TrainConfig(seed=seed, **settings))
+        for seed in seeds
+    ]
 
 
 def test_auto_is_cuda_when_available_else_cpu():
@@ -78,16 +80,29 @@ def test_cuda_training_learns_and_resumes_bitwise(tmp_path, seeds):
     """K = 1 and K = 3 on the GPU: an interrupted-and-resumed run ends with exactly the
     weights of a straight one, and the 1x1 softmax model converges."""
     straight = [tmp_path / f"straight{k}" for k in seeds]
-    train_seeds(_configs(1, 1, seeds, max_steps=80, stop_linf=1e-12, checkpoint_every=20), straight,
-                progress=False, device="cuda")
+    train_seeds(
+        _configs(1, 1, seeds, max_steps=80, stop_linf=1e-12, checkpoint_every=20),
+        straight,
+        progress=False,
+        device="cuda",
+    )
     resumed = [tmp_path / f"resumed{k}" for k in seeds]
-    train_seeds(_configs(1, 1, seeds, max_steps=40, stop_linf=1e-12, checkpoint_every=20), resumed,
-                progress=False, device="cuda")
-    train_seeds(_configs(1, 1, seeds, max_steps=80, stop_linf=1e-12, checkpoint_every=20), resumed,
-                progress=False, device="cuda")
+    train_seeds(
+        _configs(1, 1, seeds, max_steps=40, stop_linf=1e-12, checkpoint_every=20),
+        resumed,
+        progress=False,
+        device="cuda",
+    )
+    train_seeds(
+        _configs(1, 1, seeds, max_steps=80, stop_linf=1e-12, checkpoint_every=20),
+        resumed,
+        progress=False,
+        device="cuda",
+    )
     for a, b in zip(straight, resumed):
         wa, wb = load_tensors(a / FINAL_WEIGHTS), load_tensors(b / FINAL_WEIGHTS)
         assert all(torch.equal(wa[name], wb[name]) for name in wa)
-    converged = train_seeds(_configs(1, 1, seeds, max_steps=5000), [tmp_path / f"full{k}" for k in seeds],
-                            progress=False, device="cuda")
+    converged = train_seeds(
+        _configs(1, 1, seeds, max_steps=5000), [tmp_path / f"full{k}" for k in seeds], progress=False, device="cuda"
+    )
     assert all(result.converged for result in converged)

@@ -13,7 +13,9 @@ from toy.train import train, train_seeds
 
 def _configs(layers: int, heads: int, seeds, **train_settings) -> list[RunConfig]:
     return [
-        RunConfig(ToyModelConfig(n_layers=layers, n_heads=heads), TaskConfig(), TrainConfig(seed=seed, **train_settings))
+        RunConfig(
+            ToyModelConfig(n_layers=layers, n_heads=heads), TaskConfig(), TrainConfig(seed=seed, **train_settings)
+        )
         for seed in seeds
     ]
 
@@ -34,7 +36,9 @@ def test_first_100_steps_match_one_by_one_training(tmp_path, layers, heads):
         logged_b, logged_s = read_metrics(tmp_path / f"b{k}"), read_metrics(tmp_path / f"s{k}")
         assert [r["step"] for r in logged_b] == [r["step"] for r in logged_s] == [0, 50, 100]
         for rb, rs in zip(logged_b, logged_s):
-            assert torch.allclose(torch.tensor(rb["anchor_mass_default"]), torch.tensor(rs["anchor_mass_default"]), atol=1e-5)
+            assert torch.allclose(
+                torch.tensor(rb["anchor_mass_default"]), torch.tensor(rs["anchor_mass_default"]), atol=1e-5
+            )
 
 
 def test_converged_members_leave_the_stack_and_reach_the_same_conclusion(tmp_path):
@@ -50,7 +54,9 @@ def test_converged_members_leave_the_stack_and_reach_the_same_conclusion(tmp_pat
 def test_resume_after_interruption_continues_as_a_batch(tmp_path):
     dirs = [tmp_path / f"b{k}" for k in range(2)]
     train_seeds(_configs(1, 1, (0, 1), max_steps=40, stop_linf=1e-12, checkpoint_every=20), dirs, progress=False)
-    resumed = train_seeds(_configs(1, 1, (0, 1), max_steps=80, stop_linf=1e-12, checkpoint_every=20), dirs, progress=False)
+    resumed = train_seeds(
+        _configs(1, 1, (0, 1), max_steps=80, stop_linf=1e-12, checkpoint_every=20), dirs, progress=False
+    )
     straight = [tmp_path / f"s{k}" for k in range(2)]
     train_seeds(_configs(1, 1, (0, 1), max_steps=80, stop_linf=1e-12, checkpoint_every=20), straight, progress=False)
     assert all(r.steps == 80 and r.resumed_from_step == 40 for r in resumed)

@@ -71,14 +71,27 @@ def _tiny_model(arch: str, tokenizer, seed: int, n_layer: int, n_head: int, widt
     special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
     if arch == "gpt2":
         config = GPT2Config(
-            vocab_size=len(tokenizer), n_positions=64, n_ctx=64, n_layer=n_layer, n_head=n_head, n_embd=width,
-            attn_implementation="eager", **special,
+            vocab_size=len(tokenizer),
+            n_positions=64,
+            n_ctx=64,
+            n_layer=n_layer,
+            n_head=n_head,
+            n_embd=width,
+            attn_implementation="eager",
+            **special,
         )
         model_class = GPT2LMHeadModel
     elif arch == "gpt_neox":
         config = GPTNeoXConfig(
-            vocab_size=len(tokenizer), max_position_embeddings=64, num_hidden_layers=n_layer, num_attention_heads=n_head,
-            hidden_size=width, intermediate_size=2 * width, rotary_pct=0.25, attn_implementation="eager", **special,
+            vocab_size=len(tokenizer),
+            max_position_embeddings=64,
+            num_hidden_layers=n_layer,
+            num_attention_heads=n_head,
+            hidden_size=width,
+            intermediate_size=2 * width,
+            rotary_pct=0.25,
+            attn_implementation="eager",
+            **special,
         )
         model_class = GPTNeoXForCausalLM
     else:
@@ -190,7 +203,9 @@ def build_tiny_checkpoints(
     return saved
 
 
-def install_in_hf_cache(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, repo_id: str, revision: str = "main") -> Path:
+def install_in_hf_cache(
+    model_dir: str | os.PathLike, cache_dir: str | os.PathLike, repo_id: str, revision: str = "main"
+) -> Path:
     """Copy ``model_dir`` into the Hugging Face hub cache layout at ``cache_dir`` as
     ``repo_id`` at ``revision`` (refs/<revision> -> snapshots/<fake commit>/files)."""
     commit = hashlib.sha1(f"{repo_id}@{revision}".encode()).hexdigest()
@@ -245,7 +260,11 @@ GQA_FAMILIES: dict[str, tuple[str, str, dict]] = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"num_key_value_heads": 2, "head_dim": 8}),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", {"num_key_value_heads": 1, "head_dim": 16}),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"num_key_value_heads": 2, "head_dim": 8, "sliding_window": 64}),
-    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"num_key_value_heads": 1, "head_dim": 8, "sliding_window": 64}),
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {"num_key_value_heads": 1, "head_dim": 8, "sliding_window": 64},
+    ),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {"num_key_value_heads": 2}),
 }
 # families whose q/k projections have biases, so a constant query can plant a sink
@@ -294,10 +313,16 @@ def build_tiny_gqa(
     config_name, model_name, extra = GQA_FAMILIES[family]
     tokenizer = train_byte_level_tokenizer()
     config = getattr(transformers, config_name)(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=n_layer, num_attention_heads=n_head, max_position_embeddings=64,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        attn_implementation="eager", **extra,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=n_layer,
+        num_attention_heads=n_head,
+        max_position_embeddings=64,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        attn_implementation="eager",
+        **extra,
     )
     # no pad_token_id: the tokenizer pads with its BOS, and a padding_idx embedding row
     # starts at zero, which would leave the anchor's values (and their metrics) at zero

@@ -25,9 +25,7 @@ def _blank_model(task: TaskConfig, attention: str) -> ToyTransformer:
     The random initialisation runs on a forked RNG, so building a construction leaves the
     caller's global random stream untouched.
     """
-    config = ToyModelConfig(
-        n_layers=1, n_heads=1, d_model=task.d_model, seq_len=task.seq_len, attention=attention
-    )
+    config = ToyModelConfig(n_layers=1, n_heads=1, d_model=task.d_model, seq_len=task.seq_len, attention=attention)
     with torch.random.fork_rng(devices=[]):
         model = ToyTransformer(config)
     with torch.no_grad():

@@ -77,12 +77,12 @@ class ToyDefaultState:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ToyDefaultState":
+    def from_dict(cls, data: dict) -> ToyDefaultState:
         """Read back ``to_dict()`` (``default_state.json``, or a model in ``summary.json``)."""
         return cls(**{**data, "heads": [DefaultStateRow.from_dict(row) for row in data["heads"]]})
 
     @classmethod
-    def from_result(cls, result: DefaultStateResult) -> "ToyDefaultState":
+    def from_result(cls, result: DefaultStateResult) -> ToyDefaultState:
         sink_heads = [list(head) for head in result.sink_heads]
         if not result.rows:
             return cls(sink_heads, None, None, None, None, None, None, None, result.note, [])
@@ -170,19 +170,26 @@ def evaluate_model(
         stds.append(pattern.std(dim=0).numpy())
         default_rows = default_mask[0].nonzero().squeeze(-1)
         for head in range(pattern.shape[1]):
-            rows.append(HeadRow(
-                layer=layer,
-                head=head,
-                anchor_mass_default=float(default_mass[head]),
-                anchor_mass_trigger=float(trigger_mass[head]),
-                is_sink_head=bool(is_sink_head(float(default_mass[head]), SINK_EPS)),
-                default_row_mass=float(mean_pattern[head, default_rows].sum(dim=-1).mean()),
-                trigger_row=[round(float(x), 6) for x in mean_pattern[head, trigger, : trigger + 1]],
-            ))
+            rows.append(
+                HeadRow(
+                    layer=layer,
+                    head=head,
+                    anchor_mass_default=float(default_mass[head]),
+                    anchor_mass_trigger=float(trigger_mass[head]),
+                    is_sink_head=bool(is_sink_head(float(default_mass[head]), SINK_EPS)),
+                    default_row_mass=float(mean_pattern[head, default_rows].sum(dim=-1).mean()),
+                    trigger_row=[round(float(x), 6) for x in mean_pattern[head, trigger, : trigger + 1]],
+                )
+            )
     sink_heads = [(row.layer, row.head) for row in rows if row.is_sink_head]
-    default_state = ToyDefaultState.from_result(default_state_test(
-        model, batch.tokens, sink_heads, default_position_mse(batch.targets, default_mask),
-    ))
+    default_state = ToyDefaultState.from_result(
+        default_state_test(
+            model,
+            batch.tokens,
+            sink_heads,
+            default_position_mse(batch.targets, default_mask),
+        )
+    )
     heldout = sample_batch(task, n_sequences, torch.Generator().manual_seed(HELDOUT_SEED), target)
     with torch.no_grad():
         heldout_error = model(heldout.tokens) - heldout.targets
@@ -191,11 +198,19 @@ def evaluate_model(
         figure_dir = Path(figure_dir)
         labels = [str(i + 1) for i in range(task.seq_len)]
         label = f"{title} " if title else ""
-        attention_grid(np.stack(means), figure_dir / "attention_mean.png",
-                       f"{label}mean attention over {n_sequences} sequences (trigger at position {trigger + 1})",
-                       tick_labels=labels, vmax=1.0 if config.model.attention in NORMALISED_KINDS else None)
-        attention_grid(np.stack(stds), figure_dir / "attention_std.png",
-                       f"{label}std of attention over {n_sequences} sequences", tick_labels=labels)
+        attention_grid(
+            np.stack(means),
+            figure_dir / "attention_mean.png",
+            f"{label}mean attention over {n_sequences} sequences (trigger at position {trigger + 1})",
+            tick_labels=labels,
+            vmax=1.0 if config.model.attention in NORMALISED_KINDS else None,
+        )
+        attention_grid(
+            np.stack(stds),
+            figure_dir / "attention_std.png",
+            f"{label}std of attention over {n_sequences} sequences",
+            tick_labels=labels,
+        )
         figures = ["attention_mean.png", "attention_std.png"]
     return ModelEvaluation(
         attention=config.model.attention,

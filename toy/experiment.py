@@ -21,7 +21,14 @@ from typing import Any
 
 import torch
 
-from interp.atomic_io import atomic_directory, atomic_write_json, check_output_directory, holds_files, locked_directory, read_json
+from interp.atomic_io import (
+    atomic_directory,
+    atomic_write_json,
+    check_output_directory,
+    holds_files,
+    locked_directory,
+    read_json,
+)
 from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.progress import ExperimentProgress
@@ -57,13 +64,15 @@ class ModelSummary:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ModelSummary":
+    def from_dict(cls, data: dict) -> ModelSummary:
         state = data["default_state_test"]
-        return cls(**{
-            **data,
-            "heads_table": [HeadRow(**row) for row in data["heads_table"]],
-            "default_state_test": None if state is None else ToyDefaultState.from_dict(state),
-        })
+        return cls(
+            **{
+                **data,
+                "heads_table": [HeadRow(**row) for row in data["heads_table"]],
+                "default_state_test": None if state is None else ToyDefaultState.from_dict(state),
+            }
+        )
 
 
 def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tuple[str, RunConfig]]]:
@@ -79,7 +88,7 @@ def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tu
     groups = []
     for members in by_key.values():
         size = -(-len(members) // max(1, workers))
-        groups += [members[start:start + size] for start in range(0, len(members), size)]
+        groups += [members[start : start + size] for start in range(0, len(members), size)]
     return groups
 
 
@@ -91,7 +100,10 @@ def train_and_evaluate(
     names, configs = [name for name, _ in group], [config for _, config in group]
     run_dirs = [Path(out_dir) / name for name in names]
     results = train_seeds(configs, run_dirs, progress=False, device=device)
-    return [_evaluate(name, config, result, Path(out_dir), n_sequences) for name, config, result in zip(names, configs, results)]
+    return [
+        _evaluate(name, config, result, Path(out_dir), n_sequences)
+        for name, config, result in zip(names, configs, results)
+    ]
 
 
 def _init_worker() -> None:

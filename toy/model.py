@@ -20,9 +20,9 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from interp.config_io import JsonConfig
 from interp.attention import HookedAttention
 from interp.attention_kinds import validate_attention_kind
+from interp.config_io import JsonConfig
 from interp.layer_norm import HookedLayerNorm
 from interp.mlp import HookedMLP
 
@@ -76,7 +76,6 @@ class ToyModelConfig(JsonConfig):
     def target(self) -> str:
         """Which task target this architecture is trained on (see ``toy.task``)."""
         return "residual" if self.has_residual else "single"
-
 
 
 class ToyBlock(nn.Module):
@@ -137,9 +136,7 @@ class ToyTransformer(HookedRootModule):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.ndim != 3 or tokens.shape[-1] != self.cfg.d_model:
-            raise ValueError(
-                f"expected tokens of shape [batch, pos, {self.cfg.d_model}], got {tuple(tokens.shape)}"
-            )
+            raise ValueError(f"expected tokens of shape [batch, pos, {self.cfg.d_model}], got {tuple(tokens.shape)}")
         if tokens.shape[1] > self.cfg.seq_len and self.W_pos is not None:
             raise ValueError(
                 f"sequence of {tokens.shape[1]} positions exceeds the model's positional "

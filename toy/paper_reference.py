@@ -4,11 +4,19 @@ kept as data so reports can print them next to our numbers."""
 from __future__ import annotations
 
 PAPER_REFERENCE: dict[tuple[str, int, int], str] = {
-    ("softmax", 1, 1): "BOS weight 1.00 on every non-trigger row; trigger row ~1/7 on each of the 7 keys up to the trigger, 0 on BOS",
+    (
+        "softmax",
+        1,
+        1,
+    ): "BOS weight 1.00 on every non-trigger row; trigger row ~1/7 on each of the 7 keys up to the trigger, 0 on BOS",
     ("relu", 1, 1): "0 on every non-trigger row; trigger row ~uniform over the 7 keys",
     ("softmax", 2, 2): "all 4 heads sink: mean off-trigger BOS weight 0.92, 1.00, 0.93, 1.00",
     ("relu", 2, 2): "all heads 0 off-trigger",
-    ("softmax", 4, 4): "8 of 16 heads are strong sinks (7 at >= 0.97, one ~0.91); the others spread attention over the prefix",
+    (
+        "softmax",
+        4,
+        4,
+    ): "8 of 16 heads are strong sinks (7 at >= 0.97, one ~0.91); the others spread attention over the prefix",
     ("relu", 4, 4): "all 16 heads 0 off-trigger",
 }
 

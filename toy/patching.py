@@ -77,7 +77,9 @@ class TriggerPatching:
 def trigger_patching(model: ToyTransformer, task: TaskConfig, n_inputs: int = 256, seed: int = 0) -> TriggerPatching:
     """Patch triggered inputs into their untriggered copies (see the module docstring)."""
     if model.cfg.d_model != task.d_model:
-        raise ValueError(f"model d_model={model.cfg.d_model} differs from task d_model={task.d_model}; use the run's own task config")
+        raise ValueError(
+            f"model d_model={model.cfg.d_model} differs from task d_model={task.d_model}; use the run's own task config"
+        )
     if n_inputs < 1:
         raise ValueError(f"--inputs must be >= 1, got {n_inputs}")
     batch = eval_batch(task, n_inputs, seed=seed, target=model.cfg.target)
@@ -105,18 +107,35 @@ def patch_run(
         unfinished = require_finished(run_dir, allow_unfinished, "patch")
         result = trigger_patching(load_model(run_dir), config.task, n_inputs)
         if unfinished is not None:
-            result = replace(result, heads=replace(result.heads, notes=(*result.heads.notes, unfinished)),
-                             positions=replace(result.positions, notes=(*result.positions.notes, unfinished)))
+            result = replace(
+                result,
+                heads=replace(result.heads, notes=(*result.heads.notes, unfinished)),
+                positions=replace(result.positions, notes=(*result.positions.notes, unfinished)),
+            )
         # built aside and swapped in whole: an old result stays complete until the new one is
         with atomic_directory(out_dir, replace=overwrite) as tmp:
             atomic_write_json(tmp / PATCHING_FILE, result.to_dict())
             result.heads.write_json(str(tmp / HEADS_FILE))
             result.positions.write_json(str(tmp / POSITIONS_FILE))
-            heatmap(np.nan_to_num(result.heads.matrix().numpy()), tmp / HEADS_FIGURE,
-                    f"{run_dir.name}: z patched per head (normalised effect)", "normalised effect",
-                    xlabel="head", ylabel="layer", vmin=-1.0, vmax=1.0)
-            heatmap(np.nan_to_num(result.positions.matrix().numpy()), tmp / POSITIONS_FIGURE,
-                    f"{run_dir.name}: resid_pre patched per position (normalised effect)", "normalised effect",
-                    xlabel="position (0-indexed)", ylabel="layer", vmin=-1.0, vmax=1.0)
+            heatmap(
+                np.nan_to_num(result.heads.matrix().numpy()),
+                tmp / HEADS_FIGURE,
+                f"{run_dir.name}: z patched per head (normalised effect)",
+                "normalised effect",
+                xlabel="head",
+                ylabel="layer",
+                vmin=-1.0,
+                vmax=1.0,
+            )
+            heatmap(
+                np.nan_to_num(result.positions.matrix().numpy()),
+                tmp / POSITIONS_FIGURE,
+                f"{run_dir.name}: resid_pre patched per position (normalised effect)",
+                "normalised effect",
+                xlabel="position (0-indexed)",
+                ylabel="layer",
+                vmin=-1.0,
+                vmax=1.0,
+            )
     files = [PATCHING_FILE, HEADS_FILE, POSITIONS_FILE, HEADS_FIGURE, POSITIONS_FIGURE]
     return result, files

@@ -65,20 +65,39 @@ def probe_run(
         probe = probe_model(model, batch.tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
         if unfinished is not None:
             probe = replace(probe, notes=(*probe.notes, unfinished))
-        state = ToyDefaultState.from_result(default_state_test(
-            model, batch.tokens, probe.sink_heads(), default_position_mse(batch.targets, default_mask),
-        ))
+        state = ToyDefaultState.from_result(
+            default_state_test(
+                model,
+                batch.tokens,
+                probe.sink_heads(),
+                default_position_mse(batch.targets, default_mask),
+            )
+        )
         # built aside and swapped in whole: an old result stays complete until the new one is
         with atomic_directory(out_dir, replace=overwrite) as tmp:
             probe.write_json(str(tmp / "probe.json"))
             probe.write_heads_csv(str(tmp / "heads.csv"))
             atomic_write_json(tmp / "default_state.json", state.to_dict())
-            layer_head_map(probe.anchor_mass_matrix().numpy(), tmp / "anchor_mass.png",
-                           f"{run_dir.name}: BOS mass at non-trigger queries", "anchor_mass")
+            layer_head_map(
+                probe.anchor_mass_matrix().numpy(),
+                tmp / "anchor_mass.png",
+                f"{run_dir.name}: BOS mass at non-trigger queries",
+                "anchor_mass",
+            )
             share = probe.matrix("value_weighted_anchor_share").numpy()
-            layer_head_map(np.nan_to_num(share), tmp / "value_weighted_anchor_share.png",
-                           f"{run_dir.name}: value-weighted anchor share", "value_weighted_anchor_share")
+            layer_head_map(
+                np.nan_to_num(share),
+                tmp / "value_weighted_anchor_share.png",
+                f"{run_dir.name}: value-weighted anchor share",
+                "value_weighted_anchor_share",
+            )
             write_provenance(tmp, "toy probe", source=str(run_dir.resolve()))
-    files = ["probe.json", "heads.csv", "default_state.json", "anchor_mass.png", "value_weighted_anchor_share.png",
-             PROVENANCE_FILE]
+    files = [
+        "probe.json",
+        "heads.csv",
+        "default_state.json",
+        "anchor_mass.png",
+        "value_weighted_anchor_share.png",
+        PROVENANCE_FILE,
+    ]
     return ToyProbeReport(str(run_dir), str(out_dir), probe, state, files)

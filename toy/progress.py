@@ -59,8 +59,9 @@ class ExperimentProgress:
     """Watches ``out_dir/name`` for every job while ``with``-entered and writes progress to
     ``stream`` (stderr) from a background thread; ``enabled=False`` writes nothing."""
 
-    def __init__(self, out_dir: Path, jobs: list[tuple[str, RunConfig]], enabled: bool = True,
-                 stream: TextIO | None = None) -> None:
+    def __init__(
+        self, out_dir: Path, jobs: list[tuple[str, RunConfig]], enabled: bool = True, stream: TextIO | None = None
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.jobs = dict(jobs)
         self.stream = stream if stream is not None else sys.stderr
@@ -74,7 +75,7 @@ class ExperimentProgress:
         self._thread: threading.Thread | None = None
         self._started = time.monotonic()
 
-    def __enter__(self) -> "ExperimentProgress":
+    def __enter__(self) -> ExperimentProgress:
         if self.enabled:
             self._thread = threading.Thread(target=self._run, name="sinkscope-progress", daemon=True)
             self._thread.start()
@@ -106,12 +107,16 @@ class ExperimentProgress:
             first = self._seen.setdefault(name, (step, now))  # speed: the average since first seen
             if step > first[0] and now > first[1]:
                 self._speed[name] = (step - first[0]) / (now - first[1])
-            lines.append(RunLine(name, step, config.train.max_steps, linf, config.train.stop_linf, self._speed.get(name)))
+            lines.append(
+                RunLine(name, step, config.train.max_steps, linf, config.train.stop_linf, self._speed.get(name))
+            )
         return finished, lines
 
     def _draw(self, final: bool = False) -> None:
         finished, lines = self.snapshot()
-        header = f"models: {finished}/{len(self.jobs)} finished, {duration_text(time.monotonic() - self._started)} so far"
+        header = (
+            f"models: {finished}/{len(self.jobs)} finished, {duration_text(time.monotonic() - self._started)} so far"
+        )
         block = [header] if final else [header, *(f"  {line.text()}" for line in lines)]
         if self.interactive and self._drawn:
             self.stream.write(f"\x1b[{self._drawn}F\x1b[J")  # back to the block's first line, clear below

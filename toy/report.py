@@ -43,8 +43,8 @@ from probes.report_sections import (
     value_share_phrase,
 )
 from toy.evaluate import SINK_EPS, ToyDefaultState
-from toy.patching import HEADS_FIGURE, HEADS_FILE, PATCHING_FILE, POSITIONS_FIGURE, POSITIONS_FILE, TriggerPatching
 from toy.experiment import ModelSummary
+from toy.patching import HEADS_FIGURE, HEADS_FILE, PATCHING_FILE, POSITIONS_FIGURE, POSITIONS_FILE, TriggerPatching
 from toy.reproduce import REPRODUCE_FILE, ReproduceSummary
 from toy.run_dir import CONFIG_FILE, RunConfig, read_config
 from toy.sweep import SWEEP_FILE, SWEEP_TABLE_HEADER, SweepResult, sweep_table_rows
@@ -61,8 +61,10 @@ SUMMARY_FILE = "summary.json"
 PROBE_FILE = "probe.json"
 DEFAULT_STATE_FILE = "default_state.json"
 WHAT = "default-position MSE"
-RUN_FIGURES = (("attention_mean.png", "mean attention over the test sequences"),
-               ("attention_std.png", "std of attention over the test sequences"))
+RUN_FIGURES = (
+    ("attention_mean.png", "mean attention over the test sequences"),
+    ("attention_std.png", "std of attention over the test sequences"),
+)
 
 
 def _existing_figures(paths_and_captions: list[tuple[Path, str]]) -> list[Block]:
@@ -73,7 +75,9 @@ def _existing_figures(paths_and_captions: list[tuple[Path, str]]) -> list[Block]
         if path.is_file():
             blocks.append(Figure(path, caption))
         else:
-            blocks.append(Paragraph(f"Figure {path.name} is missing from {path.parent}; re-run the command that wrote it."))
+            blocks.append(
+                Paragraph(f"Figure {path.name} is missing from {path.parent}; re-run the command that wrote it.")
+            )
     return blocks
 
 
@@ -105,34 +109,53 @@ def _tradeoff_findings(result: TradeoffResult) -> list[str]:
             f"{high.anchor_mass_default:.4f} (scale {high.scale:g}): small error only with the sink."
         )
     for point in series.get(RELU_SERIES, ()):
-        findings.append(f"The exact ReLU construction reaches default-position MSE {sig(point.default_mse)} with BOS "
-                        f"mass {point.anchor_mass_default:.3f}: no sink needed.")
+        findings.append(
+            f"The exact ReLU construction reaches default-position MSE {sig(point.default_mse)} with BOS "
+            f"mass {point.anchor_mass_default:.3f}: no sink needed."
+        )
     for name, points in result.series:
         trained = [p for p in points if p.scale == 1.0]
         if name.endswith(RUN_SERIES_SUFFIX) and trained:
             run = name.removesuffix(RUN_SERIES_SUFFIX)
-            findings.append(f"{run} as trained: BOS mass {trained[0].anchor_mass_default:.4f}, default-position MSE "
-                            f"{sig(trained[0].default_mse)}.")
+            findings.append(
+                f"{run} as trained: BOS mass {trained[0].anchor_mass_default:.4f}, default-position MSE "
+                f"{sig(trained[0].default_mse)}."
+            )
     return findings
 
 
 def _tradeoff_blocks(source: Path, result: TradeoffResult) -> list[Block]:
-    columns = (Column("series"), Column("point"), Column("scale", "g", numeric=True),
-               Column("anchor_mass_default", ".4f", numeric=True), Column("default_mse", ".3g", numeric=True),
-               Column("default_linf", ".3g", numeric=True), Column("trigger_mse", ".3g", numeric=True))
-    rows = tuple((name, p.label, p.scale, p.anchor_mass_default, p.default_mse, p.default_linf, p.trigger_mse)
-                 for name, points in result.series for p in points)
+    columns = (
+        Column("series"),
+        Column("point"),
+        Column("scale", "g", numeric=True),
+        Column("anchor_mass_default", ".4f", numeric=True),
+        Column("default_mse", ".3g", numeric=True),
+        Column("default_linf", ".3g", numeric=True),
+        Column("trigger_mse", ".3g", numeric=True),
+    )
+    rows = tuple(
+        (name, p.label, p.scale, p.anchor_mass_default, p.default_mse, p.default_linf, p.trigger_mse)
+        for name, points in result.series
+        for p in points
+    )
     return [
         *_existing_figures([(source / TRADEOFF_FIGURE, "default-position MSE against BOS mass at default queries")]),
-        Table("Trade-off points", columns, rows,
-              "anchor_mass_default: mean BOS weight over non-trigger queries; MSE and L-inf at those positions; "
-              "scale: the construction's score scale or the factor on the trained W_Q."),
+        Table(
+            "Trade-off points",
+            columns,
+            rows,
+            "anchor_mass_default: mean BOS weight over non-trigger queries; MSE and L-inf at those positions; "
+            "scale: the construction's score scale or the factor on the trained W_Q.",
+        ),
     ]
 
 
 def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
     summary = ReproduceSummary.from_dict(read_json(source / SUMMARY_FILE))
-    tradeoff = TradeoffResult.from_dict(read_json(source / TRADEOFF_FILE)) if (source / TRADEOFF_FILE).is_file() else None
+    tradeoff = (
+        TradeoffResult.from_dict(read_json(source / TRADEOFF_FILE)) if (source / TRADEOFF_FILE).is_file() else None
+    )
     config, models = summary.config, summary.models
     converged = [m for m in models if m.converged]
     passed = [c for c in summary.checks if c.passed]
@@ -145,7 +168,11 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
         f"{config.seeds} seed{'s' if config.seeds > 1 else ''} each); "
         f"{len(converged)} of {len(models)} reached the stopping error within {config.max_steps:,} steps.",
         f"{len(passed)} of {len(summary.checks)} checks against the paper pass"
-        + (f"; failing: {'; '.join(c.claim for c in failed[:3])}{' ...' if len(failed) > 3 else ''}." if failed else "."),
+        + (
+            f"; failing: {'; '.join(c.claim for c in failed[:3])}{' ...' if len(failed) > 3 else ''}."
+            if failed
+            else "."
+        ),
     ]
     if softmax:
         findings.append(f"Sink heads in softmax models: {_model_sentence(softmax)}.")
@@ -154,8 +181,10 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
         n_heads = sum(len(m.heads_table) for m in others)
         worst = max(row.default_row_mass for m in others for row in m.heads_table)
         reading = " (no sink needed: they attend to nothing off-trigger)" if worst <= 0.05 else ""
-        findings.append(f"Models without softmax: {n_sink} of {n_heads} heads sink; the largest off-trigger row mass "
-                        f"of any head is {worst:.3f}{reading}.")
+        findings.append(
+            f"Models without softmax: {n_sink} of {n_heads} heads sink; the largest off-trigger row mass "
+            f"of any head is {worst:.3f}{reading}."
+        )
     for m in models:
         state = m.default_state_test
         if state is not None and state.heads:
@@ -165,25 +194,63 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
 
     overview = Table(
         "Models",
-        (Column("model"), Column("attention"), Column("layers", numeric=True), Column("heads", numeric=True),
-         Column("seed", numeric=True), Column("converged"), Column("steps", numeric=True),
-         Column("seconds", ".0f", numeric=True), Column("batch L-inf", ".2e", numeric=True),
-         Column("held-out L-inf", ".2e", numeric=True), Column("held-out MSE", ".2e", numeric=True),
-         Column("sink heads", numeric=True), Column("paper sink heads", numeric=True)),
-        tuple((m.name, m.attention, m.layers, m.heads, m.seed, m.converged, m.steps, m.wall_seconds, m.linf_error,
-               m.heldout_linf_error, m.heldout_mse, m.n_sink_heads, m.paper_sink_heads) for m in models),
+        (
+            Column("model"),
+            Column("attention"),
+            Column("layers", numeric=True),
+            Column("heads", numeric=True),
+            Column("seed", numeric=True),
+            Column("converged"),
+            Column("steps", numeric=True),
+            Column("seconds", ".0f", numeric=True),
+            Column("batch L-inf", ".2e", numeric=True),
+            Column("held-out L-inf", ".2e", numeric=True),
+            Column("held-out MSE", ".2e", numeric=True),
+            Column("sink heads", numeric=True),
+            Column("paper sink heads", numeric=True),
+        ),
+        tuple(
+            (
+                m.name,
+                m.attention,
+                m.layers,
+                m.heads,
+                m.seed,
+                m.converged,
+                m.steps,
+                m.wall_seconds,
+                m.linf_error,
+                m.heldout_linf_error,
+                m.heldout_mse,
+                m.n_sink_heads,
+                m.paper_sink_heads,
+            )
+            for m in models
+        ),
         f"Held-out errors: fresh sequences from the training distribution. Sink head: mean BOS weight over "
         f"non-trigger queries >= {1 - SINK_EPS:g}.",
     )
-    checks = Table("Checks against the paper", (Column("claim"), Column("passed"), Column("measured")),
-                   tuple((c.claim, c.passed, c.detail) for c in summary.checks))
+    checks = Table(
+        "Checks against the paper",
+        (Column("claim"), Column("passed"), Column("measured")),
+        tuple((c.claim, c.passed, c.detail) for c in summary.checks),
+    )
     heads = Table(
         "Every head of every model",
-        (Column("model"), Column("layer", numeric=True), Column("head", numeric=True),
-         Column("anchor_mass_default", ".4f", numeric=True), Column("anchor_mass_trigger", ".4f", numeric=True),
-         Column("default_row_mass", ".4f", numeric=True), Column("sink head")),
-        tuple((m.name, r.layer, r.head, r.anchor_mass_default, r.anchor_mass_trigger, r.default_row_mass, r.is_sink_head)
-              for m in models for r in m.heads_table),
+        (
+            Column("model"),
+            Column("layer", numeric=True),
+            Column("head", numeric=True),
+            Column("anchor_mass_default", ".4f", numeric=True),
+            Column("anchor_mass_trigger", ".4f", numeric=True),
+            Column("default_row_mass", ".4f", numeric=True),
+            Column("sink head"),
+        ),
+        tuple(
+            (m.name, r.layer, r.head, r.anchor_mass_default, r.anchor_mass_trigger, r.default_row_mass, r.is_sink_head)
+            for m in models
+            for r in m.heads_table
+        ),
         "anchor_mass_default: mean BOS weight over non-trigger queries; anchor_mass_trigger: BOS weight at the "
         "trigger query; default_row_mass: total weight of non-trigger rows (1 for softmax; for ReLU, rows need "
         "not sum to one and this shows whether the head attends off-trigger at all).",
@@ -192,16 +259,24 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
     sink_figure = figure_dir / "sink_maps.png"
     layer_head_maps(panels, sink_figure, "BOS mass at non-trigger queries (layer x head)", "anchor_mass_default")
     sections = [
-        Section("Models", (overview, Figure(sink_figure, "layer x head sink map of every model: mean BOS weight over "
-                                                         "non-trigger queries"))),
+        Section(
+            "Models",
+            (
+                overview,
+                Figure(sink_figure, "layer x head sink map of every model: mean BOS weight over non-trigger queries"),
+            ),
+        ),
         Section("Checks against the paper", (checks,)),
         Section("Heads", (heads,)),
     ]
     tested = [m for m in models if m.default_state_test is not None and m.default_state_test.heads]
     if tested:
         chart = default_state_chart(
-            [m.name for m in tested], [m.default_state_test.heads[-1] for m in tested], WHAT,
-            figure_dir / "default_state.png", "Removing every sink head's sink",
+            [m.name for m in tested],
+            [m.default_state_test.heads[-1] for m in tested],
+            WHAT,
+            figure_dir / "default_state.png",
+            "Removing every sink head's sink",
         )
         rows = [replace(row, label=f"{m.name} {row.label}") for m in tested for row in m.default_state_test.heads]
         untested = [m.name for m in models if m not in tested]
@@ -210,27 +285,47 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
             blocks.append(Paragraph(f"Not tested (no sink heads, so no sink to remove): {', '.join(untested)}."))
         sections.append(Section("Default-state test", tuple(blocks)))
     for m in models:
-        figures = [(source / name, f"{m.name}: {caption}") for name, caption in
-                   ((figure, Path(figure).stem.replace("_", " ")) for figure in m.figures)]
-        sections.append(Section(m.name, (
-            Paragraph(f"{m.status} after {m.steps:,} steps; {m.n_sink_heads} of {len(m.heads_table)} heads sink. "
-                      f"Paper: {m.paper}."),
-            *_existing_figures(figures),
-        )))
+        figures = [
+            (source / name, f"{m.name}: {caption}")
+            for name, caption in ((figure, Path(figure).stem.replace("_", " ")) for figure in m.figures)
+        ]
+        sections.append(
+            Section(
+                m.name,
+                (
+                    Paragraph(
+                        f"{m.status} after {m.steps:,} steps; {m.n_sink_heads} of {len(m.heads_table)} heads sink. "
+                        f"Paper: {m.paper}."
+                    ),
+                    *_existing_figures(figures),
+                ),
+            )
+        )
     if tradeoff is not None:
         sections.append(Section("Trade-off (Theorem 1)", tuple(_tradeoff_blocks(source, tradeoff))))
-    sections.append(Section("Configuration", (
-        KeyValues("Reproduction", (
-            ("seeds", f"{config.seeds} (first {config.first_seed})"),
-            ("architectures (layers x heads)", ", ".join(f"{layers}x{heads}" for layers, heads in config.architectures)),
-            ("attentions", ", ".join(config.attentions)),
-            ("max steps", f"{config.max_steps:,}"),
-            ("test sequences", f"{config.n_sequences:,}"),
-            ("workers", str(config.workers)),
-        )),
-        config_block("Task", config.task),
-        provenance_block(read_provenance(source)),
-    )))
+    sections.append(
+        Section(
+            "Configuration",
+            (
+                KeyValues(
+                    "Reproduction",
+                    (
+                        ("seeds", f"{config.seeds} (first {config.first_seed})"),
+                        (
+                            "architectures (layers x heads)",
+                            ", ".join(f"{layers}x{heads}" for layers, heads in config.architectures),
+                        ),
+                        ("attentions", ", ".join(config.attentions)),
+                        ("max steps", f"{config.max_steps:,}"),
+                        ("test sequences", f"{config.n_sequences:,}"),
+                        ("workers", str(config.workers)),
+                    ),
+                ),
+                config_block("Task", config.task),
+                provenance_block(read_provenance(source)),
+            ),
+        )
+    )
     return ReportDocument(
         title="Toy reproduction: trigger-conditional tasks and attention sinks",
         subtitle=f"sinkscope toy reproduce · {source}",
@@ -267,9 +362,11 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
     spec = probe.model
     sinks = [head for head in probe.heads if head.is_sink_head]
     findings = [
-        sink_head_phrase(probe.heads, probe.config.sink_eps,
-                         f"at non-trigger queries, {probe.n_inputs:,} test sequences"),
-        (f"{name}: " + default_state_finding(state.heads[-1], WHAT, _sinks_subject(state))) if state.heads
+        sink_head_phrase(
+            probe.heads, probe.config.sink_eps, f"at non-trigger queries, {probe.n_inputs:,} test sequences"
+        ),
+        (f"{name}: " + default_state_finding(state.heads[-1], WHAT, _sinks_subject(state)))
+        if state.heads
         else f"Default-state test: {state.note}.",
         f"Sink rate (Gu et al., alpha over queries from BOS on > eps): "
         f"{sink_rate_phrase([(rate.eps, rate.percent) for rate in probe.sink_rates])} of (sequence, layer, head) entries.",
@@ -278,42 +375,69 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
         findings.append(value_share_phrase(sinks, "BOS"))
     if spec.n_layers > 1 and probe.attn_out_sum_of_norms > 0:
         ratio = probe.attn_out_norm_of_sum / probe.attn_out_sum_of_norms
-        findings.append(f"Attention outputs at non-trigger positions: norm of the sum over layers "
-                        f"{sig(probe.attn_out_norm_of_sum)} vs sum of norms {sig(probe.attn_out_sum_of_norms)} "
-                        f"(ratio {ratio:.2f}{': the layers cancel' if ratio < 0.1 else ''}).")
+        findings.append(
+            f"Attention outputs at non-trigger positions: norm of the sum over layers "
+            f"{sig(probe.attn_out_norm_of_sum)} vs sum of norms {sig(probe.attn_out_sum_of_norms)} "
+            f"(ratio {ratio:.2f}{': the layers cancel' if ratio < 0.1 else ''})."
+        )
     findings += list(probe.notes)
 
-    sink_figures = _existing_figures([
-        (source / "anchor_mass.png", "BOS mass at non-trigger queries (layer x head)"),
-        (source / "value_weighted_anchor_share.png", "value-weighted anchor share (layer x head)"),
-    ])
+    sink_figures = _existing_figures(
+        [
+            (source / "anchor_mass.png", "BOS mass at non-trigger queries (layer x head)"),
+            (source / "value_weighted_anchor_share.png", "value-weighted anchor share (layer x head)"),
+        ]
+    )
     sections = [
         Section("Sink map", tuple(sink_figures)),
-        Section("Heads", (head_table(
-            probe.heads, "Per head",
-            "anchor_mass: mean BOS weight over non-trigger queries; anchor_mass_other: at the trigger query; alpha: "
-            "Gu et al.'s alpha_0 (mean over all queries); value_weighted_anchor_share: share of the head's output "
-            "norm coming from BOS; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass "
-            "on BOS.",
-        ),)),
+        Section(
+            "Heads",
+            (
+                head_table(
+                    probe.heads,
+                    "Per head",
+                    "anchor_mass: mean BOS weight over non-trigger queries; anchor_mass_other: at the trigger query; alpha: "
+                    "Gu et al.'s alpha_0 (mean over all queries); value_weighted_anchor_share: share of the head's output "
+                    "norm coming from BOS; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass "
+                    "on BOS.",
+                ),
+            ),
+        ),
         Section("Layers", (layer_table(probe.layers),)),
     ]
     if state.heads:
         labels = [row.label for row in state.heads]
-        sections.append(Section("Default-state test", (
-            default_state_chart(labels, state.heads, WHAT, figure_dir / "default_state.png",
-                                f"{name}: removing sinks vs the matched control"),
-            default_state_table(state.heads, WHAT),
-        )))
+        sections.append(
+            Section(
+                "Default-state test",
+                (
+                    default_state_chart(
+                        labels,
+                        state.heads,
+                        WHAT,
+                        figure_dir / "default_state.png",
+                        f"{name}: removing sinks vs the matched control",
+                    ),
+                    default_state_table(state.heads, WHAT),
+                ),
+            )
+        )
     else:
         sections.append(Section("Default-state test", (Paragraph(f"Not run: {state.note}."),)))
     if run_dir is not None:
-        sections.append(Section("Attention heatmaps", tuple(_existing_figures(
-            [(run_dir / figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES]))))
+        sections.append(
+            Section(
+                "Attention heatmaps",
+                tuple(_existing_figures([(run_dir / figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])),
+            )
+        )
     config_blocks: list[Block] = [config_block("Model (as probed)", spec), config_block("Probe", probe.config)]
     if run_config is not None:
-        config_blocks += [config_block("Toy model (training run)", run_config.model), config_block("Task", run_config.task),
-                          config_block("Training", run_config.train)]
+        config_blocks += [
+            config_block("Toy model (training run)", run_config.model),
+            config_block("Task", run_config.task),
+            config_block("Training", run_config.train),
+        ]
     config_blocks.append(provenance_block(read_provenance(source)))
     sections.append(Section("Configuration", tuple(config_blocks)))
     return ReportDocument(
@@ -337,7 +461,9 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
     run_dir = _source_run_dir(source)
     name = run_dir.name if run_dir is not None else source.name
     trigger = result.trigger_position
-    at_trigger = [row for row in result.positions.rows if row.position == trigger and not math.isnan(row.normalised_effect)]
+    at_trigger = [
+        row for row in result.positions.rows if row.position == trigger and not math.isnan(row.normalised_effect)
+    ]
     findings = [
         f"{name}: triggered inputs patched into copies whose trigger (position {trigger}, 0-indexed) is a content "
         f"token; metric: {data['metric']} (1 = the triggered output).",
@@ -345,24 +471,39 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
         patching_finding(result.positions),
     ]
     if at_trigger:
-        findings.append("resid_pre patched at the trigger position: normalised effect "
-                        + ", ".join(f"{row.normalised_effect:+.2f} in layer {row.layer}" for row in at_trigger) + ".")
+        findings.append(
+            "resid_pre patched at the trigger position: normalised effect "
+            + ", ".join(f"{row.normalised_effect:+.2f} in layer {row.layer}" for row in at_trigger)
+            + "."
+        )
     findings += [*result.heads.notes, *result.positions.notes]
     sections = [
-        Section("Heads (z)", (
-            *_existing_figures([(source / HEADS_FIGURE, f"{name}: z patched per (layer, head), normalised effect")]),
-            patching_table(result.heads, "z patched per head"),
-        )),
-        Section("Positions (resid_pre)", (
-            *_existing_figures([(source / POSITIONS_FIGURE,
-                                 f"{name}: resid_pre patched per (layer, position), normalised effect")]),
-            patching_table(result.positions, "resid_pre patched per position"),
-        )),
+        Section(
+            "Heads (z)",
+            (
+                *_existing_figures(
+                    [(source / HEADS_FIGURE, f"{name}: z patched per (layer, head), normalised effect")]
+                ),
+                patching_table(result.heads, "z patched per head"),
+            ),
+        ),
+        Section(
+            "Positions (resid_pre)",
+            (
+                *_existing_figures(
+                    [(source / POSITIONS_FIGURE, f"{name}: resid_pre patched per (layer, position), normalised effect")]
+                ),
+                patching_table(result.positions, "resid_pre patched per position"),
+            ),
+        ),
     ]
     config_blocks: list[Block] = [config_block("Model", result.heads.model)]
     if run_dir is not None:
         run_config = read_config(run_dir)
-        config_blocks += [config_block("Toy model (training run)", run_config.model), config_block("Task", run_config.task)]
+        config_blocks += [
+            config_block("Toy model (training run)", run_config.model),
+            config_block("Task", run_config.task),
+        ]
     config_blocks.append(provenance_block(read_provenance(source)))
     sections.append(Section("Configuration", tuple(config_blocks)))
     return ReportDocument(
@@ -391,8 +532,10 @@ def tradeoff_report(source: Path, figure_dir: Path) -> ReportDocument:
 
 def _sweep_findings(result: SweepResult) -> list[str]:
     config = result.config
-    findings = [f"{len(result.rows)} configurations x {config.seeds} seeds ({len(result.models)} models), "
-                f"up to {config.max_steps} steps each."]
+    findings = [
+        f"{len(result.rows)} configurations x {config.seeds} seeds ({len(result.models)} models), "
+        f"up to {config.max_steps} steps each."
+    ]
     for attention in config.attentions:
         rows = [r for r in result.rows if r.attention == attention]
         heads = sum(r.seeds * r.layers * r.heads for r in rows)
@@ -412,8 +555,21 @@ SWEEP_COLUMN_FORMATS = ("", "", ".0f", "", ".2f", "", "", ".2e", "", ".3f")
 
 
 def _sweep_values(result: SweepResult) -> list[tuple]:
-    return [(None, None, r.mean_steps, None, r.sink_fraction, None, None, r.mean_default_mse, None,
-             r.mean_anchor_mass_default) for r in result.rows]
+    return [
+        (
+            None,
+            None,
+            r.mean_steps,
+            None,
+            r.sink_fraction,
+            None,
+            None,
+            r.mean_default_mse,
+            None,
+            r.mean_anchor_mass_default,
+        )
+        for r in result.rows
+    ]
 
 
 def sweep_report(source: Path, figure_dir: Path) -> ReportDocument:
@@ -421,14 +577,20 @@ def sweep_report(source: Path, figure_dir: Path) -> ReportDocument:
     table = Table(
         "Configurations (aggregated over seeds)",
         tuple(Column(name, fmt, fmt != "") for name, fmt in zip(SWEEP_TABLE_HEADER, SWEEP_COLUMN_FORMATS)),
-        tuple(tuple(text if not fmt else float("nan") if value is None else value
-                    for value, text, fmt in zip(values, texts, SWEEP_COLUMN_FORMATS))
-              for values, texts in zip(_sweep_values(result), sweep_table_rows(result))),
-        note="sink fraction: share of all heads over seeds with anchor_mass_default >= 0.9; \"over seeds\": the "
-             "smallest and largest value among the seeds; default-position MSE: error at non-trigger positions "
-             "of the test sequences",
+        tuple(
+            tuple(
+                text if not fmt else float("nan") if value is None else value
+                for value, text, fmt in zip(values, texts, SWEEP_COLUMN_FORMATS)
+            )
+            for values, texts in zip(_sweep_values(result), sweep_table_rows(result))
+        ),
+        note='sink fraction: share of all heads over seeds with anchor_mass_default >= 0.9; "over seeds": the '
+        "smallest and largest value among the seeds; default-position MSE: error at non-trigger positions "
+        "of the test sequences",
     )
-    figures = _existing_figures([(source / name, name.removesuffix(".png").replace("_", " ")) for name in result.figures])
+    figures = _existing_figures(
+        [(source / name, name.removesuffix(".png").replace("_", " ")) for name in result.figures]
+    )
     return ReportDocument(
         title="Toy sweep: how often do heads sink?",
         subtitle=f"sinkscope toy sweep · {source}",

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from interp.atomic_io import atomic_write_json, atomic_write_text
 from interp.provenance import write_provenance
-from toy.experiment import ModelSummary, markdown_table, experiment_directory, run_jobs
+from toy.experiment import ModelSummary, experiment_directory, markdown_table, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
-from toy.train import resolve_device
 from toy.task import TaskConfig
 from toy.tradeoff import write_tradeoff
+from toy.train import resolve_device
 
 PAPER_ARCHITECTURES: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (4, 4))
 PAPER_ATTENTIONS: tuple[str, ...] = ("softmax", "relu")
@@ -57,7 +57,7 @@ class ReproduceConfig:
                 raise ValueError(f"architecture {layers}x{heads} needs >= 1 layer and head")
 
     @classmethod
-    def quick(cls, **overrides) -> "ReproduceConfig":
+    def quick(cls, **overrides) -> ReproduceConfig:
         return cls(**{"seeds": 1, "max_steps": QUICK_MAX_STEPS, **overrides})
 
     def run_configs(self) -> list[tuple[str, RunConfig]]:
@@ -67,8 +67,13 @@ class ReproduceConfig:
         for layers, heads in self.architectures:
             for attention in self.attentions:
                 for seed in range(self.first_seed, self.first_seed + self.seeds):
-                    model = ToyModelConfig(n_layers=layers, n_heads=heads, attention=attention,
-                                           d_model=self.task.d_model, seq_len=self.task.seq_len)
+                    model = ToyModelConfig(
+                        n_layers=layers,
+                        n_heads=heads,
+                        attention=attention,
+                        d_model=self.task.d_model,
+                        seq_len=self.task.seq_len,
+                    )
                     train_config = TrainConfig(seed=seed, max_steps=self.max_steps)
                     jobs.append((f"{attention}-{layers}x{heads}-seed{seed}", RunConfig(model, self.task, train_config)))
         return sorted(jobs, key=lambda job: -job[1].model.n_layers * job[1].model.n_heads)
@@ -80,13 +85,15 @@ class ReproduceConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ReproduceConfig":
-        return cls(**{
-            **data,
-            "architectures": tuple((int(layers), int(heads)) for layers, heads in data["architectures"]),
-            "attentions": tuple(data["attentions"]),
-            "task": TaskConfig.from_dict(data["task"]),
-        })
+    def from_dict(cls, data: dict) -> ReproduceConfig:
+        return cls(
+            **{
+                **data,
+                "architectures": tuple((int(layers), int(heads)) for layers, heads in data["architectures"]),
+                "attentions": tuple(data["attentions"]),
+                "task": TaskConfig.from_dict(data["task"]),
+            }
+        )
 
 
 @dataclass
@@ -116,7 +123,7 @@ class ReproduceSummary:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ReproduceSummary":
+    def from_dict(cls, data: dict) -> ReproduceSummary:
         """Read back ``summary.json``."""
         return cls(
             config=ReproduceConfig.from_dict(data["config"]),
@@ -136,33 +143,65 @@ def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
             row = rows[0]
             trigger_keys = row.trigger_row[1:]
             worst = max(abs(w - 1 / len(trigger_keys)) for w in trigger_keys)
-            checks.append(Check(f"{m.name}: off-trigger BOS mass >= 0.99", row.anchor_mass_default >= 0.99,
-                                f"anchor_mass_default = {row.anchor_mass_default:.4f}"))
-            checks.append(Check(f"{m.name}: trigger row within 0.03 of 1/{len(trigger_keys)} on each content key",
-                                worst <= 0.03, f"largest deviation {worst:.4f}"))
+            checks.append(
+                Check(
+                    f"{m.name}: off-trigger BOS mass >= 0.99",
+                    row.anchor_mass_default >= 0.99,
+                    f"anchor_mass_default = {row.anchor_mass_default:.4f}",
+                )
+            )
+            checks.append(
+                Check(
+                    f"{m.name}: trigger row within 0.03 of 1/{len(trigger_keys)} on each content key",
+                    worst <= 0.03,
+                    f"largest deviation {worst:.4f}",
+                )
+            )
         if (m.layers, m.heads) == (1, 1) and m.attention == "relu":
-            checks.append(Check(f"{m.name}: off-trigger rows sum to <= 0.01", rows[0].default_row_mass <= 0.01,
-                                f"default_row_mass = {rows[0].default_row_mass:.4f}"))
+            checks.append(
+                Check(
+                    f"{m.name}: off-trigger rows sum to <= 0.01",
+                    rows[0].default_row_mass <= 0.01,
+                    f"default_row_mass = {rows[0].default_row_mass:.4f}",
+                )
+            )
         if m.layers > 1 and m.attention == "softmax":
-            checks.append(Check(f"{m.name}: at least one sink head (Theorem 2)", m.n_sink_heads >= 1,
-                                f"{m.n_sink_heads} of {len(rows)} heads sink"))
+            checks.append(
+                Check(
+                    f"{m.name}: at least one sink head (Theorem 2)",
+                    m.n_sink_heads >= 1,
+                    f"{m.n_sink_heads} of {len(rows)} heads sink",
+                )
+            )
         test = m.default_state_test
         if m.attention == "softmax" and test is not None and test.sink_heads:
             remove_rise = test.default_error_after_remove - test.default_error_before
             control_rise = max(test.default_error_after_control - test.default_error_before, 0.0)
-            checks.append(Check(
-                f"{m.name}: removing the sinks raises default-position error >= 10x more than the control",
-                remove_rise >= 10 * control_rise and remove_rise > 0,
-                f"MSE {test.default_error_before:.1e} -> {test.default_error_after_remove:.1e} (remove) vs "
-                f"{test.default_error_after_control:.1e} (control)",
-            ))
+            checks.append(
+                Check(
+                    f"{m.name}: removing the sinks raises default-position error >= 10x more than the control",
+                    remove_rise >= 10 * control_rise and remove_rise > 0,
+                    f"MSE {test.default_error_before:.1e} -> {test.default_error_after_remove:.1e} (remove) vs "
+                    f"{test.default_error_after_control:.1e} (control)",
+                )
+            )
         if m.attention != "softmax":
             worst_row = max(r.default_row_mass for r in rows)
-            checks.append(Check(f"{m.name}: no head attends off-trigger (row mass <= 0.05)", worst_row <= 0.05,
-                                f"largest off-trigger row mass {worst_row:.4f}"))
-        checks.append(Check(f"{m.name}: reaches L-inf < {stop_linf:g}", m.converged,
-                            f"{m.status} after {m.steps} steps, batch L-inf {m.linf_error:.2e}, "
-                            f"held-out L-inf {m.heldout_linf_error:.2e}"))
+            checks.append(
+                Check(
+                    f"{m.name}: no head attends off-trigger (row mass <= 0.05)",
+                    worst_row <= 0.05,
+                    f"largest off-trigger row mass {worst_row:.4f}",
+                )
+            )
+        checks.append(
+            Check(
+                f"{m.name}: reaches L-inf < {stop_linf:g}",
+                m.converged,
+                f"{m.status} after {m.steps} steps, batch L-inf {m.linf_error:.2e}, "
+                f"held-out L-inf {m.heldout_linf_error:.2e}",
+            )
+        )
     return checks
 
 
@@ -201,18 +240,30 @@ def reproduce(
 
 def _job_order(job: tuple[str, RunConfig]) -> tuple:
     model = job[1].model
-    return (model.n_layers, model.n_heads, PAPER_ATTENTIONS.index(model.attention) if model.attention in PAPER_ATTENTIONS else 9, job[1].train.seed)
+    return (
+        model.n_layers,
+        model.n_heads,
+        PAPER_ATTENTIONS.index(model.attention) if model.attention in PAPER_ATTENTIONS else 9,
+        job[1].train.seed,
+    )
 
 
 def overview_rows(models: list[ModelSummary]) -> list[list[str]]:
     rows = []
     for m in models:
-        rows.append([
-            m.name, "yes" if m.converged else "no", str(m.steps), f"{m.wall_seconds:.0f}",
-            f"{m.linf_error:.1e}", f"{m.heldout_linf_error:.1e}", f"{m.heldout_mse:.1e}",
-            f"{m.n_sink_heads}/{len(m.heads_table)}",
-            "-" if m.paper_sink_heads is None else f"{m.paper_sink_heads}/{m.layers * m.heads}",
-        ])
+        rows.append(
+            [
+                m.name,
+                "yes" if m.converged else "no",
+                str(m.steps),
+                f"{m.wall_seconds:.0f}",
+                f"{m.linf_error:.1e}",
+                f"{m.heldout_linf_error:.1e}",
+                f"{m.heldout_mse:.1e}",
+                f"{m.n_sink_heads}/{len(m.heads_table)}",
+                "-" if m.paper_sink_heads is None else f"{m.paper_sink_heads}/{m.layers * m.heads}",
+            ]
+        )
     return rows
 
 
@@ -230,27 +281,52 @@ def summary_markdown(summary: ReproduceSummary) -> str:
         "`default_row_mass` shows whether a head attends off-trigger at all.\n",
         "## Overview\n",
         markdown_table(
-            ["model", "converged", "steps", "seconds", "batch L-inf", "held-out L-inf", "held-out MSE", "sink heads", "paper"],
+            [
+                "model",
+                "converged",
+                "steps",
+                "seconds",
+                "batch L-inf",
+                "held-out L-inf",
+                "held-out MSE",
+                "sink heads",
+                "paper",
+            ],
             overview_rows(summary.models),
         ),
         "## Checks against the paper\n",
-        markdown_table(["claim", "result", "measured"],
-                       [[c.claim, "pass" if c.passed else "FAIL", c.detail] for c in summary.checks]),
+        markdown_table(
+            ["claim", "result", "measured"],
+            [[c.claim, "pass" if c.passed else "FAIL", c.detail] for c in summary.checks],
+        ),
     ]
     if summary.figures:
         parts.append("## Theorem 1's trade-off\n")
-        parts.append("Off-trigger BOS mass against default-position error for the one-layer softmax runs "
-                     "(their query weights rescaled), the softmax construction over its scale and the exact "
-                     "ReLU construction (`tradeoff.json`).\n")
+        parts.append(
+            "Off-trigger BOS mass against default-position error for the one-layer softmax runs "
+            "(their query weights rescaled), the softmax construction over its scale and the exact "
+            "ReLU construction (`tradeoff.json`).\n"
+        )
         parts.append(" ".join(f"![{Path(f).stem}]({f})" for f in summary.figures) + "\n")
     for m in summary.models:
         parts.append(f"## {m.name}\n")
         parts.append(f"Paper: {m.paper}.\n")
-        parts.append(markdown_table(
-            ["layer", "head", "anchor_mass_default", "anchor_mass_trigger", "default_row_mass", "sink head"],
-            [[str(r.layer), str(r.head), f"{r.anchor_mass_default:.3f}", f"{r.anchor_mass_trigger:.3f}",
-              f"{r.default_row_mass:.3f}", "yes" if r.is_sink_head else ""] for r in m.heads_table],
-        ))
+        parts.append(
+            markdown_table(
+                ["layer", "head", "anchor_mass_default", "anchor_mass_trigger", "default_row_mass", "sink head"],
+                [
+                    [
+                        str(r.layer),
+                        str(r.head),
+                        f"{r.anchor_mass_default:.3f}",
+                        f"{r.anchor_mass_trigger:.3f}",
+                        f"{r.default_row_mass:.3f}",
+                        "yes" if r.is_sink_head else "",
+                    ]
+                    for r in m.heads_table
+                ],
+            )
+        )
         if m.figures:
             parts.append(" ".join(f"![{Path(f).stem}]({f})" for f in m.figures) + "\n")
     return "\n".join(parts)

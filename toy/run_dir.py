@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from interp.config_io import JsonConfig
 from interp.atomic_io import atomic_directory, atomic_write_json, finite_or_null, read_json
 from interp.checkpoint import load_tensors, save_tensors
+from interp.config_io import JsonConfig
 from toy.model import ToyModelConfig, ToyTransformer
 from toy.task import TaskConfig
 
@@ -66,7 +66,6 @@ class TrainConfig(JsonConfig):
         return 1e-3 if model.n_layers == 1 else 1e-4
 
 
-
 @dataclass(frozen=True)
 class RunConfig:
     model: ToyModelConfig
@@ -89,7 +88,7 @@ class RunConfig:
         return {"model": self.model.to_dict(), "task": self.task.to_dict(), "train": self.train.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunConfig":
+    def from_dict(cls, data: dict) -> RunConfig:
         missing = {"model", "task", "train"} - set(data)
         if missing:
             raise ValueError(f"run config lacks {sorted(missing)}; is this a sinkscope toy run directory?")
@@ -116,11 +115,13 @@ class TrainResult:
     resumed_from_step: int | None = None
 
     def to_dict(self) -> dict:
-        return {key: None if isinstance(value, float) and not math.isfinite(value) else value
-                for key, value in asdict(self).items()}
+        return {
+            key: None if isinstance(value, float) and not math.isfinite(value) else value
+            for key, value in asdict(self).items()
+        }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TrainResult":
+    def from_dict(cls, data: dict) -> TrainResult:
         """Read back ``to_dict()``: a ``null`` number reads as NaN."""
         numbers = ("wall_seconds", "linf_error", "loss")
         return cls(**{key: float("nan") if key in numbers and value is None else value for key, value in data.items()})
@@ -135,19 +136,21 @@ def read_config(run_dir: str | os.PathLike) -> RunConfig:
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise FileNotFoundError(
-            f"{run_dir} is not a toy run directory (no {CONFIG_FILE}); "
-            "create one with `sinkscope toy train --out DIR`"
+            f"{run_dir} is not a toy run directory (no {CONFIG_FILE}); create one with `sinkscope toy train --out DIR`"
         )
     data = read_json(run_dir / CONFIG_FILE)
     if not isinstance(data, dict):
-        raise ValueError(f"{run_dir / CONFIG_FILE} is not a run config (a JSON {type(data).__name__}, not an object); "
-                         "restore it or retrain into a new --out")
+        raise ValueError(
+            f"{run_dir / CONFIG_FILE} is not a run config (a JSON {type(data).__name__}, not an object); "
+            "restore it or retrain into a new --out"
+        )
     data.pop("versions", None)
     try:
         return RunConfig.from_dict(data)
     except (TypeError, AttributeError) as error:  # a section or setting of the wrong JSON type
-        raise ValueError(f"{run_dir / CONFIG_FILE} has a setting of the wrong type ({error}); "
-                         "restore it or retrain into a new --out") from None
+        raise ValueError(
+            f"{run_dir / CONFIG_FILE} has a setting of the wrong type ({error}); restore it or retrain into a new --out"
+        ) from None
 
 
 def checkpoint_dirs(run_dir: Path) -> list[Path]:
@@ -222,8 +225,10 @@ def require_finished(run_dir: str | os.PathLike, allow_unfinished: bool, command
     the note to record in the result when it is allowed (None for a finished run)."""
     reason = unfinished_reason(run_dir)
     if reason is not None and not allow_unfinished:
-        raise ValueError(f"{reason}; finish it (sinkscope toy train --out {run_dir} --resume) "
-                         f"or pass --allow-unfinished to {command} it anyway")
+        raise ValueError(
+            f"{reason}; finish it (sinkscope toy train --out {run_dir} --resume) "
+            f"or pass --allow-unfinished to {command} it anyway"
+        )
     return None if reason is None else f"analysed although {reason} (--allow-unfinished)"
 
 

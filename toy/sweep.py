@@ -20,7 +20,7 @@ from interp.atomic_io import atomic_write_json, atomic_write_text
 from interp.attention_kinds import validate_attention_kind
 from interp.plots import bar_chart, heatmap
 from interp.provenance import write_provenance
-from toy.experiment import ModelSummary, markdown_table, experiment_directory, run_jobs
+from toy.experiment import ModelSummary, experiment_directory, markdown_table, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
@@ -60,18 +60,31 @@ class SweepConfig:
         for seq_len, d_model in itertools.product(self.seq_lens, self.d_models):
             _task(seq_len, d_model)
 
-    def grid(self) -> list["Cell"]:
+    def grid(self) -> list[Cell]:
         """One ``Cell`` per configuration."""
-        return [Cell(*values) for values in itertools.product(
-            self.attentions, self.layers, self.heads, self.d_models, self.seq_lens, self.layer_norms, self.mlps)]
+        return [
+            Cell(*values)
+            for values in itertools.product(
+                self.attentions, self.layers, self.heads, self.d_models, self.seq_lens, self.layer_norms, self.mlps
+            )
+        ]
 
     def jobs(self) -> list[tuple[str, RunConfig]]:
         jobs = []
         for cell in self.grid():
             for seed in range(self.seeds):
-                model = ToyModelConfig(n_layers=cell.layers, n_heads=cell.heads, attention=cell.attention,
-                                       d_model=cell.d_model, seq_len=cell.seq_len, layer_norm=cell.layer_norm, mlp=cell.mlp)
-                config = RunConfig(model, _task(cell.seq_len, cell.d_model), TrainConfig(seed=seed, max_steps=self.max_steps))
+                model = ToyModelConfig(
+                    n_layers=cell.layers,
+                    n_heads=cell.heads,
+                    attention=cell.attention,
+                    d_model=cell.d_model,
+                    seq_len=cell.seq_len,
+                    layer_norm=cell.layer_norm,
+                    mlp=cell.mlp,
+                )
+                config = RunConfig(
+                    model, _task(cell.seq_len, cell.d_model), TrainConfig(seed=seed, max_steps=self.max_steps)
+                )
                 jobs.append((cell.run_name(seed), config))
         # costliest first (layers x heads x width x length) so parallel workers finish together
         return sorted(jobs, key=lambda job: -_cost(job[1]))
@@ -95,11 +108,16 @@ def phase_diagram(
     (1-2 layers x 1-2 heads, MLP off: 32 configurations x 2 seeds = 64 models)."""
     full = device_type == "cuda"
     return SweepConfig(
-        seq_lens=(16,), d_models=(16,),
-        heads=(1, 2, 3, 4) if full else (1, 2), layers=(1, 2, 3, 4) if full else (1, 2),
+        seq_lens=(16,),
+        d_models=(16,),
+        heads=(1, 2, 3, 4) if full else (1, 2),
+        layers=(1, 2, 3, 4) if full else (1, 2),
         attentions=("softmax", "relu", "relu_prefix", "sigmoid"),
-        layer_norms=(False, True), mlps=(False, True) if full else (False,),
-        seeds=seeds if seeds is not None else (4 if full else 2), max_steps=max_steps, n_sequences=n_sequences,
+        layer_norms=(False, True),
+        mlps=(False, True) if full else (False,),
+        seeds=seeds if seeds is not None else (4 if full else 2),
+        max_steps=max_steps,
+        n_sequences=n_sequences,
         workers=workers,
     )
 
@@ -175,12 +193,14 @@ class SweepResult:
     figures: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "SweepResult":
+    def from_dict(cls, data: dict) -> SweepResult:
         """Read back ``summary.json``."""
         config = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
         return cls(
             config=SweepConfig(**config),
-            rows=[SweepRow(**{k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}) for row in data["rows"]],
+            rows=[
+                SweepRow(**{k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}) for row in data["rows"]
+            ],
             models=[ModelSummary.from_dict(model) for model in data["models"]],
             wall_seconds=data["wall_seconds"],
             figures=list(data["figures"]),
@@ -203,60 +223,114 @@ def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[Swe
         head_rows = [row for m in models for row in m.heads_table]
         per_seed_fraction = [m.n_sink_heads / (cell.layers * cell.heads) for m in models]
         default_mses = [m.default_mse for m in models if m.default_mse is not None]
-        rows.append(SweepRow(
-            attention=cell.attention, layers=cell.layers, heads=cell.heads, d_model=cell.d_model, seq_len=cell.seq_len,
-            seeds=len(models),
-            converged=sum(m.converged for m in models),
-            mean_steps=mean(m.steps for m in models),
-            mean_seconds=mean(m.wall_seconds for m in models),
-            sink_fraction=sum(r.is_sink_head for r in head_rows) / len(head_rows),
-            mean_anchor_mass_default=mean(r.anchor_mass_default for r in head_rows),
-            seeds_with_sink=sum(m.n_sink_heads > 0 for m in models),
-            layer_norm=cell.layer_norm, mlp=cell.mlp,
-            sink_fraction_range=(min(per_seed_fraction), max(per_seed_fraction)),
-            steps_range=(min(m.steps for m in models), max(m.steps for m in models)),
-            mean_default_mse=mean(default_mses) if default_mses else None,
-            default_mse_range=(min(default_mses), max(default_mses)) if default_mses else None,
-        ))
+        rows.append(
+            SweepRow(
+                attention=cell.attention,
+                layers=cell.layers,
+                heads=cell.heads,
+                d_model=cell.d_model,
+                seq_len=cell.seq_len,
+                seeds=len(models),
+                converged=sum(m.converged for m in models),
+                mean_steps=mean(m.steps for m in models),
+                mean_seconds=mean(m.wall_seconds for m in models),
+                sink_fraction=sum(r.is_sink_head for r in head_rows) / len(head_rows),
+                mean_anchor_mass_default=mean(r.anchor_mass_default for r in head_rows),
+                seeds_with_sink=sum(m.n_sink_heads > 0 for m in models),
+                layer_norm=cell.layer_norm,
+                mlp=cell.mlp,
+                sink_fraction_range=(min(per_seed_fraction), max(per_seed_fraction)),
+                steps_range=(min(m.steps for m in models), max(m.steps for m in models)),
+                mean_default_mse=mean(default_mses) if default_mses else None,
+                default_mse_range=(min(default_mses), max(default_mses)) if default_mses else None,
+            )
+        )
     return rows
 
 
 def _plots(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str]:
     figures = []
     labels = [row.label for row in rows]
-    bar_chart(labels, [("sink fraction", [row.sink_fraction for row in rows])], out_dir / "sink_fraction.png",
-              "fraction of sink heads per configuration", "sink fraction")
-    bar_chart(labels, [("mean steps", [row.mean_steps for row in rows])], out_dir / "steps_to_converge.png",
-              f"mean training steps (cap {config.max_steps})", "steps")
+    bar_chart(
+        labels,
+        [("sink fraction", [row.sink_fraction for row in rows])],
+        out_dir / "sink_fraction.png",
+        "fraction of sink heads per configuration",
+        "sink fraction",
+    )
+    bar_chart(
+        labels,
+        [("mean steps", [row.mean_steps for row in rows])],
+        out_dir / "steps_to_converge.png",
+        f"mean training steps (cap {config.max_steps})",
+        "steps",
+    )
     figures += ["sink_fraction.png", "steps_to_converge.png"]
     for attention, layers, heads, layer_norm, mlp in itertools.product(
-            config.attentions, config.layers, config.heads, config.layer_norms, config.mlps):
+        config.attentions, config.layers, config.heads, config.layer_norms, config.mlps
+    ):
         if len(config.d_models) == 1 or len(config.seq_lens) == 1:
             break
-        grid = np.array([[_row(rows, attention, layers, heads, d, L, layer_norm, mlp).sink_fraction
-                          for L in config.seq_lens] for d in config.d_models])
+        grid = np.array(
+            [
+                [_row(rows, attention, layers, heads, d, L, layer_norm, mlp).sink_fraction for L in config.seq_lens]
+                for d in config.d_models
+            ]
+        )
         extras = Cell(attention, layers, heads, 0, 0, layer_norm, mlp).extras.replace("-", "_")
         name = f"sink_fraction_{attention}_{layers}x{heads}{extras}.png"
-        heatmap(grid, out_dir / name, f"{attention} {layers}x{heads}{extras}: sink fraction",
-                "sink fraction", xlabel="seq_len", ylabel="d_model",
-                x_tick_labels=[str(L) for L in config.seq_lens], y_tick_labels=[str(d) for d in config.d_models])
+        heatmap(
+            grid,
+            out_dir / name,
+            f"{attention} {layers}x{heads}{extras}: sink fraction",
+            "sink fraction",
+            xlabel="seq_len",
+            ylabel="d_model",
+            x_tick_labels=[str(L) for L in config.seq_lens],
+            y_tick_labels=[str(d) for d in config.d_models],
+        )
         figures.append(name)
     if len(config.layers) > 1 or len(config.heads) > 1:  # the phase diagram: layers x heads per kind and block
         for attention, layer_norm, mlp, d_model, seq_len in itertools.product(
-                config.attentions, config.layer_norms, config.mlps, config.d_models, config.seq_lens):
-            grid = np.array([[_row(rows, attention, layers, heads, d_model, seq_len, layer_norm, mlp).sink_fraction
-                              for heads in config.heads] for layers in config.layers])
+            config.attentions, config.layer_norms, config.mlps, config.d_models, config.seq_lens
+        ):
+            grid = np.array(
+                [
+                    [
+                        _row(rows, attention, layers, heads, d_model, seq_len, layer_norm, mlp).sink_fraction
+                        for heads in config.heads
+                    ]
+                    for layers in config.layers
+                ]
+            )
             cell = Cell(attention, 0, 0, d_model, seq_len, layer_norm, mlp)
             name = f"phase_{attention}_d{d_model}_L{seq_len}{cell.extras.replace('-', '_')}.png"
-            heatmap(grid, out_dir / name, f"{attention}{cell.extras.replace('-', ' +')}: sink fraction by layers x heads",
-                    "sink fraction", xlabel="heads", ylabel="layers", vmin=0.0, vmax=1.0,
-                    x_tick_labels=[str(h) for h in config.heads], y_tick_labels=[str(n) for n in config.layers])
+            heatmap(
+                grid,
+                out_dir / name,
+                f"{attention}{cell.extras.replace('-', ' +')}: sink fraction by layers x heads",
+                "sink fraction",
+                xlabel="heads",
+                ylabel="layers",
+                vmin=0.0,
+                vmax=1.0,
+                x_tick_labels=[str(h) for h in config.heads],
+                y_tick_labels=[str(n) for n in config.layers],
+            )
             figures.append(name)
     return figures
 
 
-def _row(rows: list[SweepRow], attention: str, layers: int, heads: int, d_model: int, seq_len: int,
-         layer_norm: bool, mlp: bool) -> SweepRow:
+def _row(
+    rows: list[SweepRow],
+    attention: str,
+    layers: int,
+    heads: int,
+    d_model: int,
+    seq_len: int,
+    layer_norm: bool,
+    mlp: bool,
+) -> SweepRow:
     key = (attention, layers, heads, d_model, seq_len, layer_norm, mlp)
     return next(r for r in rows if (r.attention, r.layers, r.heads, r.d_model, r.seq_len, r.layer_norm, r.mlp) == key)
 
@@ -267,17 +341,35 @@ def _range_text(values: tuple[float, float] | None, spec: str) -> str:
 
 def sweep_table_rows(result: SweepResult) -> list[list[str]]:
     """The per-configuration table, as text cells (Markdown here, HTML in the report)."""
-    return [[
-        r.label, f"{r.converged}/{r.seeds}", f"{r.mean_steps:.0f}", _range_text(r.steps_range, ".0f"),
-        f"{r.sink_fraction:.2f}", _range_text(r.sink_fraction_range, ".2f"), f"{r.seeds_with_sink}/{r.seeds}",
-        "-" if r.mean_default_mse is None else f"{r.mean_default_mse:.2e}", _range_text(r.default_mse_range, ".1e"),
-        f"{r.mean_anchor_mass_default:.3f}",
-    ] for r in result.rows]
+    return [
+        [
+            r.label,
+            f"{r.converged}/{r.seeds}",
+            f"{r.mean_steps:.0f}",
+            _range_text(r.steps_range, ".0f"),
+            f"{r.sink_fraction:.2f}",
+            _range_text(r.sink_fraction_range, ".2f"),
+            f"{r.seeds_with_sink}/{r.seeds}",
+            "-" if r.mean_default_mse is None else f"{r.mean_default_mse:.2e}",
+            _range_text(r.default_mse_range, ".1e"),
+            f"{r.mean_anchor_mass_default:.3f}",
+        ]
+        for r in result.rows
+    ]
 
 
-SWEEP_TABLE_HEADER = ["configuration", "converged", "mean steps", "steps over seeds", "sink fraction",
-                      "sink fraction over seeds", "seeds with a sink", "default-position MSE",
-                      "default MSE over seeds", "mean anchor_mass_default"]
+SWEEP_TABLE_HEADER = [
+    "configuration",
+    "converged",
+    "mean steps",
+    "steps over seeds",
+    "sink fraction",
+    "sink fraction over seeds",
+    "seeds with a sink",
+    "default-position MSE",
+    "default MSE over seeds",
+    "mean anchor_mass_default",
+]
 
 
 def sweep_markdown(result: SweepResult) -> str:
@@ -286,8 +378,11 @@ def sweep_markdown(result: SweepResult) -> str:
         "# Toy sweep: how often do heads sink?\n\n"
         f"{len(result.rows)} configurations x {result.config.seeds} seeds, up to {result.config.max_steps} steps; "
         f"wall time {result.wall_seconds:.0f} s. A head sinks when its BOS mass at non-trigger queries is >= 0.9; "
-        "\"over seeds\" columns give the smallest and largest value among the seeds.\n\n"
-        + table + "\n" + " ".join(f"![{Path(f).stem}]({f})" for f in result.figures) + "\n"
+        '"over seeds" columns give the smallest and largest value among the seeds.\n\n'
+        + table
+        + "\n"
+        + " ".join(f"![{Path(f).stem}]({f})" for f in result.figures)
+        + "\n"
     )
 
 

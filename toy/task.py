@@ -77,7 +77,6 @@ class TaskConfig(JsonConfig):
         return self.d_model - 1
 
 
-
 @dataclass
 class TaskBatch:
     """One batch of the task.
@@ -107,7 +106,7 @@ def make_tokens(config: TaskConfig, trigger_position: torch.Tensor, generator: t
     batch, device = trigger_position.shape[0], trigger_position.device
     L, n = config.seq_len, config.d_model
     tokens = torch.zeros(batch, L, n, device=device)
-    tokens[:, 1:, FIRST_FEATURE:config.bias_coord] = (
+    tokens[:, 1:, FIRST_FEATURE : config.bias_coord] = (
         torch.rand(batch, L - 1, config.bias_coord - FIRST_FEATURE, generator=generator, device=device) * 2 - 1
     )
     tokens[:, 0, BOS_FLAG] = 1.0
@@ -151,13 +150,15 @@ def sample_batch(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if trigger_position is None:
         triggers = torch.randint(
-            config.train_trigger_min, config.trigger_max + 1, (batch_size,), generator=generator, device=generator.device
+            config.train_trigger_min,
+            config.trigger_max + 1,
+            (batch_size,),
+            generator=generator,
+            device=generator.device,
         )
     else:
         if not 1 <= trigger_position < config.seq_len:
-            raise ValueError(
-                f"trigger_position={trigger_position} must lie in 1..{config.seq_len - 1} (0-indexed)"
-            )
+            raise ValueError(f"trigger_position={trigger_position} must lie in 1..{config.seq_len - 1} (0-indexed)")
         triggers = torch.full((batch_size,), trigger_position, dtype=torch.long, device=generator.device)
     tokens = make_tokens(config, triggers, generator)
     return TaskBatch(tokens=tokens, targets=make_targets(tokens, triggers, target), trigger_position=triggers)

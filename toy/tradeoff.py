@@ -20,9 +20,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from interp.atomic_io import atomic_write_json
+from interp.hook_names import pattern_hook
 from interp.plots import save_figure
 from interp.provenance import write_provenance
-from interp.hook_names import pattern_hook
 from probes.sink_metrics import anchor_mass
 from toy.constructions import relu_exact_model, softmax_scaled_model
 from toy.model import ToyTransformer
@@ -195,13 +195,18 @@ class TradeoffResult:
     series: tuple[tuple[str, tuple[TradeoffPoint, ...]], ...]
 
     def to_dict(self) -> dict:
-        return {"task": self.task.to_dict(), "series": {name: [p.to_dict() for p in points] for name, points in self.series}}
+        return {
+            "task": self.task.to_dict(),
+            "series": {name: [p.to_dict() for p in points] for name, points in self.series},
+        }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TradeoffResult":
+    def from_dict(cls, data: dict) -> TradeoffResult:
         return cls(
             task=TaskConfig.from_dict(data["task"]),
-            series=tuple((name, tuple(TradeoffPoint(**point) for point in points)) for name, points in data["series"].items()),
+            series=tuple(
+                (name, tuple(TradeoffPoint(**point) for point in points)) for name, points in data["series"].items()
+            ),
         )
 
 
@@ -225,7 +230,9 @@ def write_tradeoff(
         config = read_config(run_dir)
         if config.task != task:
             raise ValueError(f"{run_dir} was trained on a different task layout; pass runs of one task")
-        series[run_dir.name + RUN_SERIES_SUFFIX] = query_scale_curve(load_model(run_dir), task, QUERY_FACTORS, n_sequences)
+        series[run_dir.name + RUN_SERIES_SUFFIX] = query_scale_curve(
+            load_model(run_dir), task, QUERY_FACTORS, n_sequences
+        )
     out_dir = Path(out_dir)
     plot_tradeoff(series, out_dir / TRADEOFF_FIGURE)
     result = TradeoffResult(task, tuple((name, tuple(points)) for name, points in series.items()))

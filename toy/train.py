@@ -164,8 +164,11 @@ def _restore(
         except (OSError, ValueError, SafetensorError) as error:
             quarantine = candidate.with_name(f"unreadable-{candidate.name}")
             candidate.rename(quarantine)
-            print(f"sinkscope: checkpoint {candidate} is unreadable ({type(error).__name__}), kept as {quarantine.name}; "
-                  "trying an older one", file=sys.stderr)
+            print(
+                f"sinkscope: checkpoint {candidate} is unreadable ({type(error).__name__}), kept as {quarantine.name}; "
+                "trying an older one",
+                file=sys.stderr,
+            )
             continue
         break
     else:
@@ -239,7 +242,9 @@ def _open_run(config: RunConfig, run_dir: Path, resume: bool, device: torch.devi
                 "train.max_steps may change on resume); choose another --out directory or delete it"
             )
         if not resume:
-            raise RunDirectoryError(f"{run_dir} already holds a run; pass resume=True (--resume) or choose another directory")
+            raise RunDirectoryError(
+                f"{run_dir} already holds a run; pass resume=True (--resume) or choose another directory"
+            )
     elif holds_files(run_dir):
         raise RunDirectoryError(f"{run_dir} exists and is not a toy run directory; choose an empty or new directory")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -268,7 +273,9 @@ def _check_stackable(configs: list[RunConfig], run_dirs: list[Path]) -> None:
     if not configs:
         raise ValueError("train_seeds needs at least one config")
     if len(configs) != len(run_dirs):
-        raise ValueError(f"got {len(configs)} configs but {len(run_dirs)} run directories; pass one directory per config")
+        raise ValueError(
+            f"got {len(configs)} configs but {len(run_dirs)} run directories; pass one directory per config"
+        )
     if len({run_dir.resolve() for run_dir in run_dirs}) != len(run_dirs):
         raise ValueError("run directories must be distinct")
     reference = configs[0].to_dict()
@@ -353,8 +360,10 @@ def _diverged_message(diverged: list[TrainResult]) -> str:
     parts = []
     for result in diverged:
         good = checkpoint_dirs(Path(result.run_dir))
-        parts.append(f"{result.run_dir}: loss became {result.loss} at step {result.steps}, last good checkpoint "
-                     f"{good[-1].name if good else 'none'} kept in {Path(result.run_dir) / 'checkpoints'}")
+        parts.append(
+            f"{result.run_dir}: loss became {result.loss} at step {result.steps}, last good checkpoint "
+            f"{good[-1].name if good else 'none'} kept in {Path(result.run_dir) / 'checkpoints'}"
+        )
     return "; ".join(parts) + "; training stopped; lower the learning rate (--lr) and retrain"
 
 
@@ -414,7 +423,7 @@ class _Stack:
                         "exp_avg_sq": state["exp_avg_sq"][k].clone(),
                     }
 
-    def without(self, drop: set[int]) -> "_Stack | None":
+    def without(self, drop: set[int]) -> _Stack | None:
         keep = [k for k in range(len(self.members)) if k not in drop]
         if not keep:
             return None
@@ -438,8 +447,14 @@ def _train_stack(
     last_checkpoint = step if step > 0 else -1
     label = members[0].run_dir.name if len(members) == 1 else f"{len(members)} seeds"
     # in a log (stderr not a terminal) a line every LOG_INTERVAL_S seconds, not a redraw per update
-    bar = tqdm(total=train_cfg.max_steps, initial=step, disable=not progress, desc=label, leave=False,
-               mininterval=TERMINAL_INTERVAL_S if sys.stderr.isatty() else LOG_INTERVAL_S)
+    bar = tqdm(
+        total=train_cfg.max_steps,
+        initial=step,
+        disable=not progress,
+        desc=label,
+        leave=False,
+        mininterval=TERMINAL_INTERVAL_S if sys.stderr.isatty() else LOG_INTERVAL_S,
+    )
 
     def elapsed(member: _Member) -> float:
         return member.wall_before + time.perf_counter() - started
@@ -451,8 +466,9 @@ def _train_stack(
             if step != last_checkpoint:
                 _checkpoint(member, step, data_state, elapsed(member))
             save_tensors(member.run_dir / FINAL_WEIGHTS, member.model.state_dict())
-        result = TrainResult(str(member.run_dir), status, status == "converged", step, elapsed(member), linf, loss,
-                             member.resumed_from)
+        result = TrainResult(
+            str(member.run_dir), status, status == "converged", step, elapsed(member), linf, loss, member.resumed_from
+        )
         write_result(member.run_dir, result)
         results[index_of[id(member)]] = result
 
@@ -502,8 +518,11 @@ def _train_stack(
             if not continuing:
                 break
             if progress and step % train_cfg.log_every == 0:
-                bar.set_postfix_str(f"{len(continuing)} training, best L-inf {min(linf_values[k] for k in continuing):.1e} "
-                                    f"(stops below {train_cfg.stop_linf:g})", refresh=False)
+                bar.set_postfix_str(
+                    f"{len(continuing)} training, best L-inf {min(linf_values[k] for k in continuing):.1e} "
+                    f"(stops below {train_cfg.stop_linf:g})",
+                    refresh=False,
+                )
             stack.optimizer.zero_grad(set_to_none=True)
             (losses if len(continuing) == len(losses) else losses[continuing]).sum().backward()
             stack.optimizer.step()
@@ -521,9 +540,14 @@ def _checkpoint(member: _Member, step: int, data_state: torch.Tensor, wall: floa
     and the data generator before its batch is drawn (``data_state``)."""
     tensors, groups = optimizer_to_tensors(member.optimizer)
     tensors["rng.data_generator"] = data_state
-    write_checkpoint(member.run_dir, step, member.model, tensors,
-                     {"wall_seconds": wall, "param_groups": groups, "device": member.device.type},
-                     member.config.train.keep_checkpoints)
+    write_checkpoint(
+        member.run_dir,
+        step,
+        member.model,
+        tensors,
+        {"wall_seconds": wall, "param_groups": groups, "device": member.device.type},
+        member.config.train.keep_checkpoints,
+    )
 
 
 def _log(member: _Member, step: int, loss: float, linf: float, batch: TaskBatch) -> None:
@@ -531,7 +555,13 @@ def _log(member: _Member, step: int, loss: float, linf: float, batch: TaskBatch)
     with torch.no_grad():
         _, cache = member.model.run_with_cache(batch.tokens, names_filter=lambda name: name in names)
     default, trigger = head_anchor_masses(member.model, batch, dict(cache.items()))
-    append_metrics(member.run_dir, {
-        "step": step, "loss": loss, "linf_error": linf,
-        "anchor_mass_default": default, "anchor_mass_trigger": trigger,
-    })
+    append_metrics(
+        member.run_dir,
+        {
+            "step": step,
+            "loss": loss,
+            "linf_error": linf,
+            "anchor_mass_default": default,
+            "anchor_mass_trigger": trigger,
+        },
+    )
