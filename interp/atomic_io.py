@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -172,12 +173,24 @@ def locked_directory(path: str | os.PathLike) -> Iterator[bool]:
             continue  # removed between mkdir and open: make it again
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held, now = os.fstat(descriptor), os.stat(path)
         except BlockingIOError:
             os.close(descriptor)
             raise OutputError(
                 f"{path} is being written by another sinkscope run; wait for it to finish or choose another output directory"
             ) from None
-        held, now = os.fstat(descriptor), os.stat(path)
+        except FileNotFoundError:
+            os.close(descriptor)
+            continue  # removed after the lock was taken: start again
+        except OSError as error:
+            # NFS emulates flock with write locks, which a directory cannot take (EBADF);
+            # some FUSE/CIFS mounts have no locks at all: work unlocked, and say so once
+            print(
+                f"sinkscope: note: {path} is on a filesystem without directory locks ({error.strerror}); "
+                "a second run on the same output is not detected there",
+                file=sys.stderr,
+            )
+            break
         if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
             break
         os.close(descriptor)  # a finishing run swapped a new result in: lock that one

@@ -813,9 +813,12 @@ def _terminated(signum: int, frame: object) -> None:
 def _terminated_after_the_work(signum: int, frame: object) -> None:
     """SIGTERM once the result is complete (printing it, or the interpreter shutting down):
     one line and exit 1 at once, instead of the default silent death (exit 143)."""
-    sys.stderr.write("sinkscope: interrupted after the result was complete; it is kept\n")
-    sys.stderr.flush()
-    os._exit(EXIT_FAILED)
+    try:
+        sys.stdout.flush()  # what was printed (a --json result, a table) still reaches its reader
+    finally:
+        sys.stderr.write("sinkscope: interrupted after the result was complete; it is kept\n")
+        sys.stderr.flush()
+        os._exit(EXIT_FAILED)
 
 
 def _out_of_memory(error: BaseException) -> bool:

@@ -896,3 +896,34 @@ def test_resume_without_max_steps_keeps_a_finished_run_finished(toy_run, tmp_pat
     assert main(["toy", "train", "--out", str(run), "--resume", "--no-progress"]) == 0
     assert snapshot(run) == before  # finished at its own max_steps: nothing retrained or rewritten
     assert "max_steps after 50 steps" in capsys.readouterr().out
+
+
+def test_a_filesystem_without_directory_locks_works_unlocked_and_says_so(toy_run, tmp_path, capsys, monkeypatch):
+    """NFS refuses flock on a directory (EBADF): the command still runs, with one note."""
+    import errno
+    import fcntl
+
+    def no_locks(descriptor, operation):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    out = tmp_path / "probe"
+    assert main(["toy", "probe", str(toy_run), "--out", str(out), "--sequences", "8"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "without directory locks" in err[0], err
+    assert (out / "probe.json").is_file()
+
+
+def test_staged_paths_are_rewritten_even_when_json_escapes_them(tmp_path):
+    import json
+
+    from interp.atomic_io import atomic_write_json
+    from toy.experiment import _record_final_location
+
+    parent = tmp_path / 'résultats "q"'
+    staging, final = parent / ".out.abc.tmp", parent / "out"
+    (staging / "run").mkdir(parents=True)
+    atomic_write_json(staging / "run" / "result.json", {"run_dir": str(staging / "run"), "steps": 3})
+    assert "\\u00e9" in (staging / "run" / "result.json").read_text()  # escaped on disk
+    _record_final_location(staging, final)
+    assert json.loads((staging / "run" / "result.json").read_text())["run_dir"] == str(final / "run")

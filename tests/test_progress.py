@@ -26,7 +26,12 @@ def test_a_line_says_step_error_threshold_speed_and_the_longest_it_can_take():
 
 
 def test_snapshot_reads_running_and_finished_models_from_their_run_directories(tmp_path):
-    jobs = [("done", _config(100)), ("running", _config(1000)), ("waiting", _config(1000))]
+    import os
+
+    jobs = [("done", _config(100)), ("running", _config(1000)), ("waiting", _config(1000)), ("stale", _config(1000))]
+    (tmp_path / "stale").mkdir()
+    (tmp_path / "stale" / METRICS_FILE).write_text(json.dumps({"step": 700, "linf_error": 0.1}) + "\n")
+    os.utime(tmp_path / "stale" / METRICS_FILE, (1_000_000, 1_000_000))  # an interrupted run from long ago
     (tmp_path / "done").mkdir()
     (tmp_path / "done" / RESULT_FILE).write_text("{}")
     (tmp_path / "running").mkdir()

@@ -33,7 +33,7 @@ from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.progress import ExperimentProgress
 from toy.run_dir import RunConfig, TrainResult
-from toy.train import TRAIN_THREADS, train_seeds
+from toy.train import TRAIN_THREADS, TrainingDiverged, train_seeds
 
 
 @dataclass
@@ -223,7 +223,13 @@ def experiment_directory(
             raise FileExistsError(f"{out_dir} exists and is not empty; use another --out or pass --overwrite")
         with atomic_directory(out_dir, replace=True) as staging:
             atomic_write_json(staging / marker_file, settings)
-            yield staging
+            try:
+                yield staging
+            except TrainingDiverged as error:  # its checkpoints go with the staging directory
+                raise TrainingDiverged(
+                    f"{error} (in this --overwrite run, which was discarded with its checkpoints; the old result in "
+                    f"{out_dir} is kept)"
+                ) from None
             _record_final_location(staging, out_dir)
 
 
@@ -244,9 +250,10 @@ def _record_final_location(staging: Path, out_dir: Path) -> None:
         return value
 
     for path in sorted(staging.rglob("*.json")):
-        text = path.read_text(encoding="utf-8")
-        if any(old in text for old in prefixes):
-            atomic_write_json(path, relocated(json.loads(text)))
+        data = json.loads(path.read_text(encoding="utf-8"))  # by value: JSON may escape the path's characters
+        moved = relocated(data)
+        if moved != data:
+            atomic_write_json(path, moved)
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

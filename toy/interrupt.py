@@ -40,7 +40,8 @@ def interrupts_at_step_boundaries() -> Iterator[StepBoundaryInterrupt]:
     previous = {
         signum: signal.signal(signum, latch._handle)
         for signum in (signal.SIGINT, signal.SIGTERM)
-        if signal.getsignal(signum) is not signal.SIG_IGN  # a caller that ignores a signal keeps ignoring it
+        # a caller that ignores a signal keeps ignoring it; one installed from C (None) is left alone
+        if signal.getsignal(signum) not in (signal.SIG_IGN, None)
     }
     try:
         yield latch

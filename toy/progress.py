@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from toy.run_dir import RESULT_FILE, RunConfig, read_metrics
+from toy.run_dir import METRICS_FILE, RESULT_FILE, RunConfig, read_metrics
 
 TERMINAL_INTERVAL_S = 1.0
 LOG_INTERVAL_S = 15.0
@@ -74,6 +74,7 @@ class ExperimentProgress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = time.monotonic()
+        self._started_at = time.time()  # wall clock, to compare with file times
 
     def __enter__(self) -> ExperimentProgress:
         if self.enabled:
@@ -99,6 +100,14 @@ class ExperimentProgress:
             run_dir = self.out_dir / name
             if (run_dir / RESULT_FILE).exists():
                 finished += 1
+                continue
+            metrics = run_dir / METRICS_FILE
+            try:
+                # untouched since before this experiment began (1 s for coarse file clocks): an
+                # interrupted earlier run waiting to be resumed, not a running one
+                if metrics.stat().st_mtime < self._started_at - 1.0:
+                    continue
+            except FileNotFoundError:
                 continue
             records = read_metrics(run_dir)
             if not records:
