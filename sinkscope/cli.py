@@ -507,21 +507,11 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
     summary = reproduce(config, args.out, overwrite=args.overwrite, progress=not args.no_progress, device=args.device)
     if not args.json:
         from toy.experiment import markdown_table
-        from toy.reproduce import overview_rows
+        from toy.reproduce import OVERVIEW_HEADER, overview_rows
 
         print(
             markdown_table(
-                [
-                    "model",
-                    "converged",
-                    "steps",
-                    "seconds",
-                    "batch L-inf",
-                    "held-out L-inf",
-                    "held-out MSE",
-                    "sink heads",
-                    "paper",
-                ],
+                OVERVIEW_HEADER,
                 overview_rows(summary.models),
             )
         )

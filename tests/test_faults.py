@@ -443,6 +443,28 @@ def test_sigterm_ends_a_run_like_ctrl_c_leaving_no_temporaries(tmp_path):
     assert list(out.glob("checkpoints/step-*"))  # finished checkpoints are kept
 
 
+def _tiny_sweep_argv(out: Path, max_steps: int, *extra: str) -> list[str]:
+    """A one-configuration sweep of a few steps (one worker)."""
+    return [
+        "toy",
+        "sweep",
+        "--seq-len",
+        "8",
+        "--d-model",
+        "8",
+        "--seeds",
+        "1",
+        "--max-steps",
+        str(max_steps),
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
+
+
 def _tiny_reproduce_argv(out: Path, max_steps: int, *extra: str) -> list[str]:
     """The --quick reproduction cut to a few steps per model (six models, one worker)."""
     return [
@@ -477,24 +499,7 @@ def test_a_second_writer_on_a_locked_out_is_refused(model_dir, prompts, toy_run,
         "tradeoff": ["toy", "tradeoff", "--run", str(toy_run), "--out", str(out), "--overwrite"],
         "train": ["toy", "train", "--out", str(out), "--max-steps", "5", "--no-progress", "--resume"],
         "reproduce": _tiny_reproduce_argv(out, 5, "--overwrite"),
-        "sweep": [
-            "toy",
-            "sweep",
-            "--seq-len",
-            "8",
-            "--d-model",
-            "8",
-            "--seeds",
-            "1",
-            "--max-steps",
-            "5",
-            "--workers",
-            "1",
-            "--out",
-            str(out),
-            "--no-progress",
-            "--overwrite",
-        ],
+        "sweep": _tiny_sweep_argv(out, 5, "--overwrite"),
         "report": ["report", str(toy_run / "probe"), "--out", str(out), "--overwrite"],
     }[command]
     if command == "report" and not (toy_run / "probe").exists():
@@ -713,23 +718,7 @@ def _toy_argv(command: str, toy_run: Path, out: Path) -> list[str]:
         "train": ["toy", "train", "--out", str(out), "--max-steps", "5", "--no-progress"],
         "train --resume": ["toy", "train", "--out", str(out), "--max-steps", "5", "--no-progress", "--resume"],
         "reproduce": _tiny_reproduce_argv(out, 3),
-        "sweep": [
-            "toy",
-            "sweep",
-            "--seq-len",
-            "8",
-            "--d-model",
-            "8",
-            "--seeds",
-            "1",
-            "--max-steps",
-            "3",
-            "--workers",
-            "1",
-            "--out",
-            str(out),
-            "--no-progress",
-        ],
+        "sweep": _tiny_sweep_argv(out, 3),
         "probe": ["toy", "probe", str(toy_run), "--out", str(out), "--sequences", "20"],
         "patch": ["toy", "patch", str(toy_run), "--out", str(out), "--inputs", "8"],
         "tradeoff": ["toy", "tradeoff", "--run", str(toy_run), "--out", str(out)],

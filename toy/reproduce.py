@@ -248,7 +248,21 @@ def _job_order(job: tuple[str, RunConfig]) -> tuple:
     )
 
 
+OVERVIEW_HEADER = [
+    "model",
+    "converged",
+    "steps",
+    "seconds",
+    "batch L-inf",
+    "held-out L-inf",
+    "held-out MSE",
+    "sink heads",
+    "paper",
+]
+
+
 def overview_rows(models: list[ModelSummary]) -> list[list[str]]:
+    """One row of ``OVERVIEW_HEADER`` per model."""
     rows = []
     for m in models:
         rows.append(
@@ -281,17 +295,7 @@ def summary_markdown(summary: ReproduceSummary) -> str:
         "`default_row_mass` shows whether a head attends off-trigger at all.\n",
         "## Overview\n",
         markdown_table(
-            [
-                "model",
-                "converged",
-                "steps",
-                "seconds",
-                "batch L-inf",
-                "held-out L-inf",
-                "held-out MSE",
-                "sink heads",
-                "paper",
-            ],
+            OVERVIEW_HEADER,
             overview_rows(summary.models),
         ),
         "## Checks against the paper\n",
