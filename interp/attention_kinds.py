@@ -72,9 +72,9 @@ def scores_to_pattern(kind: str, scores: torch.Tensor, row_scale: torch.Tensor |
     if kind == "softmax":
         return torch.softmax(scores, dim=-1)
     validate_attention_kind(kind)  # before building a scale: an unknown kind has none
-    if row_scale is None:
-        row_scale = fixed_row_scale(kind, scores.shape[-2], scores.device)
-    row_scale = row_scale.to(scores.dtype)
+    scale = fixed_row_scale(kind, scores.shape[-2], scores.device) if row_scale is None else row_scale
+    assert scale is not None  # every kind but softmax has a fixed row scale
+    row_scale = scale.to(scores.dtype)
     if kind == "relu" or kind == "relu_prefix":
         return torch.relu(scores) * row_scale
     if kind == "sigmoid":

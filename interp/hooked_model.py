@@ -25,7 +25,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast, overload
 
 import torch
 from transformer_lens import HookedRootModule
@@ -65,21 +65,26 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
-        if self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads:
+        if self.kv_heads < 1 or self.n_heads % self.kv_heads:
             raise ValueError(
                 f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}; "
                 "check the model config's num_key_value_heads"
             )
 
     @property
+    def kv_heads(self) -> int:
+        """``n_kv_heads`` once set (``__post_init__`` fills None with ``n_heads``)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
     def kv_group(self) -> int:
         """Query heads per key/value head (1 without grouped-query attention)."""
-        return self.n_heads // self.n_kv_heads
+        return self.n_heads // self.kv_heads
 
     def heads_of(self, hook: str) -> int:
         """Heads on the head axis of a short attention hook name: ``n_kv_heads`` for
         ``k``/``v`` (and rotary ``rot_k``), ``n_heads`` otherwise."""
-        return self.n_kv_heads if hook in KV_HOOKS else self.n_heads
+        return self.kv_heads if hook in KV_HOOKS else self.n_heads
 
     def expand_kv(self, tensor: torch.Tensor, head_axis: int = 2) -> torch.Tensor:
         """A ``hook_k``/``hook_v`` tensor with one head per query head: kv head g repeated
@@ -192,11 +197,13 @@ class HookedModel:
                 f"{type(model).__name__} is not a hooked model; pass a toy HookedRootModule "
                 "or a TransformerBridge (TransformerBridge.boot_transformers(...))"
             )
-        self.model = model
+        # duck-typed: a toy HookedRootModule or a TransformerBridge, whose attributes (blocks,
+        # cfg, tokenizer) nn.Module's typing cannot see
+        self.model: Any = cast(Any, model)
         self.is_bridge = _is_bridge(model)
-        hook_names = frozenset(model.hook_dict.keys())
+        hook_names = frozenset(self.model.hook_dict.keys())
         if self.is_bridge:
-            cfg = model.cfg
+            cfg = self.model.cfg
             missing = [
                 name
                 for name in (attn_hook(0, "pattern"), attn_hook(0, "v"), attn_hook(0, "z"))
@@ -298,7 +305,7 @@ class HookedModel:
 
             side = padding_side or self.model.tokenizer.padding_side
             tokens = self.model.to_tokens(strings, prepend_bos=self.spec.prepend_bos, padding_side=side)
-            mask = get_attention_mask(self.model.tokenizer, tokens, self.spec.prepend_bos, padding_side=side)
+            mask = get_attention_mask(self.model.tokenizer, tokens, bool(self.spec.prepend_bos), padding_side=side)
         elif torch.is_tensor(inputs) and inputs.ndim == 2 and not inputs.is_floating_point():
             tokens = inputs
             mask = torch.ones_like(tokens) if attention_mask is None else attention_mask
@@ -320,6 +327,14 @@ class HookedModel:
         if not self.is_bridge:
             return {}
         return {"attention_mask": batch.attention_mask.to(torch.long)}
+
+    @overload
+    def run_with_hooks(self, batch: PreparedBatch, fwd_hooks: FwdHooks) -> torch.Tensor: ...
+
+    @overload
+    def run_with_hooks(
+        self, batch: PreparedBatch, fwd_hooks: FwdHooks, stop_after: str | None
+    ) -> torch.Tensor | None: ...
 
     def run_with_hooks(
         self, batch: PreparedBatch, fwd_hooks: FwdHooks, stop_after: str | None = None

@@ -119,7 +119,7 @@ def patch_activation(target: torch.Tensor, source: torch.Tensor, site: PatchSite
         )
     layout = hook_layout(site.name)
     mask = torch.ones((), dtype=torch.bool, device=target.device)
-    if site.heads is not None:
+    if site.heads is not None and layout.head_axis is not None:  # Site refuses heads on a hook without them
         mask = mask & _axis_mask(target, layout.head_axis, site.heads, "heads", site.hook_name)
     if site.positions is not None:
         mask = mask & _axis_mask(target, layout.position_axis, site.positions, "positions", site.hook_name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 
@@ -138,7 +139,7 @@ def layer_head_maps(
         layout="constrained",
         gridspec_kw={"width_ratios": widths},
     )
-    image = None
+    image: Any = None
     for ax, (name, values) in zip(axes[0], panels):
         image = _draw_grid(ax, values, vmin, vmax, "head", "layer", "magma")
         ax.set_title(name, fontsize=8)
@@ -185,7 +186,7 @@ def line_chart(
     for name, values in series:
         if len(values) != len(x):
             raise ValueError(f"series {name!r} has {len(values)} values for {len(x)} x positions")
-        ax.plot(list(x), list(values), marker="o", markersize=3, label=name)
+        ax.plot(list(x), list(values), marker="o", markersize=3, label=name)  # type: ignore[arg-type]
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if ylim is not None:

@@ -385,7 +385,7 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
             notes.append("encoder: no next-token loss, so the loss-based ablations were skipped")
     if model.quantization is not None:
         notes.append(
-            f"weights dequantised to {model.dtype} from the {model.quantization} GGUF file {Path(model.source_file).name}"
+            f"weights dequantised to {model.dtype} from the {model.quantization} GGUF file {Path(str(model.source_file)).name}"
         )
     if config.ablate and model.causal:
         n_ablated = (

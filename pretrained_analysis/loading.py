@@ -357,7 +357,7 @@ def _gguf_reader(resolved: ResolvedModel):
             f"reading {resolved.gguf_file} needs gguf >= 0.16 (found an older one); {GGUF_INSTALL} --upgrade"
         )
     try:
-        return gguf.GGUFReader(Path(resolved.location) / resolved.gguf_file)
+        return gguf.GGUFReader(Path(resolved.location) / str(resolved.gguf_file))
     except (ValueError, OSError, KeyError, IndexError) as error:
         raise ModelLoadError(
             f"{resolved.gguf_file} is not a readable GGUF file ({_first_line(error)}); pass an intact .gguf checkpoint"
@@ -385,7 +385,7 @@ def gguf_quantization(resolved: ResolvedModel) -> str:
     counts: dict[str, int] = {}
     for tensor in reader.tensors:
         counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
-    return max(counts, key=counts.get) if counts else "unknown"
+    return max(counts, key=lambda name: counts[name]) if counts else "unknown"
 
 
 def context_length(resolved: ResolvedModel) -> int | None:
@@ -553,5 +553,5 @@ def _load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[
     finally:
         gguf_utils.tqdm = bar
     if spec.device is not None:
-        hf_model = hf_model.to(spec.device)
+        hf_model = hf_model.to(spec.device)  # type: ignore[arg-type]  # transformers' stub takes a dtype only
     return {"hf_model": hf_model.eval(), "tokenizer": tokenizer}

@@ -182,7 +182,9 @@ def default_state_test(
     before = _errors(hooked, batch, error_fn, None, config.batch_size)
     generator = torch.Generator().manual_seed(config.seed)
     singles = heads if config.max_single_heads is None else heads[: config.max_single_heads]
-    head_sets = [(f"L{layer}H{head}", ((layer, head),)) for layer, head in singles]
+    head_sets: list[tuple[str, tuple[tuple[int, int], ...]]] = [
+        (f"L{layer}H{head}", ((layer, head),)) for layer, head in singles
+    ]
     if len(heads) > 1:
         head_sets.append(("all_sink_heads", heads))
     note = (

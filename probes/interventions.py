@@ -185,6 +185,16 @@ def _z_head_hook(heads: list[int], replacement: Callable[[torch.Tensor], torch.T
     return hook
 
 
+def _means_of(intervention: Intervention) -> HeadMeans:
+    assert intervention.means is not None  # mean_ablate_head always carries its means
+    return intervention.means
+
+
+def _constant(value: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A replacement that ignores what it replaces (a recomputed ``z``)."""
+    return lambda _: value
+
+
 def _mean_replacement(means: HeadMeans, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
     def replacement(z: torch.Tensor) -> torch.Tensor:
         if z.shape[1] > means.z.shape[1]:
@@ -218,7 +228,7 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
         return [
             (
                 attn_hook(layer, "z"),
-                _z_head_hook(intervention.heads_in(layer), _mean_replacement(intervention.means, layer)),
+                _z_head_hook(intervention.heads_in(layer), _mean_replacement(_means_of(intervention), layer)),
             )
             for layer in intervention.layers()
         ]
@@ -250,7 +260,7 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
         # [batch, pos, head, d_head]
         values = spec.expand_kv(captured["v"])  # one value per query head under grouped-query attention
         recomputed = (edited @ values.transpose(1, 2)).transpose(1, 2)
-        hooks.append((attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), lambda z, r=recomputed: r)))
+        hooks.append((attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), _constant(recomputed))))
     return hooks
 
 

@@ -289,8 +289,8 @@ def activation_patching(
     rows_out = tuple(
         PatchingRow(
             layer=site.layer,
-            head=site.heads[0] if "head" in axes else None,
-            position=site.positions[0] if "position" in axes else None,
+            head=site.heads[0] if "head" in axes and site.heads is not None else None,
+            position=site.positions[0] if "position" in axes and site.positions is not None else None,
             patched=total / n,
             target=target_metric,
             source=source_metric,

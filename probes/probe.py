@@ -335,9 +335,15 @@ class _Accumulator:
         self._out_total = self._out_norm_total = None
 
     # hooks ---------------------------------------------------------------------------
+    def _pass(self) -> tuple[PreparedBatch, torch.Tensor, torch.Tensor]:
+        """(batch, selected queries, visible keys) of the pass ``run`` is making; hooks only
+        fire inside it."""
+        assert self._batch is not None and self._selected is not None and self._visible is not None
+        return self._batch, self._selected, self._visible
+
     def _make_v_hook(self, layer: int):
         def hook(v: torch.Tensor, hook: Any) -> None:
-            batch = self._batch
+            batch, _, _ = self._pass()
             # [batch, pos, n_kv_heads, d_head] -> one value per query head (grouped-query attention)
             v = self.model.spec.expand_kv(v)
             self._value_norms = projected_value_norms(v, self._gram(layer, v.dtype))
@@ -349,7 +355,7 @@ class _Accumulator:
 
     def _make_pattern_hook(self, layer: int):
         def hook(pattern: torch.Tensor, hook: Any) -> None:
-            batch, selected = self._batch, self._selected
+            batch, selected, visible = self._pass()
             sums, count = anchor_mass_sums(pattern, batch.anchor, selected)
             self.mass[layer] += sums.double().cpu()
             self.mass_count[layer] += float(count)
@@ -364,7 +370,7 @@ class _Accumulator:
             for index, eps in enumerate(self.config.sink_rate_eps):
                 self.rate_hits[index] += float((alpha[valid] > eps).sum())
             self.rate_count += float(valid.sum())
-            sums, counts = row_entropy_sums(pattern, self._visible, selected)
+            sums, counts = row_entropy_sums(pattern, visible, selected)
             self.entropy[layer] += sums.double().cpu()
             self.entropy_count[layer] += counts.double().cpu()
             if self._value_norms is not None:
@@ -384,7 +390,7 @@ class _Accumulator:
 
     def _make_z_hook(self, layer: int, computes_output: bool):
         def hook(z: torch.Tensor, hook: Any) -> None:
-            selected = self._selected.to(z.dtype)
+            selected = self._pass()[1].to(z.dtype)
             head_norms = head_output_norms(z, self._gram(layer, z.dtype))  # [batch, pos, head]
             self.head_out[layer] += (head_norms * selected.unsqueeze(-1)).sum(dim=(0, 1)).double().cpu()
             self.head_out_sum[layer] += float((head_norms.sum(dim=-1) * selected).sum())
@@ -407,7 +413,7 @@ class _Accumulator:
     def _add_layer_output(self, layer: int, layer_out: torch.Tensor) -> None:
         """Accumulate ``layer``'s attention output ``[batch, pos, d_model]``: its norm and the
         running sum over layers (for ``attn_out_norm_of_sum``)."""
-        selected = self._selected.to(layer_out.dtype)
+        selected = self._pass()[1].to(layer_out.dtype)
         layer_norm = layer_out.norm(dim=-1)
         self.layer_out[layer] += float((layer_norm * selected).sum())
         self._out_total = layer_out if self._out_total is None else self._out_total + layer_out
@@ -415,7 +421,7 @@ class _Accumulator:
 
     def _make_resid_hook(self, layer: int):
         def hook(resid: torch.Tensor, hook: Any) -> None:
-            batch = self._batch
+            batch, _, _ = self._pass()
             rows = torch.arange(batch.batch_size, device=resid.device)
             self.resid_norm[layer] += float(resid[rows, batch.anchor].norm(dim=-1).sum())
             self.resid_count[layer] += batch.batch_size
@@ -546,6 +552,7 @@ def iterate_batches(
                 query_mask=None if query_mask is None else query_mask[start:stop],
             )
         return
+    assert isinstance(inputs, torch.Tensor)  # token ids with a mask, as checked above
     for name, mask in (("attention_mask", attention_mask), ("query_mask", query_mask)):
         if mask is not None and mask.shape != inputs.shape:
             raise ValueError(f"{name} {tuple(mask.shape)} must match token ids {tuple(inputs.shape)}")

@@ -15,6 +15,7 @@ row counts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 
@@ -75,6 +76,14 @@ def anchor_mass(
     """
     sums, count = anchor_mass_sums(pattern, anchor, query_mask)
     return sums / count if count > 0 else torch.full_like(sums, float("nan"))
+
+
+@overload
+def is_sink_head(anchor_mass_default: torch.Tensor, eps: float = 0.1) -> torch.Tensor: ...
+
+
+@overload
+def is_sink_head(anchor_mass_default: float, eps: float = 0.1) -> bool: ...
 
 
 def is_sink_head(anchor_mass_default: torch.Tensor | float, eps: float = 0.1) -> torch.Tensor | bool:

@@ -841,7 +841,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        if not _run_failed(args.command, error):
+        if not isinstance(error, RuntimeError) or not _run_failed(args.command, error):
             raise
         print(f"sinkscope: run failed: {error}", file=sys.stderr)
         return EXIT_FAILED

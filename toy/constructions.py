@@ -47,7 +47,7 @@ def relu_exact_model(task: TaskConfig) -> ToyTransformer:
     trigger output is mean(x_1 .. x_j).
     """
     model = _blank_model(task, "relu")
-    attn = model.blocks[0].attn
+    attn = model.attention(0)
     eye = torch.eye(task.d_model)
     with torch.no_grad():
         attn.W_Q[_HEAD, TRIGGER_FLAG, _SCORE] = 1.0
@@ -75,7 +75,7 @@ def softmax_scaled_model(task: TaskConfig, scale: float) -> ToyTransformer:
     if not (math.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be a finite number >= 0, got {scale}")
     model = _blank_model(task, "softmax")
-    attn = model.blocks[0].attn
+    attn = model.attention(0)
     eye = torch.eye(task.d_model)
     eye[BOS_FLAG, BOS_FLAG] = 0.0
     with torch.no_grad():

@@ -14,6 +14,7 @@ Hook names follow TransformerLens: ``hook_embed``, ``hook_pos_embed``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -25,6 +26,7 @@ from interp.attention_kinds import validate_attention_kind
 from interp.config_io import JsonConfig
 from interp.layer_norm import HookedLayerNorm
 from interp.mlp import HookedMLP
+from toy.task import TargetKind
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class ToyModelConfig(JsonConfig):
         return 4 * self.d_model if self.d_mlp is None else self.d_mlp
 
     @property
-    def target(self) -> str:
+    def target(self) -> TargetKind:
         """Which task target this architecture is trained on (see ``toy.task``)."""
         return "residual" if self.has_residual else "single"
 
@@ -148,3 +150,7 @@ class ToyTransformer(HookedRootModule):
         for block in self.blocks:
             resid = block(resid)
         return resid
+
+    def attention(self, layer: int) -> HookedAttention:
+        """Layer ``layer``'s attention module (its ``W_Q``, ``W_K``, ``W_V``, ``W_O``)."""
+        return cast(ToyBlock, self.blocks[layer]).attn

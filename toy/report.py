@@ -269,16 +269,17 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
         Section("Checks against the paper", (checks,)),
         Section("Heads", (heads,)),
     ]
-    tested = [m for m in models if m.default_state_test is not None and m.default_state_test.heads]
+    tests = {m.name: m.default_state_test for m in models if m.default_state_test is not None}
+    tested = [m for m in models if m.name in tests and tests[m.name].heads]
     if tested:
         chart = default_state_chart(
             [m.name for m in tested],
-            [m.default_state_test.heads[-1] for m in tested],
+            [tests[m.name].heads[-1] for m in tested],
             WHAT,
             figure_dir / "default_state.png",
             "Removing every sink head's sink",
         )
-        rows = [replace(row, label=f"{m.name} {row.label}") for m in tested for row in m.default_state_test.heads]
+        rows = [replace(row, label=f"{m.name} {row.label}") for m in tested for row in tests[m.name].heads]
         untested = [m.name for m in models if m not in tested]
         blocks: list[Block] = [chart, default_state_table(rows, WHAT)]
         if untested:

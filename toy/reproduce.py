@@ -174,7 +174,14 @@ def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
                 )
             )
         test = m.default_state_test
-        if m.attention == "softmax" and test is not None and test.sink_heads:
+        if (
+            m.attention == "softmax"
+            and test is not None
+            and test.sink_heads
+            and test.default_error_before is not None
+            and test.default_error_after_remove is not None
+            and test.default_error_after_control is not None
+        ):
             remove_rise = test.default_error_after_remove - test.default_error_before
             control_rise = max(test.default_error_after_control - test.default_error_before, 0.0)
             checks.append(

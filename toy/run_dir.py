@@ -18,6 +18,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -124,7 +125,10 @@ class TrainResult:
     def from_dict(cls, data: dict) -> TrainResult:
         """Read back ``to_dict()``: a ``null`` number reads as NaN."""
         numbers = ("wall_seconds", "linf_error", "loss")
-        return cls(**{key: float("nan") if key in numbers and value is None else value for key, value in data.items()})
+        values: dict[str, Any] = {
+            key: float("nan") if key in numbers and value is None else value for key, value in data.items()
+        }
+        return cls(**values)
 
 
 def write_config(run_dir: Path, config: RunConfig) -> None:

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
 import numpy as np
 
@@ -195,12 +196,10 @@ class SweepResult:
     @classmethod
     def from_dict(cls, data: dict) -> SweepResult:
         """Read back ``summary.json``."""
-        config = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
+        config: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
         return cls(
             config=SweepConfig(**config),
-            rows=[
-                SweepRow(**{k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}) for row in data["rows"]
-            ],
+            rows=[SweepRow(**_tuples(row)) for row in data["rows"]],
             models=[ModelSummary.from_dict(model) for model in data["models"]],
             wall_seconds=data["wall_seconds"],
             figures=list(data["figures"]),
@@ -214,6 +213,11 @@ class SweepResult:
             "rows": [asdict(row) for row in self.rows],
             "models": [model.to_dict() for model in self.models],
         }
+
+
+def _tuples(row: dict[str, Any]) -> dict[str, Any]:
+    """JSON lists back to the tuples a row holds."""
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in row.items()}
 
 
 def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[SweepRow]:

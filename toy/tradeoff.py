@@ -137,7 +137,7 @@ def query_scale_curve(
         factor = _check_scale(factor, "factor")
         scaled = copy.deepcopy(model)
         with torch.no_grad():
-            scaled.blocks[0].attn.W_Q.mul_(factor)
+            scaled.attention(0).W_Q.mul_(factor)
         point = measure_tradeoff(scaled, task, n_sequences, seed, label=f"W_Q x {factor:g}")
         points.append(replace(point, scale=factor))
     return points
@@ -219,14 +219,14 @@ def write_tradeoff(
     """The trade-off experiment: the softmax construction over its scale, the exact ReLU
     construction, and each trained one-layer run (under a sweep of its query scale).
     Writes ``tradeoff.json``, ``tradeoff.png`` and ``provenance.json`` in ``out_dir``."""
-    run_dirs = [Path(r) for r in run_dirs]
+    run_paths = [Path(r) for r in run_dirs]
     if task is None:
-        task = read_config(run_dirs[0]).task if run_dirs else TaskConfig()
+        task = read_config(run_paths[0]).task if run_paths else TaskConfig()
     series: dict[str, list[TradeoffPoint]] = {
         CONSTRUCTION_SERIES: construction_curve(task, CONSTRUCTION_SCALES, n_sequences),
         RELU_SERIES: [measure_tradeoff(relu_exact_model(task), task, n_sequences, label="relu construction")],
     }
-    for run_dir in run_dirs:
+    for run_dir in run_paths:
         config = read_config(run_dir)
         if config.task != task:
             raise ValueError(f"{run_dir} was trained on a different task layout; pass runs of one task")
@@ -237,5 +237,5 @@ def write_tradeoff(
     plot_tradeoff(series, out_dir / TRADEOFF_FIGURE)
     result = TradeoffResult(task, tuple((name, tuple(points)) for name, points in series.items()))
     atomic_write_json(out_dir / TRADEOFF_FILE, result.to_dict())
-    write_provenance(out_dir, "toy tradeoff", source=", ".join(str(run_dir.resolve()) for run_dir in run_dirs))
+    write_provenance(out_dir, "toy tradeoff", source=", ".join(str(run_dir.resolve()) for run_dir in run_paths))
     return result

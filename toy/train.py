@@ -21,7 +21,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -269,7 +269,7 @@ def _open_run(config: RunConfig, run_dir: Path, resume: bool, device: torch.devi
     return member
 
 
-def _check_stackable(configs: list[RunConfig], run_dirs: list[Path]) -> None:
+def _check_stackable(configs: Sequence[RunConfig], run_dirs: Sequence[Path]) -> None:
     if not configs:
         raise ValueError("train_seeds needs at least one config")
     if len(configs) != len(run_dirs):
@@ -305,8 +305,8 @@ def train(
 
 
 def train_seeds(
-    configs: list[RunConfig],
-    run_dirs: list[str | os.PathLike],
+    configs: Sequence[RunConfig],
+    run_dirs: Sequence[str | os.PathLike],
     resume: bool = True,
     progress: bool = True,
     on_log: Callable[[int], None] | None = None,
@@ -460,6 +460,7 @@ def _train_stack(
         return member.wall_before + time.perf_counter() - started
 
     def finish(k: int, status: str, loss: float, linf: float, data_state: torch.Tensor) -> None:
+        assert stack is not None  # called for members of the stack being stepped
         member = stack.members[k]
         stack.sync_member(k)
         if status != "diverged":
