@@ -16,7 +16,6 @@ from pathlib import Path
 
 from interp.atomic_io import atomic_write_json, read_json
 from interp.config_io import JsonConfig
-from interp.report_doc import KeyValues
 
 PROVENANCE_FILE = "provenance.json"
 PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "transformers", "numpy")
@@ -73,23 +72,3 @@ def read_provenance(result_dir: str | os.PathLike) -> Provenance | None:
     """The directory's provenance, or None when it predates ``provenance.json``."""
     path = Path(result_dir) / PROVENANCE_FILE
     return Provenance.from_dict(read_json(path)) if path.is_file() else None
-
-
-def provenance_block(provenance: Provenance | None) -> KeyValues:
-    """The report's provenance table (what wrote the directory, when, with which versions)."""
-    if provenance is None:
-        return KeyValues(
-            "Provenance",
-            (
-                (
-                    "recorded",
-                    f"no {PROVENANCE_FILE}: the directory predates provenance records; "
-                    "re-run its command to record one",
-                ),
-            ),
-        )
-    items = [("command", provenance.command)]
-    if provenance.source:
-        items.append(("source", provenance.source))
-    items += [("created", provenance.created), ("platform", provenance.platform), *provenance.versions]
-    return KeyValues("Provenance", tuple(items))

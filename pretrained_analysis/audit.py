@@ -35,7 +35,6 @@ from interp.atomic_io import atomic_write_json
 from interp.config_io import JsonConfig
 from interp.hook_names import attn_hook
 from interp.hooked_model import HookedModel, PreparedBatch
-from interp.plots import attention_grid, layer_head_map, line_chart
 from pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model
 from pretrained_analysis.prompts import (
     PromptError,
@@ -49,6 +48,7 @@ from pretrained_analysis.prompts import (
 from probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
 from probes.interventions import Intervention, evict_anchor, intervention_hooks
 from probes.probe import HeadProbe, ProbeConfig, ProbeResult, iterate_batches, probe_batches
+from reports.plots import attention_grid, layer_head_map, line_chart
 
 AUDIT_FILE = "audit.json"
 HEADS_FILE = "heads.csv"

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from interp.atomic_io import atomic_write_json, atomic_write_text
-from interp.plots import line_chart
 from pretrained_analysis.audit import AuditResult, json_safe, plot_text
 from pretrained_analysis.prompts import PromptSpec
+from reports.plots import line_chart
 
 COMPARISON_JSON = "comparison.json"
 COMPARISON_MD = "comparison.md"

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from interp.atomic_io import read_json
-from interp.report_doc import (
+from pretrained_analysis.audit import AUDIT_FILE, EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, AuditConfig
+from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, ComparisonRow
+from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
+from pretrained_analysis.loading import ModelInfo
+from pretrained_analysis.prompts import PromptSpec, PromptSummary
+from probes.default_state import DefaultStateResult
+from probes.probe import HeadProbe, LayerProbe
+from reports.document import (
     Block,
     Column,
     Figure,
@@ -24,15 +31,7 @@ from interp.report_doc import (
     percent,
     sig,
 )
-from interp.report_write import ReportKind
-from pretrained_analysis.audit import AUDIT_FILE, EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, AuditConfig
-from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, ComparisonRow
-from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
-from pretrained_analysis.loading import ModelInfo
-from pretrained_analysis.prompts import PromptSpec, PromptSummary
-from probes.default_state import DefaultStateResult
-from probes.probe import HeadProbe, LayerProbe
-from probes.report_sections import (
+from reports.sections import (
     default_state_change_chart,
     default_state_finding,
     default_state_table,
@@ -42,6 +41,7 @@ from probes.report_sections import (
     sink_rate_phrase,
     value_share_phrase,
 )
+from reports.write import ReportKind
 
 LOSS = "next-token loss"
 

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from interp.atomic_io import atomic_write_json, finite_or_null
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
-from interp.patching import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
+from probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
 
 PATCH_AXES: tuple[str, ...] = ("layer", "head", "position")
 PATCH_VALUES: tuple[str, ...] = ("patched", "effect", "normalised_effect")
@@ -226,7 +226,7 @@ def activation_patching(
     ``[n, pos, d_model]``, token ids ``[n, pos]`` or strings that tokenize to equal
     lengths; attention_mask: ``[n, pos]``, shared by both (token ids only).
     hook: a short hook name (``"z"``, ``"pattern"``, ``"resid_pre"``, ``"attn_out"``, ...;
-    see ``interp.patching``); for ``pattern``/``attn_scores`` a position is a query row.
+    see ``probes.patch_hooks``); for ``pattern``/``attn_scores`` a position is a query row.
     metric_fn(output, context) -> ``[batch]`` or a scalar (the batch mean): output is the
     model output (toy ``[batch, pos, d_model]`` or logits ``[batch, pos, vocab]``).
     per: the axes to iterate. Heads are query heads, except for ``k`` and ``v`` on

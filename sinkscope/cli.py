@@ -506,7 +506,7 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
     config = ReproduceConfig.quick(**overrides) if args.quick else ReproduceConfig(**overrides)
     summary = reproduce(config, args.out, overwrite=args.overwrite, progress=not args.no_progress, device=args.device)
     if not args.json:
-        from toy.experiment import markdown_table
+        from reports.markdown import markdown_table
         from toy.reproduce import OVERVIEW_HEADER, overview_rows
 
         print(
@@ -569,7 +569,7 @@ def _toy_patch(args: argparse.Namespace) -> dict:
 
 
 def _toy_sweep(args: argparse.Namespace) -> dict:
-    from toy.experiment import markdown_table
+    from reports.markdown import markdown_table
     from toy.sweep import SweepConfig, phase_diagram, sweep
 
     axes = {

@@ -3,7 +3,7 @@ self-contained page) and ``report.md``.
 
 The kind of directory is recognised by its files (``toy.report.REPORT_KINDS``,
 ``pretrained_analysis.report.REPORT_KINDS``); the kind's builder makes the document and
-``interp.report_write`` renders and writes it.
+``reports.write`` renders and writes it.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 from interp.atomic_io import read_json
 from interp.provenance import package_version
-from interp.report_write import ReportKind, write_report
 from pretrained_analysis.report import REPORT_KINDS as PRETRAINED_KINDS
+from reports.write import ReportKind, write_report
 from toy.report import REPORT_KINDS as TOY_KINDS
 from toy.run_dir import CONFIG_FILE, RESULT_FILE
 

@@ -196,7 +196,7 @@ def test_toy_overwrite_keeps_the_old_result_until_the_new_one_is_complete(
 ):
     """An interrupt while the new result is being written (injected at its last figure)
     leaves the old result exactly as it was, and no temporary behind."""
-    import interp.plots
+    import reports.plots
 
     out = tmp_path / command
     assert main(["toy", command, str(toy_run), "--out", str(out), "--no-progress", *flags]) == 0
@@ -209,7 +209,7 @@ def test_toy_overwrite_keeps_the_old_result_until_the_new_one_is_complete(
         calls.append(args)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return getattr(interp.plots, name)(*args, **kwargs)
+        return getattr(reports.plots, name)(*args, **kwargs)
 
     monkeypatch.setattr(module, name, interrupted)
     assert main(["toy", command, str(toy_run), "--out", str(out), "--no-progress", "--overwrite", *flags]) == 1

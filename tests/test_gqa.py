@@ -15,7 +15,6 @@ import torch
 
 from interp.hook_names import attn_hook
 from interp.hooked_model import HookedModel
-from interp.patching import hook_reaches_output
 from probes.default_state import DefaultStateConfig, default_state_test
 from probes.interventions import (
     evict_anchor,
@@ -27,6 +26,7 @@ from probes.interventions import (
     run_with_intervention,
     zero_head,
 )
+from probes.patch_hooks import hook_reaches_output
 from probes.patching import activation_patching
 from probes.probe import ProbeConfig, probe_model
 from tiny_models import GQA_FAMILIES, TINY_GPT2_PROMPTS, build_tiny_gqa, load_bridge, load_hf_model

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from interp.hooked_model import HookedModel
-from interp.patching import PatchSite, patch_activation
+from probes.patch_hooks import PatchSite, patch_activation
 from probes.patching import MetricContext, activation_patching
 from tiny_models import build_tiny_gpt2, load_bridge
 from toy.constructions import relu_exact_model, softmax_scaled_model

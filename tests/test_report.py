@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from browser import Chromium, find_chromium
-from interp.report_doc import Column, ReportDocument, Section, Table
-from interp.report_html import render_html
-from interp.report_md import md_escape, render_markdown
+from reports.document import Column, ReportDocument, Section, Table
+from reports.html import render_html
+from reports.markdown import md_escape, render_markdown
 from sinkscope.cli import main
 from sinkscope.report import REPORT_KINDS, report
 from tiny_models import build_tiny_gpt2, build_tiny_gpt_neox

@@ -19,9 +19,9 @@ import torch
 
 from interp.attention_kinds import NORMALISED_KINDS
 from interp.hook_names import pattern_hook
-from interp.plots import attention_grid
 from probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test
 from probes.sink_metrics import anchor_mass, is_sink_head
+from reports.plots import attention_grid
 from toy.model import ToyTransformer
 from toy.run_dir import RunConfig, load_model, read_config
 from toy.task import TaskBatch, eval_batch, sample_batch

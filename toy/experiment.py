@@ -254,9 +254,3 @@ def _record_final_location(staging: Path, out_dir: Path) -> None:
         moved = relocated(data)
         if moved != data:
             atomic_write_json(path, moved)
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"

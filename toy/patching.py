@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from interp.atomic_io import atomic_directory, atomic_write_json, claim_output_directory
-from interp.plots import heatmap
 from probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
+from reports.plots import heatmap
 from toy.model import ToyTransformer
 from toy.run_dir import load_model, read_config, require_finished
 from toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch

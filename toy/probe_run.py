@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from interp.atomic_io import atomic_directory, atomic_write_json, claim_output_directory
-from interp.plots import layer_head_map
 from interp.provenance import PROVENANCE_FILE, write_provenance
 from probes.default_state import default_state_test
 from probes.probe import ProbeConfig, ProbeResult, probe_model
+from reports.plots import layer_head_map
 from toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
 from toy.run_dir import load_model, read_config, require_finished
 from toy.task import eval_batch

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from interp.atomic_io import read_json
-from interp.plots import layer_head_maps
-from interp.provenance import provenance_block, read_provenance
-from interp.report_doc import (
+from interp.provenance import read_provenance
+from probes.probe import ProbeResult
+from reports.document import (
     Block,
     Column,
     Figure,
@@ -27,9 +27,8 @@ from interp.report_doc import (
     config_block,
     sig,
 )
-from interp.report_write import ReportKind
-from probes.probe import ProbeResult
-from probes.report_sections import (
+from reports.plots import layer_head_maps
+from reports.sections import (
     default_state_chart,
     default_state_finding,
     default_state_table,
@@ -38,10 +37,12 @@ from probes.report_sections import (
     patching_finding,
     patching_from_dict,
     patching_table,
+    provenance_block,
     sink_head_phrase,
     sink_rate_phrase,
     value_share_phrase,
 )
+from reports.write import ReportKind
 from toy.evaluate import SINK_EPS, ToyDefaultState
 from toy.experiment import ModelSummary
 from toy.patching import HEADS_FIGURE, HEADS_FILE, PATCHING_FILE, POSITIONS_FIGURE, POSITIONS_FILE, TriggerPatching

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from interp.atomic_io import atomic_write_json, atomic_write_text
 from interp.provenance import write_provenance
-from toy.experiment import ModelSummary, experiment_directory, markdown_table, run_jobs
+from reports.markdown import markdown_table
+from toy.experiment import ModelSummary, experiment_directory, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig

@@ -19,9 +19,10 @@ import numpy as np
 
 from interp.atomic_io import atomic_write_json, atomic_write_text
 from interp.attention_kinds import validate_attention_kind
-from interp.plots import bar_chart, heatmap
 from interp.provenance import write_provenance
-from toy.experiment import ModelSummary, experiment_directory, markdown_table, run_jobs
+from reports.markdown import markdown_table
+from reports.plots import bar_chart, heatmap
+from toy.experiment import ModelSummary, experiment_directory, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig

@@ -21,9 +21,9 @@ from matplotlib.figure import Figure
 
 from interp.atomic_io import atomic_write_json
 from interp.hook_names import pattern_hook
-from interp.plots import save_figure
 from interp.provenance import write_provenance
 from probes.sink_metrics import anchor_mass
+from reports.plots import save_figure
 from toy.constructions import relu_exact_model, softmax_scaled_model
 from toy.model import ToyTransformer
 from toy.run_dir import load_model, read_config

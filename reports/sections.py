@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from interp.hooked_model import ModelSpec
-from interp.plots import bar_chart
-from interp.report_doc import Column, Figure, Table, percent, sig
+from interp.provenance import PROVENANCE_FILE, Provenance
 from probes.default_state import DefaultStateRow
 from probes.patching import PatchingResult, PatchingRow
 from probes.probe import HeadProbe, LayerProbe
+from reports.document import Column, Figure, KeyValues, Table, percent, sig
+from reports.plots import bar_chart
 
 HEAD_COLUMNS = (
     Column("layer", numeric=True),
@@ -313,3 +314,23 @@ def patching_table(result: PatchingResult, caption: str) -> Table:
         "effect: the patched metric minus the target's; normalised_effect: effect / (source - target): 1 means "
         "the site alone carries the whole difference, 0 none of it.",
     )
+
+
+def provenance_block(provenance: Provenance | None) -> KeyValues:
+    """The report's provenance table (what wrote the directory, when, with which versions)."""
+    if provenance is None:
+        return KeyValues(
+            "Provenance",
+            (
+                (
+                    "recorded",
+                    f"no {PROVENANCE_FILE}: the directory predates provenance records; "
+                    "re-run its command to record one",
+                ),
+            ),
+        )
+    items = [("command", provenance.command)]
+    if provenance.source:
+        items.append(("source", provenance.source))
+    items += [("created", provenance.created), ("platform", provenance.platform), *provenance.versions]
+    return KeyValues("Provenance", tuple(items))

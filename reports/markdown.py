@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from interp.report_doc import Block, Bullets, Figure, KeyValues, Paragraph, ReportDocument, Table, format_cell
+from reports.document import Block, Bullets, Figure, KeyValues, Paragraph, ReportDocument, Table, format_cell
 
 MARKDOWN_SPECIAL = "\\`*_[]{}()#+!|~"
 
@@ -67,3 +67,9 @@ def render_markdown(document: ReportDocument, link: Callable[[Path], str], foote
     if footer:
         parts.append(f"_{md_escape(footer)}_")
     return "\n\n".join(parts) + "\n"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

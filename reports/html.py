@@ -13,7 +13,7 @@ import base64
 import hashlib
 import html
 
-from interp.report_doc import (
+from reports.document import (
     Block,
     Bullets,
     Figure,

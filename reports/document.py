@@ -1,7 +1,7 @@
 """The report document: what a report says, independent of how it is rendered.
 
 Content builders (``toy.report``, ``pretrained_analysis.report``) turn a result
-directory into a ``ReportDocument``; ``interp.report_html`` and ``interp.report_md``
+directory into a ``ReportDocument``; ``reports.html`` and ``reports.markdown``
 render it. Every string in a document is plain text: renderers escape it, so text that
 came from a prompt, a tokenizer or a file name can never become markup.
 """

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interp.atomic_io import atomic_directory, atomic_path, locked_directory
-from interp.report_doc import ReportDocument
-from interp.report_html import render_html
-from interp.report_md import render_markdown
+from reports.document import ReportDocument
+from reports.html import render_html
+from reports.markdown import render_markdown
 
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
