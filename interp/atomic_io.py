@@ -49,11 +49,6 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-
-
 def finite_or_null(value: Any) -> Any:
     """``value`` with every NaN or infinite float replaced by None, recursively through
     dicts, lists and tuples, so that ``json.dumps(..., allow_nan=False)`` writes standard

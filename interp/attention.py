@@ -10,8 +10,8 @@ Two evaluation orders of the same math, chosen per call:
 - per head (``_forward_per_head``): q, k, v and z are materialised and fire their hooks;
 - by circuits (``_forward_circuits``): the QK circuit ``W_Q W_K^T`` and the OV circuit
   ``W_V W_O`` (TransformerLens's names) are formed first, so q, k, v and z never exist.
-  On the paper's full-width heads this is fewer FLOPs and no head-axis transposes: a
-  4-layer, 4-head training step runs 1.6x faster (``benchmarks/bench_toy_training.py``).
+  On the paper's full-width heads this is fewer FLOPs and no head-axis transposes, so a
+  training step runs faster (the "circuits speedup" column of benchmarks/RESULTS.md).
 The circuit order runs whenever nothing listens to ``hook_q/k/v/z`` and heads are at
 least as wide as the residual stream (narrower heads make the circuits the bigger
 product); ``hook_attn_scores`` and ``hook_pattern`` fire in both, with the same values

@@ -29,11 +29,3 @@ def block_hook(layer: int, name: str) -> str:
 
 def pattern_hook(layer: int) -> str:
     return attn_hook(layer, "pattern")
-
-
-def layer_of(hook_name: str) -> int:
-    """The layer index in ``blocks.{l}....``; raises ValueError for non-block hooks."""
-    parts = hook_name.split(".")
-    if len(parts) < 2 or parts[0] != "blocks" or not parts[1].isdigit():
-        raise ValueError(f"{hook_name!r} is not a per-layer hook (expected 'blocks.<layer>....')")
-    return int(parts[1])

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformer_lens import ActivationCache
 
-from interp.hook_names import attn_hook, block_hook, layer_of, pattern_hook
+from interp.hook_names import attn_hook, block_hook, pattern_hook
 from toy.model import ToyModelConfig, ToyTransformer
 from toy.task import TaskConfig, sample_batch
 
@@ -26,13 +26,10 @@ def _model(**kwargs) -> ToyTransformer:
 def test_hook_name_helpers():
     assert attn_hook(2, "pattern") == pattern_hook(2) == "blocks.2.attn.hook_pattern"
     assert block_hook(0, "resid_post") == "blocks.0.hook_resid_post"
-    assert layer_of("blocks.11.attn.hook_z") == 11
     with pytest.raises(ValueError, match="unknown attention hook"):
         attn_hook(0, "result")
     with pytest.raises(ValueError, match="unknown block hook"):
         block_hook(0, "resid")
-    with pytest.raises(ValueError, match="not a per-layer hook"):
-        layer_of("hook_embed")
 
 
 @pytest.mark.parametrize("n_layers, n_heads, d_head", [(1, 1, None), (2, 3, 4)])

@@ -31,10 +31,11 @@ from toy.task import TargetKind
 
 @dataclass(frozen=True)
 class ToyModelConfig(JsonConfig):
-    config_name = "model"
     """Architecture of a toy model. ``d_head=None`` means full width (d_model), as in the
     paper; ``residual=None`` means the paper's choice (no residual for one layer,
     residual for several)."""
+
+    config_name = "model"
 
     n_layers: int = 1
     n_heads: int = 1

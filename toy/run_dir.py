@@ -37,9 +37,10 @@ CHECKPOINTS = "checkpoints"
 
 @dataclass(frozen=True)
 class TrainConfig(JsonConfig):
-    config_name = "train"
     """Optimisation settings; defaults are the paper's. ``lr=None`` picks the paper's
     rate for the architecture (1e-3 for one layer, 1e-4 for several)."""
+
+    config_name = "train"
 
     seed: int = 0
     lr: float | None = None

@@ -31,13 +31,14 @@ TargetKind = Literal["single", "residual"]
 
 @dataclass(frozen=True)
 class TaskConfig(JsonConfig):
-    config_name = "task"
     """Layout of the trigger task.
 
     ``train_trigger_min/max`` bound the 0-indexed trigger position drawn uniformly for
     training (paper: 2 .. L-1); ``eval_trigger_position`` is the fixed 0-indexed
     position used for evaluation (paper: 7, i.e. 1-indexed 8).
     """
+
+    config_name = "task"
 
     d_model: int = 16
     seq_len: int = 16
