@@ -360,7 +360,7 @@ def _gguf_reader(resolved: ResolvedModel):
         return gguf.GGUFReader(Path(resolved.location) / str(resolved.gguf_file))
     except (ValueError, OSError, KeyError, IndexError) as error:
         raise ModelLoadError(
-            f"{resolved.gguf_file} is not a readable GGUF file ({_first_line(error)}); pass an intact .gguf checkpoint"
+            f"{resolved.gguf_file} is not a readable GGUF file ({first_line(error)}); pass an intact .gguf checkpoint"
         ) from None
 
 
@@ -422,7 +422,8 @@ def context_length(resolved: ResolvedModel) -> int | None:
     return None
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """An exception's first line of text (its type name when it has none), for one-line errors."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
@@ -460,16 +461,16 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
         )
     except OSError as error:
         raise ModelNotAvailableError(
-            f"could not load {spec.label} ({resolved.location}): {_first_line(error)}; " + OFFLINE_FIX
+            f"could not load {spec.label} ({resolved.location}): {first_line(error)}; " + OFFLINE_FIX
         ) from None
     except SafetensorError as error:
         raise ModelLoadError(
-            f"the weights of {spec.label} in {resolved.location} cannot be read ({_first_line(error)}); "
+            f"the weights of {spec.label} in {resolved.location} cannot be read ({first_line(error)}); "
             "restore them (save_pretrained writes them)"
         ) from None
     except (ValueError, KeyError, NotImplementedError, RuntimeError) as error:
         raise ModelLoadError(
-            f"TransformerBridge could not load {spec.label} ({resolved.location}): {_first_line(error)}; "
+            f"TransformerBridge could not load {spec.label} ({resolved.location}): {first_line(error)}; "
             "pass a Hugging Face model of an architecture TransformerLens supports"
         ) from None
     bridge.eval()
@@ -543,11 +544,11 @@ def _load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, gguf_file=resolved.gguf_file)
     except ImportError as error:  # transformers checks the gguf version itself
         raise ModelLoadError(
-            f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; {GGUF_INSTALL}"
+            f"transformers could not read {resolved.gguf_file}: {first_line(error)}; {GGUF_INSTALL}"
         ) from None
     except (ValueError, KeyError, NotImplementedError, OSError) as error:
         raise ModelLoadError(
-            f"transformers could not read {resolved.gguf_file}: {_first_line(error)}; "
+            f"transformers could not read {resolved.gguf_file}: {first_line(error)}; "
             "pass a GGUF of an architecture transformers can dequantise (llama, mistral, qwen2, gemma, ...)"
         ) from None
     finally:

@@ -132,21 +132,22 @@ def _at_least(minimum: int):
 POSITIVE, NON_NEGATIVE = _at_least(1), _at_least(0)
 
 
-def _positive_float(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _positive_float(text: str) -> float:
+    value = _number(text)
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value = _number(text)
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"must lie in [0, 1), got {text}")
     return value
@@ -835,8 +836,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     except (RuntimeError, MemoryError) as error:
         if _out_of_memory(error):  # a count too large for this machine: the input, not the code
+            from pretrained_analysis.loading import first_line
+
             print(
-                f"sinkscope: error: out of memory ({_first_line(error)}); lower the sizes and counts "
+                f"sinkscope: error: out of memory ({first_line(error)}); lower the sizes and counts "
                 "(--sequences, --inputs, --heads, --d-model, --batch-size, --n-prompts, --max-len)",
                 file=sys.stderr,
             )
@@ -851,11 +854,6 @@ def main(argv: list[str] | None = None) -> int:
             # an in-process caller (tests) gets its own back
             signal.signal(signal.SIGTERM, _terminated_after_the_work if argv is None else previous)
     return EXIT_OK
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 if __name__ == "__main__":

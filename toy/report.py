@@ -48,7 +48,7 @@ from toy.experiment import ModelSummary
 from toy.patching import HEADS_FIGURE, HEADS_FILE, PATCHING_FILE, POSITIONS_FIGURE, POSITIONS_FILE, TriggerPatching
 from toy.reproduce import REPRODUCE_FILE, ReproduceSummary
 from toy.run_dir import CONFIG_FILE, RunConfig, read_config
-from toy.sweep import SWEEP_FILE, SWEEP_TABLE_HEADER, SweepResult, sweep_table_rows
+from toy.sweep import SWEEP_COLUMNS, SWEEP_FILE, SweepResult, sweep_table_cells
 from toy.tradeoff import (
     CONSTRUCTION_SERIES,
     RELU_SERIES,
@@ -552,40 +552,12 @@ def _sweep_findings(result: SweepResult) -> list[str]:
     return findings
 
 
-# numeric columns of the sweep table (sortable in the HTML page); "" keeps the text cell
-SWEEP_COLUMN_FORMATS = ("", "", ".0f", "", ".2f", "", "", ".2e", "", ".3f")
-
-
-def _sweep_values(result: SweepResult) -> list[tuple]:
-    return [
-        (
-            None,
-            None,
-            r.mean_steps,
-            None,
-            r.sink_fraction,
-            None,
-            None,
-            r.mean_default_mse,
-            None,
-            r.mean_anchor_mass_default,
-        )
-        for r in result.rows
-    ]
-
-
 def sweep_report(source: Path, figure_dir: Path) -> ReportDocument:
     result = SweepResult.from_dict(read_json(source / SUMMARY_FILE))
     table = Table(
         "Configurations (aggregated over seeds)",
-        tuple(Column(name, fmt, fmt != "") for name, fmt in zip(SWEEP_TABLE_HEADER, SWEEP_COLUMN_FORMATS)),
-        tuple(
-            tuple(
-                text if not fmt else float("nan") if value is None else value
-                for value, text, fmt in zip(values, texts, SWEEP_COLUMN_FORMATS)
-            )
-            for values, texts in zip(_sweep_values(result), sweep_table_rows(result))
-        ),
+        tuple(Column(name, fmt, fmt != "") for name, fmt in SWEEP_COLUMNS),
+        tuple(sweep_table_cells(result)),
         note='sink fraction: share of all heads over seeds with anchor_mass_default >= 0.9; "over seeds": the '
         "smallest and largest value among the seeds; default-position MSE: error at non-trigger positions "
         "of the test sequences",

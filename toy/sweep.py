@@ -20,6 +20,8 @@ import numpy as np
 from interp.atomic_io import atomic_write_json, atomic_write_text
 from interp.attention_kinds import validate_attention_kind
 from interp.provenance import write_provenance
+from reports.document import Cell as TableCell
+from reports.document import format_cell
 from reports.markdown import markdown_table
 from reports.plots import bar_chart, heatmap
 from toy.experiment import ModelSummary, experiment_directory, run_jobs
@@ -344,41 +346,46 @@ def _range_text(values: tuple[float, float] | None, spec: str) -> str:
     return "-" if values is None else f"{values[0]:{spec}}..{values[1]:{spec}}"
 
 
-def sweep_table_rows(result: SweepResult) -> list[list[str]]:
-    """The per-configuration table, as text cells (Markdown here, HTML in the report)."""
+# the per-configuration table: (column, number format); "" is a text column
+SWEEP_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("configuration", ""),
+    ("converged", ""),
+    ("mean steps", ".0f"),
+    ("steps over seeds", ""),
+    ("sink fraction", ".2f"),
+    ("sink fraction over seeds", ""),
+    ("seeds with a sink", ""),
+    ("default-position MSE", ".2e"),
+    ("default MSE over seeds", ""),
+    ("mean anchor_mass_default", ".3f"),
+)
+
+
+def sweep_table_cells(result: SweepResult) -> list[tuple[TableCell, ...]]:
+    """One row of ``SWEEP_COLUMNS`` per configuration: numbers where the column has a
+    format (sortable in the HTML report), text otherwise, None where nothing was measured."""
     return [
-        [
+        (
             r.label,
             f"{r.converged}/{r.seeds}",
-            f"{r.mean_steps:.0f}",
+            r.mean_steps,
             _range_text(r.steps_range, ".0f"),
-            f"{r.sink_fraction:.2f}",
+            r.sink_fraction,
             _range_text(r.sink_fraction_range, ".2f"),
             f"{r.seeds_with_sink}/{r.seeds}",
-            "-" if r.mean_default_mse is None else f"{r.mean_default_mse:.2e}",
+            r.mean_default_mse,
             _range_text(r.default_mse_range, ".1e"),
-            f"{r.mean_anchor_mass_default:.3f}",
-        ]
+            r.mean_anchor_mass_default,
+        )
         for r in result.rows
     ]
 
 
-SWEEP_TABLE_HEADER = [
-    "configuration",
-    "converged",
-    "mean steps",
-    "steps over seeds",
-    "sink fraction",
-    "sink fraction over seeds",
-    "seeds with a sink",
-    "default-position MSE",
-    "default MSE over seeds",
-    "mean anchor_mass_default",
-]
-
-
 def sweep_markdown(result: SweepResult) -> str:
-    table = markdown_table(SWEEP_TABLE_HEADER, sweep_table_rows(result))
+    table = markdown_table(
+        [name for name, _ in SWEEP_COLUMNS],
+        [[format_cell(cell, fmt) for cell, (_, fmt) in zip(row, SWEEP_COLUMNS)] for row in sweep_table_cells(result)],
+    )
     return (
         "# Toy sweep: how often do heads sink?\n\n"
         f"{len(result.rows)} configurations x {result.config.seeds} seeds, up to {result.config.max_steps} steps; "
