@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from interp.codec import encode
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig, TrainResult
 from toy.task import TaskConfig
@@ -125,7 +126,7 @@ def bench_case(train_batched: BatchedTrainer, name: str, k: int, steps: int, rep
     sequential, batched = statistics.median(times["sequential"]), statistics.median(times["batched"])
     return {
         "case": f"{name} {model.attention}",
-        "model": model.to_dict(),
+        "model": encode(model),
         "seeds": k,
         "steps": steps,
         "repeats": repeats,

@@ -197,7 +197,7 @@ def bench_case(case: Case, steps: int, repeats: int, warmup: int) -> dict:
     paired = [h / p for h, p in zip(rates["hooked"], rates["plain"])]
     return {
         "case": case.name,
-        "model": case.model.to_dict(),
+        "model": case.encode(model),
         "steps": steps,
         "repeats": repeats,
         "warmup": warmup,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
-import math
 import os
 import shutil
 import stat
@@ -16,6 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from interp.errors import InputError
 
 
 def _umask() -> int:
@@ -49,21 +50,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def finite_or_null(value: Any) -> Any:
-    """``value`` with every NaN or infinite float replaced by None, recursively through
-    dicts, lists and tuples, so that ``json.dumps(..., allow_nan=False)`` writes standard
-    JSON (a bare ``NaN`` is not JSON; readers turn null back into NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_null(item) for item in value]
-    return value
-
-
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=True) + "\n")
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 class OutputError(ValueError):
@@ -269,6 +257,6 @@ def read_json(path: str | os.PathLike) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path} does not exist") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON ({error}); delete or regenerate it") from None
+        raise InputError(f"{path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path} is not valid JSON ({error}); delete or regenerate it") from None

@@ -60,7 +60,9 @@ class ModelSpec:
     pattern_writable: bool
     prepend_bos: bool | None
     n_kv_heads: int | None = None
-    hook_names: frozenset[str] = field(default=frozenset(), repr=False)
+    # not persisted: a spec read from a result file describes the model, it cannot
+    # vouch for a live model's hooks
+    hook_names: frozenset[str] = field(default=frozenset(), repr=False, metadata={"persist": False})
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
@@ -110,26 +112,6 @@ class ModelSpec:
                 f"{purpose} needs hooks {missing} that this {self.family} model does not expose; "
                 "use a model with TransformerLens-named attention hooks"
             )
-
-    def to_dict(self) -> dict:
-        return {
-            "family": self.family,
-            "n_layers": self.n_layers,
-            "n_heads": self.n_heads,
-            "d_head": self.d_head,
-            "d_model": self.d_model,
-            "causal": self.causal,
-            "attention_kind": self.attention_kind,
-            "pattern_writable": self.pattern_writable,
-            "prepend_bos": self.prepend_bos,
-            "n_kv_heads": self.n_kv_heads,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ModelSpec:
-        """Read back ``to_dict()``. Hook names are not stored: a spec read from a result
-        file describes the model, it cannot vouch for a live model's hooks."""
-        return cls(**data, hook_names=frozenset())
 
 
 @dataclass

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import ClassVar
 
-from interp.atomic_io import atomic_write_json, read_json
-from interp.config_io import JsonConfig
+from interp.codec import read_result, write_result
 
 PROVENANCE_FILE = "provenance.json"
 PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "transformers", "numpy")
@@ -29,12 +29,13 @@ def package_version(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Provenance(JsonConfig):
+class Provenance:
     """command: what wrote the directory (e.g. ``sinkscope toy reproduce``); source: the
     input it read (a run directory, a model), "" when none; created: UTC ISO time;
     versions: ``(package, version)`` pairs, Python first."""
 
-    config_name = "provenance"
+    SCHEMA: ClassVar[str] = "provenance"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     command: str
     source: str
@@ -54,21 +55,15 @@ class Provenance(JsonConfig):
             versions=versions,
         )
 
-    @classmethod
-    def from_dict(cls, data: dict) -> Provenance:
-        data = dict(data)
-        data["versions"] = tuple((str(name), str(version)) for name, version in data.get("versions", ()))
-        return super().from_dict(data)
-
 
 def write_provenance(out_dir: str | os.PathLike, command: str, source: str = "") -> Provenance:
     """Write ``out_dir/provenance.json`` for the current environment and return it."""
     provenance = Provenance.collect(command, source)
-    atomic_write_json(Path(out_dir) / PROVENANCE_FILE, provenance.to_dict())
+    write_result(Path(out_dir) / PROVENANCE_FILE, provenance)
     return provenance
 
 
 def read_provenance(result_dir: str | os.PathLike) -> Provenance | None:
     """The directory's provenance, or None when it predates ``provenance.json``."""
     path = Path(result_dir) / PROVENANCE_FILE
-    return Provenance.from_dict(read_json(path)) if path.is_file() else None
+    return read_result(path, Provenance, "delete it") if path.is_file() else None

@@ -21,18 +21,17 @@ import math
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from interp.atomic_io import atomic_write_json
-from interp.config_io import JsonConfig
+from interp.codec import read_result, write_result
 from interp.hook_names import attn_hook
 from interp.hooked_model import HookedModel, PreparedBatch
 from pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model
@@ -47,7 +46,7 @@ from pretrained_analysis.prompts import (
 )
 from probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
 from probes.interventions import Intervention, evict_anchor, intervention_hooks
-from probes.probe import HeadProbe, ProbeConfig, ProbeResult, iterate_batches, probe_batches
+from probes.probe import HeadProbe, ProbeConfig, ProbeResult, SinkRate, iterate_batches, probe_batches
 from reports.plots import attention_grid, layer_head_map, line_chart
 
 AUDIT_FILE = "audit.json"
@@ -65,15 +64,13 @@ class AuditFailed(RuntimeError):
 
 
 @dataclass(frozen=True)
-class AuditConfig(JsonConfig):
+class AuditConfig:
     """How to audit. sink_eps: a sink head has anchor mass >= 1 - sink_eps; ablate: the
     loss-based ablations (causal models); ablate_heads: how many sink heads, strongest
     anchor mass first, are ablated one by one (all of them are ablated together either
     way; each tested set costs two passes with logits); ablate_prompts: ablate on the
     first this many prompts only (None: all); n_examples: prompts drawn as attention
     heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys."""
-
-    config_name = "audit"
 
     batch_size: int = 16
     sink_eps: float = 0.1
@@ -116,7 +113,8 @@ class AttentionExample:
 
 @dataclass(frozen=True)
 class AblationResult:
-    """Next-token loss under ablations (per prompt mean cross-entropy, averaged over prompts).
+    """Next-token loss under ablations (per prompt mean cross-entropy over its predicted
+    tokens, averaged over prompts).
 
     sink_heads: the default-state test (per sink head and all together: ``remove_sink``
     vs the matched ``mask_random_key`` control); evict_anchor_loss: the loss with the
@@ -126,84 +124,54 @@ class AblationResult:
     evict_anchor_loss: float
     sink_heads: DefaultStateResult
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "loss": "per prompt: mean next-token cross-entropy over its predicted tokens; averaged over prompts",
-            "base_loss": self.base_loss,
-            "evict_anchor": {"loss": self.evict_anchor_loss, "delta": self.evict_anchor_loss - self.base_loss},
-            "sink_heads": self.sink_heads.to_dict(),
-        }
+    @property
+    def evict_anchor_delta(self) -> float:
+        return self.evict_anchor_loss - self.base_loss
 
 
 @dataclass(frozen=True)
 class AuditResult:
-    """Everything one audit measured (``to_dict`` is ``audit.json``)."""
+    """Everything one audit measured; persisted as ``audit.json`` (``interp.codec``).
+
+    figures: the PNG files ``write_audit`` draws; examples: the attention patterns drawn
+    as heatmaps, kept in memory only (an audit read back from disk has none)."""
+
+    SCHEMA: ClassVar[str] = "audit"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     model: ModelInfo
     prompts: PromptSummary
     config: AuditConfig
     probe: ProbeResult
     ablation: AblationResult | None
-    examples: tuple[AttentionExample, ...]
     notes: tuple[str, ...]
     versions: tuple[tuple[str, str], ...]
     seconds: float
+    figures: tuple[str, ...]
+    examples: tuple[AttentionExample, ...] = field(default=(), metadata={"persist": False})
 
-    def sink_rate(self) -> dict[str, float]:
-        """Gu et al.'s Sink_1^eps in percent, keyed by eps (``"0.3"``, ``"0.8"``)."""
-        return {str(rate.eps): rate.percent for rate in self.probe.sink_rates}
+    @property
+    def anchor(self) -> str:
+        """Which token is the anchor, in words."""
+        return "the first real token of each prompt" if self.model.causal else "[CLS], the first token"
+
+    @property
+    def sink_rates(self) -> tuple[SinkRate, ...]:
+        """Gu et al.'s Sink_1^eps per eps, in percent."""
+        return self.probe.sink_rates
 
     def sink_heads(self) -> list[HeadProbe]:
         return [row for row in self.probe.heads if row.is_sink_head]
 
-    def figure_names(self) -> list[str]:
-        return [MAP_FIGURE, LAYER_FIGURE] + [EXAMPLE_FIGURE.format(index=k) for k in range(len(self.examples))]
 
-    def to_dict(self) -> dict[str, Any]:
-        anchor = "[CLS], the first token" if not self.model.causal else "the first real token of each prompt"
-        return json_safe(
-            {
-                "model": self.model.to_dict(),
-                "revision": self.model.revision,
-                "bos": {
-                    "prepend_bos": self.prompts.spec.prepend_bos,
-                    "anchor": anchor,
-                    "anchor_token": self.prompts.anchor_token,
-                },
-                "prompts": self.prompts.to_dict(),
-                "config": self.config.to_dict(),
-                "n_queries": self.probe.n_queries,
-                "sink_rate": self.sink_rate(),
-                "sink_rate_definition": (
-                    "Gu et al. Sink_1^eps: percent of (prompt, layer, head) with alpha_1 > eps, alpha_1 = mean over "
-                    "queries of the attention on the first token"
-                ),
-                "sink_head_rule": f"anchor_mass >= {1.0 - self.config.sink_eps:g}",
-                "sink_heads": [
-                    {"layer": row.layer, "head": row.head, "anchor_mass": row.anchor_mass} for row in self.sink_heads()
-                ],
-                "layers": self.probe.layer_table(),
-                "heads": self.probe.head_table(),
-                "attn_out_norm_of_sum": self.probe.attn_out_norm_of_sum,
-                "attn_out_sum_of_norms": self.probe.attn_out_sum_of_norms,
-                "ablation": None if self.ablation is None else self.ablation.to_dict(),
-                "notes": list(self.notes),
-                "figures": self.figure_names(),
-                "versions": dict(self.versions),
-                "seconds": self.seconds,
-            }
-        )
+def figure_names(n_examples: int) -> tuple[str, ...]:
+    """The figures an audit with ``n_examples`` attention examples draws."""
+    return (MAP_FIGURE, LAYER_FIGURE, *(EXAMPLE_FIGURE.format(index=k) for k in range(n_examples)))
 
 
-def json_safe(value: Any) -> Any:
-    """NaN/inf -> None and tuples -> lists, so the JSON is standard."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(item) for item in value]
-    return value
+def read_audit(directory: str | Path) -> AuditResult:
+    """``directory/audit.json`` read back (without the attention examples)."""
+    return read_result(Path(directory) / AUDIT_FILE, AuditResult, "regenerate it with sinkscope audit")
 
 
 def _versions() -> tuple[tuple[str, str], ...]:
@@ -445,6 +413,7 @@ def audit(
         notes=_notes(info, tokenized.summary, probe, config),
         versions=_versions(),
         seconds=time.perf_counter() - start,
+        figures=figure_names(len(examples)),
     )
 
 
@@ -486,5 +455,5 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
             head_labels=example.heads,
         )
     result.probe.write_heads_csv(str(directory / HEADS_FILE))
-    atomic_write_json(directory / AUDIT_FILE, result.to_dict())
+    write_result(directory / AUDIT_FILE, result)
     return directory

@@ -13,12 +13,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 
-from interp.atomic_io import atomic_write_json, atomic_write_text
-from pretrained_analysis.audit import AuditResult, json_safe, plot_text
+from interp.atomic_io import atomic_write_text
+from interp.codec import read_result, write_result
+from pretrained_analysis.audit import AuditResult, plot_text
 from pretrained_analysis.prompts import PromptSpec
 from reports.plots import line_chart
 
@@ -50,55 +51,14 @@ class ComparisonRow:
     all_sink_heads_loss_delta: float | None
     evict_anchor_loss_delta: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "model": self.model,
-            "revision": self.revision,
-            "directory": self.directory,
-            "n_layers": self.n_layers,
-            "n_heads": self.n_heads,
-            "n_params": self.n_params,
-            "n_sink_heads": self.n_sink_heads,
-            "sink_rate": dict(self.sink_rate),
-            "mean_anchor_mass": self.mean_anchor_mass,
-            "layer_anchor_mass": list(self.layer_anchor_mass),
-            "base_loss": self.base_loss,
-            "all_sink_heads_loss_delta": self.all_sink_heads_loss_delta,
-            "evict_anchor_loss_delta": self.evict_anchor_loss_delta,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ComparisonRow:
-        """Read back a row of ``comparison.json`` (a stored NaN, written as null, reads as NaN)."""
-
-        def number(value: float | None) -> float:
-            return float("nan") if value is None else float(value)
-
-        def optional(value: float | None) -> float | None:
-            return None if value is None else float(value)
-
-        return cls(
-            label=str(data["label"]),
-            model=str(data["model"]),
-            revision=data["revision"],
-            directory=data["directory"],
-            n_layers=int(data["n_layers"]),
-            n_heads=int(data["n_heads"]),
-            n_params=int(data["n_params"]),
-            n_sink_heads=int(data["n_sink_heads"]),
-            sink_rate={str(eps): number(value) for eps, value in data["sink_rate"].items()},
-            mean_anchor_mass=number(data["mean_anchor_mass"]),
-            layer_anchor_mass=tuple(number(value) for value in data["layer_anchor_mass"]),
-            base_loss=optional(data["base_loss"]),
-            all_sink_heads_loss_delta=optional(data["all_sink_heads_loss_delta"]),
-            evict_anchor_loss_delta=optional(data["evict_anchor_loss_delta"]),
-        )
-
 
 @dataclass(frozen=True)
 class Comparison:
-    """Rows in the given order, plus what every audit shared."""
+    """Rows in the given order, plus what every audit shared; persisted as
+    ``comparison.json`` (``interp.codec``)."""
+
+    SCHEMA: ClassVar[str] = "comparison"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     rows: tuple[ComparisonRow, ...]
     prompts: PromptSpec
@@ -108,12 +68,9 @@ class Comparison:
     def epsilons(self) -> list[str]:
         return list(self.rows[0].sink_rate) if self.rows else []
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "prompts": {**self.prompts.to_dict(), "location": self.prompt_location},
-            "sink_head_rule": f"anchor_mass >= {1.0 - self.sink_eps:g}",
-            "rows": [json_safe(row.to_dict()) for row in self.rows],
-        }
+    @property
+    def sink_head_rule(self) -> str:
+        return f"anchor mass >= {1.0 - self.sink_eps:g}"
 
     def to_markdown(self) -> str:
         header = [
@@ -145,7 +102,7 @@ class Comparison:
         note = (
             f"Prompts: up to {self.prompts.n_prompts} from {markdown_escape(self.prompt_location)}, "
             f"at most {self.prompts.max_len} tokens, {bos}. "
-            f"Sink heads: anchor mass >= {1.0 - self.sink_eps:g}. Sink rate: Gu et al.'s Sink_1^eps."
+            f"Sink heads: {self.sink_head_rule}. Sink rate: Gu et al.'s Sink_1^eps."
         )
         return "# Attention-sink comparison\n\n" + "\n".join(lines) + "\n\n" + note + "\n"
 
@@ -178,12 +135,12 @@ def _row(result: AuditResult, directory: str | None) -> ComparisonRow:
         n_heads=result.model.n_heads,
         n_params=result.model.n_params,
         n_sink_heads=len(result.sink_heads()),
-        sink_rate=result.sink_rate(),
+        sink_rate={str(rate.eps): rate.percent for rate in result.sink_rates},
         mean_anchor_mass=sum(layers) / len(layers),
         layer_anchor_mass=layers,
         base_loss=None if ablation is None else ablation.base_loss,
         all_sink_heads_loss_delta=all_sinks,
-        evict_anchor_loss_delta=None if ablation is None else ablation.evict_anchor_loss - ablation.base_loss,
+        evict_anchor_loss_delta=None if ablation is None else ablation.evict_anchor_delta,
     )
 
 
@@ -198,6 +155,11 @@ def compare_audits(results: Sequence[AuditResult], directories: Sequence[str] | 
     return Comparison(
         rows=rows, prompts=first.prompts.spec, prompt_location=first.prompts.location, sink_eps=first.config.sink_eps
     )
+
+
+def read_comparison(directory: str | Path) -> Comparison:
+    """``directory/comparison.json`` read back."""
+    return read_result(Path(directory) / COMPARISON_JSON, Comparison, "regenerate it with sinkscope audit")
 
 
 def write_comparison(comparison: Comparison, directory: str | Path) -> Path:
@@ -234,5 +196,5 @@ def write_comparison(comparison: Comparison, directory: str | Path) -> Path:
         ylim=(0.0, 1.02),
     )
     atomic_write_text(directory / COMPARISON_MD, comparison.to_markdown())
-    atomic_write_json(directory / COMPARISON_JSON, comparison.to_dict())
+    write_result(directory / COMPARISON_JSON, comparison)
     return directory

@@ -27,13 +27,11 @@ import difflib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from safetensors import SafetensorError
-
-from interp.config_io import JsonConfig
 
 PYTHIA_SIZES: tuple[str, ...] = ("14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")
 PYTHIA_DEDUPED_SIZES: tuple[str, ...] = ("70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")
@@ -90,7 +88,7 @@ class ModelLoadError(ValueError):
 
 
 @dataclass(frozen=True)
-class LoadSpec(JsonConfig):
+class LoadSpec:
     """What to load and how.
 
     name: short name, Hugging Face id or local directory; revision: hub branch/tag/commit
@@ -125,8 +123,6 @@ class LoadSpec(JsonConfig):
                 "sequential, or one device such as cpu or cuda:0"
             )
 
-    config_name = "model loading"
-
     @property
     def label(self) -> str:
         """``name`` or ``name@revision``."""
@@ -154,9 +150,6 @@ class ResolvedModel:
             return self.gguf_file.removesuffix(GGUF_SUFFIX)
         base = Path(self.location).name if self.is_local else self.name
         return base if self.revision is None else f"{base}@{self.revision}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -197,9 +190,6 @@ class ModelInfo:
         if self.n_kv_heads == self.n_heads:
             return f"{self.n_heads} heads"
         return f"{self.n_heads} heads ({self.n_kv_heads} key/value head{'s' if self.n_kv_heads != 1 else ''})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -22,12 +22,10 @@ an ``attention_mask`` marking real tokens.
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from interp.config_io import JsonConfig
 
 if TYPE_CHECKING:
     import torch
@@ -52,7 +50,7 @@ class PromptError(ValueError):
 
 
 @dataclass(frozen=True)
-class PromptSpec(JsonConfig):
+class PromptSpec:
     """Which prompts, how many, how long, and the BOS convention.
 
     source: ``default``, ``random``, a file path or a Hugging Face dataset id (see the
@@ -67,8 +65,6 @@ class PromptSpec(JsonConfig):
     prepend_bos: bool = True
     text_column: str = "text"
     split: str = "train"
-
-    config_name = "prompt"
 
     def __post_init__(self) -> None:
         if self.max_len < 2:
@@ -120,10 +116,6 @@ class PromptSummary:
     min_tokens: int
     max_tokens: int
     anchor_token: str
-
-    def to_dict(self) -> dict[str, Any]:
-        recorded = {key: value for key, value in asdict(self).items() if key != "spec"}
-        return {**self.spec.to_dict(), "kind": self.spec.kind, **recorded}
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,18 @@
 """Report content for pretrained-model audits (``audit.json``) and comparisons
-(``comparison.json``). ``read_audit`` / ``read_comparison`` read the JSON back into
-dataclasses; the builders turn them into ``ReportDocument``s whose findings are
+(``comparison.json``): the builders read the results back (``read_audit``,
+``read_comparison``) and turn them into ``ReportDocument``s whose findings are
 sentences made from the numbers."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
-from interp.atomic_io import read_json
-from pretrained_analysis.audit import AUDIT_FILE, EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, AuditConfig
-from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, ComparisonRow
+from pretrained_analysis.audit import AUDIT_FILE, EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, read_audit
+from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, read_comparison
 from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
-from pretrained_analysis.loading import ModelInfo
-from pretrained_analysis.prompts import PromptSpec, PromptSummary
-from probes.default_state import DefaultStateResult
-from probes.probe import HeadProbe, LayerProbe
+from pretrained_analysis.prompts import PromptSummary
+from probes.probe import LayerProbe
 from reports.document import (
     Block,
     Column,
@@ -44,111 +39,6 @@ from reports.sections import (
 from reports.write import ReportKind
 
 LOSS = "next-token loss"
-
-
-def _number(value: float | None) -> float:
-    return float("nan") if value is None else float(value)
-
-
-def _prompt_summary(data: dict[str, Any]) -> PromptSummary:
-    """``PromptSummary.to_dict()`` read back (the spec's fields, ``kind``, then the counts)."""
-    spec_fields = {item.name for item in fields(PromptSpec)}
-    spec = PromptSpec.from_dict({key: value for key, value in data.items() if key in spec_fields})
-    recorded = {item.name for item in fields(PromptSummary)} - {"spec"}
-    return PromptSummary(spec=spec, **{key: data[key] for key in recorded})
-
-
-@dataclass(frozen=True)
-class AblationRecord:
-    """An audit's ablations: the loss, the loss with the anchor evicted from every head,
-    and the default-state test on the sink heads (loss as the error)."""
-
-    base_loss: float
-    evict_anchor_loss: float
-    sink_heads: DefaultStateResult
-
-
-@dataclass(frozen=True)
-class AuditRecord:
-    """``audit.json`` read back. sink_rates: ``(eps, percent)`` pairs."""
-
-    model: ModelInfo
-    prompts: PromptSummary
-    config: AuditConfig
-    anchor: str
-    n_queries: int
-    sink_rates: tuple[tuple[float, float], ...]
-    heads: tuple[HeadProbe, ...]
-    layers: tuple[LayerProbe, ...]
-    attn_out_norm_of_sum: float
-    attn_out_sum_of_norms: float
-    ablation: AblationRecord | None
-    notes: tuple[str, ...]
-    figures: tuple[str, ...]
-    versions: tuple[tuple[str, str], ...]
-    seconds: float
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AuditRecord:
-        ablation = data["ablation"]
-        return cls(
-            model=ModelInfo(**data["model"]),
-            prompts=_prompt_summary(data["prompts"]),
-            config=AuditConfig.from_dict(data["config"]),
-            anchor=str(data["bos"]["anchor"]),
-            n_queries=int(data["n_queries"]),
-            sink_rates=tuple((float(eps), _number(value)) for eps, value in data["sink_rate"].items()),
-            heads=tuple(HeadProbe.from_dict(row) for row in data["heads"]),
-            layers=tuple(LayerProbe.from_dict(row) for row in data["layers"]),
-            attn_out_norm_of_sum=_number(data["attn_out_norm_of_sum"]),
-            attn_out_sum_of_norms=_number(data["attn_out_sum_of_norms"]),
-            ablation=None
-            if ablation is None
-            else AblationRecord(
-                base_loss=_number(ablation["base_loss"]),
-                evict_anchor_loss=_number(ablation["evict_anchor"]["loss"]),
-                sink_heads=DefaultStateResult.from_dict(ablation["sink_heads"]),
-            ),
-            notes=tuple(data["notes"]),
-            figures=tuple(data["figures"]),
-            versions=tuple((str(name), str(version)) for name, version in data["versions"].items()),
-            seconds=float(data["seconds"]),
-        )
-
-
-def read_audit(directory: Path) -> AuditRecord:
-    try:
-        return AuditRecord.from_dict(read_json(directory / AUDIT_FILE))
-    except KeyError as missing:  # a file edited by hand or written by something else
-        raise ValueError(
-            f"{directory / AUDIT_FILE} is an incomplete audit result (no {missing} field); "
-            "regenerate it with sinkscope audit"
-        ) from None
-
-
-@dataclass(frozen=True)
-class ComparisonRecord:
-    """``comparison.json`` read back."""
-
-    prompts: PromptSpec
-    prompt_location: str
-    sink_head_rule: str
-    rows: tuple[ComparisonRow, ...]
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ComparisonRecord:
-        prompts = dict(data["prompts"])
-        location = str(prompts.pop("location"))
-        return cls(
-            prompts=PromptSpec.from_dict(prompts),
-            prompt_location=location,
-            sink_head_rule=str(data["sink_head_rule"]),
-            rows=tuple(ComparisonRow.from_dict(row) for row in data["rows"]),
-        )
-
-
-def read_comparison(directory: Path) -> ComparisonRecord:
-    return ComparisonRecord.from_dict(read_json(directory / COMPARISON_JSON))
 
 
 def _figures(directory: Path, names_and_captions: list[tuple[str, str]]) -> list[Block]:
@@ -215,23 +105,23 @@ def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
 
 def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
     record = read_audit(source)
-    model, config = record.model, record.config
+    model, config, probe = record.model, record.config, record.probe
     findings = [
         f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.heads_text}, "
         f"{model.n_params:,} parameters) on {record.prompts.n_prompts} prompts from {record.prompts.location}.",
-        sink_head_phrase(record.heads, config.sink_eps, f"on the anchor, {record.anchor}"),
+        sink_head_phrase(probe.heads, config.sink_eps, f"on the anchor, {record.anchor}"),
         f"Sink rate (Gu et al. Sink_1^eps): {sink_rate_phrase(record.sink_rates)} of (prompt, layer, head) entries.",
-        _layer_phrase(record.layers),
+        _layer_phrase(probe.layers),
     ]
-    sinks = [head for head in record.heads if head.is_sink_head]
+    sinks = [head for head in probe.heads if head.is_sink_head]
     if sinks:
         findings.append(value_share_phrase(sinks, "the anchor"))
-    massive = _massive_phrase(record.layers)
+    massive = _massive_phrase(probe.layers)
     if massive:
         findings.append(massive)
     ablation = record.ablation
     if ablation is not None:
-        evicted = ablation.evict_anchor_loss - ablation.base_loss
+        evicted = ablation.evict_anchor_delta
         findings.append(
             f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
             f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({evicted:+.3f})."
@@ -267,16 +157,16 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
             "Heads",
             (
                 head_table(
-                    record.heads,
+                    probe.heads,
                     "Per head",
                     f"anchor_mass: mean attention on the anchor ({record.anchor}) over queries after it "
-                    f"({record.n_queries:,} queries); "
+                    f"({probe.n_queries:,} queries); "
                     "alpha: Gu et al.'s alpha; value_weighted_anchor_share: share of the head's output norm coming from "
                     "the anchor; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass on the anchor.",
                 ),
             ),
         ),
-        Section("Layers", (layer_table(record.layers),)),
+        Section("Layers", (layer_table(probe.layers),)),
     ]
     if examples:
         sections.append(Section("Attention heatmaps", tuple(_figures(source, examples))))
@@ -288,7 +178,7 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
                     (LOSS, f"{ablation.base_loss:.4f}"),
                     (
                         "anchor evicted from every head",
-                        f"{ablation.evict_anchor_loss:.4f} ({ablation.evict_anchor_loss - ablation.base_loss:+.4f})",
+                        f"{ablation.evict_anchor_loss:.4f} ({ablation.evict_anchor_delta:+.4f})",
                     ),
                 ),
             )

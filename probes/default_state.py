@@ -16,8 +16,7 @@ at the toy task's default positions, or a language model's per-input loss.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
@@ -61,15 +60,6 @@ class Estimate:
     ci_low: float
     ci_high: float
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Estimate:
-        return cls(_number(data["mean"]), _number(data["ci_low"]), _number(data["ci_high"]))
-
-
-def _number(value: float | None) -> float:
-    """A JSON number; None (how standard JSON stores NaN) reads as NaN."""
-    return float("nan") if value is None else float(value)
-
 
 @dataclass(frozen=True)
 class DefaultStateRow:
@@ -84,45 +74,16 @@ class DefaultStateRow:
     control_increase: Estimate
     cohens_d: float
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DefaultStateRow:
-        """Read back a row of ``DefaultStateResult.to_dict()`` (a None number reads as NaN)."""
-        return cls(
-            label=str(data["label"]),
-            heads=tuple((int(layer), int(head)) for layer, head in data["heads"]),
-            error_before=_number(data["error_before"]),
-            error_after_remove=_number(data["error_after_remove"]),
-            error_after_control=_number(data["error_after_control"]),
-            remove_increase=Estimate.from_dict(data["remove_increase"]),
-            control_increase=Estimate.from_dict(data["control_increase"]),
-            cohens_d=_number(data["cohens_d"]),
-        )
-
 
 @dataclass(frozen=True)
 class DefaultStateResult:
+    """The test's rows: each sink head alone (strongest first, up to the cap), then all
+    of them together; ``note`` says why there are none (no sink heads)."""
+
     sink_heads: tuple[HeadRef, ...]
     n_inputs: int
     rows: tuple[DefaultStateRow, ...]
     note: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sink_heads": [list(head) for head in self.sink_heads],
-            "n_inputs": self.n_inputs,
-            "note": self.note,
-            "rows": [asdict(row) | {"heads": [list(head) for head in row.heads]} for row in self.rows],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DefaultStateResult:
-        """Read back ``to_dict()`` (e.g. an audit's ``ablation.sink_heads``)."""
-        return cls(
-            sink_heads=tuple((int(layer), int(head)) for layer, head in data["sink_heads"]),
-            n_inputs=int(data["n_inputs"]),
-            rows=tuple(DefaultStateRow.from_dict(row) for row in data["rows"]),
-            note=str(data["note"]),
-        )
 
 
 def _bootstrap(values: torch.Tensor, config: DefaultStateConfig, generator: torch.Generator) -> Estimate:

@@ -19,16 +19,14 @@ clean target run and one patched run per site.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from tqdm.auto import tqdm
 
-from interp.atomic_io import atomic_write_json, finite_or_null
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
 from probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
 
@@ -73,8 +71,12 @@ class PatchingResult:
     """All sites of one patching run.
 
     fixed_heads / fixed_positions: the heads / positions every site covers along an
-    axis that ``per`` does not iterate (None: all of them).
+    axis that ``per`` does not iterate (None: all of them). Persisted with
+    ``interp.codec`` (a NaN normalised effect is null in the file).
     """
+
+    SCHEMA: ClassVar[str] = "patching"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     model: ModelSpec
     hook: str
@@ -104,29 +106,6 @@ class PatchingResult:
     def table(self) -> list[dict[str, Any]]:
         """One dict per site (the tidy table)."""
         return [asdict(row) for row in self.rows]
-
-    def to_dict(self) -> dict[str, Any]:
-        return finite_or_null(
-            {
-                "model": self.model.to_dict(),
-                "hook": self.hook,
-                "per": list(self.per),
-                "fixed_heads": None if self.fixed_heads is None else list(self.fixed_heads),
-                "fixed_positions": None if self.fixed_positions is None else list(self.fixed_positions),
-                "n_inputs": self.n_inputs,
-                "n_pos": self.n_pos,
-                "source_metric": self.source_metric,
-                "target_metric": self.target_metric,
-                "notes": list(self.notes),
-                "rows": self.table(),
-            }
-        )
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
-
-    def write_json(self, path: str) -> None:
-        atomic_write_json(path, self.to_dict())
 
 
 def _validate_per(per: Sequence[str]) -> tuple[str, ...]:

@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from interp.atomic_io import atomic_write_json, atomic_write_text
+from interp.atomic_io import atomic_write_text
 from interp.hook_names import attn_hook, block_hook
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
 from probes.sink_metrics import (
@@ -108,11 +106,6 @@ class HeadProbe:
     dormant: bool
     head_out_norm: float
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HeadProbe:
-        """Read back a row of ``ProbeResult.head_table()`` (None reads as NaN)."""
-        return cls(**_nan_from_json(data))
-
 
 @dataclass(frozen=True)
 class LayerProbe:
@@ -134,11 +127,6 @@ class LayerProbe:
     max_abs_resid: float
     median_abs_resid: float
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LayerProbe:
-        """Read back a row of ``ProbeResult.layer_table()`` (None reads as NaN)."""
-        return cls(**_nan_from_json(data))
-
 
 @dataclass(frozen=True)
 class SinkRate:
@@ -153,7 +141,11 @@ class SinkRate:
 class ProbeResult:
     """All probe measurements. ``attn_out_norm_of_sum`` vs ``attn_out_sum_of_norms``:
     mean over selected queries of ||sum_l attn_out_l|| and sum_l ||attn_out_l||; the
-    first far below the second means the layers cancel each other."""
+    first far below the second means the layers cancel each other. Persisted as
+    ``probe.json`` (``interp.codec``)."""
+
+    SCHEMA: ClassVar[str] = "probe"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     model: ModelSpec
     config: ProbeConfig
@@ -189,44 +181,6 @@ class ProbeResult:
     def layer_table(self) -> list[dict[str, Any]]:
         return [asdict(row) for row in self.layers]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model.to_dict(),
-            "config": asdict(self.config),
-            "n_inputs": self.n_inputs,
-            "n_queries": self.n_queries,
-            "sink_rates": [asdict(rate) for rate in self.sink_rates],
-            "attn_out_norm_of_sum": self.attn_out_norm_of_sum,
-            "attn_out_sum_of_norms": self.attn_out_sum_of_norms,
-            "notes": list(self.notes),
-            "layers": self.layer_table(),
-            "heads": self.head_table(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
-        """Read back ``to_dict()`` (``probe.json``); None (stored NaN) reads as NaN."""
-        config = dict(data["config"])
-        config["sink_rate_eps"] = tuple(config["sink_rate_eps"])
-        return cls(
-            model=ModelSpec.from_dict(data["model"]),
-            config=ProbeConfig(**config),
-            n_inputs=int(data["n_inputs"]),
-            n_queries=int(data["n_queries"]),
-            heads=tuple(HeadProbe.from_dict(row) for row in data["heads"]),
-            layers=tuple(LayerProbe.from_dict(row) for row in data["layers"]),
-            sink_rates=tuple(SinkRate(**_nan_from_json(rate)) for rate in data["sink_rates"]),
-            attn_out_norm_of_sum=_nan_from_json(data["attn_out_norm_of_sum"]),
-            attn_out_sum_of_norms=_nan_from_json(data["attn_out_sum_of_norms"]),
-            notes=tuple(data["notes"]),
-        )
-
-    def to_json(self) -> str:
-        return json.dumps(_json_safe(self.to_dict()), indent=2)
-
-    def write_json(self, path: str) -> None:
-        atomic_write_json(path, _json_safe(self.to_dict()))
-
     def heads_csv(self) -> str:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(HeadProbe)])
@@ -236,26 +190,6 @@ class ProbeResult:
 
     def write_heads_csv(self, path: str) -> None:
         atomic_write_text(path, self.heads_csv())
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN -> None so the JSON is standard."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    return value
-
-
-def _nan_from_json(value: Any) -> Any:
-    """None -> NaN in a number or a row's values (the inverse of ``_json_safe`` for numbers)."""
-    if value is None:
-        return float("nan")
-    if isinstance(value, dict):
-        return {key: float("nan") if item is None else item for key, item in value.items()}
-    return value
 
 
 class _Accumulator:

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from interp.hooked_model import ModelSpec
 from interp.provenance import PROVENANCE_FILE, Provenance
 from probes.default_state import DefaultStateRow
 from probes.patching import PatchingResult, PatchingRow
-from probes.probe import HeadProbe, LayerProbe
+from probes.probe import HeadProbe, LayerProbe, SinkRate
 from reports.document import Column, Figure, KeyValues, Table, percent, sig
 from reports.plots import bar_chart
 
@@ -98,9 +97,9 @@ def layer_table(layers: Sequence[LayerProbe]) -> Table:
     return Table("Per layer", columns, rows, note)
 
 
-def sink_rate_phrase(rates: Sequence[tuple[float, float]]) -> str:
-    """``(eps, percent)`` pairs as e.g. "43.8% at eps 0.3 and 12.0% at eps 0.8"."""
-    return " and ".join(f"{percent(value)} at eps {eps:g}" for eps, value in rates)
+def sink_rate_phrase(rates: Sequence[SinkRate]) -> str:
+    """Sink rates as e.g. "43.8% at eps 0.3 and 12.0% at eps 0.8"."""
+    return " and ".join(f"{percent(rate.percent)} at eps {rate.eps:g}" for rate in rates)
 
 
 def sink_head_phrase(heads: Sequence[HeadProbe], sink_eps: float, where: str) -> str:
@@ -236,32 +235,6 @@ def default_state_change_chart(
 
 
 # activation patching ------------------------------------------------------------------
-
-PATCH_NUMBERS = ("patched", "target", "source", "effect", "normalised_effect")  # None in JSON = NaN
-
-
-def _indices(values: list[int] | None) -> tuple[int, ...] | None:
-    return None if values is None else tuple(int(value) for value in values)
-
-
-def patching_from_dict(data: dict) -> PatchingResult:
-    """``PatchingResult.to_dict()`` read back (None reads as NaN)."""
-    return PatchingResult(
-        model=ModelSpec.from_dict(data["model"]),
-        hook=str(data["hook"]),
-        per=tuple(data["per"]),
-        fixed_heads=_indices(data["fixed_heads"]),
-        fixed_positions=_indices(data["fixed_positions"]),
-        n_inputs=int(data["n_inputs"]),
-        n_pos=int(data["n_pos"]),
-        source_metric=float(data["source_metric"]),
-        target_metric=float(data["target_metric"]),
-        rows=tuple(
-            PatchingRow(**{**row, **{key: float("nan") for key in PATCH_NUMBERS if row[key] is None}})
-            for row in data["rows"]
-        ),
-        notes=tuple(data["notes"]),
-    )
 
 
 def patch_site(row: PatchingRow) -> str:

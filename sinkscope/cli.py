@@ -15,6 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
+from interp.codec import encode
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 TOY_EXAMPLES = """examples:
@@ -493,7 +495,7 @@ def _toy_train(args: argparse.Namespace) -> dict:
             f"{result.status} after {result.steps} steps ({result.wall_seconds:.1f} s), "
             f"batch L-inf error {result.linf_error:.2e}; run directory: {out}"
         )
-    return result.to_dict()
+    return encode(result)
 
 
 def _toy_reproduce(args: argparse.Namespace) -> dict:
@@ -522,7 +524,7 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
             + (": failing: " + "; ".join(c.claim for c in failed) if failed else "")
         )
         print(f"wrote {Path(args.out) / 'summary.md'} and {Path(args.out) / 'summary.json'}")
-    return summary.to_dict()
+    return encode(summary)
 
 
 def _toy_probe(args: argparse.Namespace) -> dict:
@@ -547,7 +549,7 @@ def _toy_probe(args: argparse.Namespace) -> dict:
         else:
             print(f"default-state test: {state.note}")
         print(f"wrote {', '.join(report.files)} in {report.out_dir}")
-    return report.to_dict()
+    return encode(report)
 
 
 def _toy_patch(args: argparse.Namespace) -> dict:
@@ -566,7 +568,7 @@ def _toy_patch(args: argparse.Namespace) -> dict:
         print(f"resid_pre: the trigger lives at position {strongest} (trigger at {result.trigger_position})")
         out = args.out or str(Path(args.run_dir) / "patch")
         print(f"wrote {', '.join(files)} in {out}")
-    return result.to_dict()
+    return encode(result)
 
 
 def _toy_sweep(args: argparse.Namespace) -> dict:
@@ -621,7 +623,7 @@ def _toy_sweep(args: argparse.Namespace) -> dict:
             f"wrote {Path(args.out) / 'summary.md'}, {Path(args.out) / 'summary.json'} and plots "
             f"({result.wall_seconds:.0f} s)"
         )
-    return result.to_dict()
+    return encode(result)
 
 
 def _toy_tradeoff(args: argparse.Namespace) -> dict:
@@ -633,7 +635,7 @@ def _toy_tradeoff(args: argparse.Namespace) -> dict:
             result = write_tradeoff(tmp, args.run)
     if not args.json:
         print(f"wrote {Path(args.out) / 'tradeoff.png'} and {Path(args.out) / 'tradeoff.json'}")
-    return result.to_dict()
+    return encode(result)
 
 
 def _report(args: argparse.Namespace) -> dict:
@@ -644,7 +646,7 @@ def _report(args: argparse.Namespace) -> dict:
         print(f"{result.kind} report:")
         print("\n".join(f"- {finding}" for finding in result.findings))
         print(f"wrote {result.html} and {result.markdown}")
-    return result.to_dict()
+    return encode(result)
 
 
 def _slug(label: str) -> str:
@@ -662,17 +664,14 @@ def _unique_slugs(labels: list[str]) -> list[str]:
 
 
 def _audit_line(result) -> str:
-    rates = result.sink_rate()
     line = (
         f"{result.model.label}: {result.model.n_layers} layers x {result.model.heads_text}; sink rate "
-        + ", ".join(f"{rate:.1f}% (eps {eps})" for eps, rate in rates.items())
+        + ", ".join(f"{rate.percent:.1f}% (eps {rate.eps})" for rate in result.sink_rates)
         + f"; {len(result.sink_heads())} sink heads (anchor mass >= {1 - result.config.sink_eps:g})"
     )
     if result.ablation is not None:
         ablation = result.ablation
-        line += (
-            f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_loss - ablation.base_loss:+.3f}"
-        )
+        line += f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_delta:+.3f}"
     return line
 
 
@@ -755,11 +754,11 @@ def _audit_into(
     if comparison is None:
         if not args.json:
             print(f"wrote {out / 'audit.json'} and figures")
-        return results[0].to_dict()
+        return encode(results[0])
     if not args.json:
         print(comparison.to_markdown())
         print(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and one audit directory per model")
-    return {"out": str(out), "comparison": comparison.to_dict()}
+    return {"out": str(out), "comparison": encode(comparison)}
 
 
 HANDLERS = {

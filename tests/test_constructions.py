@@ -6,6 +6,7 @@ import matplotlib.image
 import pytest
 import torch
 
+from interp.codec import decode, encode
 from interp.hook_names import pattern_hook
 from toy.constructions import relu_exact_model, softmax_scaled_model
 from toy.model import ToyModelConfig, ToyTransformer
@@ -115,9 +116,9 @@ def test_negative_scale_is_refused() -> None:
         softmax_scaled_model(TASK, -1.0)
 
 
-def test_tradeoff_point_to_dict_round_trips() -> None:
+def test_tradeoff_point_round_trips() -> None:
     point = measure_tradeoff(softmax_scaled_model(TASK, 4.0), TASK, n_sequences=8, label="x")
-    assert TradeoffPoint(**point.to_dict()) == point
+    assert decode(TradeoffPoint, encode(point)) == point
 
 
 def test_plot_tradeoff_writes_a_png(tmp_path, softmax_curve) -> None:

@@ -222,7 +222,15 @@ def test_argparse_errors_are_one_line_naming_help(capsys):
     one_line_exit_2(capsys, ["audit"], "see sinkscope audit --help")
 
 
-@pytest.mark.parametrize("content, fix", [("[1, 2]", "not a JSON object"), ("{}", "incomplete audit result")])
+@pytest.mark.parametrize(
+    "content, fix",
+    [
+        ("[1, 2]", "not a JSON object"),
+        ("{}", "lacks the field 'model'; regenerate it with sinkscope audit"),
+        ('{"schema": "audit", "schema_version": 99}', "schema version 99; this sinkscope reads version 1; upgrade"),
+        ('{"schema": "probe", "schema_version": 1}', "is a 'probe' file, not 'audit'"),
+    ],
+)
 def test_report_on_a_malformed_audit_json_is_one_line(model_dir, prompts, tmp_path, capsys, content, fix):
     out = tmp_path / "audit"
     assert main(audit_argv(model_dir, prompts, out)) == 0
@@ -307,7 +315,7 @@ def test_a_run_config_that_is_not_an_object_is_one_line(toy_run, tmp_path, capsy
     run = tmp_path / "run"
     shutil.copytree(toy_run, run)
     (run / "config.json").write_text("[1, 2, 3]")
-    one_line_exit_2(capsys, ["toy", "probe", str(run), "--out", str(tmp_path / "p")], "is not a run config")
+    one_line_exit_2(capsys, ["toy", "probe", str(run), "--out", str(tmp_path / "p")], "is not a run_config file")
 
 
 def test_a_comparison_report_reads_nothing_outside_its_directory(model_dir, prompts, tmp_path, capsys):

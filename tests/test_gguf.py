@@ -6,7 +6,6 @@ weights, the audit with ablations and its report, and one-line errors for bad GG
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
@@ -149,7 +148,7 @@ def check_report_in_chromium(html: Path) -> None:
 def test_audit_with_ablations_and_report(smollm2, tmp_path):
     """The audit pipeline on the loaded GGUF model (the fixture's: loading twice costs
     about 15 s); the command line itself runs in the slow test below."""
-    from pretrained_analysis.audit import AuditConfig, audit, write_audit
+    from pretrained_analysis.audit import AuditConfig, audit, read_audit, write_audit
     from sinkscope.report import report
 
     loaded, _ = smollm2
@@ -157,17 +156,19 @@ def test_audit_with_ablations_and_report(smollm2, tmp_path):
     config = AuditConfig(ablate=True, ablate_prompts=4, ablate_heads=2, n_examples=1, n_bootstrap=100)
     result = audit(loaded, PromptSpec(n_prompts=N_PROMPTS, max_len=MAX_LEN), config, progress=False)
     write_audit(result, out)
-    data = json.loads((out / "audit.json").read_text())
-    assert data["model"]["quantization"] == "Q4_1" and data["model"]["n_kv_heads"] == 3
-    assert Path(data["model"]["source_file"]).name == GGUF_NAME
-    rows = data["ablation"]["sink_heads"]["rows"]
-    assert len(rows) == 3 and rows[-1]["label"] == "all_sink_heads"  # the two strongest, then all together
-    masses = {(row["layer"], row["head"]): row["anchor_mass"] for row in data["heads"]}
-    strongest = sorted((row for row in data["sink_heads"]), key=lambda row: -row["anchor_mass"])[:2]
-    assert [row["heads"][0] for row in rows[:2]] == [[row["layer"], row["head"]] for row in strongest]
-    assert all(masses[tuple(row["heads"][0])] >= 0.9 for row in rows[:2])
-    assert any("4 of 8 prompts" in note for note in data["notes"])
-    assert any("Q4_1 GGUF file" in note for note in data["notes"])
+    written_back = read_audit(out)
+    model, ablation = written_back.model, written_back.ablation
+    assert model.quantization == "Q4_1" and model.n_kv_heads == 3
+    assert Path(str(model.source_file)).name == GGUF_NAME
+    assert ablation is not None
+    rows = ablation.sink_heads.rows
+    assert len(rows) == 3 and rows[-1].label == "all_sink_heads"  # the two strongest, then all together
+    masses = {(row.layer, row.head): row.anchor_mass for row in written_back.probe.heads}
+    strongest = sorted(written_back.sink_heads(), key=lambda row: -row.anchor_mass)[:2]
+    assert [row.heads[0] for row in rows[:2]] == [(row.layer, row.head) for row in strongest]
+    assert all(masses[row.heads[0]] >= 0.9 for row in rows[:2])
+    assert any("4 of 8 prompts" in note for note in written_back.notes)
+    assert any("Q4_1 GGUF file" in note for note in written_back.notes)
     written = report(out)
     assert "Q4_1" in written.html.read_text(encoding="utf-8")
     check_report_in_chromium(written.html)
@@ -178,6 +179,7 @@ def test_audit_with_ablations_and_report(smollm2, tmp_path):
 def test_main_job_audit_of_smollm2_from_the_command_line(tmp_path):
     """The README main job's SmolLM2 step, verbatim but for --out: built-in prompts,
     --ablate on 16 prompts and the 8 strongest sink heads, then its report."""
+    from pretrained_analysis.audit import read_audit
     from sinkscope.cli import main
 
     out = tmp_path / "audit-smollm2"
@@ -198,14 +200,15 @@ def test_main_job_audit_of_smollm2_from_the_command_line(tmp_path):
         )
         == 0
     )
-    data = json.loads((out / "audit.json").read_text())
-    assert data["prompts"]["n_prompts"] == 64 and data["model"]["quantization"] == "Q4_1"
-    rows = data["ablation"]["sink_heads"]["rows"]
-    assert len(rows) == 9 and rows[-1]["label"] == "all_sink_heads"
+    result = read_audit(out)
+    assert result.prompts.n_prompts == 64 and result.model.quantization == "Q4_1"
+    assert result.ablation is not None
+    rows = result.ablation.sink_heads.rows
+    assert len(rows) == 9 and rows[-1].label == "all_sink_heads"
     all_sinks = rows[-1]
     # removing every sink hurts far more than the matched control (the default-state test)
-    assert all_sinks["remove_increase"]["ci_low"] > 10 * max(abs(all_sinks["control_increase"]["mean"]), 1e-3)
-    assert data["ablation"]["evict_anchor"]["delta"] > 0
+    assert all_sinks.remove_increase.ci_low > 10 * max(abs(all_sinks.control_increase.mean), 1e-3)
+    assert result.ablation.evict_anchor_delta > 0
     assert main(["report", str(out), "--no-progress"]) == 0
     check_report_in_chromium(out / "report.html")
 

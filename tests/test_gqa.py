@@ -6,15 +6,16 @@ one-line refusal of a model the bridge boots but that has no attention (Mamba)."
 
 from __future__ import annotations
 
-import json
 import sys
 from contextlib import contextmanager
 
 import pytest
 import torch
 
+from interp.codec import encode
 from interp.hook_names import attn_hook
 from interp.hooked_model import HookedModel
+from pretrained_analysis.audit import read_audit
 from probes.default_state import DefaultStateConfig, default_state_test
 from probes.interventions import (
     evict_anchor,
@@ -165,7 +166,7 @@ def test_every_probe_metric_matches_transformers_per_query_head(family_models):
     for name in ("attn_out_norm", "head_out_norm_sum"):
         measured = torch.tensor([getattr(layer, name) for layer in result.layers], dtype=torch.float64)
         torch.testing.assert_close(measured, expected[name], atol=1e-5, rtol=1e-5, msg=f"{family} {name}")
-    assert result.model.n_kv_heads == expected_kv and result.to_dict()["model"]["n_kv_heads"] == expected_kv
+    assert result.model.n_kv_heads == expected_kv and encode(result)["model"]["n_kv_heads"] == expected_kv
 
 
 def test_every_attention_hook_is_editable(family_models):
@@ -412,10 +413,11 @@ def test_audit_of_a_gqa_checkpoint_with_ablations(llama_sink, tmp_path):
         ]
     )
     assert code == 0
-    data = json.loads((out / "audit.json").read_text())
-    assert data["model"]["n_kv_heads"] == 2 and data["model"]["n_heads"] == 4
-    assert [(row["layer"], row["head"]) for row in data["sink_heads"]] == [SINK]
-    labels = [row["label"] for row in data["ablation"]["sink_heads"]["rows"]]
+    result = read_audit(out)
+    assert result.model.n_kv_heads == 2 and result.model.n_heads == 4
+    assert [(row.layer, row.head) for row in result.sink_heads()] == [SINK]
+    assert result.ablation is not None
+    labels = [row.label for row in result.ablation.sink_heads.rows]
     assert labels == ["L1H3"]
 
 

@@ -13,11 +13,13 @@ import huggingface_hub
 import pytest
 import torch
 
-from pretrained_analysis.audit import AuditConfig, audit
-from pretrained_analysis.compare import markdown_escape
+from interp.codec import encode
+from pretrained_analysis.audit import AuditConfig, AuditResult, audit, read_audit
+from pretrained_analysis.compare import markdown_escape, read_comparison
 from pretrained_analysis.loading import LoadSpec, load_model
 from pretrained_analysis.prompts import PromptSpec, load_prompt_set, tokenize_prompts
 from sinkscope.cli import main
+from test_codec import assert_json_files_round_trip
 from tiny_models import build_tiny_checkpoints, build_tiny_gpt2, build_tiny_gpt_neox, install_in_hf_cache, load_hf_model
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -72,27 +74,20 @@ def hf_reference(
     return torch.stack(mass), torch.stack(alpha), rate
 
 
-def head_matrix(data: dict, name: str) -> torch.Tensor:
-    n_layers, n_heads = data["model"]["n_layers"], data["model"]["n_heads"]
-    matrix = torch.full((n_layers, n_heads), float("nan"), dtype=torch.float64)
-    for row in data["heads"]:
-        matrix[row["layer"], row["head"]] = row[name]
-    return matrix
-
-
-def check_against_hf(data: dict, model_dir: Path, model_class: str, spec: PromptSpec) -> None:
+def check_against_hf(result: AuditResult, model_dir: Path, model_class: str, spec: PromptSpec) -> None:
+    """The audit as read back from audit.json against transformers' eager attention."""
     mass, alpha, rate = hf_reference(model_dir, model_class, spec)
-    torch.testing.assert_close(head_matrix(data, "anchor_mass"), mass, atol=1e-5, rtol=0)
-    torch.testing.assert_close(head_matrix(data, "alpha"), alpha, atol=1e-5, rtol=0)
-    per_layer = torch.tensor([layer["anchor_mass"] for layer in data["layers"]], dtype=torch.float64)
+    torch.testing.assert_close(result.probe.matrix("anchor_mass"), mass, atol=1e-5, rtol=0)
+    torch.testing.assert_close(result.probe.matrix("alpha"), alpha, atol=1e-5, rtol=0)
+    per_layer = torch.tensor([layer.anchor_mass for layer in result.probe.layers], dtype=torch.float64)
     torch.testing.assert_close(per_layer, mass.mean(dim=1), atol=1e-5, rtol=0)
-    assert data["sink_rate"] == pytest.approx(rate, abs=1e-9)
+    assert {str(r.eps): r.percent for r in result.sink_rates} == pytest.approx(rate, abs=1e-9)
 
 
-def check_output_dir(out: Path, data: dict) -> None:
-    for name in data["figures"]:
+def check_output_dir(out: Path, result: AuditResult) -> None:
+    for name in result.figures:
         assert (out / name).read_bytes()[:8] == PNG, name
-    assert (out / "heads.csv").read_text().count("\n") == len(data["heads"]) + 1
+    assert (out / "heads.csv").read_text().count("\n") == len(result.probe.heads) + 1
     assert not [path.name for path in out.iterdir() if path.name.startswith(".")]  # no temp files left
 
 
@@ -103,27 +98,24 @@ def test_causal_audit_end_to_end_matches_hf(request, tmp_path, capsys, fixture, 
     code, stdout, stderr = run_cli(["audit", str(model_dir), "--out", str(out), "--ablate", "--json", *FAST], capsys)
     assert code == 0, stderr
     data = json.loads((out / "audit.json").read_text())
-    assert json.loads(stdout) == data
-    assert data["model"]["causal"] and data["model"]["label"] == model_dir.name and data["revision"] is None
-    assert data["bos"] == {
-        "prepend_bos": True,
-        "anchor": "the first real token of each prompt",
-        "anchor_token": "<|endoftext|>",
-    }
-    assert (
-        data["prompts"]["n_prompts"] == 6 and data["prompts"]["max_len"] == 24 and data["prompts"]["kind"] == "builtin"
-    )
-    assert [(row["layer"], row["head"]) for row in data["sink_heads"]] == [sink]
-    assert {"layer", "anchor_mass", "sink_heads", "anchor_resid_norm"} <= set(data["layers"][0])
-    assert set(data["sink_rate"]) == {"0.3", "0.8"} and set(data["versions"]) >= {"torch", "transformer-lens"}
-    check_against_hf(data, model_dir, "AutoModelForCausalLM", PromptSpec(n_prompts=6, max_len=24))
-    ablation = data["ablation"]
-    assert [row["label"] for row in ablation["sink_heads"]["rows"]] == [f"L{sink[0]}H{sink[1]}"]
-    row = ablation["sink_heads"]["rows"][0]
-    assert row["error_before"] == pytest.approx(ablation["base_loss"], abs=1e-9)
-    assert row["error_after_remove"] != row["error_before"]
-    assert ablation["evict_anchor"]["delta"] == pytest.approx(ablation["evict_anchor"]["loss"] - ablation["base_loss"])
-    check_output_dir(out, data)
+    assert {key: value for key, value in data.items() if not key.startswith("schema")} == json.loads(stdout)
+    assert (data["schema"], data["schema_version"]) == ("audit", 1)
+    result = read_audit(out)
+    assert result.model.causal and result.model.label == model_dir.name and result.model.revision is None
+    assert result.prompts.spec.prepend_bos and result.prompts.anchor_token == "<|endoftext|>"
+    assert result.anchor == "the first real token of each prompt"
+    assert result.prompts.n_prompts == 6 and result.prompts.spec.max_len == 24 and result.prompts.spec.kind == "builtin"
+    assert [(row.layer, row.head) for row in result.sink_heads()] == [sink]
+    assert [rate.eps for rate in result.sink_rates] == [0.3, 0.8]
+    assert {name for name, _ in result.versions} >= {"torch", "transformer-lens"}
+    check_against_hf(result, model_dir, "AutoModelForCausalLM", PromptSpec(n_prompts=6, max_len=24))
+    ablation = result.ablation
+    assert ablation is not None
+    assert [row.label for row in ablation.sink_heads.rows] == [f"L{sink[0]}H{sink[1]}"]
+    row = ablation.sink_heads.rows[0]
+    assert row.error_before == pytest.approx(ablation.base_loss, abs=1e-9)
+    assert row.error_after_remove != row.error_before
+    check_output_dir(out, result)
 
 
 def test_minilm_encoder_audit_uses_cls_and_skips_loss(minilm_dir, tmp_path, capsys):
@@ -143,24 +135,24 @@ def test_minilm_encoder_audit_uses_cls_and_skips_loss(minilm_dir, tmp_path, caps
     code, stdout, stderr = run_cli(argv, capsys)
     assert code == 0, stderr
     assert "model: 6 layers x 12 heads" in stdout
-    data = json.loads((out / "audit.json").read_text())
-    assert not data["model"]["causal"] and data["model"]["architecture"] == "BertModel"
-    assert data["bos"]["anchor_token"] == "[CLS]" and data["ablation"] is None
-    assert any("ablations were skipped" in note for note in data["notes"])
-    check_against_hf(data, Path(minilm_dir), "AutoModel", PromptSpec(n_prompts=12))
-    per_layer = [layer["anchor_mass"] for layer in data["layers"]]
+    result = read_audit(out)
+    assert not result.model.causal and result.model.architecture == "BertModel"
+    assert result.prompts.anchor_token == "[CLS]" and result.ablation is None
+    assert any("ablations were skipped" in note for note in result.notes)
+    check_against_hf(result, Path(minilm_dir), "AutoModel", PromptSpec(n_prompts=12))
+    per_layer = [layer.anchor_mass for layer in result.probe.layers]
     assert min(per_layer[1:5]) > 0.35  # the real [CLS] sink of layers 1-4 (DESIGN.md)
-    check_output_dir(out, data)
+    check_output_dir(out, result)
 
 
 def test_no_prepend_bos_is_recorded_and_removes_the_planted_sink(tiny_gpt2, tmp_path, capsys):
     out = tmp_path / "no-bos"
     code, _, stderr = run_cli(["audit", str(tiny_gpt2), "--out", str(out), "--no-prepend-bos", *FAST], capsys)
     assert code == 0, stderr
-    data = json.loads((out / "audit.json").read_text())
-    assert data["bos"]["prepend_bos"] is False and data["prompts"]["prepend_bos"] is False
-    assert data["sink_heads"] == []  # the planted sink keys on the BOS embedding
-    check_against_hf(data, tiny_gpt2, "AutoModelForCausalLM", PromptSpec(n_prompts=6, max_len=24, prepend_bos=False))
+    result = read_audit(out)
+    assert result.prompts.spec.prepend_bos is False and result.probe.model.prepend_bos is False
+    assert result.sink_heads() == []  # the planted sink keys on the BOS embedding
+    check_against_hf(result, tiny_gpt2, "AutoModelForCausalLM", PromptSpec(n_prompts=6, max_len=24, prepend_bos=False))
 
 
 def test_existing_out_is_refused_unless_overwrite(tiny_gpt2, tmp_path, capsys):
@@ -207,16 +199,18 @@ def test_checkpoint_comparison_from_local_directories(tmp_path, capsys):
     code, stdout, stderr = run_cli(["audit", *map(str, checkpoints), "--out", str(out), "--ablate", *FAST], capsys)
     assert code == 0, stderr
     assert "| step0 |" in stdout and "comparison.md" in stdout
-    comparison = json.loads((out / "comparison.json").read_text())
-    rows = comparison["rows"]
-    assert [row["label"] for row in rows] == ["step0", "step30", "step60"]
+    rows = read_comparison(out).rows
+    assert [row.label for row in rows] == ["step0", "step30", "step60"]
     for row in rows:
-        data = json.loads((out / row["directory"] / "audit.json").read_text())
-        assert row["sink_rate"] == data["sink_rate"]
-        assert row["layer_anchor_mass"] == [layer["anchor_mass"] for layer in data["layers"]]
-        assert row["n_sink_heads"] == len(data["sink_heads"])
-        assert row["evict_anchor_loss_delta"] == pytest.approx(data["ablation"]["evict_anchor"]["delta"])
-    assert rows[0]["base_loss"] > rows[-1]["base_loss"]  # the run trained
+        assert row.directory is not None
+        result = read_audit(out / row.directory)
+        assert row.sink_rate == {str(rate.eps): rate.percent for rate in result.sink_rates}
+        assert row.layer_anchor_mass == tuple(layer.anchor_mass for layer in result.probe.layers)
+        assert row.n_sink_heads == len(result.sink_heads())
+        assert result.ablation is not None
+        assert row.evict_anchor_loss_delta == pytest.approx(result.ablation.evict_anchor_delta)
+    assert rows[0].base_loss > rows[-1].base_loss  # the run trained
+    assert assert_json_files_round_trip(out) == {"audit", "comparison"}
     assert "| step30 |" in (out / "comparison.md").read_text()
     for name in ("comparison_sink_rate.png", "comparison_anchor_mass_by_layer.png"):
         assert (out / name).read_bytes()[:8] == PNG
@@ -238,9 +232,9 @@ def test_revision_sweep_of_a_hub_name_from_the_local_cache(tmp_path, capsys, mon
         ("pythia-14m@step0", "step0"),
         ("pythia-14m@step30", "step30"),
     ]
-    data = json.loads((out / "pythia-14m-step30" / "audit.json").read_text())
-    assert data["revision"] == "step30" and data["model"]["location"] == "EleutherAI/pythia-14m"
-    assert data["model"]["architecture"] == "GPTNeoXForCausalLM"
+    model = read_audit(out / "pythia-14m-step30").model
+    assert model.revision == "step30" and model.location == "EleutherAI/pythia-14m"
+    assert model.architecture == "GPTNeoXForCausalLM"
     code, _, err = run_cli(["audit", "pythia-14m", "--revision", "step999", "--out", str(tmp_path / "y")], capsys)
     assert code == 2 and "step999" in err and "save_pretrained" in err
 
@@ -252,9 +246,9 @@ def test_python_api_is_reproducible(tiny_gpt2):
         audit(loaded, PromptSpec(source="random", n_prompts=6, max_len=16, seed=seed), config, progress=False)
         for seed in (0, 0, 1)
     )
-    assert first.to_dict()["heads"] == again.to_dict()["heads"]
-    assert first.to_dict()["heads"] != other.to_dict()["heads"]
-    assert first.prompts.location == "random tokens" and first.sink_rate()["0.3"] == 25.0
+    assert encode(first.probe.heads) == encode(again.probe.heads)
+    assert encode(first.probe.heads) != encode(other.probe.heads)
+    assert first.prompts.location == "random tokens" and first.sink_rates[0].percent == 25.0
 
 
 def test_markdown_escape_neutralises_table_and_html():

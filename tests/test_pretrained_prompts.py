@@ -62,7 +62,7 @@ def test_tokens_follow_bos_rule_truncation_and_padding(files, tiny):
     summary = with_bos.summary
     assert summary.n_truncated == sum(len(ids) + 1 > 24 for ids in plain) > 0
     assert summary.max_tokens == 24 and summary.anchor_token == "<|endoftext|>"
-    assert summary.to_dict()["prepend_bos"] is True and summary.to_dict()["kind"] == "file"
+    assert summary.spec.prepend_bos is True and summary.spec.kind == "file"
     without = tokenize_prompts(
         load_prompt_set(PromptSpec(source=str(files / "p.txt"), max_len=24, prepend_bos=False)), tiny
     )

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from interp.codec import encode
 from probes.default_state import DefaultStateConfig, default_state_test
 from probes.probe import probe_model
 from tiny_models import toy_sink_model as sink_model
@@ -35,7 +36,7 @@ def test_removing_the_sink_breaks_default_positions_far_more_than_control():
     assert row.remove_increase.mean > 10 * max(row.control_increase.mean, 1e-12)
     assert row.remove_increase.ci_low > row.control_increase.ci_high
     assert row.cohens_d > 1.0
-    json.dumps(result.to_dict())
+    json.dumps(encode(result), allow_nan=False)
 
 
 def test_relu_model_has_no_sink_to_remove():

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from interp.codec import encode
 from interp.hooked_model import HookedModel
 from probes.patch_hooks import PatchSite, patch_activation
 from probes.patching import MetricContext, activation_patching
@@ -140,13 +141,13 @@ def test_table_and_json():
     table = result.table()
     assert [(row["layer"], row["head"], row["position"]) for row in table] == [(0, 0, None), (0, 1, None)]
     assert {"patched", "target", "source", "effect", "normalised_effect"} <= set(table[0])
-    data = json.loads(result.to_json())
+    data = json.loads(json.dumps(encode(result), allow_nan=False))
     assert data["hook"] == "z" and data["per"] == ["layer", "head"] and len(data["rows"]) == 2
     identity = activation_patching(
         split_relu_model()[0], untriggered, untriggered, "z", projection_on_source_target(batch)
     )
     assert all(row.effect == 0.0 and math.isnan(row.normalised_effect) for row in identity.rows)
-    assert json.loads(identity.to_json())["rows"][0]["normalised_effect"] is None and identity.notes
+    assert encode(identity)["rows"][0]["normalised_effect"] is None and identity.notes
 
 
 def test_patch_activation_slices_heads_and_query_rows():

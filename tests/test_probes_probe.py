@@ -3,14 +3,14 @@ serialisation, cancellation between layers, and the one-layer-at-a-time memory b
 
 from __future__ import annotations
 
-import json
 import weakref
 
 import pytest
 import torch
 
+from interp.codec import encode, read_result, write_result
 from interp.hooked_model import HookedModel
-from probes.probe import ProbeConfig, probe_model
+from probes.probe import ProbeConfig, ProbeResult, probe_model
 from tiny_models import toy_sink_model as sink_model
 from toy.model import ToyModelConfig, ToyTransformer
 from toy.task import TaskConfig, eval_batch
@@ -60,7 +60,7 @@ def test_batches_accumulate_exactly(task_batch):
 
 def test_serialises_to_json_and_csv(task_batch, tmp_path):
     result = probe_model(sink_model(), task_batch.tokens)
-    data = json.loads(result.to_json())
+    data = encode(result)
     assert data["model"]["family"] == "toy"
     assert len(data["heads"]) == 4 and data["heads"][0]["anchor_mass_other"] is None
     assert {
@@ -73,7 +73,8 @@ def test_serialises_to_json_and_csv(task_batch, tmp_path):
         "row_entropy",
         "dormant",
     } <= set(data["heads"][0])
-    result.write_json(str(tmp_path / "probe.json"))
+    write_result(tmp_path / "probe.json", result)
+    assert encode(read_result(tmp_path / "probe.json", ProbeResult)) == data  # NaN (null) included
     result.write_heads_csv(str(tmp_path / "heads.csv"))
     lines = (tmp_path / "heads.csv").read_text().splitlines()
     assert len(lines) == 5 and lines[0].startswith("layer,head,anchor_mass")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from test_codec import assert_json_files_round_trip
 from toy.experiment import seed_groups
 from toy.reproduce import ReproduceConfig, reproduce
 from toy.train import train
@@ -60,6 +61,14 @@ def test_outputs_have_the_documented_layout(tmp_path):
     assert len(summary.checks) == len(data["checks"])
     assert data["figures"] == ["tradeoff.png"] and (out / "tradeoff.png").is_file()
     assert "softmax-1x1-seed0 (W_Q x factor)" in json.loads((out / "tradeoff.json").read_text())["series"]
+    assert assert_json_files_round_trip(out) == {
+        "reproduce_config",
+        "reproduction",
+        "tradeoff",
+        "run_config",
+        "train_result",
+        "provenance",
+    }
 
 
 def test_rerun_resumes_and_different_settings_are_refused(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from interp.codec import decode, encode
 from toy.task import TaskConfig, eval_batch, make_targets, make_tokens, sample_batch
 
 N, L = 5, 4  # d_model 5: BOS flag, trigger flag, features 2..3, bias 4
@@ -170,7 +171,7 @@ def test_bad_sampling_arguments():
         sample_batch(config, 2, generator, "single", trigger_position=L)
 
 
-def test_task_config_from_dict_rejects_unknown_keys():
-    assert TaskConfig.from_dict(TaskConfig(d_model=8).to_dict()) == TaskConfig(d_model=8)
-    with pytest.raises(ValueError, match="unknown task config keys"):
-        TaskConfig.from_dict({"d_model": 8, "n_triggers": 2})
+def test_task_config_round_trips_and_rejects_unknown_keys():
+    assert decode(TaskConfig, encode(TaskConfig(d_model=8))) == TaskConfig(d_model=8)
+    with pytest.raises(ValueError, match=r"unknown fields \['n_triggers'\]"):
+        decode(TaskConfig, {"d_model": 8, "n_triggers": 2})

@@ -7,7 +7,9 @@ import json
 import pytest
 import torch
 
+from interp.codec import encode
 from sinkscope.cli import main
+from test_codec import assert_json_files_round_trip
 from toy.constructions import relu_exact_model, softmax_scaled_model
 from toy.model import ToyModelConfig
 from toy.patching import remove_trigger, trigger_patching
@@ -35,7 +37,7 @@ def test_constructions_carry_the_trigger_in_their_head_at_the_trigger(build):
     positions = result.positions.matrix()[0]
     assert positions[TASK.eval_trigger_position].item() == pytest.approx(1.0, abs=1e-5)
     assert torch.count_nonzero(positions) == 1
-    json.dumps(result.to_dict())
+    json.dumps(encode(result), allow_nan=False)
 
 
 def test_cli_patch_on_a_trained_run(tmp_path, capsys):
@@ -50,5 +52,6 @@ def test_cli_patch_on_a_trained_run(tmp_path, capsys):
     assert positions[7] > 0.95 and all(abs(v) < 0.05 for p, v in positions.items() if p != 7)
     for name in ("patching.json", "patching_heads.png", "patching_positions.png"):
         assert (run / "patch" / name).stat().st_size > 0
+    assert assert_json_files_round_trip(run / "patch") == {"trigger_patching", "patching"}
     assert main(["toy", "patch", str(run), "--inputs", "64"]) == 2  # no silent overwrite
     assert "--overwrite" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from sinkscope.cli import main
+from test_codec import assert_json_files_round_trip
 from toy.model import ToyModelConfig
 from toy.probe_run import probe_run
 from toy.run_dir import RunConfig, TrainConfig
@@ -54,7 +55,8 @@ def test_cli_probe_json_and_no_overwrite(trained_runs, tmp_path, capsys):
     out = tmp_path / "p"
     assert main(["toy", "probe", str(trained_runs["softmax"]), "--out", str(out), "--sequences", "100", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["default_state_test"]["sink_heads"] == [[0, 0]]
+    assert data["default_state"]["sink_heads"] == [[0, 0]]
+    assert assert_json_files_round_trip(out) == {"probe", "toy_default_state", "provenance"}
     assert main(["toy", "probe", str(trained_runs["softmax"]), "--out", str(out), "--sequences", "100"]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert main(["toy", "probe", str(tmp_path / "missing"), "--sequences", "100"]) == 2

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 import toy.train as train_module
+from interp.codec import encode
 from probes.sink_metrics import anchor_mass
 from toy.model import ToyModelConfig
 from toy.run_dir import (
@@ -21,7 +22,7 @@ from toy.run_dir import (
     load_model,
     read_config,
     read_metrics,
-    read_result,
+    read_train_result,
 )
 from toy.task import TaskConfig, eval_batch
 from toy.train import RunDirectoryError, TrainingDiverged, train
@@ -91,7 +92,7 @@ def test_run_directory_layout(tmp_path, captured_models):
         ]
     assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
 
-    assert read_result(run).to_dict() == result.to_dict()
+    assert encode(read_train_result(run)) == encode(result)
     # the final checkpoint holds the final weights
     _assert_same_weights(_weights(run), load_file(str(checkpoint_dirs(run)[-1] / "model.safetensors")))
 
@@ -125,7 +126,7 @@ def test_extending_max_steps_equals_one_long_run(tmp_path):
     assert read_config(tmp_path / "split").train.max_steps == 60
     # a finished run is not retrained: the stored result comes back
     again = train(_config(max_steps=60), tmp_path / "split", progress=False)
-    assert again.to_dict() == resumed.to_dict()
+    assert encode(again) == encode(resumed)
     # and a lower max_steps than what was done also returns the stored result
     assert train(_config(max_steps=30), tmp_path / "split", progress=False).steps == 60
 
@@ -185,7 +186,7 @@ def test_divergence_stops_with_a_good_checkpoint(tmp_path, lr):
     message = str(error.value)
     assert "step-00000000" in message and "--lr" in message
     assert [p.name for p in checkpoint_dirs(run)] == ["step-00000000"]
-    result = read_result(run)
+    result = read_train_result(run)
     assert result.status == "diverged" and not result.converged
 
     def refuse(constant: str) -> None:

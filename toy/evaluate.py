@@ -11,8 +11,9 @@ Two evaluation sets, both fresh (never seen in training):
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -59,8 +60,12 @@ class ToyDefaultState:
     inputs: before, after removing every sink head's sink at once, and after the matched
     control (one random visible non-anchor key masked per query instead). CIs are 95%
     bootstrap intervals of the per-input increase; ``error_growth_*`` is the error after
-    divided by the error before. ``heads`` has the per-head rows.
+    divided by the error before. ``heads`` has the per-head rows. Persisted as a toy
+    probe's ``default_state.json``.
     """
+
+    SCHEMA: ClassVar[str] = "toy_default_state"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     sink_heads: list[list[int]]
     default_error_before: float | None
@@ -72,14 +77,6 @@ class ToyDefaultState:
     error_growth_control: float | None
     note: str
     heads: list[DefaultStateRow]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ToyDefaultState:
-        """Read back ``to_dict()`` (``default_state.json``, or a model in ``summary.json``)."""
-        return cls(**{**data, "heads": [DefaultStateRow.from_dict(row) for row in data["heads"]]})
 
     @classmethod
     def from_result(cls, result: DefaultStateResult) -> ToyDefaultState:
@@ -133,9 +130,6 @@ class ModelEvaluation:
     @property
     def sink_heads(self) -> list[tuple[int, int]]:
         return [(row.layer, row.head) for row in self.heads_table if row.is_sink_head]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _pattern_stats(model: ToyTransformer, batch: TaskBatch) -> tuple[torch.Tensor, list[torch.Tensor]]:

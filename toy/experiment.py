@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,8 @@ from interp.atomic_io import (
     check_output_directory,
     holds_files,
     locked_directory,
-    read_json,
 )
+from interp.codec import Persisted, read_result, write_result
 from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.progress import ExperimentProgress
@@ -60,31 +60,15 @@ class ModelSummary:
     figures: list[str]
     default_mse: float | None = None  # MSE at default positions (absent from older summaries)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ModelSummary:
-        state = data["default_state_test"]
-        return cls(
-            **{
-                **data,
-                "heads_table": [HeadRow(**row) for row in data["heads_table"]],
-                "default_state_test": None if state is None else ToyDefaultState.from_dict(state),
-            }
-        )
-
 
 def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tuple[str, RunConfig]]]:
     """Jobs whose configs differ only in ``train.seed``, in groups trained as one batched
     computation (``toy.train.train_seeds``): at most ceil(seeds / workers) seeds a group, so
     every worker gets a share of the costliest configuration. Order is kept (groups
     follow their first job), so costliest-first stays costliest-first."""
-    by_key: dict[str, list[tuple[str, RunConfig]]] = {}
+    by_key: dict[RunConfig, list[tuple[str, RunConfig]]] = {}
     for name, config in jobs:
-        key = config.to_dict()
-        key["train"] = {k: v for k, v in key["train"].items() if k != "seed"}
-        by_key.setdefault(repr(key), []).append((name, config))
+        by_key.setdefault(config.without_seed(), []).append((name, config))
     groups = []
     for members in by_key.values():
         size = -(-len(members) // max(1, workers))
@@ -192,7 +176,7 @@ def run_jobs(
 def experiment_directory(
     out_dir: str | os.PathLike,
     marker_file: str,
-    settings: dict[str, Any],
+    settings: Persisted,
     what: str,
     overwrite: bool,
 ) -> Iterator[Path]:
@@ -209,20 +193,20 @@ def experiment_directory(
     with locked_directory(out_dir):
         marker = out_dir / marker_file
         if marker.exists() and not overwrite:
-            if read_json(marker) != settings:
+            if read_result(marker, type(settings), f"use another output directory or overwrite {what}") != settings:
                 raise FileExistsError(
                     f"{out_dir} holds {what} with different settings; use another --out or pass --overwrite"
                 )
             yield out_dir  # same settings: resume
             return
         if not holds_files(out_dir):
-            atomic_write_json(marker, settings)
+            write_result(marker, settings)
             yield out_dir
             return
         if not overwrite:
             raise FileExistsError(f"{out_dir} exists and is not empty; use another --out or pass --overwrite")
         with atomic_directory(out_dir, replace=True) as staging:
-            atomic_write_json(staging / marker_file, settings)
+            write_result(staging / marker_file, settings)
             try:
                 yield staging
             except TrainingDiverged as error:  # its checkpoints go with the staging directory

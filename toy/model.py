@@ -23,19 +23,16 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.attention import HookedAttention
 from interp.attention_kinds import validate_attention_kind
-from interp.config_io import JsonConfig
 from interp.layer_norm import HookedLayerNorm
 from interp.mlp import HookedMLP
 from toy.task import TargetKind
 
 
 @dataclass(frozen=True)
-class ToyModelConfig(JsonConfig):
+class ToyModelConfig:
     """Architecture of a toy model. ``d_head=None`` means full width (d_model), as in the
     paper; ``residual=None`` means the paper's choice (no residual for one layer,
     residual for several)."""
-
-    config_name = "model"
 
     n_layers: int = 1
     n_heads: int = 1

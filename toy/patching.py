@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 import torch
 
-from interp.atomic_io import atomic_directory, atomic_write_json, claim_output_directory
+from interp.atomic_io import atomic_directory, claim_output_directory
+from interp.codec import write_result
 from probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
 from reports.plots import heatmap
 from toy.model import ToyTransformer
@@ -31,6 +32,7 @@ HEADS_FILE = "patching_heads.json"
 POSITIONS_FILE = "patching_positions.json"
 HEADS_FIGURE = "patching_heads.png"
 POSITIONS_FIGURE = "patching_positions.png"
+TRIGGER_METRIC = "output at the trigger position projected on the triggered input's target"
 
 
 def remove_trigger(batch: TaskBatch, task: TaskConfig) -> torch.Tensor:
@@ -59,19 +61,15 @@ def trigger_projection(batch: TaskBatch) -> MetricFn:
 @dataclass(frozen=True)
 class TriggerPatching:
     """``heads``: ``z`` patched per (layer, head); ``positions``: ``resid_pre`` patched
-    per (layer, position); both triggered -> untriggered at ``trigger_position``."""
+    per (layer, position); both triggered -> untriggered at ``trigger_position``,
+    scored by ``TRIGGER_METRIC``. Persisted as ``patching.json``."""
+
+    SCHEMA: ClassVar[str] = "trigger_patching"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     trigger_position: int
     heads: PatchingResult
     positions: PatchingResult
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "trigger_position": self.trigger_position,
-            "metric": "output at the trigger position projected on the triggered input's target",
-            "heads": self.heads.to_dict(),
-            "positions": self.positions.to_dict(),
-        }
 
 
 def trigger_patching(model: ToyTransformer, task: TaskConfig, n_inputs: int = 256, seed: int = 0) -> TriggerPatching:
@@ -114,9 +112,9 @@ def patch_run(
             )
         # built aside and swapped in whole: an old result stays complete until the new one is
         with atomic_directory(out_dir, replace=overwrite) as tmp:
-            atomic_write_json(tmp / PATCHING_FILE, result.to_dict())
-            result.heads.write_json(str(tmp / HEADS_FILE))
-            result.positions.write_json(str(tmp / POSITIONS_FILE))
+            write_result(tmp / PATCHING_FILE, result)
+            write_result(tmp / HEADS_FILE, result.heads)
+            write_result(tmp / POSITIONS_FILE, result.positions)
             heatmap(
                 np.nan_to_num(result.heads.matrix().numpy()),
                 tmp / HEADS_FIGURE,

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from interp.atomic_io import atomic_directory, atomic_write_json, claim_output_directory
+from interp.atomic_io import atomic_directory, claim_output_directory
+from interp.codec import write_result
 from interp.provenance import PROVENANCE_FILE, write_provenance
 from probes.default_state import default_state_test
 from probes.probe import ProbeConfig, ProbeResult, probe_model
@@ -31,15 +32,6 @@ class ToyProbeReport:
     probe: ProbeResult
     default_state: ToyDefaultState
     files: list[str]
-
-    def to_dict(self) -> dict:
-        return {
-            "run_dir": self.run_dir,
-            "out_dir": self.out_dir,
-            "probe": self.probe.to_dict(),
-            "default_state_test": self.default_state.to_dict(),
-            "files": self.files,
-        }
 
 
 def probe_run(
@@ -75,9 +67,9 @@ def probe_run(
         )
         # built aside and swapped in whole: an old result stays complete until the new one is
         with atomic_directory(out_dir, replace=overwrite) as tmp:
-            probe.write_json(str(tmp / "probe.json"))
+            write_result(tmp / "probe.json", probe)
             probe.write_heads_csv(str(tmp / "heads.csv"))
-            atomic_write_json(tmp / "default_state.json", state.to_dict())
+            write_result(tmp / "default_state.json", state)
             layer_head_map(
                 probe.anchor_mass_matrix().numpy(),
                 tmp / "anchor_mass.png",

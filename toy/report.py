@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from interp.atomic_io import read_json
+from interp.codec import read_result
 from interp.provenance import read_provenance
 from probes.probe import ProbeResult
 from reports.document import (
@@ -35,7 +35,6 @@ from reports.sections import (
     head_table,
     layer_table,
     patching_finding,
-    patching_from_dict,
     patching_table,
     provenance_block,
     sink_head_phrase,
@@ -45,7 +44,15 @@ from reports.sections import (
 from reports.write import ReportKind
 from toy.evaluate import SINK_EPS, ToyDefaultState
 from toy.experiment import ModelSummary
-from toy.patching import HEADS_FIGURE, HEADS_FILE, PATCHING_FILE, POSITIONS_FIGURE, POSITIONS_FILE, TriggerPatching
+from toy.patching import (
+    HEADS_FIGURE,
+    HEADS_FILE,
+    PATCHING_FILE,
+    POSITIONS_FIGURE,
+    POSITIONS_FILE,
+    TRIGGER_METRIC,
+    TriggerPatching,
+)
 from toy.reproduce import REPRODUCE_FILE, ReproduceSummary
 from toy.run_dir import CONFIG_FILE, RunConfig, read_config
 from toy.sweep import SWEEP_COLUMNS, SWEEP_FILE, SweepResult, sweep_table_cells
@@ -100,7 +107,7 @@ def _model_sentence(models: list[ModelSummary]) -> str:
 
 def _tradeoff_findings(result: TradeoffResult) -> list[str]:
     findings = []
-    series = dict(result.series)
+    series = result.series
     construction = series.get(CONSTRUCTION_SERIES, ())
     if construction:
         low, high = construction[0], construction[-1]
@@ -114,7 +121,7 @@ def _tradeoff_findings(result: TradeoffResult) -> list[str]:
             f"The exact ReLU construction reaches default-position MSE {sig(point.default_mse)} with BOS "
             f"mass {point.anchor_mass_default:.3f}: no sink needed."
         )
-    for name, points in result.series:
+    for name, points in result.series.items():
         trained = [p for p in points if p.scale == 1.0]
         if name.endswith(RUN_SERIES_SUFFIX) and trained:
             run = name.removesuffix(RUN_SERIES_SUFFIX)
@@ -137,7 +144,7 @@ def _tradeoff_blocks(source: Path, result: TradeoffResult) -> list[Block]:
     )
     rows = tuple(
         (name, p.label, p.scale, p.anchor_mass_default, p.default_mse, p.default_linf, p.trigger_mse)
-        for name, points in result.series
+        for name, points in result.series.items()
         for p in points
     )
     return [
@@ -153,9 +160,11 @@ def _tradeoff_blocks(source: Path, result: TradeoffResult) -> list[Block]:
 
 
 def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
-    summary = ReproduceSummary.from_dict(read_json(source / SUMMARY_FILE))
+    summary = read_result(source / SUMMARY_FILE, ReproduceSummary, "regenerate it with sinkscope toy reproduce")
     tradeoff = (
-        TradeoffResult.from_dict(read_json(source / TRADEOFF_FILE)) if (source / TRADEOFF_FILE).is_file() else None
+        read_result(source / TRADEOFF_FILE, TradeoffResult, "regenerate it with sinkscope toy reproduce")
+        if (source / TRADEOFF_FILE).is_file()
+        else None
     )
     config, models = summary.config, summary.models
     converged = [m for m in models if m.converged]
@@ -356,8 +365,8 @@ def _source_run_dir(source: Path) -> Path | None:
 
 
 def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
-    probe = ProbeResult.from_dict(read_json(source / PROBE_FILE))
-    state = ToyDefaultState.from_dict(read_json(source / DEFAULT_STATE_FILE))
+    probe = read_result(source / PROBE_FILE, ProbeResult, "regenerate it with sinkscope toy probe")
+    state = read_result(source / DEFAULT_STATE_FILE, ToyDefaultState, "regenerate it with sinkscope toy probe")
     run_dir = _source_run_dir(source)
     run_config: RunConfig | None = read_config(run_dir) if run_dir is not None else None
     name = run_dir.name if run_dir is not None else source.name
@@ -371,7 +380,7 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
         if state.heads
         else f"Default-state test: {state.note}.",
         f"Sink rate (Gu et al., alpha over queries from BOS on > eps): "
-        f"{sink_rate_phrase([(rate.eps, rate.percent) for rate in probe.sink_rates])} of (sequence, layer, head) entries.",
+        f"{sink_rate_phrase(probe.sink_rates)} of (sequence, layer, head) entries.",
     ]
     if sinks:
         findings.append(value_share_phrase(sinks, "BOS"))
@@ -454,12 +463,7 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
 
 
 def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
-    data = read_json(source / PATCHING_FILE)
-    result = TriggerPatching(
-        trigger_position=int(data["trigger_position"]),
-        heads=patching_from_dict(data["heads"]),
-        positions=patching_from_dict(data["positions"]),
-    )
+    result = read_result(source / PATCHING_FILE, TriggerPatching, "regenerate it with sinkscope toy patch")
     run_dir = _source_run_dir(source)
     name = run_dir.name if run_dir is not None else source.name
     trigger = result.trigger_position
@@ -468,7 +472,7 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
     ]
     findings = [
         f"{name}: triggered inputs patched into copies whose trigger (position {trigger}, 0-indexed) is a content "
-        f"token; metric: {data['metric']} (1 = the triggered output).",
+        f"token; metric: {TRIGGER_METRIC} (1 = the triggered output).",
         patching_finding(result.heads),
         patching_finding(result.positions),
     ]
@@ -520,7 +524,7 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
 
 
 def tradeoff_report(source: Path, figure_dir: Path) -> ReportDocument:
-    result = TradeoffResult.from_dict(read_json(source / TRADEOFF_FILE))
+    result = read_result(source / TRADEOFF_FILE, TradeoffResult, "regenerate it with sinkscope toy tradeoff")
     return ReportDocument(
         title="Theorem 1: default-position error vs sink mass",
         subtitle=f"sinkscope toy tradeoff · {source}",
@@ -553,7 +557,7 @@ def _sweep_findings(result: SweepResult) -> list[str]:
 
 
 def sweep_report(source: Path, figure_dir: Path) -> ReportDocument:
-    result = SweepResult.from_dict(read_json(source / SUMMARY_FILE))
+    result = read_result(source / SUMMARY_FILE, SweepResult, "regenerate it with sinkscope toy sweep")
     table = Table(
         "Configurations (aggregated over seeds)",
         tuple(Column(name, fmt, fmt != "") for name, fmt in SWEEP_COLUMNS),

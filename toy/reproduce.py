@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from interp.atomic_io import atomic_write_json, atomic_write_text
+from interp.atomic_io import atomic_write_text
+from interp.codec import write_result
 from interp.provenance import write_provenance
 from reports.markdown import markdown_table
 from toy.experiment import ModelSummary, experiment_directory, run_jobs
@@ -33,7 +35,11 @@ REPRODUCE_FILE = "reproduce.json"
 
 @dataclass(frozen=True)
 class ReproduceConfig:
-    """What to train. ``quick()`` is the README's preset: one seed, capped steps."""
+    """What to train. ``quick()`` is the README's preset: one seed, capped steps.
+    Persisted as ``reproduce.json``, the marker that lets a re-run resume."""
+
+    SCHEMA: ClassVar[str] = "reproduce_config"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     seeds: int = 3
     first_seed: int = 0
@@ -79,23 +85,6 @@ class ReproduceConfig:
                     jobs.append((f"{attention}-{layers}x{heads}-seed{seed}", RunConfig(model, self.task, train_config)))
         return sorted(jobs, key=lambda job: -job[1].model.n_layers * job[1].model.n_heads)
 
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["architectures"] = [list(a) for a in self.architectures]
-        data["attentions"] = list(self.attentions)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ReproduceConfig:
-        return cls(
-            **{
-                **data,
-                "architectures": tuple((int(layers), int(heads)) for layers, heads in data["architectures"]),
-                "attentions": tuple(data["attentions"]),
-                "task": TaskConfig.from_dict(data["task"]),
-            }
-        )
-
 
 @dataclass
 class Check:
@@ -108,31 +97,16 @@ class Check:
 
 @dataclass
 class ReproduceSummary:
+    """The reproduction (``summary.json``): every model, the paper's claims checked."""
+
+    SCHEMA: ClassVar[str] = "reproduction"
+    SCHEMA_VERSION: ClassVar[int] = 1
+
     config: ReproduceConfig
     models: list[ModelSummary]
     checks: list[Check]
     wall_seconds: float
     figures: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {
-            "config": self.config.to_dict(),
-            "wall_seconds": self.wall_seconds,
-            "figures": self.figures,
-            "models": [m.to_dict() for m in self.models],
-            "checks": [asdict(c) for c in self.checks],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ReproduceSummary:
-        """Read back ``summary.json``."""
-        return cls(
-            config=ReproduceConfig.from_dict(data["config"]),
-            models=[ModelSummary.from_dict(model) for model in data["models"]],
-            checks=[Check(**check) for check in data["checks"]],
-            wall_seconds=data["wall_seconds"],
-            figures=list(data.get("figures", [])),  # absent before reproduce wrote the trade-off
-        )
 
 
 def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
@@ -225,7 +199,7 @@ def reproduce(
     runs on the CPU."""
     out_dir = Path(out_dir)
     target_device = resolve_device(device)  # before anything is written
-    with experiment_directory(out_dir, REPRODUCE_FILE, config.to_dict(), "a reproduction", overwrite) as work_dir:
+    with experiment_directory(out_dir, REPRODUCE_FILE, config, "a reproduction", overwrite) as work_dir:
         jobs = config.run_configs()
         started = time.perf_counter()
         by_name = run_jobs(jobs, work_dir, config.workers, config.n_sequences, progress, str(target_device))
@@ -240,7 +214,7 @@ def reproduce(
             wall_seconds=round(time.perf_counter() - started, 2),
             figures=["tradeoff.png"] if one_layer_softmax else [],
         )
-        atomic_write_json(work_dir / "summary.json", summary.to_dict())
+        write_result(work_dir / "summary.json", summary)
         atomic_write_text(work_dir / "summary.md", summary_markdown(summary))
         write_provenance(work_dir, "toy reproduce")
     return summary

@@ -14,17 +14,16 @@ A run directory holds:
 from __future__ import annotations
 
 import json
-import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import torch
 
-from interp.atomic_io import atomic_directory, atomic_write_json, finite_or_null, read_json
+from interp.atomic_io import atomic_directory, atomic_write_json, read_json
 from interp.checkpoint import load_tensors, save_tensors
-from interp.config_io import JsonConfig
+from interp.codec import encode, read_result, write_result
 from toy.model import ToyModelConfig, ToyTransformer
 from toy.task import TaskConfig
 
@@ -36,11 +35,9 @@ CHECKPOINTS = "checkpoints"
 
 
 @dataclass(frozen=True)
-class TrainConfig(JsonConfig):
+class TrainConfig:
     """Optimisation settings; defaults are the paper's. ``lr=None`` picks the paper's
     rate for the architecture (1e-3 for one layer, 1e-4 for several)."""
-
-    config_name = "train"
 
     seed: int = 0
     lr: float | None = None
@@ -70,9 +67,20 @@ class TrainConfig(JsonConfig):
 
 @dataclass(frozen=True)
 class RunConfig:
+    """A toy run's settings (``config.json``, with the torch version that trained it;
+    ``versions`` does not take part in comparisons)."""
+
+    SCHEMA: ClassVar[str] = "run_config"
+    SCHEMA_VERSION: ClassVar[int] = 1
+
     model: ToyModelConfig
     task: TaskConfig
     train: TrainConfig
+    versions: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def without_seed(self) -> RunConfig:
+        """This config with seed 0: configs equal under it train as one seed group."""
+        return replace(self, train=replace(self.train, seed=0))
 
     def __post_init__(self) -> None:
         if self.model.d_model != self.task.d_model:
@@ -86,26 +94,15 @@ class RunConfig:
                 "set the model's seq_len to the task's"
             )
 
-    def to_dict(self) -> dict:
-        return {"model": self.model.to_dict(), "task": self.task.to_dict(), "train": self.train.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> RunConfig:
-        missing = {"model", "task", "train"} - set(data)
-        if missing:
-            raise ValueError(f"run config lacks {sorted(missing)}; is this a sinkscope toy run directory?")
-        return cls(
-            model=ToyModelConfig.from_dict(data["model"]),
-            task=TaskConfig.from_dict(data["task"]),
-            train=TrainConfig.from_dict(data["train"]),
-        )
-
 
 @dataclass
 class TrainResult:
     """How a run ended. ``status`` is ``converged``, ``max_steps`` or ``diverged``;
     ``linf_error`` is the last training batch's max absolute error. In ``result.json`` a
     non-finite number (a diverged run's loss) is ``null``, so the file is standard JSON."""
+
+    SCHEMA: ClassVar[str] = "train_result"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     run_dir: str
     status: str
@@ -116,25 +113,9 @@ class TrainResult:
     loss: float
     resumed_from_step: int | None = None
 
-    def to_dict(self) -> dict:
-        return {
-            key: None if isinstance(value, float) and not math.isfinite(value) else value
-            for key, value in asdict(self).items()
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TrainResult:
-        """Read back ``to_dict()``: a ``null`` number reads as NaN."""
-        numbers = ("wall_seconds", "linf_error", "loss")
-        values: dict[str, Any] = {
-            key: float("nan") if key in numbers and value is None else value for key, value in data.items()
-        }
-        return cls(**values)
-
 
 def write_config(run_dir: Path, config: RunConfig) -> None:
-    versions = {"torch": torch.__version__}
-    atomic_write_json(run_dir / CONFIG_FILE, {**config.to_dict(), "versions": versions})
+    write_result(run_dir / CONFIG_FILE, replace(config, versions={"torch": torch.__version__}))
 
 
 def read_config(run_dir: str | os.PathLike) -> RunConfig:
@@ -143,19 +124,7 @@ def read_config(run_dir: str | os.PathLike) -> RunConfig:
         raise FileNotFoundError(
             f"{run_dir} is not a toy run directory (no {CONFIG_FILE}); create one with `sinkscope toy train --out DIR`"
         )
-    data = read_json(run_dir / CONFIG_FILE)
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"{run_dir / CONFIG_FILE} is not a run config (a JSON {type(data).__name__}, not an object); "
-            "restore it or retrain into a new --out"
-        )
-    data.pop("versions", None)
-    try:
-        return RunConfig.from_dict(data)
-    except (TypeError, AttributeError) as error:  # a section or setting of the wrong JSON type
-        raise ValueError(
-            f"{run_dir / CONFIG_FILE} has a setting of the wrong type ({error}); restore it or retrain into a new --out"
-        ) from None
+    return read_result(run_dir / CONFIG_FILE, RunConfig, "restore it or retrain into a new directory")
 
 
 def checkpoint_dirs(run_dir: Path) -> list[Path]:
@@ -186,17 +155,17 @@ def write_checkpoint(
     return target
 
 
-def write_result(run_dir: Path, result: TrainResult) -> None:
-    atomic_write_json(run_dir / RESULT_FILE, result.to_dict())
+def write_train_result(run_dir: Path, result: TrainResult) -> None:
+    write_result(run_dir / RESULT_FILE, result)
 
 
-def read_result(run_dir: str | os.PathLike) -> TrainResult:
-    return TrainResult.from_dict(read_json(Path(run_dir) / RESULT_FILE))
+def read_train_result(run_dir: str | os.PathLike) -> TrainResult:
+    return read_result(Path(run_dir) / RESULT_FILE, TrainResult, "delete it and resume the run")
 
 
 def append_metrics(run_dir: Path, record: dict) -> None:
     with open(run_dir / METRICS_FILE, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(finite_or_null(record), allow_nan=False) + "\n")  # NaN as null: standard JSON
+        handle.write(json.dumps(encode(record), allow_nan=False) + "\n")  # NaN as null: standard JSON
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict]:

@@ -10,15 +10,16 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 
-from interp.atomic_io import atomic_write_json, atomic_write_text
+from interp.atomic_io import atomic_write_text
 from interp.attention_kinds import validate_attention_kind
+from interp.codec import write_result
 from interp.provenance import write_provenance
 from reports.document import Cell as TableCell
 from reports.document import format_cell
@@ -37,7 +38,11 @@ SWEEP_FILE = "sweep.json"
 class SweepConfig:
     """The grid. Every combination of the tuples is one configuration, trained with
     ``seeds`` seeds; the evaluation trigger sits at 1-indexed 8 or, for shorter
-    sequences, at the last position."""
+    sequences, at the last position. Persisted as ``sweep.json``, the marker that lets
+    a re-run resume (sweeps written before the LayerNorm and MLP axes read them as off)."""
+
+    SCHEMA: ClassVar[str] = "sweep_config"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     seq_lens: tuple[int, ...] = (8, 16, 32)
     d_models: tuple[int, ...] = (8, 16, 32)
@@ -92,15 +97,6 @@ class SweepConfig:
                 jobs.append((cell.run_name(seed), config))
         # costliest first (layers x heads x width x length) so parallel workers finish together
         return sorted(jobs, key=lambda job: -_cost(job[1]))
-
-    def to_dict(self) -> dict:
-        """The settings (``sweep.json``). The LayerNorm and MLP axes are written only when
-        they differ from off, so sweep directories written before they existed resume."""
-        data = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-        for axis in ("layer_norms", "mlps"):
-            if data[axis] == [False]:
-                del data[axis]
-        return data
 
 
 def phase_diagram(
@@ -190,37 +186,16 @@ class SweepRow:
 
 @dataclass
 class SweepResult:
+    """The sweep (``summary.json``): one row per configuration, every model."""
+
+    SCHEMA: ClassVar[str] = "sweep"
+    SCHEMA_VERSION: ClassVar[int] = 1
+
     config: SweepConfig
     rows: list[SweepRow]
     models: list[ModelSummary]
     wall_seconds: float
     figures: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> SweepResult:
-        """Read back ``summary.json``."""
-        config: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
-        return cls(
-            config=SweepConfig(**config),
-            rows=[SweepRow(**_tuples(row)) for row in data["rows"]],
-            models=[ModelSummary.from_dict(model) for model in data["models"]],
-            wall_seconds=data["wall_seconds"],
-            figures=list(data["figures"]),
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "config": self.config.to_dict(),
-            "wall_seconds": self.wall_seconds,
-            "figures": self.figures,
-            "rows": [asdict(row) for row in self.rows],
-            "models": [model.to_dict() for model in self.models],
-        }
-
-
-def _tuples(row: dict[str, Any]) -> dict[str, Any]:
-    """JSON lists back to the tuples a row holds."""
-    return {key: tuple(value) if isinstance(value, list) else value for key, value in row.items()}
 
 
 def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[SweepRow]:
@@ -406,14 +381,14 @@ def sweep(
     train (``cpu``, ``cuda[:N]`` or ``auto``)."""
     out_dir = Path(out_dir)
     target_device = resolve_device(device)  # before anything is written
-    with experiment_directory(out_dir, SWEEP_FILE, config.to_dict(), "a sweep", overwrite) as work_dir:
+    with experiment_directory(out_dir, SWEEP_FILE, config, "a sweep", overwrite) as work_dir:
         started = time.perf_counter()
         by_name = run_jobs(config.jobs(), work_dir, config.workers, config.n_sequences, progress, str(target_device))
         rows = aggregate(config, by_name)
         models = [by_name[name] for name in sorted(by_name)]
         result = SweepResult(config, rows, models, round(time.perf_counter() - started, 2))
         result.figures = _plots(config, rows, work_dir)
-        atomic_write_json(work_dir / "summary.json", result.to_dict())
+        write_result(work_dir / "summary.json", result)
         atomic_write_text(work_dir / "summary.md", sweep_markdown(result))
         write_provenance(work_dir, "toy sweep")
     return result

@@ -21,8 +21,6 @@ from typing import Literal
 
 import torch
 
-from interp.config_io import JsonConfig
-
 BOS_FLAG = 0
 TRIGGER_FLAG = 1
 FIRST_FEATURE = 2
@@ -30,15 +28,13 @@ TargetKind = Literal["single", "residual"]
 
 
 @dataclass(frozen=True)
-class TaskConfig(JsonConfig):
+class TaskConfig:
     """Layout of the trigger task.
 
     ``train_trigger_min/max`` bound the 0-indexed trigger position drawn uniformly for
     training (paper: 2 .. L-1); ``eval_trigger_position`` is the fixed 0-indexed
     position used for evaluation (paper: 7, i.e. 1-indexed 8).
     """
-
-    config_name = "task"
 
     d_model: int = 16
     seq_len: int = 16

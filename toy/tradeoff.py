@@ -12,14 +12,15 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from interp.atomic_io import atomic_write_json
+from interp.codec import write_result
 from interp.hook_names import pattern_hook
 from interp.provenance import write_provenance
 from probes.sink_metrics import anchor_mass
@@ -48,9 +49,6 @@ class TradeoffPoint:
     default_mse: float
     default_linf: float
     trigger_mse: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _check_tradeoff_model(model: ToyTransformer, task: TaskConfig) -> None:
@@ -191,23 +189,11 @@ RUN_SERIES_SUFFIX = " (W_Q x factor)"  # after a trained run's directory name
 class TradeoffResult:
     """The trade-off experiment (``tradeoff.json``): the task and each named series."""
 
+    SCHEMA: ClassVar[str] = "tradeoff"
+    SCHEMA_VERSION: ClassVar[int] = 1
+
     task: TaskConfig
-    series: tuple[tuple[str, tuple[TradeoffPoint, ...]], ...]
-
-    def to_dict(self) -> dict:
-        return {
-            "task": self.task.to_dict(),
-            "series": {name: [p.to_dict() for p in points] for name, points in self.series},
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TradeoffResult:
-        return cls(
-            task=TaskConfig.from_dict(data["task"]),
-            series=tuple(
-                (name, tuple(TradeoffPoint(**point) for point in points)) for name, points in data["series"].items()
-            ),
-        )
+    series: dict[str, tuple[TradeoffPoint, ...]]
 
 
 def write_tradeoff(
@@ -235,7 +221,7 @@ def write_tradeoff(
         )
     out_dir = Path(out_dir)
     plot_tradeoff(series, out_dir / TRADEOFF_FIGURE)
-    result = TradeoffResult(task, tuple((name, tuple(points)) for name, points in series.items()))
-    atomic_write_json(out_dir / TRADEOFF_FILE, result.to_dict())
+    result = TradeoffResult(task, {name: tuple(points) for name, points in series.items()})
+    write_result(out_dir / TRADEOFF_FILE, result)
     write_provenance(out_dir, "toy tradeoff", source=", ".join(str(run_dir.resolve()) for run_dir in run_paths))
     return result

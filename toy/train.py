@@ -37,6 +37,7 @@ from interp.checkpoint import (
     optimizer_to_tensors,
     save_tensors,
 )
+from interp.codec import encode
 from interp.hook_names import pattern_hook
 from probes.sink_metrics import anchor_mass
 from toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
@@ -52,9 +53,10 @@ from toy.run_dir import (
     checkpoint_dirs,
     read_config,
     read_metrics,
+    read_train_result,
     write_checkpoint,
     write_config,
-    write_result,
+    write_train_result,
 )
 from toy.task import TaskBatch, sample_batch
 
@@ -201,10 +203,10 @@ def _restore(
 def _config_differences(existing: RunConfig, wanted: RunConfig) -> list[str]:
     """Dotted names of the settings that differ, ignoring ``train.max_steps`` (a run may be
     extended or stopped earlier; everything else changes the numbers)."""
-    old, new = existing.to_dict(), wanted.to_dict()
+    old, new = encode(existing), encode(wanted)
     return [
         f"{section}.{key}"
-        for section in old
+        for section in ("model", "task", "train")
         for key in sorted(set(old[section]) | set(new[section]))
         if (section, key) != ("train", "max_steps") and old[section].get(key) != new[section].get(key)
     ]
@@ -249,7 +251,7 @@ def _open_run(config: RunConfig, run_dir: Path, resume: bool, device: torch.devi
         raise RunDirectoryError(f"{run_dir} exists and is not a toy run directory; choose an empty or new directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     if (run_dir / RESULT_FILE).exists() and (run_dir / FINAL_WEIGHTS).exists():
-        result = TrainResult.from_dict(read_json(run_dir / RESULT_FILE))
+        result = read_train_result(run_dir)
         if result.status == "converged" or (result.status == "max_steps" and result.steps >= config.train.max_steps):
             return result
         # max_steps was raised: continue from the final checkpoint. Drop the stale result and
@@ -278,12 +280,9 @@ def _check_stackable(configs: Sequence[RunConfig], run_dirs: Sequence[Path]) -> 
         )
     if len({run_dir.resolve() for run_dir in run_dirs}) != len(run_dirs):
         raise ValueError("run directories must be distinct")
-    reference = configs[0].to_dict()
-    reference["train"].pop("seed")
+    reference = configs[0].without_seed()
     for config in configs[1:]:
-        other = config.to_dict()
-        other["train"].pop("seed")
-        if other != reference:
+        if config.without_seed() != reference:
             raise ValueError(
                 "models trained together need configs that differ only in train.seed; "
                 "train other differences in separate calls"
@@ -470,7 +469,7 @@ def _train_stack(
         result = TrainResult(
             str(member.run_dir), status, status == "converged", step, elapsed(member), linf, loss, member.resumed_from
         )
-        write_result(member.run_dir, result)
+        write_train_result(member.run_dir, result)
         results[index_of[id(member)]] = result
 
     try:
