@@ -21,6 +21,7 @@ to float rounding.
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
@@ -105,7 +106,7 @@ class HookedAttention(nn.Module):
             for hook in (self.hook_q, self.hook_k, self.hook_v, self.hook_z)
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
         if self._circuits_apply():
             return self._forward_circuits(x)
         return self._forward_per_head(x)

@@ -25,9 +25,10 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast, overload
+from typing import Any, TypeAlias, cast, overload
 
 import torch
+from jaxtyping import Bool, Float, Int, Shaped
 from transformer_lens import HookedRootModule
 
 from interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
@@ -36,6 +37,10 @@ from interp.hook_names import attn_hook, block_hook
 HookFn = Callable[..., Any]
 KV_HOOKS: frozenset[str] = frozenset({"k", "v", "rot_k"})
 FwdHooks = list[tuple[str, HookFn]]
+# what forward takes: float tokens for toy models, token ids for bridges
+ModelInput: TypeAlias = Float[torch.Tensor, "batch pos d_model"] | Int[torch.Tensor, "batch pos"]
+# what forward returns: toy outputs or a bridge's logits
+ModelOutput: TypeAlias = Float[torch.Tensor, "batch pos d_model"] | Float[torch.Tensor, "batch pos vocab"]
 
 
 @dataclass(frozen=True)
@@ -88,10 +93,12 @@ class ModelSpec:
         ``k``/``v`` (and rotary ``rot_k``), ``n_heads`` otherwise."""
         return self.kv_heads if hook in KV_HOOKS else self.n_heads
 
-    def expand_kv(self, tensor: torch.Tensor, head_axis: int = 2) -> torch.Tensor:
+    def expand_kv(
+        self, tensor: Float[torch.Tensor, "batch pos kv_head d_head"], head_axis: int = 2
+    ) -> Float[torch.Tensor, "batch pos head d_head"]:
         """A ``hook_k``/``hook_v`` tensor with one head per query head: kv head g repeated
-        ``kv_group`` times in place (``[batch, pos, n_kv_heads, d_head]`` ->
-        ``[batch, pos, n_heads, d_head]`` for ``head_axis=2``); unchanged without GQA."""
+        ``kv_group`` times in place; unchanged without GQA. The shapes shown are those of
+        the default ``head_axis=2``; another ``head_axis`` names where the heads lie."""
         if tensor.shape[head_axis] == self.n_heads:
             return tensor
         if tensor.shape[head_axis] != self.n_kv_heads:
@@ -118,14 +125,13 @@ class ModelSpec:
 class PreparedBatch:
     """One batch ready for a forward pass.
 
-    model_input: what ``forward`` takes (float tokens ``[batch, pos, d_model]`` for toy
-    models, token ids ``[batch, pos]`` for bridges); attention_mask: ``[batch, pos]``
-    bool, True at real tokens; anchor: ``[batch]`` long, each row's first real token.
+    model_input: what ``forward`` takes (float tokens for toy models, token ids for
+    bridges); attention_mask: True at real tokens; anchor: each row's first real token.
     """
 
-    model_input: torch.Tensor
-    attention_mask: torch.Tensor
-    anchor: torch.Tensor
+    model_input: ModelInput
+    attention_mask: Bool[torch.Tensor, "batch pos"]
+    anchor: Int[torch.Tensor, " batch"]
 
     @property
     def batch_size(self) -> int:
@@ -135,13 +141,13 @@ class PreparedBatch:
     def n_pos(self) -> int:
         return int(self.attention_mask.shape[1])
 
-    def select(self, rows: torch.Tensor) -> PreparedBatch:
-        """The sub-batch of ``rows`` (a ``[n]`` long index)."""
+    def select(self, rows: Int[torch.Tensor, " n"]) -> PreparedBatch:
+        """The sub-batch of ``rows`` (a long index)."""
         return PreparedBatch(self.model_input[rows], self.attention_mask[rows], self.anchor[rows])
 
 
-def anchor_positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    """First True position of each row of ``attention_mask [batch, pos]`` -> ``[batch]``."""
+def anchor_positions(attention_mask: Bool[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, " batch"]:
+    """First True position of each row of ``attention_mask``."""
     if not bool(attention_mask.any(dim=1).all()):
         raise ValueError("a row of attention_mask has no real token; drop empty inputs before probing")
     return attention_mask.to(torch.long).argmax(dim=1)
@@ -233,8 +239,8 @@ class HookedModel:
             )
 
     # weights -------------------------------------------------------------------------
-    def W_O(self, layer: int) -> torch.Tensor:
-        """Output projection of ``layer``: ``[head, d_head, d_model]``."""
+    def W_O(self, layer: int) -> Float[torch.Tensor, "head d_head d_model"]:
+        """Output projection of ``layer``."""
         return self.model.blocks[layer].attn.W_O.detach()
 
     def attention_output_hook(self, layer: int) -> str | None:
@@ -247,16 +253,16 @@ class HookedModel:
         name = f"blocks.{layer}.attn.o.hook_out" if self.is_bridge else block_hook(layer, "attn_out")
         return name if name in self.spec.hook_names else None
 
-    def b_O(self, layer: int) -> torch.Tensor | None:
-        """Output bias of ``layer`` ``[d_model]``, or None when the model has none."""
+    def b_O(self, layer: int) -> Float[torch.Tensor, " d_model"] | None:
+        """Output bias of ``layer``, or None when the model has none."""
         bias = getattr(self.model.blocks[layer].attn, "b_O", None)
         return None if bias is None else bias.detach()
 
     # inputs --------------------------------------------------------------------------
     def prepare(
         self,
-        inputs: torch.Tensor | str | Sequence[str],
-        attention_mask: torch.Tensor | None = None,
+        inputs: ModelInput | str | Sequence[str],
+        attention_mask: Shaped[torch.Tensor, "batch pos"] | None = None,
         padding_side: str | None = None,
     ) -> PreparedBatch:
         """Turn user inputs into a ``PreparedBatch``.
@@ -311,16 +317,16 @@ class HookedModel:
         return {"attention_mask": batch.attention_mask.to(torch.long)}
 
     @overload
-    def run_with_hooks(self, batch: PreparedBatch, fwd_hooks: FwdHooks) -> torch.Tensor: ...
+    def run_with_hooks(self, batch: PreparedBatch, fwd_hooks: FwdHooks) -> ModelOutput: ...
 
     @overload
     def run_with_hooks(
         self, batch: PreparedBatch, fwd_hooks: FwdHooks, stop_after: str | None
-    ) -> torch.Tensor | None: ...
+    ) -> ModelOutput | None: ...
 
     def run_with_hooks(
         self, batch: PreparedBatch, fwd_hooks: FwdHooks, stop_after: str | None = None
-    ) -> torch.Tensor | None:
+    ) -> ModelOutput | None:
         """Forward ``batch`` with temporary hooks; returns the model output (toy outputs or logits).
 
         ``stop_after``: a hook name at which the pass ends, right after that hook point's
@@ -344,7 +350,7 @@ class HookedModel:
         except _StopForward:
             return None
 
-    def forward(self, batch: PreparedBatch) -> torch.Tensor:
+    def forward(self, batch: PreparedBatch) -> ModelOutput:
         return self.run_with_hooks(batch, [])
 
     def _release_pattern_hooks(self) -> FwdHooks:
@@ -361,8 +367,8 @@ class HookedModel:
                 hooks.append((name, lambda tensor, hook, attn=block.attn: setattr(attn, "_pattern", None)))
         return hooks
 
-    def visible_keys(self, batch: PreparedBatch) -> torch.Tensor:
-        """``[batch, query, key]`` bool: key real and (if causal) key <= query."""
+    def visible_keys(self, batch: PreparedBatch) -> Bool[torch.Tensor, "batch query key"]:
+        """Key real and (if causal) key <= query."""
         mask = batch.attention_mask
         visible = mask.unsqueeze(1).expand(-1, batch.n_pos, -1)
         if self.spec.causal:

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+from jaxtyping import Bool, Float, Int, Shaped
 
 from interp.hook_names import attn_hook
-from interp.hooked_model import FwdHooks, HookedModel, PreparedBatch
+from interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
 
 InterventionKind = Literal[
     "remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key", "zero_head", "mean_ablate_head"
@@ -51,10 +52,10 @@ HeadRef = tuple[int, int]
 
 @dataclass(frozen=True)
 class HeadMeans:
-    """Mean head outputs over a reference set: z ``[layer, pos, head, d_head]``, averaged
-    over the real tokens at each position."""
+    """Mean head outputs over a reference set: z, averaged over the real tokens at each
+    position."""
 
-    z: torch.Tensor
+    z: Float[torch.Tensor, "layer pos head d_head"]
     n_inputs: int
 
 
@@ -111,11 +112,14 @@ def mean_ablate_head(heads: Sequence[HeadRef], means: HeadMeans) -> Intervention
 
 
 # pure pattern edits -------------------------------------------------------------------
-def mask_keys(pattern: torch.Tensor, keys: torch.Tensor, heads: Sequence[int], renormalise: bool) -> torch.Tensor:
+def mask_keys(
+    pattern: Float[torch.Tensor, "batch head query key"],
+    keys: Int[torch.Tensor, "batch query"],
+    heads: Sequence[int],
+    renormalise: bool,
+) -> Float[torch.Tensor, "batch head query key"]:
     """Zero A[b, h, i, keys[b, i]] for the listed heads (keys = -1: leave row i alone),
-    then renormalise those rows if ``renormalise``.
-
-    pattern ``[batch, head, query, key]``; keys ``[batch, query]`` long. Returns a new tensor.
+    then renormalise those rows if ``renormalise``. Returns a new tensor.
     """
     edited = pattern.clone()
     selected = edited[:, list(heads)]
@@ -133,8 +137,13 @@ def mask_keys(pattern: torch.Tensor, keys: torch.Tensor, heads: Sequence[int], r
     return edited
 
 
-def one_hot_rows(pattern: torch.Tensor, anchor: torch.Tensor, rows: torch.Tensor, heads: Sequence[int]) -> torch.Tensor:
-    """Rows ``rows [batch, query]`` of the listed heads become one-hot on ``anchor [batch]``."""
+def one_hot_rows(
+    pattern: Float[torch.Tensor, "batch head query key"],
+    anchor: Int[torch.Tensor, " batch"],
+    rows: Bool[torch.Tensor, "batch query"],
+    heads: Sequence[int],
+) -> Float[torch.Tensor, "batch head query key"]:
+    """Rows ``rows`` of the listed heads become one-hot on ``anchor``."""
     edited = pattern.clone()
     target = torch.zeros_like(pattern[:, 0])
     target.scatter_(-1, anchor.view(-1, 1, 1).expand(-1, pattern.shape[2], 1), 1.0)
@@ -164,9 +173,13 @@ def _keys_for(model: HookedModel, batch: PreparedBatch, intervention: Interventi
 
 
 def edit_pattern(
-    model: HookedModel, batch: PreparedBatch, intervention: Intervention, layer: int, pattern: torch.Tensor
-) -> torch.Tensor:
-    """The edited pattern ``[batch, head, query, key]`` of ``layer`` under a pattern intervention."""
+    model: HookedModel,
+    batch: PreparedBatch,
+    intervention: Intervention,
+    layer: int,
+    pattern: Float[torch.Tensor, "batch head query key"],
+) -> Float[torch.Tensor, "batch head query key"]:
+    """The edited pattern of ``layer`` under a pattern intervention."""
     heads = intervention.heads_in(layer)
     if intervention.kind == "redirect_to_sink":
         positions = torch.arange(batch.n_pos, device=batch.anchor.device)
@@ -280,12 +293,11 @@ def _as_hooked(model: torch.nn.Module | HookedModel) -> HookedModel:
 
 def run_with_intervention(
     model: torch.nn.Module | HookedModel,
-    inputs: torch.Tensor | str | Sequence[str],
+    inputs: ModelInput | str | Sequence[str],
     intervention: Intervention,
-    attention_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The model's output (toy outputs ``[batch, pos, d_model]`` or logits
-    ``[batch, pos, vocab]``) with ``intervention`` applied."""
+    attention_mask: Shaped[torch.Tensor, "batch pos"] | None = None,
+) -> ModelOutput:
+    """The model's output (toy outputs or logits) with ``intervention`` applied."""
     hooked = _as_hooked(model)
     batch = hooked.prepare(inputs, attention_mask)
     with torch.no_grad():
@@ -294,8 +306,8 @@ def run_with_intervention(
 
 def head_means(
     model: torch.nn.Module | HookedModel,
-    inputs: torch.Tensor | Sequence[str],
-    attention_mask: torch.Tensor | None = None,
+    inputs: ModelInput | Sequence[str],
+    attention_mask: Shaped[torch.Tensor, "batch pos"] | None = None,
 ) -> HeadMeans:
     """Per-position mean of every head's ``z`` over the real tokens of ``inputs``
     (the reference set for ``mean_ablate_head``)."""

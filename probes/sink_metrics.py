@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import overload
 
 import torch
+from jaxtyping import Bool, Float, Int
 
 SINK_RATE_EPSILONS: tuple[float, ...] = (0.3, 0.8)
 
@@ -30,32 +31,37 @@ def _anchor_index(anchor: int | torch.Tensor, batch: int, device: torch.device) 
     return anchor.to(device=device, dtype=torch.long)
 
 
-def column(pattern: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-    """A[b, h, i, key[b]] for every head and query: ``[batch, head, query]``."""
+def column(
+    pattern: Float[torch.Tensor, "batch head query key"], key: Int[torch.Tensor, " batch"]
+) -> Float[torch.Tensor, "batch head query"]:
+    """A[b, h, i, key[b]] for every head and query."""
     batch, n_heads, n_query, _ = pattern.shape
     index = key.view(batch, 1, 1, 1).expand(batch, n_heads, n_query, 1)
     return pattern.gather(-1, index).squeeze(-1)
 
 
 def queries_after_anchor(
-    n_query: int, anchor: int | torch.Tensor, batch: int, query_mask: torch.Tensor | None, device: torch.device
-) -> torch.Tensor:
-    """``[batch, query]`` bool: queries i > anchor that ``query_mask`` keeps."""
+    n_query: int,
+    anchor: int | Int[torch.Tensor, " batch"],
+    batch: int,
+    query_mask: Bool[torch.Tensor, "batch query"] | None,
+    device: torch.device,
+) -> Bool[torch.Tensor, "batch query"]:
+    """Queries i > anchor that ``query_mask`` keeps."""
     anchor_index = _anchor_index(anchor, batch, device)
     selected = torch.arange(n_query, device=device).unsqueeze(0) > anchor_index.unsqueeze(1)
     return selected if query_mask is None else selected & query_mask.to(device=device, dtype=torch.bool)
 
 
 def anchor_mass_sums(
-    pattern: torch.Tensor,
-    anchor: int | torch.Tensor = 0,
-    query_mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    pattern: Float[torch.Tensor, "batch head query key"],
+    anchor: int | Int[torch.Tensor, " batch"] = 0,
+    query_mask: Bool[torch.Tensor, "batch query"] | None = None,
+) -> tuple[Float[torch.Tensor, " head"], Int[torch.Tensor, ""]]:
     """Sum of A[i, a] over selected queries i > a, per head, and the number of queries.
 
-    pattern: ``[batch, head, query, key]``; anchor: int or ``[batch]`` per-row anchor
-    position; query_mask: ``[batch, query]`` bool (e.g. default or trigger queries).
-    Returns (``[head]`` sums, scalar count) so batches can be accumulated exactly.
+    anchor: int or per-row anchor position; query_mask: e.g. default or trigger queries.
+    Returns (per-head sums, scalar count) so batches can be accumulated exactly.
     """
     batch, _, n_query, _ = pattern.shape
     anchor_index = _anchor_index(anchor, batch, pattern.device)
@@ -66,11 +72,11 @@ def anchor_mass_sums(
 
 
 def anchor_mass(
-    pattern: torch.Tensor,
-    anchor: int | torch.Tensor = 0,
-    query_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``anchor_mass`` per head ``[head]``: mean over queries i > a of A[i, a].
+    pattern: Float[torch.Tensor, "batch head query key"],
+    anchor: int | Int[torch.Tensor, " batch"] = 0,
+    query_mask: Bool[torch.Tensor, "batch query"] | None = None,
+) -> Float[torch.Tensor, " head"]:
+    """``anchor_mass`` per head: mean over queries i > a of A[i, a].
 
     NaN for a head when no query is selected.
     """
@@ -79,14 +85,18 @@ def anchor_mass(
 
 
 @overload
-def is_sink_head(anchor_mass_default: torch.Tensor, eps: float = 0.1) -> torch.Tensor: ...
+def is_sink_head(
+    anchor_mass_default: Float[torch.Tensor, " *shape"], eps: float = 0.1
+) -> Bool[torch.Tensor, " *shape"]: ...
 
 
 @overload
 def is_sink_head(anchor_mass_default: float, eps: float = 0.1) -> bool: ...
 
 
-def is_sink_head(anchor_mass_default: torch.Tensor | float, eps: float = 0.1) -> torch.Tensor | bool:
+def is_sink_head(
+    anchor_mass_default: Float[torch.Tensor, " *shape"] | float, eps: float = 0.1
+) -> Bool[torch.Tensor, " *shape"] | bool:
     """The paper's sink head: anchor mass over default queries >= 1 - eps."""
     if not 0.0 <= eps < 1.0:
         raise ValueError(f"eps must lie in [0, 1), got {eps}")
@@ -94,16 +104,15 @@ def is_sink_head(anchor_mass_default: torch.Tensor | float, eps: float = 0.1) ->
 
 
 def alpha_k(
-    pattern: torch.Tensor,
+    pattern: Float[torch.Tensor, "batch head query key"],
     k: int = 0,
-    anchor: int | torch.Tensor = 0,
-    query_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Gu et al.'s alpha_k per sample and head ``[batch, head]``: mean over queries
-    i >= k of A[i, k].
+    anchor: int | Int[torch.Tensor, " batch"] = 0,
+    query_mask: Bool[torch.Tensor, "batch query"] | None = None,
+) -> Float[torch.Tensor, "batch head"]:
+    """Gu et al.'s alpha_k per sample and head: mean over queries i >= k of A[i, k].
 
     ``k`` counts from each row's anchor (k = 0 is the first real token); ``query_mask``
-    ``[batch, query]`` keeps real queries. NaN where a row has no query i >= k.
+    keeps real queries. NaN where a row has no query i >= k.
     """
     if k < 0:
         raise ValueError(f"k must be >= 0 (offset from the first token), got {k}")
@@ -119,7 +128,7 @@ def alpha_k(
     return (column(pattern, key) * weights).sum(dim=2) / count
 
 
-def sink_rate(alpha: torch.Tensor, eps: float = 0.3) -> float:
+def sink_rate(alpha: Float[torch.Tensor, " ..."], eps: float = 0.3) -> float:
     """Sink_k^eps in percent: share of (sample, layer, head) entries of ``alpha`` above eps.
 
     ``alpha``: any shape, e.g. ``[batch, layer, head]`` from ``alpha_k``; NaNs are skipped.
@@ -130,15 +139,15 @@ def sink_rate(alpha: torch.Tensor, eps: float = 0.3) -> float:
     return float((valid > eps).to(torch.float64).mean() * 100.0)
 
 
-def output_gram(W_O: torch.Tensor) -> torch.Tensor:
-    """Each head's Gram matrix W_O[h] W_O[h]^T: W_O ``[head, d_head, d_model]`` ->
-    ``[head, d_head, d_head]``; ||x W_O[h]||^2 = x G[h] x^T."""
+def output_gram(W_O: Float[torch.Tensor, "head d_head d_model"]) -> Float[torch.Tensor, "head d_head d_head"]:
+    """Each head's Gram matrix W_O[h] W_O[h]^T; ||x W_O[h]||^2 = x G[h] x^T."""
     return W_O @ W_O.transpose(-1, -2)
 
 
-def head_output_norms(x: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
-    """||x[b, p, h] W_O[h]|| for every position and head: x ``[batch, pos, head, d_head]``,
-    gram ``[head, d_head, d_head]`` from ``output_gram(W_O)`` -> ``[batch, pos, head]``.
+def head_output_norms(
+    x: Float[torch.Tensor, "batch pos head d_head"], gram: Float[torch.Tensor, "head d_head d_head"]
+) -> Float[torch.Tensor, "batch pos head"]:
+    """||x[b, p, h] W_O[h]|| for every position and head; gram from ``output_gram(W_O)``.
 
     Through the Gram matrix, so the ``[batch, pos, head, d_model]`` projection is never
     built (d_model / d_head times less work per head).
@@ -147,24 +156,25 @@ def head_output_norms(x: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
     return squared.clamp_min(0.0).sqrt()
 
 
-def projected_value_norms(v: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
-    """||v_j W_O[h]|| for every key and head: v ``[batch, pos, head, d_head]`` (one value
-    per query head), gram ``[head, d_head, d_head]`` from ``output_gram`` ->
-    ``[batch, head, pos]``."""
+def projected_value_norms(
+    v: Float[torch.Tensor, "batch pos head d_head"], gram: Float[torch.Tensor, "head d_head d_head"]
+) -> Float[torch.Tensor, "batch head pos"]:
+    """||v_j W_O[h]|| for every key and head: v holds one value per query head (expanded
+    with ``ModelSpec.expand_kv`` under grouped-query attention), gram comes from
+    ``output_gram``; ``pos`` is the key axis of ``value_weighted_anchor_share_sums``."""
     return head_output_norms(v, gram).transpose(1, 2)
 
 
 def value_weighted_anchor_share_sums(
-    pattern: torch.Tensor,
-    value_norms: torch.Tensor,
-    anchor: int | torch.Tensor = 0,
-    query_mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    pattern: Float[torch.Tensor, "batch head query key"],
+    value_norms: Float[torch.Tensor, "batch head key"],
+    anchor: int | Int[torch.Tensor, " batch"] = 0,
+    query_mask: Bool[torch.Tensor, "batch query"] | None = None,
+) -> tuple[Float[torch.Tensor, " head"], Int[torch.Tensor, " head"]]:
     """Sums over selected queries of ||A[i,a] v_a W_O|| / sum_j ||A[i,j] v_j W_O||.
 
-    pattern ``[batch, head, query, key]``; value_norms ``[batch, head, key]`` from
-    ``projected_value_norms``. Returns (``[head]`` sums, ``[head]`` counts); queries
-    whose head writes nothing (all terms zero) are not counted.
+    value_norms from ``projected_value_norms``. Returns (per-head sums, per-head counts);
+    queries whose head writes nothing (all terms zero) are not counted.
     """
     batch, _, n_query, _ = pattern.shape
     anchor_index = _anchor_index(anchor, batch, pattern.device)
@@ -176,15 +186,14 @@ def value_weighted_anchor_share_sums(
 
 
 def row_entropy_sums(
-    pattern: torch.Tensor,
-    visible: torch.Tensor,
-    query_mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    pattern: Float[torch.Tensor, "batch head query key"],
+    visible: Bool[torch.Tensor, "batch query key"],
+    query_mask: Bool[torch.Tensor, "batch query"] | None = None,
+) -> tuple[Float[torch.Tensor, " head"], Int[torch.Tensor, " head"]]:
     """Sums of row entropy normalised by log(#visible keys), per head, and counts.
 
-    pattern ``[batch, head, query, key]``; visible ``[batch, query, key]`` bool. Rows are
-    renormalised first (non-softmax kinds); rows with fewer than two visible keys or no
-    mass are skipped. Returns (``[head]`` sums, ``[head]`` counts).
+    Rows are renormalised first (non-softmax kinds); rows with fewer than two visible
+    keys or no mass are skipped. Returns (per-head sums, per-head counts).
     """
     weights = pattern.clamp_min(0) * visible.unsqueeze(1)
     mass = weights.sum(dim=-1, keepdim=True)
@@ -204,24 +213,25 @@ class MassiveActivations:
 
     ``count``: entries with |x| > abs_threshold and > ratio x the median |x| of their
     prompt (over its real tokens and all of d_model); ``at_anchor``: how many of those
-    sit at the anchor token; ``median_abs``: ``[batch]`` each prompt's median |x|. The
+    sit at the anchor token; ``median_abs``: each prompt's median |x|. The
     median is per prompt so that no number depends on which prompts share a batch.
     """
 
     count: int
     at_anchor: int
     max_abs: float
-    median_abs: torch.Tensor
+    median_abs: Float[torch.Tensor, " batch"]
 
 
 def massive_activations(
-    resid: torch.Tensor,
-    real: torch.Tensor,
-    anchor: torch.Tensor,
+    resid: Float[torch.Tensor, "batch pos d_model"],
+    real: Bool[torch.Tensor, "batch pos"],
+    anchor: Int[torch.Tensor, " batch"],
     abs_threshold: float = 100.0,
     ratio: float = 1000.0,
 ) -> MassiveActivations:
-    """resid ``[batch, pos, d_model]``; real ``[batch, pos]`` bool; anchor ``[batch]``."""
+    """Massive activations of one layer's residual ``resid``; ``real`` marks real tokens,
+    ``anchor`` each row's anchor position."""
     magnitude = resid.abs()
     real = real.to(resid.device)
     if bool(real.all()):  # no padding: one batched median (the lower middle value, as below)
