@@ -124,6 +124,75 @@ def refuse_output_directory(
         )
 
 
+def _make_directory(path: Path) -> bool:
+    """``mkdir -p path``; whether this call created it (an existing directory is fine)."""
+    try:
+        path.mkdir(parents=True)
+        return True
+    except FileExistsError:
+        if not path.is_dir():  # a file, or a broken symbolic link, at path or above it
+            raise OutputError(
+                f"cannot create {path}: it, or a folder above it, is a file or a broken symbolic "
+                "link; choose another output directory"
+            ) from None
+        return False
+    except OSError as error:
+        raise OutputError(f"cannot create {path} ({error.strerror}); choose a writable output location") from None
+
+
+def _open_directory(path: Path) -> int | None:
+    """A read-only descriptor of the directory ``path``; None when it was removed meanwhile."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except NotADirectoryError:
+        raise OutputError(f"{path} exists and is not a directory; choose another output directory") from None
+    except FileNotFoundError:
+        return None  # removed between mkdir and open: make it again
+
+
+def _flock_still_path(path: Path, descriptor: int) -> bool:
+    """Lock ``descriptor`` (the directory ``path``); whether it still is ``path`` (when not,
+    it is closed and the caller locks again)."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held, now = os.fstat(descriptor), os.stat(path)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise OutputError(
+            f"{path} is being written by another sinkscope run; wait for it to finish or choose another output directory"
+        ) from None
+    except FileNotFoundError:
+        os.close(descriptor)
+        return False  # removed after the lock was taken: start again
+    except OSError as error:
+        # NFS emulates flock with write locks, which a directory cannot take (EBADF);
+        # some FUSE/CIFS mounts have no locks at all: work unlocked, and say so once
+        print(
+            f"sinkscope: note: {path} is on a filesystem without directory locks ({error.strerror}); "
+            "a second run on the same output is not detected there",
+            file=sys.stderr,
+        )
+        return True
+    if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+        return True
+    os.close(descriptor)  # a finishing run swapped a new result in: lock that one
+    return False
+
+
+def _create_and_lock(path: Path) -> tuple[int, bool]:
+    """(the locked descriptor of ``path``, whether this call created it), made and locked
+    again while another run keeps replacing the directory (ten tries)."""
+    created = False
+    for _ in range(10):  # retried only when the directory is replaced between open and lock
+        created = _make_directory(path) or created
+        descriptor = _open_directory(path)
+        if descriptor is not None and _flock_still_path(path, descriptor):
+            return descriptor, created
+    raise OutputError(
+        f"{path} keeps being replaced by another run; wait for it to finish or choose another output directory"
+    )
+
+
 @contextmanager
 def locked_directory(path: str | os.PathLike) -> Iterator[bool]:
     """Hold an exclusive lock on the output directory ``path`` (created, parents too, when
@@ -135,52 +204,7 @@ def locked_directory(path: str | os.PathLike) -> Iterator[bool]:
     directory it created and left empty (the run failed) is removed again.
     """
     path = Path(path)
-    created = False
-    for _ in range(10):  # retried only when the directory is replaced between open and lock
-        try:
-            path.mkdir(parents=True)
-            created = True
-        except FileExistsError:
-            if not path.is_dir():  # a file, or a broken symbolic link, at path or above it
-                raise OutputError(
-                    f"cannot create {path}: it, or a folder above it, is a file or a broken symbolic "
-                    "link; choose another output directory"
-                ) from None
-        except OSError as error:
-            raise OutputError(f"cannot create {path} ({error.strerror}); choose a writable output location") from None
-        try:
-            descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        except NotADirectoryError:
-            raise OutputError(f"{path} exists and is not a directory; choose another output directory") from None
-        except FileNotFoundError:
-            continue  # removed between mkdir and open: make it again
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            held, now = os.fstat(descriptor), os.stat(path)
-        except BlockingIOError:
-            os.close(descriptor)
-            raise OutputError(
-                f"{path} is being written by another sinkscope run; wait for it to finish or choose another output directory"
-            ) from None
-        except FileNotFoundError:
-            os.close(descriptor)
-            continue  # removed after the lock was taken: start again
-        except OSError as error:
-            # NFS emulates flock with write locks, which a directory cannot take (EBADF);
-            # some FUSE/CIFS mounts have no locks at all: work unlocked, and say so once
-            print(
-                f"sinkscope: note: {path} is on a filesystem without directory locks ({error.strerror}); "
-                "a second run on the same output is not detected there",
-                file=sys.stderr,
-            )
-            break
-        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
-            break
-        os.close(descriptor)  # a finishing run swapped a new result in: lock that one
-    else:
-        raise OutputError(
-            f"{path} keeps being replaced by another run; wait for it to finish or choose another output directory"
-        )
+    descriptor, created = _create_and_lock(path)
     try:
         yield created
     finally:

@@ -29,9 +29,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safetensors import SafetensorError
+
+if TYPE_CHECKING:
+    from interp.hooked_model import ModelSpec
 
 PYTHIA_SIZES: tuple[str, ...] = ("14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")
 PYTHIA_DEDUPED_SIZES: tuple[str, ...] = ("70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")
@@ -427,20 +430,9 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
     from interp.hooked_model import HookedModel
 
     if not progress:
-        import transformers
-        from huggingface_hub.utils import disable_progress_bars
-
-        transformers.utils.logging.disable_progress_bar()
-        disable_progress_bars()
+        _hide_download_bars()
     _check_device(spec)
-    quantization = None
-    placement: dict[str, Any] = {"device_map": spec.device_map, "n_devices": spec.n_devices}
-    if resolved.gguf_file is not None:
-        if spec.n_devices is not None:
-            raise ModelLoadError("--n-devices does not apply to GGUF files; pass --device-map auto to split one")
-        quantization = gguf_quantization(resolved)  # also checks that gguf is installed
-        # the bridge takes a preloaded model as it is: placement happens while loading it
-        placement = _load_gguf(resolved, spec, progress)
+    placement, quantization = _placement(spec, resolved, progress)
     try:
         bridge = TransformerBridge.boot_transformers(
             resolved.location,
@@ -464,12 +456,41 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
             "pass a Hugging Face model of an architecture TransformerLens supports"
         ) from None
     bridge.eval()
+    hooked = HookedModel(bridge).spec  # the probes' own reading of the bridge (causal, kv heads)
+    return LoadedModel(bridge=bridge, info=_model_info(spec, resolved, bridge, hooked, quantization))
+
+
+def _hide_download_bars() -> None:
+    """Silence transformers' and the Hugging Face hub's download progress bars."""
+    import transformers
+    from huggingface_hub.utils import disable_progress_bars
+
+    transformers.utils.logging.disable_progress_bar()
+    disable_progress_bars()
+
+
+def _placement(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> tuple[dict[str, Any], str | None]:
+    """The bridge's placement arguments and the checkpoint's quantisation (None unless
+    GGUF); a GGUF checkpoint is loaded here, placed as it loads."""
+    placement: dict[str, Any] = {"device_map": spec.device_map, "n_devices": spec.n_devices}
+    if resolved.gguf_file is None:
+        return placement, None
+    if spec.n_devices is not None:
+        raise ModelLoadError("--n-devices does not apply to GGUF files; pass --device-map auto to split one")
+    quantization = gguf_quantization(resolved)  # also checks that gguf is installed
+    # the bridge takes a preloaded model as it is: placement happens while loading it
+    return _load_gguf(resolved, spec, progress), quantization
+
+
+def _model_info(
+    spec: LoadSpec, resolved: ResolvedModel, bridge: Any, hooked: ModelSpec, quantization: str | None
+) -> ModelInfo:
+    """What was loaded: the checkpoint, its architecture and shape, dtype and device."""
     hf_config = bridge.original_model.config
     architectures = getattr(hf_config, "architectures", None) or [type(bridge.original_model).__name__]
     parameter = next(bridge.original_model.parameters())
     cfg = bridge.cfg
-    hooked = HookedModel(bridge).spec  # the probes' own reading of the bridge (causal, kv heads)
-    info = ModelInfo(
+    return ModelInfo(
         name=spec.name,
         label=resolved.label,
         location=resolved.location,
@@ -489,7 +510,6 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
         source_file=None if resolved.gguf_file is None else str(Path(resolved.location) / resolved.gguf_file),
         quantization=quantization,
     )
-    return LoadedModel(bridge=bridge, info=info)
 
 
 def _check_device(spec: LoadSpec) -> None:

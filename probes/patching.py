@@ -185,6 +185,110 @@ def _sites(
     ]
 
 
+def _checked_sites(
+    spec: ModelSpec,
+    hook: str,
+    axes: tuple[str, ...],
+    layers: Sequence[int] | None,
+    heads: Sequence[int] | None,
+    positions: Sequence[int] | None,
+    n_pos: int,
+) -> tuple[list[PatchSite], tuple[int, ...] | None, tuple[int, ...] | None]:
+    """The sites to patch, with the checked head and position restrictions (None: all)."""
+    layer_list = _indices("layers", layers, spec.n_layers) or tuple(range(spec.n_layers))
+    # k and v carry n_kv_heads heads under grouped-query attention: their sites are kv heads
+    n_hook_heads = spec.heads_of(hook)
+    head_list = _indices("heads", heads, n_hook_heads)
+    position_list = _indices("positions", positions, n_pos)
+    sites = _sites(hook, axes, layer_list, head_list, position_list, n_hook_heads, n_pos)
+    return sites, head_list, position_list
+
+
+def _check_hook_heads(hook: str, axes: tuple[str, ...], heads: Sequence[int] | None) -> None:
+    """Refuse a head axis or a head restriction on a hook without heads."""
+    has_heads = hook_layout(hook).head_axis is not None
+    if not has_heads and ("head" in axes or heads is not None):
+        raise ValueError(
+            f"hook {hook!r} has no head axis; use per=('layer', 'position') or a head hook (q, k, v, z, attn_scores, pattern)"
+        )
+
+
+def _check_reaches_output(hooked: HookedModel, target: PreparedBatch, hook_name: str) -> None:
+    """Refuse a bridge hook whose edits never reach the model's output."""
+    if hooked.is_bridge and not hook_reaches_output(
+        hooked, target.select(torch.arange(1, device=target.anchor.device)), hook_name
+    ):
+        raise ValueError(
+            f"edits at {hook_name} do not reach this model's output (a read-only hook in this bridge); "
+            "patch 'z' or 'resid_pre' instead"
+        )
+
+
+def _metric_totals(
+    hooked: HookedModel,
+    source: PreparedBatch,
+    target: PreparedBatch,
+    sites: list[PatchSite],
+    hook_names: list[str],
+    metric_fn: MetricFn,
+    batch_size: int,
+    bar: tqdm,
+) -> tuple[float, float, list[float]]:
+    """Sums over all inputs of the metric on the source run (caching ``hook_names``), the
+    clean target run and the target run patched at each site, batch by batch."""
+    n = target.batch_size
+    source_total = target_total = 0.0
+    patched_totals = [0.0] * len(sites)
+    for start in range(0, n, batch_size):
+        rows = torch.arange(start, min(start + batch_size, n))
+        device_rows = rows.to(target.anchor.device)
+        source_batch, target_batch = source.select(device_rows), target.select(device_rows)
+        context = MetricContext(rows=rows, batch=target_batch)
+        source_output, cache = capture_activations(hooked, source_batch, hook_names)
+        source_total += _metric_sum(metric_fn, source_output, context)
+        with torch.no_grad():
+            target_total += _metric_sum(metric_fn, hooked.forward(target_batch), context)
+        bar.update(2)
+        for index, site in enumerate(sites):
+            patched_totals[index] += _metric_sum(metric_fn, run_patched(hooked, target_batch, [site], cache), context)
+            bar.update(1)
+        del cache, source_output  # freed before the next batch's capture
+    return source_total, target_total, patched_totals
+
+
+def _patching_rows(
+    sites: list[PatchSite],
+    axes: tuple[str, ...],
+    patched_means: list[float],
+    source_metric: float,
+    target_metric: float,
+) -> tuple[tuple[PatchingRow, ...], tuple[str, ...]]:
+    """One ``PatchingRow`` per site, and a note when source and target metrics agree (then
+    every normalised effect is NaN)."""
+    difference = source_metric - target_metric
+    agree = abs(difference) <= AGREEMENT_TOLERANCE * max(1.0, abs(source_metric), abs(target_metric))
+    rows = tuple(
+        PatchingRow(
+            layer=site.layer,
+            head=site.heads[0] if "head" in axes and site.heads is not None else None,
+            position=site.positions[0] if "position" in axes and site.positions is not None else None,
+            patched=patched,
+            target=target_metric,
+            source=source_metric,
+            effect=patched - target_metric,
+            normalised_effect=float("nan") if agree else (patched - target_metric) / difference,
+        )
+        for site, patched in zip(sites, patched_means, strict=True)
+    )
+    notes: tuple[str, ...] = ()
+    if agree:
+        notes = (
+            f"source and target metrics agree ({source_metric:.6g} vs {target_metric:.6g}): "
+            "normalised_effect is undefined (NaN); read effect instead",
+        )
+    return rows, notes
+
+
 def activation_patching(
     model: torch.nn.Module | HookedModel,
     source_inputs: torch.Tensor | Sequence[str],
@@ -218,72 +322,20 @@ def activation_patching(
     hooked = model if isinstance(model, HookedModel) else HookedModel(model)
     spec = hooked.spec
     axes = _validate_per(per)
-    has_heads = hook_layout(hook).head_axis is not None
-    if not has_heads and ("head" in axes or heads is not None):
-        raise ValueError(
-            f"hook {hook!r} has no head axis; use per=('layer', 'position') or a head hook (q, k, v, z, attn_scores, pattern)"
-        )
+    _check_hook_heads(hook, axes, heads)
     source, target = _prepare_pair(hooked, source_inputs, target_inputs, attention_mask)
-    layer_list = _indices("layers", layers, spec.n_layers) or tuple(range(spec.n_layers))
-    # k and v carry n_kv_heads heads under grouped-query attention: their sites are kv heads
-    n_hook_heads = spec.heads_of(hook)
-    head_list = _indices("heads", heads, n_hook_heads)
-    position_list = _indices("positions", positions, target.n_pos)
-    sites = _sites(hook, axes, layer_list, head_list, position_list, n_hook_heads, target.n_pos)
+    sites, head_list, position_list = _checked_sites(spec, hook, axes, layers, heads, positions, target.n_pos)
     hook_names = sorted({site.hook_name for site in sites})
     spec.require_hooks(hook_names, f"patching {hook!r}")
-    if hooked.is_bridge and not hook_reaches_output(
-        hooked, target.select(torch.arange(1, device=target.anchor.device)), hook_names[0]
-    ):
-        raise ValueError(
-            f"edits at {hook_names[0]} do not reach this model's output (a read-only hook in this bridge); "
-            "patch 'z' or 'resid_pre' instead"
-        )
-
+    _check_reaches_output(hooked, target, hook_names[0])
     n = target.batch_size
-    source_total = target_total = 0.0
-    patched_totals = [0.0] * len(sites)
-    n_batches = math.ceil(n / batch_size)
-    with tqdm(total=n_batches * (len(sites) + 2), desc=f"patching {hook}", disable=not progress) as bar:
-        for start in range(0, n, batch_size):
-            rows = torch.arange(start, min(start + batch_size, n))
-            device_rows = rows.to(target.anchor.device)
-            source_batch, target_batch = source.select(device_rows), target.select(device_rows)
-            context = MetricContext(rows=rows, batch=target_batch)
-            source_output, cache = capture_activations(hooked, source_batch, hook_names)
-            source_total += _metric_sum(metric_fn, source_output, context)
-            with torch.no_grad():
-                target_total += _metric_sum(metric_fn, hooked.forward(target_batch), context)
-            bar.update(2)
-            for index, site in enumerate(sites):
-                patched_totals[index] += _metric_sum(
-                    metric_fn, run_patched(hooked, target_batch, [site], cache), context
-                )
-                bar.update(1)
-            del cache, source_output  # freed before the next batch's capture
-
+    total_runs = math.ceil(n / batch_size) * (len(sites) + 2)
+    with tqdm(total=total_runs, desc=f"patching {hook}", disable=not progress) as bar:
+        source_total, target_total, patched_totals = _metric_totals(
+            hooked, source, target, sites, hook_names, metric_fn, batch_size, bar
+        )
     source_metric, target_metric = source_total / n, target_total / n
-    difference = source_metric - target_metric
-    agree = abs(difference) <= AGREEMENT_TOLERANCE * max(1.0, abs(source_metric), abs(target_metric))
-    rows_out = tuple(
-        PatchingRow(
-            layer=site.layer,
-            head=site.heads[0] if "head" in axes and site.heads is not None else None,
-            position=site.positions[0] if "position" in axes and site.positions is not None else None,
-            patched=total / n,
-            target=target_metric,
-            source=source_metric,
-            effect=total / n - target_metric,
-            normalised_effect=float("nan") if agree else (total / n - target_metric) / difference,
-        )
-        for site, total in zip(sites, patched_totals, strict=True)
-    )
-    notes: tuple[str, ...] = ()
-    if agree:
-        notes = (
-            f"source and target metrics agree ({source_metric:.6g} vs {target_metric:.6g}): "
-            "normalised_effect is undefined (NaN); read effect instead",
-        )
+    rows, notes = _patching_rows(sites, axes, [total / n for total in patched_totals], source_metric, target_metric)
     return PatchingResult(
         model=spec,
         hook=hook,
@@ -294,6 +346,6 @@ def activation_patching(
         n_pos=target.n_pos,
         source_metric=source_metric,
         target_metric=target_metric,
-        rows=rows_out,
+        rows=rows,
         notes=notes,
     )

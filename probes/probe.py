@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
@@ -374,21 +375,33 @@ class _Accumulator:
         if self.n_inputs == 0:
             raise ValueError("no inputs were probed; pass at least one input")
         spec, config = self.model.spec, self.config
-        nan = float("nan")
-
-        def ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-            return torch.where(count > 0, total / count.clamp_min(1), torch.full_like(total, nan))
-
-        mass = ratio(self.mass, self.mass_count.unsqueeze(1))
-        other = ratio(self.other, self.other_count.unsqueeze(1))
-        alpha = ratio(self.alpha, self.alpha_count)
-        share = ratio(self.share, self.share_count)
-        entropy = ratio(self.entropy, self.entropy_count)
-        value_norm = ratio(self.value_norm, self.value_count.unsqueeze(1))
-        head_out = ratio(self.head_out, self.out_count.unsqueeze(1))
+        mass = _ratio(self.mass, self.mass_count.unsqueeze(1))
         sink = is_sink_head(mass, config.sink_eps)
+        total = float(self.total_count)
+        return ProbeResult(
+            model=spec,
+            config=config,
+            n_inputs=self.n_inputs,
+            n_queries=int(self.mass_count[0]),
+            heads=self._head_rows(mass, sink),
+            layers=self._layer_rows(mass, sink),
+            sink_rates=self._sink_rates(),
+            attn_out_norm_of_sum=float(self.out_of_sum) / total if total > 0 else math.nan,
+            attn_out_sum_of_norms=float(self.sum_of_out) / total if total > 0 else math.nan,
+            notes=_normalisation_notes(spec),
+        )
+
+    def _head_rows(self, mass: torch.Tensor, sink: torch.Tensor) -> tuple[HeadProbe, ...]:
+        """One ``HeadProbe`` per (layer, head), from the per-head sums and counts."""
+        config = self.config
+        other = _ratio(self.other, self.other_count.unsqueeze(1))
+        alpha = _ratio(self.alpha, self.alpha_count)
+        share = _ratio(self.share, self.share_count)
+        entropy = _ratio(self.entropy, self.entropy_count)
+        value_norm = _ratio(self.value_norm, self.value_count.unsqueeze(1))
+        head_out = _ratio(self.head_out, self.out_count.unsqueeze(1))
         dormant = (entropy <= config.dormant_entropy_max) & (mass >= config.dormant_anchor_min)
-        heads = tuple(
+        return tuple(
             HeadProbe(
                 layer=layer,
                 head=head,
@@ -402,14 +415,17 @@ class _Accumulator:
                 dormant=bool(dormant[layer, head]),
                 head_out_norm=float(head_out[layer, head]),
             )
-            for layer in range(spec.n_layers)
-            for head in range(spec.n_heads)
+            for layer in range(self.model.spec.n_layers)
+            for head in range(self.model.spec.n_heads)
         )
-        layer_out = ratio(self.layer_out, self.out_count)
-        head_out_sum = ratio(self.head_out_sum, self.out_count)
-        resid_norm = ratio(self.resid_norm, self.resid_count)
-        median_abs = ratio(self.median_abs, self.resid_count)
-        layers = tuple(
+
+    def _layer_rows(self, mass: torch.Tensor, sink: torch.Tensor) -> tuple[LayerProbe, ...]:
+        """One ``LayerProbe`` per layer, from the per-layer sums and counts."""
+        layer_out = _ratio(self.layer_out, self.out_count)
+        head_out_sum = _ratio(self.head_out_sum, self.out_count)
+        resid_norm = _ratio(self.resid_norm, self.resid_count)
+        median_abs = _ratio(self.median_abs, self.resid_count)
+        return tuple(
             LayerProbe(
                 layer=layer,
                 anchor_mass=float(mass[layer].mean()),
@@ -419,40 +435,38 @@ class _Accumulator:
                 anchor_resid_norm=float(resid_norm[layer]),
                 massive_count=int(self.massive_count[layer]),
                 massive_at_anchor=int(self.massive_at_anchor[layer]),
-                max_abs_resid=float(self.max_abs[layer]) if self.resid_count[layer] > 0 else nan,
+                max_abs_resid=float(self.max_abs[layer]) if self.resid_count[layer] > 0 else math.nan,
                 median_abs_resid=float(median_abs[layer]),
             )
-            for layer in range(spec.n_layers)
+            for layer in range(self.model.spec.n_layers)
         )
-        rates = tuple(
+
+    def _sink_rates(self) -> tuple[SinkRate, ...]:
+        """Gu et al.'s sink rate at each of the config's epsilons (NaN when nothing was counted)."""
+        config = self.config
+        return tuple(
             SinkRate(
                 k=config.alpha_k,
                 eps=eps,
-                percent=float(100.0 * self.rate_hits[index] / self.rate_count) if self.rate_count > 0 else nan,
+                percent=float(100.0 * self.rate_hits[index] / self.rate_count) if self.rate_count > 0 else math.nan,
             )
             for index, eps in enumerate(config.sink_rate_eps)
         )
-        notes = (
-            ()
-            if spec.normalised
-            else (
-                f"{spec.attention_kind} attention is not normalised: pattern rows need not sum to one, "
-                "and row_entropy is computed on renormalised rows",
-            )
-        )
-        total = float(self.total_count)
-        return ProbeResult(
-            model=spec,
-            config=config,
-            n_inputs=self.n_inputs,
-            n_queries=int(self.mass_count[0]),
-            heads=heads,
-            layers=layers,
-            sink_rates=rates,
-            attn_out_norm_of_sum=float(self.out_of_sum) / total if total > 0 else nan,
-            attn_out_sum_of_norms=float(self.sum_of_out) / total if total > 0 else nan,
-            notes=notes,
-        )
+
+
+def _ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """``total / count``, NaN where nothing was counted."""
+    return torch.where(count > 0, total / count.clamp_min(1), torch.full_like(total, math.nan))
+
+
+def _normalisation_notes(spec: ModelSpec) -> tuple[str, ...]:
+    """A note when the model's attention is not normalised (none when it is)."""
+    if spec.normalised:
+        return ()
+    return (
+        f"{spec.attention_kind} attention is not normalised: pattern rows need not sum to one, "
+        "and row_entropy is computed on renormalised rows",
+    )
 
 
 def iterate_batches(

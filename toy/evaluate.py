@@ -139,20 +139,11 @@ def _pattern_stats(model: ToyTransformer, batch: TaskBatch) -> tuple[torch.Tenso
     return output, [cache[pattern_hook(layer)] for layer in range(model.cfg.n_layers)]
 
 
-def evaluate_model(
-    model: ToyTransformer,
-    config: RunConfig,
-    n_sequences: int = 1000,
-    figure_dir: str | os.PathLike | None = None,
-    title: str = "",
-) -> ModelEvaluation:
-    """Measure the per-head table and held-out errors; optionally write the heatmaps."""
-    if n_sequences < 1:
-        raise ValueError(f"n_sequences must be >= 1, got {n_sequences}")
-    task, target = config.task, config.model.target
-    batch = eval_batch(task, n_sequences, FIGURE_SEED, target)
-    output, patterns = _pattern_stats(model, batch)
-    trigger = task.eval_trigger_position
+def _head_rows(
+    patterns: list[torch.Tensor], batch: TaskBatch, trigger: int
+) -> tuple[list[HeadRow], list[np.ndarray], list[np.ndarray]]:
+    """One ``HeadRow`` per (layer, head) of the figure set's patterns, and each layer's
+    mean and std pattern over sequences ``[head, query, key]``."""
     default_mask, trigger_mask = batch.default_query_mask(), batch.trigger_query_mask()
     rows: list[HeadRow] = []
     means, stds = [], []
@@ -175,6 +166,53 @@ def evaluate_model(
                     trigger_row=[round(float(x), 6) for x in mean_pattern[head, trigger, : trigger + 1]],
                 )
             )
+    return rows, means, stds
+
+
+def _write_attention_figures(
+    figure_dir: Path,
+    means: list[np.ndarray],
+    stds: list[np.ndarray],
+    config: RunConfig,
+    n_sequences: int,
+    title: str,
+) -> list[str]:
+    """Write the mean and std attention heatmaps into ``figure_dir``; their file names."""
+    trigger = config.task.eval_trigger_position
+    labels = [str(i + 1) for i in range(config.task.seq_len)]
+    label = f"{title} " if title else ""
+    attention_grid(
+        np.stack(means),
+        figure_dir / "attention_mean.png",
+        f"{label}mean attention over {n_sequences} sequences (trigger at position {trigger + 1})",
+        tick_labels=labels,
+        vmax=1.0 if config.model.attention in NORMALISED_KINDS else None,
+    )
+    attention_grid(
+        np.stack(stds),
+        figure_dir / "attention_std.png",
+        f"{label}std of attention over {n_sequences} sequences",
+        tick_labels=labels,
+    )
+    return ["attention_mean.png", "attention_std.png"]
+
+
+def evaluate_model(
+    model: ToyTransformer,
+    config: RunConfig,
+    n_sequences: int = 1000,
+    figure_dir: str | os.PathLike | None = None,
+    title: str = "",
+) -> ModelEvaluation:
+    """Measure the per-head table and held-out errors; optionally write the heatmaps."""
+    if n_sequences < 1:
+        raise ValueError(f"n_sequences must be >= 1, got {n_sequences}")
+    task, target = config.task, config.model.target
+    batch = eval_batch(task, n_sequences, FIGURE_SEED, target)
+    output, patterns = _pattern_stats(model, batch)
+    trigger = task.eval_trigger_position
+    default_mask = batch.default_query_mask()
+    rows, means, stds = _head_rows(patterns, batch, trigger)
     sink_heads = [(row.layer, row.head) for row in rows if row.is_sink_head]
     default_state = ToyDefaultState.from_result(
         default_state_test(
@@ -189,23 +227,7 @@ def evaluate_model(
         heldout_error = model(heldout.tokens) - heldout.targets
     figures: list[str] = []
     if figure_dir is not None:
-        figure_dir = Path(figure_dir)
-        labels = [str(i + 1) for i in range(task.seq_len)]
-        label = f"{title} " if title else ""
-        attention_grid(
-            np.stack(means),
-            figure_dir / "attention_mean.png",
-            f"{label}mean attention over {n_sequences} sequences (trigger at position {trigger + 1})",
-            tick_labels=labels,
-            vmax=1.0 if config.model.attention in NORMALISED_KINDS else None,
-        )
-        attention_grid(
-            np.stack(stds),
-            figure_dir / "attention_std.png",
-            f"{label}std of attention over {n_sequences} sequences",
-            tick_labels=labels,
-        )
-        figures = ["attention_mean.png", "attention_std.png"]
+        figures = _write_attention_figures(Path(figure_dir), means, stds, config, n_sequences, title)
     return ModelEvaluation(
         attention=config.model.attention,
         layers=config.model.n_layers,

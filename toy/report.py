@@ -53,7 +53,7 @@ from toy.patching import (
     TRIGGER_METRIC,
     TriggerPatching,
 )
-from toy.reproduce import REPRODUCE_FILE, ReproduceSummary
+from toy.reproduce import REPRODUCE_FILE, ReproduceConfig, ReproduceSummary
 from toy.run_dir import CONFIG_FILE, RunConfig, read_config
 from toy.sweep import SWEEP_COLUMNS, SWEEP_FILE, SweepResult, sweep_table_cells
 from toy.tradeoff import (
@@ -159,13 +159,8 @@ def _tradeoff_blocks(source: Path, result: TradeoffResult) -> list[Block]:
     ]
 
 
-def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
-    summary = read_result(source / SUMMARY_FILE, ReproduceSummary, "regenerate it with sinkscope toy reproduce")
-    tradeoff = (
-        read_result(source / TRADEOFF_FILE, TradeoffResult, "regenerate it with sinkscope toy reproduce")
-        if (source / TRADEOFF_FILE).is_file()
-        else None
-    )
+def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult | None) -> list[str]:
+    """The reproduction's findings: training, checks, sink heads, default state, trade-off."""
     config, models = summary.config, summary.models
     converged = [m for m in models if m.converged]
     passed = [c for c in summary.checks if c.passed]
@@ -201,8 +196,12 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
             findings.append(f"{m.name}: " + default_state_finding(state.heads[-1], WHAT, _sinks_subject(state)))
     if tradeoff is not None:
         findings += _tradeoff_findings(tradeoff)
+    return findings
 
-    overview = Table(
+
+def _models_table(models: list[ModelSummary]) -> Table:
+    """One row per trained model: architecture, training outcome, errors, sink heads."""
+    return Table(
         "Models",
         (
             Column("model"),
@@ -240,12 +239,11 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
         f"Held-out errors: fresh sequences from the training distribution. Sink head: mean BOS weight over "
         f"non-trigger queries >= {1 - SINK_EPS:g}.",
     )
-    checks = Table(
-        "Checks against the paper",
-        (Column("claim"), Column("passed"), Column("measured")),
-        tuple((c.claim, c.passed, c.detail) for c in summary.checks),
-    )
-    heads = Table(
+
+
+def _model_heads_table(models: list[ModelSummary]) -> Table:
+    """One row per head of every model: its BOS masses and whether it sinks."""
+    return Table(
         "Every head of every model",
         (
             Column("model"),
@@ -265,78 +263,108 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
         "trigger query; default_row_mass: total weight of non-trigger rows (1 for softmax; for ReLU, rows need "
         "not sum to one and this shows whether the head attends off-trigger at all).",
     )
+
+
+def _reproduction_default_state(models: list[ModelSummary], figure_dir: Path) -> Section | None:
+    """The default-state test of every model that had sink heads (its chart written into
+    ``figure_dir``); None when no model was tested."""
+    tests = {m.name: m.default_state_test for m in models if m.default_state_test is not None}
+    tested = [m for m in models if m.name in tests and tests[m.name].heads]
+    if not tested:
+        return None
+    chart = default_state_chart(
+        [m.name for m in tested],
+        [tests[m.name].heads[-1] for m in tested],
+        WHAT,
+        figure_dir / "default_state.png",
+        "Removing every sink head's sink",
+    )
+    rows = [replace(row, label=f"{m.name} {row.label}") for m in tested for row in tests[m.name].heads]
+    untested = [m.name for m in models if m not in tested]
+    blocks: list[Block] = [chart, default_state_table(rows, WHAT)]
+    if untested:
+        blocks.append(Paragraph(f"Not tested (no sink heads, so no sink to remove): {', '.join(untested)}."))
+    return Section("Default-state test", tuple(blocks))
+
+
+def _model_section(source: Path, m: ModelSummary) -> Section:
+    """One model's outcome and the figures its run wrote."""
+    figures = [
+        (source / name, f"{m.name}: {caption}")
+        for name, caption in ((figure, Path(figure).stem.replace("_", " ")) for figure in m.figures)
+    ]
+    return Section(
+        m.name,
+        (
+            Paragraph(
+                f"{m.status} after {m.steps:,} steps; {m.n_sink_heads} of {len(m.heads_table)} heads sink. "
+                f"Paper: {m.paper}."
+            ),
+            *_existing_figures(figures),
+        ),
+    )
+
+
+def _reproduction_configuration(source: Path, config: ReproduceConfig) -> Section:
+    """The reproduction's settings, its task and the run's provenance."""
+    return Section(
+        "Configuration",
+        (
+            KeyValues(
+                "Reproduction",
+                (
+                    ("seeds", f"{config.seeds} (first {config.first_seed})"),
+                    (
+                        "architectures (layers x heads)",
+                        ", ".join(f"{layers}x{heads}" for layers, heads in config.architectures),
+                    ),
+                    ("attentions", ", ".join(config.attentions)),
+                    ("max steps", f"{config.max_steps:,}"),
+                    ("test sequences", f"{config.n_sequences:,}"),
+                    ("workers", str(config.workers)),
+                ),
+            ),
+            config_block("Task", config.task),
+            provenance_block(read_provenance(source)),
+        ),
+    )
+
+
+def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
+    summary = read_result(source / SUMMARY_FILE, ReproduceSummary, "regenerate it with sinkscope toy reproduce")
+    tradeoff = (
+        read_result(source / TRADEOFF_FILE, TradeoffResult, "regenerate it with sinkscope toy reproduce")
+        if (source / TRADEOFF_FILE).is_file()
+        else None
+    )
+    models = summary.models
+    findings = _reproduction_findings(summary, tradeoff)
     panels = [(m.name, _head_matrix(m)) for m in models]
     sink_figure = figure_dir / "sink_maps.png"
     layer_head_maps(panels, sink_figure, "BOS mass at non-trigger queries (layer x head)", "anchor_mass_default")
+    checks = Table(
+        "Checks against the paper",
+        (Column("claim"), Column("passed"), Column("measured")),
+        tuple((c.claim, c.passed, c.detail) for c in summary.checks),
+    )
     sections = [
         Section(
             "Models",
             (
-                overview,
+                _models_table(models),
                 Figure(sink_figure, "layer x head sink map of every model: mean BOS weight over non-trigger queries"),
             ),
         ),
         Section("Checks against the paper", (checks,)),
-        Section("Heads", (heads,)),
+        Section("Heads", (_model_heads_table(models),)),
     ]
-    tests = {m.name: m.default_state_test for m in models if m.default_state_test is not None}
-    tested = [m for m in models if m.name in tests and tests[m.name].heads]
-    if tested:
-        chart = default_state_chart(
-            [m.name for m in tested],
-            [tests[m.name].heads[-1] for m in tested],
-            WHAT,
-            figure_dir / "default_state.png",
-            "Removing every sink head's sink",
-        )
-        rows = [replace(row, label=f"{m.name} {row.label}") for m in tested for row in tests[m.name].heads]
-        untested = [m.name for m in models if m not in tested]
-        blocks: list[Block] = [chart, default_state_table(rows, WHAT)]
-        if untested:
-            blocks.append(Paragraph(f"Not tested (no sink heads, so no sink to remove): {', '.join(untested)}."))
-        sections.append(Section("Default-state test", tuple(blocks)))
-    for m in models:
-        figures = [
-            (source / name, f"{m.name}: {caption}")
-            for name, caption in ((figure, Path(figure).stem.replace("_", " ")) for figure in m.figures)
-        ]
-        sections.append(
-            Section(
-                m.name,
-                (
-                    Paragraph(
-                        f"{m.status} after {m.steps:,} steps; {m.n_sink_heads} of {len(m.heads_table)} heads sink. "
-                        f"Paper: {m.paper}."
-                    ),
-                    *_existing_figures(figures),
-                ),
-            )
-        )
+    default_state = _reproduction_default_state(models, figure_dir)
+    if default_state is not None:
+        sections.append(default_state)
+    sections += [_model_section(source, m) for m in models]
     if tradeoff is not None:
         sections.append(Section("Trade-off (Theorem 1)", tuple(_tradeoff_blocks(source, tradeoff))))
-    sections.append(
-        Section(
-            "Configuration",
-            (
-                KeyValues(
-                    "Reproduction",
-                    (
-                        ("seeds", f"{config.seeds} (first {config.first_seed})"),
-                        (
-                            "architectures (layers x heads)",
-                            ", ".join(f"{layers}x{heads}" for layers, heads in config.architectures),
-                        ),
-                        ("attentions", ", ".join(config.attentions)),
-                        ("max steps", f"{config.max_steps:,}"),
-                        ("test sequences", f"{config.n_sequences:,}"),
-                        ("workers", str(config.workers)),
-                    ),
-                ),
-                config_block("Task", config.task),
-                provenance_block(read_provenance(source)),
-            ),
-        )
-    )
+    sections.append(_reproduction_configuration(source, summary.config))
     return ReportDocument(
         title="Toy reproduction: trigger-conditional tasks and attention sinks",
         subtitle=f"sinkscope toy reproduce · {source}",
@@ -364,13 +392,8 @@ def _source_run_dir(source: Path) -> Path | None:
     return next((path for path in candidates if (path / CONFIG_FILE).is_file()), None)
 
 
-def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
-    probe = read_result(source / PROBE_FILE, ProbeResult, "regenerate it with sinkscope toy probe")
-    state = read_result(source / DEFAULT_STATE_FILE, ToyDefaultState, "regenerate it with sinkscope toy probe")
-    run_dir = _source_run_dir(source)
-    run_config: RunConfig | None = read_config(run_dir) if run_dir is not None else None
-    name = run_dir.name if run_dir is not None else source.name
-    spec = probe.model
+def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> list[str]:
+    """The probe's findings: sink heads, default state, sink rate, value share, cancellation."""
     sinks = [head for head in probe.heads if head.is_sink_head]
     findings = [
         sink_head_phrase(
@@ -384,15 +407,57 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
     ]
     if sinks:
         findings.append(value_share_phrase(sinks, "BOS"))
-    if spec.n_layers > 1 and probe.attn_out_sum_of_norms > 0:
+    if probe.model.n_layers > 1 and probe.attn_out_sum_of_norms > 0:
         ratio = probe.attn_out_norm_of_sum / probe.attn_out_sum_of_norms
         findings.append(
             f"Attention outputs at non-trigger positions: norm of the sum over layers "
             f"{sig(probe.attn_out_norm_of_sum)} vs sum of norms {sig(probe.attn_out_sum_of_norms)} "
             f"(ratio {ratio:.2f}{': the layers cancel' if ratio < 0.1 else ''})."
         )
-    findings += list(probe.notes)
+    return findings + list(probe.notes)
 
+
+def _probe_default_state(state: ToyDefaultState, name: str, figure_dir: Path) -> Section:
+    """The default-state test of the probed run (its chart written into ``figure_dir``), or
+    why it was not run."""
+    if not state.heads:
+        return Section("Default-state test", (Paragraph(f"Not run: {state.note}."),))
+    labels = [row.label for row in state.heads]
+    return Section(
+        "Default-state test",
+        (
+            default_state_chart(
+                labels,
+                state.heads,
+                WHAT,
+                figure_dir / "default_state.png",
+                f"{name}: removing sinks vs the matched control",
+            ),
+            default_state_table(state.heads, WHAT),
+        ),
+    )
+
+
+def _probe_configuration(source: Path, probe: ProbeResult, run_config: RunConfig | None) -> Section:
+    """The probed model, the probe's settings, the training run's (when found) and provenance."""
+    config_blocks: list[Block] = [config_block("Model (as probed)", probe.model), config_block("Probe", probe.config)]
+    if run_config is not None:
+        config_blocks += [
+            config_block("Toy model (training run)", run_config.model),
+            config_block("Task", run_config.task),
+            config_block("Training", run_config.train),
+        ]
+    config_blocks.append(provenance_block(read_provenance(source)))
+    return Section("Configuration", tuple(config_blocks))
+
+
+def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
+    probe = read_result(source / PROBE_FILE, ProbeResult, "regenerate it with sinkscope toy probe")
+    state = read_result(source / DEFAULT_STATE_FILE, ToyDefaultState, "regenerate it with sinkscope toy probe")
+    run_dir = _source_run_dir(source)
+    run_config: RunConfig | None = read_config(run_dir) if run_dir is not None else None
+    name = run_dir.name if run_dir is not None else source.name
+    findings = _probe_findings(probe, state, name)
     sink_figures = _existing_figures(
         [
             (source / "anchor_mass.png", "BOS mass at non-trigger queries (layer x head)"),
@@ -415,26 +480,8 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
             ),
         ),
         Section("Layers", (layer_table(probe.layers),)),
+        _probe_default_state(state, name, figure_dir),
     ]
-    if state.heads:
-        labels = [row.label for row in state.heads]
-        sections.append(
-            Section(
-                "Default-state test",
-                (
-                    default_state_chart(
-                        labels,
-                        state.heads,
-                        WHAT,
-                        figure_dir / "default_state.png",
-                        f"{name}: removing sinks vs the matched control",
-                    ),
-                    default_state_table(state.heads, WHAT),
-                ),
-            )
-        )
-    else:
-        sections.append(Section("Default-state test", (Paragraph(f"Not run: {state.note}."),)))
     if run_dir is not None:
         sections.append(
             Section(
@@ -442,15 +489,7 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
                 tuple(_existing_figures([(run_dir / figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])),
             )
         )
-    config_blocks: list[Block] = [config_block("Model (as probed)", spec), config_block("Probe", probe.config)]
-    if run_config is not None:
-        config_blocks += [
-            config_block("Toy model (training run)", run_config.model),
-            config_block("Task", run_config.task),
-            config_block("Training", run_config.train),
-        ]
-    config_blocks.append(provenance_block(read_provenance(source)))
-    sections.append(Section("Configuration", tuple(config_blocks)))
+    sections.append(_probe_configuration(source, probe, run_config))
     return ReportDocument(
         title=f"Sink probes: {name}",
         subtitle=f"sinkscope toy probe · {source}",
@@ -462,10 +501,8 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
 # activation patching ----------------------------------------------------------------
 
 
-def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
-    result = read_result(source / PATCHING_FILE, TriggerPatching, "regenerate it with sinkscope toy patch")
-    run_dir = _source_run_dir(source)
-    name = run_dir.name if run_dir is not None else source.name
+def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
+    """The patching findings: the setup, the strongest heads and positions, the trigger's effect."""
     trigger = result.trigger_position
     at_trigger = [
         row for row in result.positions.rows if row.position == trigger and not math.isnan(row.normalised_effect)
@@ -482,7 +519,27 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
             + ", ".join(f"{row.normalised_effect:+.2f} in layer {row.layer}" for row in at_trigger)
             + "."
         )
-    findings += [*result.heads.notes, *result.positions.notes]
+    return findings + [*result.heads.notes, *result.positions.notes]
+
+
+def _patch_configuration(source: Path, result: TriggerPatching, run_dir: Path | None) -> Section:
+    """The patched model, the training run's model and task (when found) and provenance."""
+    config_blocks: list[Block] = [config_block("Model", result.heads.model)]
+    if run_dir is not None:
+        run_config = read_config(run_dir)
+        config_blocks += [
+            config_block("Toy model (training run)", run_config.model),
+            config_block("Task", run_config.task),
+        ]
+    config_blocks.append(provenance_block(read_provenance(source)))
+    return Section("Configuration", tuple(config_blocks))
+
+
+def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
+    result = read_result(source / PATCHING_FILE, TriggerPatching, "regenerate it with sinkscope toy patch")
+    run_dir = _source_run_dir(source)
+    name = run_dir.name if run_dir is not None else source.name
+    findings = _patch_findings(name, result)
     sections = [
         Section(
             "Heads (z)",
@@ -502,16 +559,8 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
                 patching_table(result.positions, "resid_pre patched per position"),
             ),
         ),
+        _patch_configuration(source, result, run_dir),
     ]
-    config_blocks: list[Block] = [config_block("Model", result.heads.model)]
-    if run_dir is not None:
-        run_config = read_config(run_dir)
-        config_blocks += [
-            config_block("Toy model (training run)", run_config.model),
-            config_block("Task", run_config.task),
-        ]
-    config_blocks.append(provenance_block(read_provenance(source)))
-    sections.append(Section("Configuration", tuple(config_blocks)))
     return ReportDocument(
         title=f"Activation patching: {name}",
         subtitle=f"sinkscope toy patch · {source}",

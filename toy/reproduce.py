@@ -109,66 +109,76 @@ class ReproduceSummary:
     figures: list[str] = field(default_factory=list)
 
 
+def _one_head_checks(m: ModelSummary) -> list[Check]:
+    """The paper's claims about a 1-layer, 1-head model's head (softmax or ReLU)."""
+    if (m.layers, m.heads) != (1, 1) or m.attention not in ("softmax", "relu"):
+        return []
+    row = m.heads_table[0]
+    if m.attention == "relu":
+        return [
+            Check(
+                f"{m.name}: off-trigger rows sum to <= 0.01",
+                row.default_row_mass <= 0.01,
+                f"default_row_mass = {row.default_row_mass:.4f}",
+            )
+        ]
+    trigger_keys = row.trigger_row[1:]
+    worst = max(abs(w - 1 / len(trigger_keys)) for w in trigger_keys)
+    return [
+        Check(
+            f"{m.name}: off-trigger BOS mass >= 0.99",
+            row.anchor_mass_default >= 0.99,
+            f"anchor_mass_default = {row.anchor_mass_default:.4f}",
+        ),
+        Check(
+            f"{m.name}: trigger row within 0.03 of 1/{len(trigger_keys)} on each content key",
+            worst <= 0.03,
+            f"largest deviation {worst:.4f}",
+        ),
+    ]
+
+
+def _default_state_checks(m: ModelSummary) -> list[Check]:
+    """The default-state claim for a softmax model with sink heads: removing the sinks
+    raises the default-position error far more than the matched control."""
+    test = m.default_state_test
+    if (
+        m.attention != "softmax"
+        or test is None
+        or not test.sink_heads
+        or test.default_error_before is None
+        or test.default_error_after_remove is None
+        or test.default_error_after_control is None
+    ):
+        return []
+    remove_rise = test.default_error_after_remove - test.default_error_before
+    control_rise = max(test.default_error_after_control - test.default_error_before, 0.0)
+    return [
+        Check(
+            f"{m.name}: removing the sinks raises default-position error >= 10x more than the control",
+            remove_rise >= 10 * control_rise and remove_rise > 0,
+            f"MSE {test.default_error_before:.1e} -> {test.default_error_after_remove:.1e} (remove) vs "
+            f"{test.default_error_after_control:.1e} (control)",
+        )
+    ]
+
+
 def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
     """The paper's claims that every seed must satisfy, as pass/fail lines."""
     checks: list[Check] = []
     for m in models:
-        rows = m.heads_table
-        if (m.layers, m.heads) == (1, 1) and m.attention == "softmax":
-            row = rows[0]
-            trigger_keys = row.trigger_row[1:]
-            worst = max(abs(w - 1 / len(trigger_keys)) for w in trigger_keys)
-            checks.append(
-                Check(
-                    f"{m.name}: off-trigger BOS mass >= 0.99",
-                    row.anchor_mass_default >= 0.99,
-                    f"anchor_mass_default = {row.anchor_mass_default:.4f}",
-                )
-            )
-            checks.append(
-                Check(
-                    f"{m.name}: trigger row within 0.03 of 1/{len(trigger_keys)} on each content key",
-                    worst <= 0.03,
-                    f"largest deviation {worst:.4f}",
-                )
-            )
-        if (m.layers, m.heads) == (1, 1) and m.attention == "relu":
-            checks.append(
-                Check(
-                    f"{m.name}: off-trigger rows sum to <= 0.01",
-                    rows[0].default_row_mass <= 0.01,
-                    f"default_row_mass = {rows[0].default_row_mass:.4f}",
-                )
-            )
+        checks += _one_head_checks(m)
         if m.layers > 1 and m.attention == "softmax":
             checks.append(
                 Check(
                     f"{m.name}: at least one sink head (Theorem 2)",
                     m.n_sink_heads >= 1,
-                    f"{m.n_sink_heads} of {len(rows)} heads sink",
+                    f"{m.n_sink_heads} of {len(m.heads_table)} heads sink",
                 )
             )
-        test = m.default_state_test
-        if (
-            m.attention == "softmax"
-            and test is not None
-            and test.sink_heads
-            and test.default_error_before is not None
-            and test.default_error_after_remove is not None
-            and test.default_error_after_control is not None
-        ):
-            remove_rise = test.default_error_after_remove - test.default_error_before
-            control_rise = max(test.default_error_after_control - test.default_error_before, 0.0)
-            checks.append(
-                Check(
-                    f"{m.name}: removing the sinks raises default-position error >= 10x more than the control",
-                    remove_rise >= 10 * control_rise and remove_rise > 0,
-                    f"MSE {test.default_error_before:.1e} -> {test.default_error_after_remove:.1e} (remove) vs "
-                    f"{test.default_error_after_control:.1e} (control)",
-                )
-            )
+        checks += _default_state_checks(m)
         if m.attention != "softmax":
-            worst_row = max(r.default_row_mass for r in rows)
+            worst_row = max(r.default_row_mass for r in m.heads_table)
             checks.append(
                 Check(
                     f"{m.name}: no head attends off-trigger (row mass <= 0.05)",

@@ -231,7 +231,16 @@ def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[Swe
 
 
 def _plots(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str]:
-    figures = []
+    """Write every sweep figure into ``out_dir``; their file names, in writing order."""
+    return [
+        *_summary_bars(config, rows, out_dir),
+        *_size_heatmaps(config, rows, out_dir),
+        *_phase_diagrams(config, rows, out_dir),
+    ]
+
+
+def _summary_bars(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str]:
+    """Bar charts of the sink fraction and of the mean training steps per configuration."""
     labels = [row.label for row in rows]
     bar_chart(
         labels,
@@ -247,7 +256,13 @@ def _plots(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str
         f"mean training steps (cap {config.max_steps})",
         "steps",
     )
-    figures += ["sink_fraction.png", "steps_to_converge.png"]
+    return ["sink_fraction.png", "steps_to_converge.png"]
+
+
+def _size_heatmaps(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str]:
+    """Sink fraction over d_model x seq_len, one heatmap per kind, shape and block (none
+    unless both sizes vary)."""
+    figures = []
     for attention, layers, heads, layer_norm, mlp in itertools.product(
         config.attentions, config.layers, config.heads, config.layer_norms, config.mlps
     ):
@@ -272,34 +287,42 @@ def _plots(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str
             y_tick_labels=[str(d) for d in config.d_models],
         )
         figures.append(name)
-    if len(config.layers) > 1 or len(config.heads) > 1:  # the phase diagram: layers x heads per kind and block
-        for attention, layer_norm, mlp, d_model, seq_len in itertools.product(
-            config.attentions, config.layer_norms, config.mlps, config.d_models, config.seq_lens
-        ):
-            grid = np.array(
+    return figures
+
+
+def _phase_diagrams(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str]:
+    """The phase diagram: sink fraction over layers x heads, one heatmap per kind, block
+    and size (none unless layers or heads vary)."""
+    figures: list[str] = []
+    if len(config.layers) <= 1 and len(config.heads) <= 1:
+        return figures
+    for attention, layer_norm, mlp, d_model, seq_len in itertools.product(
+        config.attentions, config.layer_norms, config.mlps, config.d_models, config.seq_lens
+    ):
+        grid = np.array(
+            [
                 [
-                    [
-                        _row(rows, attention, layers, heads, d_model, seq_len, layer_norm, mlp).sink_fraction
-                        for heads in config.heads
-                    ]
-                    for layers in config.layers
+                    _row(rows, attention, layers, heads, d_model, seq_len, layer_norm, mlp).sink_fraction
+                    for heads in config.heads
                 ]
-            )
-            cell = Cell(attention, 0, 0, d_model, seq_len, layer_norm, mlp)
-            name = f"phase_{attention}_d{d_model}_L{seq_len}{cell.extras.replace('-', '_')}.png"
-            heatmap(
-                grid,
-                out_dir / name,
-                f"{attention}{cell.extras.replace('-', ' +')}: sink fraction by layers x heads",
-                "sink fraction",
-                xlabel="heads",
-                ylabel="layers",
-                vmin=0.0,
-                vmax=1.0,
-                x_tick_labels=[str(h) for h in config.heads],
-                y_tick_labels=[str(n) for n in config.layers],
-            )
-            figures.append(name)
+                for layers in config.layers
+            ]
+        )
+        cell = Cell(attention, 0, 0, d_model, seq_len, layer_norm, mlp)
+        name = f"phase_{attention}_d{d_model}_L{seq_len}{cell.extras.replace('-', '_')}.png"
+        heatmap(
+            grid,
+            out_dir / name,
+            f"{attention}{cell.extras.replace('-', ' +')}: sink fraction by layers x heads",
+            "sink fraction",
+            xlabel="heads",
+            ylabel="layers",
+            vmin=0.0,
+            vmax=1.0,
+            x_tick_labels=[str(h) for h in config.heads],
+            y_tick_labels=[str(n) for n in config.layers],
+        )
+        figures.append(name)
     return figures
 
 

@@ -431,108 +431,159 @@ class _Stack:
         return _Stack([self.members[k] for k in keep])
 
 
+class _StackTraining:
+    """One ``_train_stack`` call under way: the stack of members still training, the step
+    they are at, the last step checkpointed, the results so far and the progress bar."""
+
+    def __init__(self, members: list[_Member], progress: bool) -> None:
+        self.members = members
+        self.progress = progress
+        self.step = members[0].step
+        self.train_cfg, self.task_cfg = members[0].config.train, members[0].config.task
+        self.target = members[0].config.model.target
+        self.stack: _Stack | None = _Stack(members)
+        self.results: dict[int, TrainResult] = {}
+        self.index_of = {id(m): k for k, m in enumerate(members)}
+        self.started = time.perf_counter()
+        self.last_checkpoint = self.step if self.step > 0 else -1
+        label = members[0].run_dir.name if len(members) == 1 else f"{len(members)} seeds"
+        # in a log (stderr not a terminal) a line every LOG_INTERVAL_S seconds, not a redraw per update
+        self.bar = tqdm(
+            total=self.train_cfg.max_steps,
+            initial=self.step,
+            disable=not progress,
+            desc=label,
+            leave=False,
+            mininterval=TERMINAL_INTERVAL_S if sys.stderr.isatty() else LOG_INTERVAL_S,
+        )
+
+    def elapsed(self, member: _Member) -> float:
+        """``member``'s training time: before this call and since it started."""
+        return member.wall_before + time.perf_counter() - self.started
+
+    def train_step(self, on_log: Callable[[int], None] | None, interrupt: StepBoundaryInterrupt) -> bool:
+        """One step of every member of the stack; False when none continues."""
+        stack, train_cfg = self.stack, self.train_cfg
+        assert stack is not None  # called only while members are training
+        data_states = [m.generator.get_state() for m in stack.members]
+        if interrupt.requested:  # between steps: each member's state is one step's, consistent
+            self._checkpoint_all(data_states)
+            raise KeyboardInterrupt
+        batches, tokens, targets = self._draw_batches()
+        error = stack.forward(tokens) - targets
+        losses = error.pow(2).mean(dim=(1, 2, 3))  # [K]
+        linfs = error.detach().abs().amax(dim=(1, 2, 3))
+        loss_values, linf_values = losses.detach().tolist(), linfs.tolist()
+        finished = self._record(batches, data_states, loss_values, linf_values)
+        if self.step % train_cfg.checkpoint_every == 0:
+            self.last_checkpoint = self.step
+        if on_log is not None and self.step % train_cfg.log_every == 0:
+            on_log(self.step)
+        continuing = [k for k in range(len(stack.members)) if k not in finished]
+        if not continuing:
+            return False
+        if self.progress and self.step % train_cfg.log_every == 0:
+            self.bar.set_postfix_str(
+                f"{len(continuing)} training, best L-inf {min(linf_values[k] for k in continuing):.1e} "
+                f"(stops below {train_cfg.stop_linf:g})",
+                refresh=False,
+            )
+        stack.optimizer.zero_grad(set_to_none=True)
+        (losses if len(continuing) == len(losses) else losses[continuing]).sum().backward()
+        stack.optimizer.step()
+        self.step += 1
+        self.bar.update(1)
+        if finished:
+            self.stack = stack.without(finished)
+        return True
+
+    def _checkpoint_all(self, data_states: list[torch.Tensor]) -> None:
+        """Checkpoint every member at the current step (unless this step already is)."""
+        assert self.stack is not None
+        if self.step != self.last_checkpoint:
+            for k, member in enumerate(self.stack.members):
+                self.stack.sync_member(k)
+                _checkpoint(member, self.step, data_states[k], self.elapsed(member))
+
+    def _draw_batches(self) -> tuple[list[TaskBatch], torch.Tensor, torch.Tensor]:
+        """Each member's next batch from its own generator, and their tokens and targets
+        stacked ``[K, batch, pos, d_model]``."""
+        assert self.stack is not None
+        batches = [
+            sample_batch(self.task_cfg, self.train_cfg.batch_size, m.generator, self.target) for m in self.stack.members
+        ]
+        if len(batches) == 1:  # a view, not a copy: K = 1 costs what a plain training step does
+            return batches, batches[0].tokens.unsqueeze(0), batches[0].targets.unsqueeze(0)
+        return batches, torch.stack([b.tokens for b in batches]), torch.stack([b.targets for b in batches])
+
+    def _record(
+        self,
+        batches: list[TaskBatch],
+        data_states: list[torch.Tensor],
+        loss_values: list[float],
+        linf_values: list[float],
+    ) -> set[int]:
+        """Per member, this step's checkpoint, log line and finish (diverged, converged or
+        at ``max_steps``); the stack indices of the members that finished."""
+        assert self.stack is not None
+        step, train_cfg = self.step, self.train_cfg
+        finished: set[int] = set()
+        for k, member in enumerate(self.stack.members):
+            loss_k, linf_k = loss_values[k], linf_values[k]
+            if not (math.isfinite(loss_k) and math.isfinite(linf_k)):
+                self._finish(k, "diverged", loss_k, linf_k, data_states[k])
+                finished.add(k)
+                continue
+            # checkpoint only states whose loss is known to be finite, so the "last good
+            # checkpoint" named on divergence really is good
+            if step % train_cfg.checkpoint_every == 0 and step != self.last_checkpoint:
+                self.stack.sync_member(k)
+                _checkpoint(member, step, data_states[k], self.elapsed(member))
+            converged = linf_k < train_cfg.stop_linf
+            if step % train_cfg.log_every == 0 or converged or step >= train_cfg.max_steps:
+                self.stack.sync_member(k)
+                _log(member, step, loss_k, linf_k, batches[k])
+            if converged or step >= train_cfg.max_steps:
+                self._finish(k, "converged" if converged else "max_steps", loss_k, linf_k, data_states[k])
+                finished.add(k)
+        return finished
+
+    def _finish(self, k: int, status: str, loss: float, linf: float, data_state: torch.Tensor) -> None:
+        """Write member k's final checkpoint and weights (unless it diverged) and its result."""
+        assert self.stack is not None  # called for members of the stack being stepped
+        member = self.stack.members[k]
+        self.stack.sync_member(k)
+        if status != "diverged":
+            if self.step != self.last_checkpoint:
+                _checkpoint(member, self.step, data_state, self.elapsed(member))
+            save_tensors(member.run_dir / FINAL_WEIGHTS, member.model.state_dict())
+        result = TrainResult(
+            str(member.run_dir),
+            status,
+            status == "converged",
+            self.step,
+            self.elapsed(member),
+            linf,
+            loss,
+            member.resumed_from,
+        )
+        write_train_result(member.run_dir, result)
+        self.results[self.index_of[id(member)]] = result
+
+
 def _train_stack(
     members: list[_Member], progress: bool, on_log: Callable[[int], None] | None, interrupt: StepBoundaryInterrupt
 ) -> list[TrainResult]:
     """Train members that start at the same step until each converges, reaches
     ``max_steps`` or diverges; one result per member."""
-    step = members[0].step
-    train_cfg, task_cfg = members[0].config.train, members[0].config.task
-    target = members[0].config.model.target
-    stack: _Stack | None = _Stack(members)
-    results: dict[int, TrainResult] = {}
-    index_of = {id(m): k for k, m in enumerate(members)}
-    started = time.perf_counter()
-    last_checkpoint = step if step > 0 else -1
-    label = members[0].run_dir.name if len(members) == 1 else f"{len(members)} seeds"
-    # in a log (stderr not a terminal) a line every LOG_INTERVAL_S seconds, not a redraw per update
-    bar = tqdm(
-        total=train_cfg.max_steps,
-        initial=step,
-        disable=not progress,
-        desc=label,
-        leave=False,
-        mininterval=TERMINAL_INTERVAL_S if sys.stderr.isatty() else LOG_INTERVAL_S,
-    )
-
-    def elapsed(member: _Member) -> float:
-        return member.wall_before + time.perf_counter() - started
-
-    def finish(k: int, status: str, loss: float, linf: float, data_state: torch.Tensor) -> None:
-        assert stack is not None  # called for members of the stack being stepped
-        member = stack.members[k]
-        stack.sync_member(k)
-        if status != "diverged":
-            if step != last_checkpoint:
-                _checkpoint(member, step, data_state, elapsed(member))
-            save_tensors(member.run_dir / FINAL_WEIGHTS, member.model.state_dict())
-        result = TrainResult(
-            str(member.run_dir), status, status == "converged", step, elapsed(member), linf, loss, member.resumed_from
-        )
-        write_train_result(member.run_dir, result)
-        results[index_of[id(member)]] = result
-
+    training = _StackTraining(members, progress)
     try:
-        while stack is not None:
-            data_states = [m.generator.get_state() for m in stack.members]
-            if interrupt.requested:  # between steps: each member's state is one step's, consistent
-                if step != last_checkpoint:
-                    for k, member in enumerate(stack.members):
-                        stack.sync_member(k)
-                        _checkpoint(member, step, data_states[k], elapsed(member))
-                raise KeyboardInterrupt
-            batches = [sample_batch(task_cfg, train_cfg.batch_size, m.generator, target) for m in stack.members]
-            if len(batches) == 1:  # a view, not a copy: K = 1 costs what a plain training step does
-                tokens, targets = batches[0].tokens.unsqueeze(0), batches[0].targets.unsqueeze(0)
-            else:
-                tokens = torch.stack([b.tokens for b in batches])  # [K, batch, pos, d_model]
-                targets = torch.stack([b.targets for b in batches])
-            error = stack.forward(tokens) - targets
-            losses = error.pow(2).mean(dim=(1, 2, 3))  # [K]
-            linfs = error.detach().abs().amax(dim=(1, 2, 3))
-            loss_values, linf_values = losses.detach().tolist(), linfs.tolist()
-            finished: set[int] = set()
-            for k, member in enumerate(stack.members):
-                loss_k, linf_k = loss_values[k], linf_values[k]
-                if not (math.isfinite(loss_k) and math.isfinite(linf_k)):
-                    finish(k, "diverged", loss_k, linf_k, data_states[k])
-                    finished.add(k)
-                    continue
-                # checkpoint only states whose loss is known to be finite, so the "last good
-                # checkpoint" named on divergence really is good
-                if step % train_cfg.checkpoint_every == 0 and step != last_checkpoint:
-                    stack.sync_member(k)
-                    _checkpoint(member, step, data_states[k], elapsed(member))
-                converged = linf_k < train_cfg.stop_linf
-                if step % train_cfg.log_every == 0 or converged or step >= train_cfg.max_steps:
-                    stack.sync_member(k)
-                    _log(member, step, loss_k, linf_k, batches[k])
-                if converged or step >= train_cfg.max_steps:
-                    finish(k, "converged" if converged else "max_steps", loss_k, linf_k, data_states[k])
-                    finished.add(k)
-            if step % train_cfg.checkpoint_every == 0:
-                last_checkpoint = step
-            if on_log is not None and step % train_cfg.log_every == 0:
-                on_log(step)
-            continuing = [k for k in range(len(stack.members)) if k not in finished]
-            if not continuing:
+        while training.stack is not None:
+            if not training.train_step(on_log, interrupt):
                 break
-            if progress and step % train_cfg.log_every == 0:
-                bar.set_postfix_str(
-                    f"{len(continuing)} training, best L-inf {min(linf_values[k] for k in continuing):.1e} "
-                    f"(stops below {train_cfg.stop_linf:g})",
-                    refresh=False,
-                )
-            stack.optimizer.zero_grad(set_to_none=True)
-            (losses if len(continuing) == len(losses) else losses[continuing]).sum().backward()
-            stack.optimizer.step()
-            step += 1
-            bar.update(1)
-            if finished:
-                stack = stack.without(finished)
     finally:
-        bar.close()
-    return [results[k] for k in range(len(members))]
+        training.bar.close()
+    return [training.results[k] for k in range(len(members))]
 
 
 def _checkpoint(member: _Member, step: int, data_state: torch.Tensor, wall: float) -> None:
