@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from pretrained_analysis.audit import AUDIT_FILE, EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, read_audit
-from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, read_comparison
+from pretrained_analysis.audit import AUDIT_FILE, LAYER_FIGURE, MAP_FIGURE, AblationResult, AuditResult, read_audit
+from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, Comparison, read_comparison
 from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
 from pretrained_analysis.prompts import PromptSummary
 from probes.probe import LayerProbe
@@ -103,43 +103,39 @@ def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
     return f"{total} massive activations in the residual stream ({at_anchor} at the anchor), from layer {first} on."
 
 
-def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
-    record = read_audit(source)
-    model, config, probe = record.model, record.config, record.probe
+def _audit_findings(result: AuditResult) -> list[str]:
+    """The audit's findings: the model, sink heads, sink rate, layers, value share,
+    massive activations, the ablations, then the audit's notes."""
+    model, probe = result.model, result.probe
     findings = [
         f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.heads_text}, "
-        f"{model.n_params:,} parameters) on {record.prompts.n_prompts} prompts from {record.prompts.location}.",
-        sink_head_phrase(probe.heads, config.sink_eps, f"on the anchor, {record.anchor}"),
-        f"Sink rate (Gu et al. Sink_1^eps): {sink_rate_phrase(record.sink_rates)} of (prompt, layer, head) entries.",
+        f"{model.n_params:,} parameters) on {result.prompts.n_prompts} prompts from {result.prompts.location}.",
+        sink_head_phrase(probe.heads, result.config.sink_eps, f"on the anchor, {result.anchor}"),
+        f"Sink rate (Gu et al. Sink_1^eps): {sink_rate_phrase(result.sink_rates)} of (prompt, layer, head) entries.",
         _layer_phrase(probe.layers),
     ]
-    sinks = [head for head in probe.heads if head.is_sink_head]
+    sinks = result.sink_heads()
     if sinks:
         findings.append(value_share_phrase(sinks, "the anchor"))
     massive = _massive_phrase(probe.layers)
     if massive:
         findings.append(massive)
-    ablation = record.ablation
+    ablation = result.ablation
     if ablation is not None:
-        evicted = ablation.evict_anchor_delta
         findings.append(
             f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
-            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({evicted:+.3f})."
+            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({ablation.evict_anchor_delta:+.3f})."
         )
         test = ablation.sink_heads
         if test.rows:
             subject = "the sink head" if len(test.sink_heads) == 1 else f"all {len(test.sink_heads)} sink heads"
             findings.append(default_state_finding(test.rows[-1], LOSS, subject))
-    findings += list(record.notes)
+    return findings + list(result.notes)
 
-    n_examples = sum(1 for name in record.figures if name.startswith("attention_example_"))
-    examples = [
-        (
-            EXAMPLE_FIGURE.format(index=k),
-            f"attention on prompt {k} (query y, key x; a subset of layers and heads for large models)",
-        )
-        for k in range(n_examples)
-    ]
+
+def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
+    """The sink map, the per-head and per-layer tables, and the attention heatmaps."""
+    probe = result.probe
     sections = [
         Section(
             "Sink map",
@@ -159,7 +155,7 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
                 head_table(
                     probe.heads,
                     "Per head",
-                    f"anchor_mass: mean attention on the anchor ({record.anchor}) over queries after it "
+                    f"anchor_mass: mean attention on the anchor ({result.anchor}) over queries after it "
                     f"({probe.n_queries:,} queries); "
                     "alpha: Gu et al.'s alpha; value_weighted_anchor_share: share of the head's output norm coming from "
                     "the anchor; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass on the anchor.",
@@ -168,74 +164,96 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
         ),
         Section("Layers", (layer_table(probe.layers),)),
     ]
+    examples = [
+        (name, f"attention on prompt {k} (query y, key x; a subset of layers and heads for large models)")
+        for k, name in enumerate(name for name in result.figures if name.startswith("attention_example_"))
+    ]
     if examples:
         sections.append(Section("Attention heatmaps", tuple(_figures(source, examples))))
-    if ablation is not None:
-        blocks: list[Block] = [
-            KeyValues(
-                "Loss",
-                (
-                    (LOSS, f"{ablation.base_loss:.4f}"),
-                    (
-                        "anchor evicted from every head",
-                        f"{ablation.evict_anchor_loss:.4f} ({ablation.evict_anchor_delta:+.4f})",
-                    ),
-                ),
+    return sections
+
+
+def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) -> Section:
+    """The loss, the anchor evicted from every head, and sink removal against its control."""
+    blocks: list[Block] = []
+    rows = ablation.sink_heads.rows
+    if rows:
+        blocks.append(
+            default_state_change_chart(
+                [row.label for row in rows],
+                rows,
+                LOSS,
+                figure_dir / "ablation.png",
+                f"{label}: removing sinks vs the matched control",
             )
-        ]
-        rows = ablation.sink_heads.rows
-        if rows:
-            blocks.insert(
-                0,
-                default_state_change_chart(
-                    [row.label for row in rows],
-                    rows,
-                    LOSS,
-                    figure_dir / "ablation.png",
-                    f"{model.label}: removing sinks vs the matched control",
-                ),
-            )
-            blocks.append(default_state_table(rows, LOSS, "Sink removal per head and for all sink heads"))
-        else:
-            blocks.append(Paragraph(f"Sink removal not run: {ablation.sink_heads.note}."))
-        sections.append(Section("Ablations", tuple(blocks)))
-    sections.append(
-        Section(
-            "Configuration",
+        )
+    blocks.append(
+        KeyValues(
+            "Loss",
             (
-                config_block("Model", model),
-                _prompt_block(record.prompts),
-                config_block("Audit", config),
-                KeyValues(
-                    "Provenance",
-                    (("command", "sinkscope audit"), ("seconds", f"{record.seconds:.1f}"), *record.versions),
+                (LOSS, f"{ablation.base_loss:.4f}"),
+                (
+                    "anchor evicted from every head",
+                    f"{ablation.evict_anchor_loss:.4f} ({ablation.evict_anchor_delta:+.4f})",
                 ),
             ),
         )
     )
+    if rows:
+        blocks.append(default_state_table(rows, LOSS, "Sink removal per head and for all sink heads"))
+    else:
+        blocks.append(Paragraph(f"Sink removal not run: {ablation.sink_heads.note}."))
+    return Section("Ablations", tuple(blocks))
+
+
+def _audit_configuration(result: AuditResult) -> Section:
+    return Section(
+        "Configuration",
+        (
+            config_block("Model", result.model),
+            _prompt_block(result.prompts),
+            config_block("Audit", result.config),
+            KeyValues(
+                "Provenance",
+                (("command", "sinkscope audit"), ("seconds", f"{result.seconds:.1f}"), *result.versions),
+            ),
+        ),
+    )
+
+
+def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
+    result = read_audit(source)
+    model = result.model
+    sections = _audit_measurements(source, result)
+    if result.ablation is not None:
+        sections.append(_ablation_section(result.ablation, model.label, figure_dir))
+    sections.append(_audit_configuration(result))
     revision = f" at revision {model.revision}" if model.revision else ""
     return ReportDocument(
         title=f"Attention-sink audit: {model.label}",
         subtitle=f"sinkscope audit · {model.name}{revision} · {source}",
-        findings=tuple(findings),
+        findings=tuple(_audit_findings(result)),
         sections=tuple(sections),
     )
 
 
-def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
-    record = read_comparison(source)
-    rows = record.rows
+def _check_audit_directories(source: Path, comparison: Comparison) -> None:
+    """A report reads only inside its result directory, whatever the JSON says."""
     root = source.resolve()
-    for row in rows:  # a report reads only inside its result directory, whatever the JSON says
+    for row in comparison.rows:
         if row.directory and root not in (root / row.directory).resolve().parents:
             raise ValueError(
                 f"{source / COMPARISON_JSON} names an audit directory {row.directory!r} outside {source}; "
                 "a comparison's audits live inside it: regenerate it with sinkscope audit"
             )
-    epsilons = list(rows[0].sink_rate) if rows else []
+
+
+def _comparison_findings(comparison: Comparison) -> list[str]:
+    """The shared prompts, the sink-rate range per eps, the most sinks, the ablations."""
+    rows, epsilons = comparison.rows, comparison.epsilons()
     findings = [
-        f"{len(rows)} audits on the same prompts ({record.prompts.n_prompts} from {record.prompt_location}, "
-        f"{'BOS prepended' if record.prompts.prepend_bos else 'no BOS'}); sink heads: {record.sink_head_rule}."
+        f"{len(rows)} audits on the same prompts ({comparison.prompts.n_prompts} from {comparison.prompt_location}, "
+        f"{'BOS prepended' if comparison.prompts.prepend_bos else 'no BOS'}); sink heads: {comparison.sink_head_rule}."
     ]
     for eps in epsilons:
         ranked = sorted(rows, key=lambda row: row.sink_rate[eps])
@@ -254,6 +272,11 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
             f"{row.label}: removing all sinks changes the {LOSS} by {row.all_sink_heads_loss_delta:+.4f}, "
             f"evicting the anchor by {row.evict_anchor_loss_delta:+.4f} (from {row.base_loss:.3f})."
         )
+    return findings
+
+
+def _comparison_table(comparison: Comparison) -> Table:
+    rows, epsilons = comparison.rows, comparison.epsilons()
     columns = [
         Column("model"),
         Column("revision"),
@@ -285,6 +308,18 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
         )
         for row in rows
     )
+    return Table(
+        "Audits compared",
+        tuple(columns),
+        table_rows,
+        "Run `sinkscope report` on an audit directory for its full report.",
+    )
+
+
+def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
+    comparison = read_comparison(source)
+    _check_audit_directories(source, comparison)
+    rows = comparison.rows
     maps = [
         (f"{row.directory}/{MAP_FIGURE}", f"{row.label}: anchor mass per layer and head")
         for row in rows
@@ -297,14 +332,7 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
     sections = [
         Section(
             "Models",
-            (
-                Table(
-                    "Audits compared",
-                    tuple(columns),
-                    table_rows,
-                    "Run `sinkscope report` on an audit directory for its full report.",
-                ),
-            ),
+            (_comparison_table(comparison),),
         ),
         Section(
             "Sink rate and anchor mass",
@@ -325,7 +353,7 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
         Section(
             "Configuration",
             (
-                config_block("Prompts", record.prompts),
+                config_block("Prompts", comparison.prompts),
                 KeyValues("Provenance", (("command", "sinkscope audit (several models or revisions)"), *versions)),
             ),
         )
@@ -333,7 +361,7 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
     return ReportDocument(
         title="Attention-sink comparison",
         subtitle=f"sinkscope audit · {len(rows)} models · {source}",
-        findings=tuple(findings),
+        findings=tuple(_comparison_findings(comparison)),
         sections=tuple(sections),
     )
 
