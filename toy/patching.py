@@ -115,25 +115,19 @@ def patch_run(
             write_result(tmp / PATCHING_FILE, result)
             write_result(tmp / HEADS_FILE, result.heads)
             write_result(tmp / POSITIONS_FILE, result.positions)
-            heatmap(
-                np.nan_to_num(result.heads.matrix().numpy()),
-                tmp / HEADS_FIGURE,
-                f"{run_dir.name}: z patched per head (normalised effect)",
-                "normalised effect",
-                xlabel="head",
-                ylabel="layer",
-                vmin=-1.0,
-                vmax=1.0,
-            )
-            heatmap(
-                np.nan_to_num(result.positions.matrix().numpy()),
-                tmp / POSITIONS_FIGURE,
-                f"{run_dir.name}: resid_pre patched per position (normalised effect)",
-                "normalised effect",
-                xlabel="position (0-indexed)",
-                ylabel="layer",
-                vmin=-1.0,
-                vmax=1.0,
-            )
+            for patched, figure, what, axis in (
+                (result.heads, HEADS_FIGURE, "z patched per head", "head"),
+                (result.positions, POSITIONS_FIGURE, "resid_pre patched per position", "position (0-indexed)"),
+            ):
+                heatmap(
+                    np.nan_to_num(patched.matrix().numpy()),
+                    tmp / figure,
+                    f"{run_dir.name}: {what} (normalised effect)",
+                    "normalised effect",
+                    xlabel=axis,
+                    ylabel="layer",
+                    vmin=-1.0,
+                    vmax=1.0,
+                )
     files = [PATCHING_FILE, HEADS_FILE, POSITIONS_FILE, HEADS_FIGURE, POSITIONS_FIGURE]
     return result, files

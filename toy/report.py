@@ -438,17 +438,27 @@ def _probe_default_state(state: ToyDefaultState, name: str, figure_dir: Path) ->
     )
 
 
-def _probe_configuration(source: Path, probe: ProbeResult, run_config: RunConfig | None) -> Section:
-    """The probed model, the probe's settings, the training run's (when found) and provenance."""
-    config_blocks: list[Block] = [config_block("Model (as probed)", probe.model), config_block("Probe", probe.config)]
+def _run_configuration(
+    source: Path, blocks: list[Block], run_config: RunConfig | None, with_training: bool = True
+) -> Section:
+    """``blocks`` (what the result measured), then the training run's model, task and (if
+    ``with_training``) optimisation settings when the run is found, then provenance."""
     if run_config is not None:
-        config_blocks += [
+        blocks = [
+            *blocks,
             config_block("Toy model (training run)", run_config.model),
             config_block("Task", run_config.task),
-            config_block("Training", run_config.train),
         ]
-    config_blocks.append(provenance_block(read_provenance(source)))
-    return Section("Configuration", tuple(config_blocks))
+        if with_training:
+            blocks.append(config_block("Training", run_config.train))
+    return Section("Configuration", (*blocks, provenance_block(read_provenance(source))))
+
+
+def _probe_configuration(source: Path, probe: ProbeResult, run_config: RunConfig | None) -> Section:
+    """The probed model, the probe's settings, the training run's (when found) and provenance."""
+    return _run_configuration(
+        source, [config_block("Model (as probed)", probe.model), config_block("Probe", probe.config)], run_config
+    )
 
 
 def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
@@ -524,15 +534,8 @@ def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
 
 def _patch_configuration(source: Path, result: TriggerPatching, run_dir: Path | None) -> Section:
     """The patched model, the training run's model and task (when found) and provenance."""
-    config_blocks: list[Block] = [config_block("Model", result.heads.model)]
-    if run_dir is not None:
-        run_config = read_config(run_dir)
-        config_blocks += [
-            config_block("Toy model (training run)", run_config.model),
-            config_block("Task", run_config.task),
-        ]
-    config_blocks.append(provenance_block(read_provenance(source)))
-    return Section("Configuration", tuple(config_blocks))
+    run_config = read_config(run_dir) if run_dir is not None else None
+    return _run_configuration(source, [config_block("Model", result.heads.model)], run_config, with_training=False)
 
 
 def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
