@@ -35,6 +35,7 @@ from interp.atomic_io import atomic_write_text
 from interp.hook_names import attn_hook, block_hook
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
 from probes.sink_metrics import (
+    SINK_EPS,
     SINK_RATE_EPSILONS,
     alpha_k,
     anchor_mass_sums,
@@ -45,6 +46,7 @@ from probes.sink_metrics import (
     projected_value_norms,
     queries_after_anchor,
     row_entropy_sums,
+    row_mass_sums,
     value_weighted_anchor_share_sums,
 )
 
@@ -59,7 +61,7 @@ class ProbeConfig:
     with_values / with_residual: also read hook_v + hook_z / hook_resid_post.
     """
 
-    sink_eps: float = 0.1
+    sink_eps: float = SINK_EPS
     alpha_k: int = 0
     sink_rate_eps: tuple[float, ...] = SINK_RATE_EPSILONS
     dormant_entropy_max: float = 0.3
@@ -93,7 +95,14 @@ class ProbeBatch:
 
 @dataclass(frozen=True)
 class HeadProbe:
-    """One (layer, head) row of the tidy table; NaN where nothing was measured."""
+    """One (layer, head) row of the tidy table, the one per-head table of toy models and
+    pretrained models alike; NaN where nothing was measured.
+
+    anchor_mass / anchor_mass_other: mean attention on the anchor over the selected /
+    the other real queries after it (for the toy task: non-trigger / trigger queries);
+    row_mass: mean total weight of the selected queries' rows (1 under softmax; under
+    ReLU-family kinds, whether the head attends at all there); the other metrics are
+    DESIGN.md's."""
 
     layer: int
     head: int
@@ -106,6 +115,7 @@ class HeadProbe:
     row_entropy: float
     dormant: bool
     head_out_norm: float
+    row_mass: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -204,6 +214,7 @@ class _Accumulator:
         zeros = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
         self.mass, self.mass_count = zeros(shape), zeros(spec.n_layers)
         self.other, self.other_count = zeros(shape), zeros(spec.n_layers)
+        self.row_mass = zeros(shape)
         self.alpha, self.alpha_count = zeros(shape), zeros(shape)
         self.rate_hits, self.rate_count = zeros(len(config.sink_rate_eps)), zeros(())
         self.share, self.share_count = zeros(shape), zeros(shape)
@@ -294,6 +305,7 @@ class _Accumulator:
             sums, count = anchor_mass_sums(pattern, batch.anchor, selected)
             self.mass[layer] += sums.double().cpu()
             self.mass_count[layer] += float(count)
+            self.row_mass[layer] += row_mass_sums(pattern, batch.anchor, selected)[0].double().cpu()
             other = batch.attention_mask & ~selected
             sums, count = anchor_mass_sums(pattern, batch.anchor, other)
             self.other[layer] += sums.double().cpu()
@@ -400,6 +412,7 @@ class _Accumulator:
         entropy = _ratio(self.entropy, self.entropy_count)
         value_norm = _ratio(self.value_norm, self.value_count.unsqueeze(1))
         head_out = _ratio(self.head_out, self.out_count.unsqueeze(1))
+        row_mass = _ratio(self.row_mass, self.mass_count.unsqueeze(1))
         dormant = (entropy <= config.dormant_entropy_max) & (mass >= config.dormant_anchor_min)
         return tuple(
             HeadProbe(
@@ -414,6 +427,7 @@ class _Accumulator:
                 row_entropy=float(entropy[layer, head]),
                 dormant=bool(dormant[layer, head]),
                 head_out_norm=float(head_out[layer, head]),
+                row_mass=float(row_mass[layer, head]),
             )
             for layer in range(self.model.spec.n_layers)
             for head in range(self.model.spec.n_heads)

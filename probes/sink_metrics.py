@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 
 SINK_RATE_EPSILONS: tuple[float, ...] = (0.3, 0.8)
+SINK_EPS = 0.1  # a sink head has anchor mass >= 1 - SINK_EPS (0.9), as the paper reads its heatmaps
 
 
 def _anchor_index(anchor: int | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
@@ -69,6 +70,20 @@ def anchor_mass_sums(
     selected = queries_after_anchor(n_query, anchor_index, batch, query_mask, pattern.device)
     weights = selected.to(pattern.dtype).unsqueeze(1)
     return (to_anchor * weights).sum(dim=(0, 2)), selected.sum()
+
+
+def row_mass_sums(
+    pattern: Float[torch.Tensor, "batch head query key"],
+    anchor: int | Int[torch.Tensor, " batch"] = 0,
+    query_mask: Bool[torch.Tensor, "batch query"] | None = None,
+) -> tuple[Float[torch.Tensor, " head"], Int[torch.Tensor, ""]]:
+    """Sum over selected queries i > a of the row's total weight sum_j A[i, j], per head,
+    and the number of queries: 1 per row under softmax; under ReLU-family attention,
+    how much a head attends at all (0 for a head that is off at those queries)."""
+    batch, _, n_query, _ = pattern.shape
+    selected = queries_after_anchor(n_query, anchor, batch, query_mask, pattern.device)
+    weights = selected.to(pattern.dtype).unsqueeze(1)
+    return (pattern.sum(dim=-1) * weights).sum(dim=(0, 2)), selected.sum()
 
 
 def anchor_mass(

@@ -24,7 +24,7 @@ REQUIRED_MODEL_KEYS = {
     "heldout_linf_error",
     "heldout_mse",
 }
-REQUIRED_HEAD_KEYS = {"layer", "head", "anchor_mass_default", "anchor_mass_trigger", "is_sink_head"}
+REQUIRED_HEAD_KEYS = {"layer", "head", "anchor_mass", "anchor_mass_other", "row_mass", "is_sink_head"}
 
 
 def _tiny(**overrides) -> ReproduceConfig:
@@ -43,7 +43,7 @@ def test_outputs_have_the_documented_layout(tmp_path):
         assert len(model["heads_table"]) == model["layers"] * model["heads"]
         for row in model["heads_table"]:
             assert REQUIRED_HEAD_KEYS <= set(row)
-            assert row["is_sink_head"] == (row["anchor_mass_default"] >= 0.9)
+            assert row["is_sink_head"] == (row["anchor_mass"] >= 0.9)
         run_dir = out / model["name"]
         for name in (
             "config.json",

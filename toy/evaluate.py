@@ -21,7 +21,7 @@ import torch
 from interp.attention_kinds import NORMALISED_KINDS
 from interp.hook_names import pattern_hook
 from probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test
-from probes.sink_metrics import anchor_mass, is_sink_head
+from probes.probe import HeadProbe, ProbeConfig, probe_model
 from reports.plots import attention_grid
 from toy.model import ToyTransformer
 from toy.run_dir import RunConfig, load_model, read_config
@@ -29,27 +29,6 @@ from toy.task import TaskBatch, eval_batch, sample_batch
 
 FIGURE_SEED = 20_260_311
 HELDOUT_SEED = 20_260_312
-SINK_EPS = 0.1  # is_sink_head: anchor_mass_default >= 0.9, as the paper reads its heatmaps
-
-
-@dataclass
-class HeadRow:
-    """One head of a toy model on the figure set.
-
-    ``anchor_mass_default``: mean BOS weight over non-trigger queries 2..L (1-indexed);
-    ``anchor_mass_trigger``: BOS weight at the trigger query;
-    ``default_row_mass``: mean total weight of non-trigger rows (1 for softmax; for ReLU
-    kinds, whether the head attends at all off-trigger);
-    ``trigger_row``: mean weights of the trigger row over keys 0..trigger.
-    """
-
-    layer: int
-    head: int
-    anchor_mass_default: float
-    anchor_mass_trigger: float
-    is_sink_head: bool
-    default_row_mass: float
-    trigger_row: list[float]
 
 
 @dataclass
@@ -113,11 +92,17 @@ def default_position_mse(targets: torch.Tensor, default_mask: torch.Tensor):
 
 @dataclass
 class ModelEvaluation:
+    """A toy model on the figure set. heads_table: the probe's per-head rows over default
+    (non-trigger) queries, so ``anchor_mass_other`` is the trigger query's;
+    trigger_rows: per head, in ``heads_table`` order, the mean attention of the trigger
+    row over keys 0..trigger."""
+
     attention: str
     layers: int
     heads: int
     normalised: bool
-    heads_table: list[HeadRow]
+    heads_table: tuple[HeadProbe, ...]
+    trigger_rows: tuple[tuple[float, ...], ...]
     heldout_linf_error: float
     heldout_mse: float
     figure_linf_error: float
@@ -139,34 +124,21 @@ def _pattern_stats(model: ToyTransformer, batch: TaskBatch) -> tuple[torch.Tenso
     return output, [cache[pattern_hook(layer)] for layer in range(model.cfg.n_layers)]
 
 
-def _head_rows(
-    patterns: list[torch.Tensor], batch: TaskBatch, trigger: int
-) -> tuple[list[HeadRow], list[np.ndarray], list[np.ndarray]]:
-    """One ``HeadRow`` per (layer, head) of the figure set's patterns, and each layer's
-    mean and std pattern over sequences ``[head, query, key]``."""
-    default_mask, trigger_mask = batch.default_query_mask(), batch.trigger_query_mask()
-    rows: list[HeadRow] = []
-    means, stds = [], []
-    for layer, pattern in enumerate(patterns):
-        default_mass = anchor_mass(pattern, 0, default_mask)
-        trigger_mass = anchor_mass(pattern, 0, trigger_mask)
+def _mean_patterns(
+    patterns: list[torch.Tensor], trigger: int
+) -> tuple[list[np.ndarray], list[np.ndarray], tuple[tuple[float, ...], ...]]:
+    """Each layer's mean and std pattern over sequences ``[head, query, key]``, and each
+    head's mean trigger row over keys 0..trigger (layer-major, like the probe's rows)."""
+    means, stds, trigger_rows = [], [], []
+    for pattern in patterns:
         mean_pattern = pattern.mean(dim=0)  # [head, query, key]
         means.append(mean_pattern.numpy())
         stds.append(pattern.std(dim=0).numpy())
-        default_rows = default_mask[0].nonzero().squeeze(-1)
-        for head in range(pattern.shape[1]):
-            rows.append(
-                HeadRow(
-                    layer=layer,
-                    head=head,
-                    anchor_mass_default=float(default_mass[head]),
-                    anchor_mass_trigger=float(trigger_mass[head]),
-                    is_sink_head=bool(is_sink_head(float(default_mass[head]), SINK_EPS)),
-                    default_row_mass=float(mean_pattern[head, default_rows].sum(dim=-1).mean()),
-                    trigger_row=[round(float(x), 6) for x in mean_pattern[head, trigger, : trigger + 1]],
-                )
-            )
-    return rows, means, stds
+        trigger_rows += [
+            tuple(round(float(x), 6) for x in mean_pattern[head, trigger, : trigger + 1])
+            for head in range(pattern.shape[1])
+        ]
+    return means, stds, tuple(trigger_rows)
 
 
 def _write_attention_figures(
@@ -212,8 +184,9 @@ def evaluate_model(
     output, patterns = _pattern_stats(model, batch)
     trigger = task.eval_trigger_position
     default_mask = batch.default_query_mask()
-    rows, means, stds = _head_rows(patterns, batch, trigger)
-    sink_heads = [(row.layer, row.head) for row in rows if row.is_sink_head]
+    probe = probe_model(model, batch.tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
+    means, stds, trigger_rows = _mean_patterns(patterns, trigger)
+    sink_heads = probe.sink_heads()
     default_state = ToyDefaultState.from_result(
         default_state_test(
             model,
@@ -233,7 +206,8 @@ def evaluate_model(
         layers=config.model.n_layers,
         heads=config.model.n_heads,
         normalised=config.model.attention in NORMALISED_KINDS,
-        heads_table=rows,
+        heads_table=probe.heads,
+        trigger_rows=trigger_rows,
         heldout_linf_error=float(heldout_error.abs().max()),
         heldout_mse=float(heldout_error.pow(2).mean()),
         figure_linf_error=float((output - batch.targets).abs().max()),

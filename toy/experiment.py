@@ -29,7 +29,8 @@ from interp.atomic_io import (
     locked_directory,
 )
 from interp.codec import Persisted, read_result, write_result
-from toy.evaluate import HeadRow, ToyDefaultState, evaluate_run
+from probes.probe import HeadProbe
+from toy.evaluate import ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.progress import ExperimentProgress
 from toy.run_dir import RunConfig, TrainResult
@@ -53,7 +54,8 @@ class ModelSummary:
     heldout_linf_error: float
     heldout_mse: float
     n_sink_heads: int
-    heads_table: list[HeadRow]
+    heads_table: tuple[HeadProbe, ...]
+    trigger_rows: tuple[tuple[float, ...], ...]
     default_state_test: ToyDefaultState | None
     paper: str
     paper_sink_heads: int | None
@@ -124,6 +126,7 @@ def _evaluate(name: str, config: RunConfig, result: TrainResult, out_dir: Path, 
         heldout_mse=evaluation.heldout_mse,
         n_sink_heads=len(evaluation.sink_heads),
         heads_table=evaluation.heads_table,
+        trigger_rows=evaluation.trigger_rows,
         default_state_test=evaluation.default_state_test,
         paper=paper_reference(*key),
         paper_sink_heads=PAPER_SINK_HEADS.get(key),

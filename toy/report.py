@@ -15,6 +15,7 @@ import numpy as np
 from interp.codec import read_result
 from interp.provenance import read_provenance
 from probes.probe import ProbeResult
+from probes.sink_metrics import SINK_EPS
 from reports.document import (
     Block,
     Column,
@@ -42,7 +43,7 @@ from reports.sections import (
     value_share_phrase,
 )
 from reports.write import ReportKind
-from toy.evaluate import SINK_EPS, ToyDefaultState
+from toy.evaluate import ToyDefaultState
 from toy.experiment import ModelSummary
 from toy.patching import (
     HEADS_FIGURE,
@@ -184,7 +185,7 @@ def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult |
     if others:
         n_sink = sum(m.n_sink_heads for m in others)
         n_heads = sum(len(m.heads_table) for m in others)
-        worst = max(row.default_row_mass for m in others for row in m.heads_table)
+        worst = max(row.row_mass for m in others for row in m.heads_table)
         reading = " (no sink needed: they attend to nothing off-trigger)" if worst <= 0.05 else ""
         findings.append(
             f"Models without softmax: {n_sink} of {n_heads} heads sink; the largest off-trigger row mass "
@@ -249,18 +250,18 @@ def _model_heads_table(models: list[ModelSummary]) -> Table:
             Column("model"),
             Column("layer", numeric=True),
             Column("head", numeric=True),
-            Column("anchor_mass_default", ".4f", numeric=True),
-            Column("anchor_mass_trigger", ".4f", numeric=True),
-            Column("default_row_mass", ".4f", numeric=True),
+            Column("anchor_mass", ".4f", numeric=True),
+            Column("anchor_mass_other", ".4f", numeric=True),
+            Column("row_mass", ".4f", numeric=True),
             Column("sink head"),
         ),
         tuple(
-            (m.name, r.layer, r.head, r.anchor_mass_default, r.anchor_mass_trigger, r.default_row_mass, r.is_sink_head)
+            (m.name, r.layer, r.head, r.anchor_mass, r.anchor_mass_other, r.row_mass, r.is_sink_head)
             for m in models
             for r in m.heads_table
         ),
-        "anchor_mass_default: mean BOS weight over non-trigger queries; anchor_mass_trigger: BOS weight at the "
-        "trigger query; default_row_mass: total weight of non-trigger rows (1 for softmax; for ReLU, rows need "
+        "anchor_mass: mean BOS weight over non-trigger queries; anchor_mass_other: BOS weight at the "
+        "trigger query; row_mass: total weight of non-trigger rows (1 for softmax; for ReLU, rows need "
         "not sum to one and this shows whether the head attends off-trigger at all).",
     )
 
@@ -341,7 +342,7 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
     findings = _reproduction_findings(summary, tradeoff)
     panels = [(m.name, _head_matrix(m)) for m in models]
     sink_figure = figure_dir / "sink_maps.png"
-    layer_head_maps(panels, sink_figure, "BOS mass at non-trigger queries (layer x head)", "anchor_mass_default")
+    layer_head_maps(panels, sink_figure, "BOS mass at non-trigger queries (layer x head)", "anchor_mass")
     checks = Table(
         "Checks against the paper",
         (Column("claim"), Column("passed"), Column("measured")),
@@ -376,7 +377,7 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
 def _head_matrix(model: ModelSummary) -> np.ndarray:
     values = np.zeros((model.layers, model.heads))
     for row in model.heads_table:
-        values[row.layer, row.head] = row.anchor_mass_default
+        values[row.layer, row.head] = row.anchor_mass
     return values
 
 

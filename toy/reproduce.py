@@ -118,17 +118,17 @@ def _one_head_checks(m: ModelSummary) -> list[Check]:
         return [
             Check(
                 f"{m.name}: off-trigger rows sum to <= 0.01",
-                row.default_row_mass <= 0.01,
-                f"default_row_mass = {row.default_row_mass:.4f}",
+                row.row_mass <= 0.01,
+                f"row_mass = {row.row_mass:.4f}",
             )
         ]
-    trigger_keys = row.trigger_row[1:]
+    trigger_keys = m.trigger_rows[0][1:]
     worst = max(abs(w - 1 / len(trigger_keys)) for w in trigger_keys)
     return [
         Check(
             f"{m.name}: off-trigger BOS mass >= 0.99",
-            row.anchor_mass_default >= 0.99,
-            f"anchor_mass_default = {row.anchor_mass_default:.4f}",
+            row.anchor_mass >= 0.99,
+            f"anchor_mass = {row.anchor_mass:.4f}",
         ),
         Check(
             f"{m.name}: trigger row within 0.03 of 1/{len(trigger_keys)} on each content key",
@@ -178,7 +178,7 @@ def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
             )
         checks += _default_state_checks(m)
         if m.attention != "softmax":
-            worst_row = max(r.default_row_mass for r in m.heads_table)
+            worst_row = max(r.row_mass for r in m.heads_table)
             checks.append(
                 Check(
                     f"{m.name}: no head attends off-trigger (row mass <= 0.05)",
@@ -282,9 +282,9 @@ def summary_markdown(summary: ReproduceSummary) -> str:
         f"1-indexed position {config.task.eval_trigger_position + 1}. Training took "
         f"{sum(m.wall_seconds for m in summary.models):.0f} s summed over models; this invocation took "
         f"{summary.wall_seconds:.0f} s (finished runs are reused, not retrained).\n",
-        "A head is a sink head when its mean BOS weight over non-trigger queries (`anchor_mass_default`) is >= 0.9. "
+        "A head is a sink head when its mean BOS weight over non-trigger queries (`anchor_mass`) is >= 0.9. "
         "For ReLU attention the weights are relu(S)/max(i,1): rows need not sum to one, and "
-        "`default_row_mass` shows whether a head attends off-trigger at all.\n",
+        "`row_mass` shows whether a head attends off-trigger at all.\n",
         "## Overview\n",
         markdown_table(
             OVERVIEW_HEADER,
@@ -309,14 +309,14 @@ def summary_markdown(summary: ReproduceSummary) -> str:
         parts.append(f"Paper: {m.paper}.\n")
         parts.append(
             markdown_table(
-                ["layer", "head", "anchor_mass_default", "anchor_mass_trigger", "default_row_mass", "sink head"],
+                ["layer", "head", "anchor_mass", "anchor_mass_other", "row_mass", "sink head"],
                 [
                     [
                         str(r.layer),
                         str(r.head),
-                        f"{r.anchor_mass_default:.3f}",
-                        f"{r.anchor_mass_trigger:.3f}",
-                        f"{r.default_row_mass:.3f}",
+                        f"{r.anchor_mass:.3f}",
+                        f"{r.anchor_mass_other:.3f}",
+                        f"{r.row_mass:.3f}",
                         "yes" if r.is_sink_head else "",
                     ]
                     for r in m.heads_table

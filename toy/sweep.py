@@ -217,7 +217,7 @@ def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[Swe
                 mean_steps=mean(m.steps for m in models),
                 mean_seconds=mean(m.wall_seconds for m in models),
                 sink_fraction=sum(r.is_sink_head for r in head_rows) / len(head_rows),
-                mean_anchor_mass_default=mean(r.anchor_mass_default for r in head_rows),
+                mean_anchor_mass_default=mean(r.anchor_mass for r in head_rows),
                 seeds_with_sink=sum(m.n_sink_heads > 0 for m in models),
                 layer_norm=cell.layer_norm,
                 mlp=cell.mlp,
