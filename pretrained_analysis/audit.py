@@ -46,11 +46,10 @@ from pretrained_analysis.prompts import (
 )
 from probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
 from probes.interventions import Intervention, evict_anchor, intervention_hooks
-from probes.probe import HeadProbe, ProbeConfig, ProbeResult, SinkRate, iterate_batches, probe_batches
+from probes.probe import HEADS_CSV, HeadProbe, ProbeConfig, ProbeResult, SinkRate, iterate_batches, probe_batches
 from reports.plots import attention_grid, layer_head_map, line_chart
 
 AUDIT_FILE = "audit.json"
-HEADS_FILE = "heads.csv"
 MAP_FIGURE = "anchor_mass_map.png"
 LAYER_FIGURE = "anchor_mass_by_layer.png"
 EXAMPLE_FIGURE = "attention_example_{index}.png"
@@ -454,6 +453,6 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
             layer_labels=example.layers,
             head_labels=example.heads,
         )
-    result.probe.write_heads_csv(str(directory / HEADS_FILE))
+    result.probe.write_heads_csv(str(directory / HEADS_CSV))
     write_result(directory / AUDIT_FILE, result)
     return directory

@@ -50,6 +50,8 @@ from probes.sink_metrics import (
     value_weighted_anchor_share_sums,
 )
 
+HEADS_CSV = "heads.csv"  # ProbeResult.heads_csv() in a result directory
+
 
 @dataclass(frozen=True)
 class ProbeConfig:

@@ -29,6 +29,8 @@ from toy.task import TaskBatch, eval_batch, sample_batch
 
 FIGURE_SEED = 20_260_311
 HELDOUT_SEED = 20_260_312
+MEAN_FIGURE = "attention_mean.png"
+STD_FIGURE = "attention_std.png"
 
 
 @dataclass
@@ -155,18 +157,18 @@ def _write_attention_figures(
     label = f"{title} " if title else ""
     attention_grid(
         np.stack(means),
-        figure_dir / "attention_mean.png",
+        figure_dir / MEAN_FIGURE,
         f"{label}mean attention over {n_sequences} sequences (trigger at position {trigger + 1})",
         tick_labels=labels,
         vmax=1.0 if config.model.attention in NORMALISED_KINDS else None,
     )
     attention_grid(
         np.stack(stds),
-        figure_dir / "attention_std.png",
+        figure_dir / STD_FIGURE,
         f"{label}std of attention over {n_sequences} sequences",
         tick_labels=labels,
     )
-    return ["attention_mean.png", "attention_std.png"]
+    return [MEAN_FIGURE, STD_FIGURE]
 
 
 def evaluate_model(

@@ -36,6 +36,9 @@ from toy.progress import ExperimentProgress
 from toy.run_dir import RunConfig, TrainResult
 from toy.train import TRAIN_THREADS, TrainingDiverged, train_seeds
 
+SUMMARY_FILE = "summary.json"  # an experiment's result (reproduce, sweep)
+SUMMARY_MD = "summary.md"
+
 
 @dataclass
 class ModelSummary:

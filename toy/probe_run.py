@@ -18,11 +18,16 @@ from interp.atomic_io import atomic_directory, claim_output_directory
 from interp.codec import write_result
 from interp.provenance import PROVENANCE_FILE, write_provenance
 from probes.default_state import default_state_test
-from probes.probe import ProbeConfig, ProbeResult, probe_model
+from probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, probe_model
 from reports.plots import layer_head_map
 from toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
 from toy.run_dir import load_model, read_config, require_finished
 from toy.task import eval_batch
+
+PROBE_FILE = "probe.json"
+DEFAULT_STATE_FILE = "default_state.json"
+ANCHOR_MASS_FIGURE = "anchor_mass.png"
+SHARE_FIGURE = "value_weighted_anchor_share.png"
 
 
 @dataclass
@@ -67,29 +72,22 @@ def probe_run(
         )
         # built aside and swapped in whole: an old result stays complete until the new one is
         with atomic_directory(out_dir, replace=overwrite) as tmp:
-            write_result(tmp / "probe.json", probe)
-            probe.write_heads_csv(str(tmp / "heads.csv"))
-            write_result(tmp / "default_state.json", state)
+            write_result(tmp / PROBE_FILE, probe)
+            probe.write_heads_csv(str(tmp / HEADS_CSV))
+            write_result(tmp / DEFAULT_STATE_FILE, state)
             layer_head_map(
                 probe.anchor_mass_matrix().numpy(),
-                tmp / "anchor_mass.png",
+                tmp / ANCHOR_MASS_FIGURE,
                 f"{run_dir.name}: BOS mass at non-trigger queries",
                 "anchor_mass",
             )
             share = probe.matrix("value_weighted_anchor_share").numpy()
             layer_head_map(
                 np.nan_to_num(share),
-                tmp / "value_weighted_anchor_share.png",
+                tmp / SHARE_FIGURE,
                 f"{run_dir.name}: value-weighted anchor share",
                 "value_weighted_anchor_share",
             )
             write_provenance(tmp, "toy probe", source=str(run_dir.resolve()))
-    files = [
-        "probe.json",
-        "heads.csv",
-        "default_state.json",
-        "anchor_mass.png",
-        "value_weighted_anchor_share.png",
-        PROVENANCE_FILE,
-    ]
+    files = [PROBE_FILE, HEADS_CSV, DEFAULT_STATE_FILE, ANCHOR_MASS_FIGURE, SHARE_FIGURE, PROVENANCE_FILE]
     return ToyProbeReport(str(run_dir), str(out_dir), probe, state, files)

@@ -43,8 +43,8 @@ from reports.sections import (
     value_share_phrase,
 )
 from reports.write import ReportKind
-from toy.evaluate import ToyDefaultState
-from toy.experiment import ModelSummary
+from toy.evaluate import MEAN_FIGURE, STD_FIGURE, ToyDefaultState
+from toy.experiment import SUMMARY_FILE, ModelSummary
 from toy.patching import (
     HEADS_FIGURE,
     HEADS_FILE,
@@ -54,6 +54,7 @@ from toy.patching import (
     TRIGGER_METRIC,
     TriggerPatching,
 )
+from toy.probe_run import ANCHOR_MASS_FIGURE, DEFAULT_STATE_FILE, PROBE_FILE, SHARE_FIGURE
 from toy.reproduce import REPRODUCE_FILE, ReproduceConfig, ReproduceSummary
 from toy.run_dir import CONFIG_FILE, RunConfig, read_config
 from toy.sweep import SWEEP_COLUMNS, SWEEP_FILE, SweepResult, sweep_table_cells
@@ -66,13 +67,10 @@ from toy.tradeoff import (
     TradeoffResult,
 )
 
-SUMMARY_FILE = "summary.json"
-PROBE_FILE = "probe.json"
-DEFAULT_STATE_FILE = "default_state.json"
 WHAT = "default-position MSE"
 RUN_FIGURES = (
-    ("attention_mean.png", "mean attention over the test sequences"),
-    ("attention_std.png", "std of attention over the test sequences"),
+    (MEAN_FIGURE, "mean attention over the test sequences"),
+    (STD_FIGURE, "std of attention over the test sequences"),
 )
 
 
@@ -471,8 +469,8 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
     findings = _probe_findings(probe, state, name)
     sink_figures = _existing_figures(
         [
-            (source / "anchor_mass.png", "BOS mass at non-trigger queries (layer x head)"),
-            (source / "value_weighted_anchor_share.png", "value-weighted anchor share (layer x head)"),
+            (source / ANCHOR_MASS_FIGURE, "BOS mass at non-trigger queries (layer x head)"),
+            (source / SHARE_FIGURE, "value-weighted anchor share (layer x head)"),
         ]
     )
     sections = [

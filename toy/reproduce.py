@@ -20,7 +20,7 @@ from interp.atomic_io import atomic_write_text
 from interp.codec import write_result
 from interp.provenance import write_provenance
 from reports.markdown import markdown_table
-from toy.experiment import ModelSummary, experiment_directory, run_jobs
+from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, experiment_directory, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
@@ -224,8 +224,8 @@ def reproduce(
             wall_seconds=round(time.perf_counter() - started, 2),
             figures=["tradeoff.png"] if one_layer_softmax else [],
         )
-        write_result(work_dir / "summary.json", summary)
-        atomic_write_text(work_dir / "summary.md", summary_markdown(summary))
+        write_result(work_dir / SUMMARY_FILE, summary)
+        atomic_write_text(work_dir / SUMMARY_MD, summary_markdown(summary))
         write_provenance(work_dir, "toy reproduce")
     return summary
 

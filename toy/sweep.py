@@ -25,7 +25,7 @@ from reports.document import Cell as TableCell
 from reports.document import format_cell
 from reports.markdown import markdown_table
 from reports.plots import bar_chart, heatmap
-from toy.experiment import ModelSummary, experiment_directory, run_jobs
+from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, experiment_directory, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
@@ -411,7 +411,7 @@ def sweep(
         models = [by_name[name] for name in sorted(by_name)]
         result = SweepResult(config, rows, models, round(time.perf_counter() - started, 2))
         result.figures = _plots(config, rows, work_dir)
-        write_result(work_dir / "summary.json", result)
-        atomic_write_text(work_dir / "summary.md", sweep_markdown(result))
+        write_result(work_dir / SUMMARY_FILE, result)
+        atomic_write_text(work_dir / SUMMARY_MD, sweep_markdown(result))
         write_provenance(work_dir, "toy sweep")
     return result
