@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+import sinkscope
 from interp.codec import encode
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -198,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=MAIN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"sinkscope {sinkscope.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     toy = commands.add_parser(
         "toy",
@@ -639,7 +641,7 @@ def _toy_tradeoff(args: argparse.Namespace) -> dict:
 
 
 def _report(args: argparse.Namespace) -> dict:
-    from sinkscope.report import report
+    from sinkscope.reporting import report
 
     result = report(args.result_dir, args.out, overwrite=args.overwrite)
     if not args.json:

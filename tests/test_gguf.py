@@ -149,7 +149,7 @@ def test_audit_with_ablations_and_report(smollm2, tmp_path):
     """The audit pipeline on the loaded GGUF model (the fixture's: loading twice costs
     about 15 s); the command line itself runs in the slow test below."""
     from pretrained_analysis.audit import AuditConfig, audit, read_audit, write_audit
-    from sinkscope.report import report
+    from sinkscope.reporting import report
 
     loaded, _ = smollm2
     out = tmp_path / "smollm2"

@@ -21,7 +21,7 @@ from reports.document import Column, ReportDocument, Section, Table
 from reports.html import render_html
 from reports.markdown import md_escape, render_markdown
 from sinkscope.cli import main
-from sinkscope.report import REPORT_KINDS, report
+from sinkscope.reporting import REPORT_KINDS, report
 from tiny_models import build_tiny_gpt2, build_tiny_gpt_neox
 from toy.model import ToyModelConfig
 from toy.patching import patch_run

@@ -2,7 +2,7 @@
 reproduce``), a probe (``sinkscope toy probe``), activation patching (``sinkscope toy
 patch``) and a trade-off (``sinkscope toy tradeoff``). Each builder reads the directory's JSON back into its dataclasses and
 returns a ``ReportDocument`` whose findings are sentences made from the numbers;
-``sinkscope.report`` renders it."""
+``sinkscope.reporting`` renders it."""
 
 from __future__ import annotations
 
