@@ -46,7 +46,7 @@ from pretrained_analysis.prompts import (
 )
 from probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
 from probes.interventions import Intervention, evict_anchor, intervention_hooks
-from probes.probe import HEADS_CSV, HeadProbe, ProbeConfig, ProbeResult, SinkRate, iterate_batches, probe_batches
+from probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, iterate_batches, probe_batches
 from reports.plots import attention_grid, layer_head_map, line_chart
 
 AUDIT_FILE = "audit.json"
@@ -159,8 +159,9 @@ class AuditResult:
         """Gu et al.'s Sink_1^eps per eps, in percent."""
         return self.probe.sink_rates
 
-    def sink_heads(self) -> list[HeadProbe]:
-        return [row for row in self.probe.heads if row.is_sink_head]
+    def sink_heads(self) -> list[tuple[int, int]]:
+        """``(layer, head)`` of every sink head, as ``ProbeResult.sink_heads()``."""
+        return self.probe.sink_heads()
 
 
 def figure_names(n_examples: int) -> tuple[str, ...]:

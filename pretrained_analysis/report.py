@@ -114,7 +114,7 @@ def _audit_findings(result: AuditResult) -> list[str]:
         f"Sink rate (Gu et al. Sink_1^eps): {sink_rate_phrase(result.sink_rates)} of (prompt, layer, head) entries.",
         _layer_phrase(probe.layers),
     ]
-    sinks = result.sink_heads()
+    sinks = [head for head in result.probe.heads if head.is_sink_head]
     if sinks:
         findings.append(value_share_phrase(sinks, "the anchor"))
     massive = _massive_phrase(probe.layers)

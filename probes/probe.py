@@ -185,6 +185,7 @@ class ProbeResult:
         return matrix
 
     def sink_heads(self) -> list[tuple[int, int]]:
+        """``(layer, head)`` of every sink head (the form interventions take)."""
         return [(row.layer, row.head) for row in self.heads if row.is_sink_head]
 
     def head_table(self) -> list[dict[str, Any]]:

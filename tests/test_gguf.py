@@ -164,7 +164,9 @@ def test_audit_with_ablations_and_report(smollm2, tmp_path):
     rows = ablation.sink_heads.rows
     assert len(rows) == 3 and rows[-1].label == "all_sink_heads"  # the two strongest, then all together
     masses = {(row.layer, row.head): row.anchor_mass for row in written_back.probe.heads}
-    strongest = sorted(written_back.sink_heads(), key=lambda row: -row.anchor_mass)[:2]
+    strongest = sorted((row for row in written_back.probe.heads if row.is_sink_head), key=lambda row: -row.anchor_mass)[
+        :2
+    ]
     assert [row.heads[0] for row in rows[:2]] == [(row.layer, row.head) for row in strongest]
     assert all(masses[row.heads[0]] >= 0.9 for row in rows[:2])
     assert any("4 of 8 prompts" in note for note in written_back.notes)

@@ -105,7 +105,7 @@ def test_causal_audit_end_to_end_matches_hf(request, tmp_path, capsys, fixture, 
     assert result.prompts.spec.prepend_bos and result.prompts.anchor_token == "<|endoftext|>"
     assert result.anchor == "the first real token of each prompt"
     assert result.prompts.n_prompts == 6 and result.prompts.spec.max_len == 24 and result.prompts.spec.kind == "builtin"
-    assert [(row.layer, row.head) for row in result.sink_heads()] == [sink]
+    assert result.sink_heads() == [sink]
     assert [rate.eps for rate in result.sink_rates] == [0.3, 0.8]
     assert {name for name, _ in result.versions} >= {"torch", "transformer-lens"}
     check_against_hf(result, model_dir, "AutoModelForCausalLM", PromptSpec(n_prompts=6, max_len=24))
