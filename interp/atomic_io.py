@@ -54,7 +54,7 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
-class OutputError(ValueError):
+class OutputError(InputError):
     """The output location cannot take the result (unwritable, a symlink, a mount point,
     or written by another run meanwhile); nothing existing was changed."""
 

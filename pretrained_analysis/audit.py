@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from interp.codec import read_result, write_result
+from interp.errors import RunFailed
 from interp.hook_names import attn_hook
 from interp.hooked_model import HookedModel, PreparedBatch
 from pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model
@@ -59,7 +60,7 @@ MAX_EXAMPLE_HEADS = 6
 VERSION_PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "transformers", "datasets")
 
 
-class AuditFailed(RuntimeError):
+class AuditFailed(RunFailed):
     """The audit ran but its numbers cannot be trusted (e.g. non-finite attention)."""
 
 

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from safetensors import SafetensorError
 
+from interp.errors import InputError
+
 if TYPE_CHECKING:
     from interp.hooked_model import ModelSpec
 
@@ -78,15 +80,15 @@ OFFLINE_FIX = (
 )
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(InputError):
     """The model name is neither a short name, a Hugging Face id nor a local directory."""
 
 
-class ModelNotAvailableError(ValueError):
+class ModelNotAvailableError(InputError):
     """The model cannot be obtained: offline and not cached, or the hub cannot be reached."""
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(InputError):
     """The files exist but TransformerBridge could not load them."""
 
 

@@ -27,6 +27,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from interp.errors import InputError
+
 if TYPE_CHECKING:
     import torch
 
@@ -45,7 +47,7 @@ DEFAULT_MAX_LEN = 64
 DEFAULT_N_PROMPTS = 64
 
 
-class PromptError(ValueError):
+class PromptError(InputError):
     """The prompt set cannot be built (missing file, empty set, unknown column, too long)."""
 
 

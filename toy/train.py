@@ -38,6 +38,7 @@ from interp.checkpoint import (
     save_tensors,
 )
 from interp.codec import encode
+from interp.errors import InputError, RunFailed
 from interp.hook_names import pattern_hook
 from probes.sink_metrics import anchor_mass
 from toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
@@ -82,11 +83,11 @@ def torch_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(RunFailed):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
-class RunDirectoryError(ValueError):
+class RunDirectoryError(InputError):
     """The run directory cannot be used as asked (exists with another config, etc.)."""
 
 
