@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from interp.errors import InputError
 from pretrained_analysis.audit import AUDIT_FILE, EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, read_audit
 from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, read_comparison
 from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
@@ -228,7 +229,7 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
     root = source.resolve()
     for row in rows:  # a report reads only inside its result directory, whatever the JSON says
         if row.directory and root not in (root / row.directory).resolve().parents:
-            raise ValueError(
+            raise InputError(
                 f"{source / COMPARISON_JSON} names an audit directory {row.directory!r} outside {source}; "
                 "a comparison's audits live inside it: regenerate it with sinkscope audit"
             )
