@@ -54,7 +54,7 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
-class OutputError(ValueError):
+class OutputError(InputError):
     """The output location cannot take the result (unwritable, a symlink, a mount point,
     or written by another run meanwhile); nothing existing was changed."""
 
@@ -93,13 +93,19 @@ def check_output_directory(path: str | os.PathLike) -> None:
     directory or one above it."""
     path = Path(path)
     if inside(Path.cwd(), path):
-        raise OutputError(f"{path} is the current directory or contains it; pass a new directory below it")
+        raise OutputError(
+            f"{path} is the current directory or contains it; pass a new directory below it", field="out_dir"
+        )
     if path.is_symlink():
-        raise OutputError(f"{path} is a symbolic link; pass the directory it points to, {os.path.realpath(path)}")
+        raise OutputError(
+            f"{path} is a symbolic link; pass the directory it points to, {os.path.realpath(path)}", field="out_dir"
+        )
     if path.exists() and not path.is_dir():
-        raise OutputError(f"{path} exists and is not a directory; choose another output directory")
+        raise OutputError(f"{path} exists and is not a directory; choose another output directory", field="out_dir")
     if path.is_dir() and os.path.ismount(path):
-        raise OutputError(f"{path} is a mount point, which cannot be replaced whole; pass a directory inside it")
+        raise OutputError(
+            f"{path} is a mount point, which cannot be replaced whole; pass a directory inside it", field="out_dir"
+        )
 
 
 def refuse_output_directory(
@@ -116,11 +122,12 @@ def refuse_output_directory(
     for item in inputs:
         if inside(item, out_dir):
             raise OutputError(
-                f"--out {out_dir} holds {inputs_name} {item}, which replacing it would delete; choose another --out"
+                f"{out_dir} holds {inputs_name} {item}, which replacing it would delete; choose another output directory",
+                field="out_dir",
             )
     if holds_files(out_dir) and not overwrite:
-        raise FileExistsError(
-            f"{out_dir} exists and is not empty; pass --overwrite to replace it or choose another --out"
+        raise InputError(
+            f"{out_dir} exists and is not empty; choose another output directory or overwrite it", field="overwrite"
         )
 
 

@@ -21,6 +21,8 @@ from typing import Literal
 
 import torch
 
+from interp.errors import InputError
+
 AttentionKind = Literal["softmax", "relu", "relu_prefix", "sigmoid"]
 ATTENTION_KINDS: tuple[str, ...] = ("softmax", "relu", "relu_prefix", "sigmoid")
 NORMALISED_KINDS: tuple[str, ...] = ("softmax",)
@@ -28,7 +30,7 @@ NORMALISED_KINDS: tuple[str, ...] = ("softmax",)
 
 def validate_attention_kind(kind: str) -> str:
     if kind not in ATTENTION_KINDS:
-        raise ValueError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}")
+        raise InputError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}")
     return kind
 
 

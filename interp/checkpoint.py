@@ -11,6 +11,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from interp.atomic_io import atomic_path
+from interp.errors import InputError
 
 
 def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor]) -> None:
@@ -23,11 +24,11 @@ def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor]) -> N
 def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint file {path} does not exist")
+        raise InputError(f"checkpoint file {path} does not exist")
     try:
         return load_file(str(path))
     except SafetensorError as error:  # cut short or overwritten: the file, not the code, is wrong
-        raise ValueError(f"{path} is not a readable safetensors file ({error}); restore it or regenerate it") from None
+        raise InputError(f"{path} is not a readable safetensors file ({error}); restore it or regenerate it") from None
 
 
 def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:

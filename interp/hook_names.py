@@ -9,6 +9,8 @@ Shapes (TransformerLens conventions):
 
 from __future__ import annotations
 
+from interp.errors import InputError
+
 ATTN_HOOKS = ("q", "k", "v", "z", "attn_scores", "pattern")
 BLOCK_HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 
@@ -16,14 +18,14 @@ BLOCK_HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 def attn_hook(layer: int, name: str) -> str:
     """``blocks.{layer}.attn.hook_{name}`` for name in q, k, v, z, attn_scores, pattern."""
     if name not in ATTN_HOOKS:
-        raise ValueError(f"unknown attention hook {name!r}; choose one of {', '.join(ATTN_HOOKS)}")
+        raise InputError(f"unknown attention hook {name!r}; choose one of {', '.join(ATTN_HOOKS)}")
     return f"blocks.{layer}.attn.hook_{name}"
 
 
 def block_hook(layer: int, name: str) -> str:
     """``blocks.{layer}.hook_{name}`` for name in resid_pre, resid_mid, resid_post, attn_out, mlp_out."""
     if name not in BLOCK_HOOKS:
-        raise ValueError(f"unknown block hook {name!r}; choose one of {', '.join(BLOCK_HOOKS)}")
+        raise InputError(f"unknown block hook {name!r}; choose one of {', '.join(BLOCK_HOOKS)}")
     return f"blocks.{layer}.hook_{name}"
 
 

@@ -32,6 +32,7 @@ from jaxtyping import Bool, Float, Int, Shaped
 from transformer_lens import HookedRootModule
 
 from interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
+from interp.errors import InputError
 from interp.hook_names import attn_hook, block_hook
 
 HookFn = Callable[..., Any]
@@ -73,7 +74,7 @@ class ModelSpec:
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         if self.kv_heads < 1 or self.n_heads % self.kv_heads:
-            raise ValueError(
+            raise InputError(
                 f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}; "
                 "check the model config's num_key_value_heads"
             )
@@ -115,7 +116,7 @@ class ModelSpec:
     def require_hooks(self, names: Sequence[str], purpose: str) -> None:
         missing = [name for name in names if name not in self.hook_names]
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"{purpose} needs hooks {missing} that this {self.family} model does not expose; "
                 "use a model with TransformerLens-named attention hooks"
             )
@@ -149,7 +150,7 @@ class PreparedBatch:
 def anchor_positions(attention_mask: Bool[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, " batch"]:
     """First True position of each row of ``attention_mask``."""
     if not bool(attention_mask.any(dim=1).all()):
-        raise ValueError("a row of attention_mask has no real token; drop empty inputs before probing")
+        raise InputError("a row of attention_mask has no real token; drop empty inputs before probing")
     return attention_mask.to(torch.long).argmax(dim=1)
 
 
@@ -179,9 +180,9 @@ class HookedModel:
 
     def __init__(self, model: torch.nn.Module, prepend_bos: bool | None = None) -> None:
         if isinstance(model, HookedModel):
-            raise ValueError("model is already a HookedModel; pass it directly instead of wrapping it again")
+            raise InputError("model is already a HookedModel; pass it directly instead of wrapping it again")
         if not isinstance(model, HookedRootModule) and not _is_bridge(model):
-            raise ValueError(
+            raise InputError(
                 f"{type(model).__name__} is not a hooked model; pass a toy HookedRootModule "
                 "or a TransformerBridge (TransformerBridge.boot_transformers(...))"
             )
@@ -200,7 +201,7 @@ class HookedModel:
             if missing:
                 # e.g. state-space models (Mamba), which the bridge boots but which have no attention
                 architecture = type(getattr(model, "original_model", model)).__name__
-                raise ValueError(
+                raise InputError(
                     f"{architecture} has no attention hooks {missing}; sink probes need attention layers "
                     "(a transformer such as GPT-2, Pythia, Llama, Mistral, Qwen2, Gemma or BERT)"
                 )
@@ -220,7 +221,7 @@ class HookedModel:
         else:
             blocks = getattr(model, "blocks", None)
             if blocks is None or len(blocks) == 0 or not hasattr(blocks[0], "attn"):
-                raise ValueError(
+                raise InputError(
                     f"{type(model).__name__} has no blocks[l].attn; toy models must stack "
                     "interp.attention.HookedAttention layers under .blocks"
                 )
@@ -275,20 +276,20 @@ class HookedModel:
         device = self._device()
         if not self.is_bridge:
             if not torch.is_tensor(inputs) or inputs.ndim != 3 or inputs.shape[-1] != self.spec.d_model:
-                raise ValueError(
+                raise InputError(
                     f"toy models take float tokens [batch, pos, {self.spec.d_model}]; "
                     f"got {type(inputs).__name__} {tuple(getattr(inputs, 'shape', ()))}"
                 )
             if attention_mask is not None and not bool(attention_mask.bool().all()):
-                raise ValueError("toy models have no padding; pass attention_mask=None or all ones")
+                raise InputError("toy models have no padding; pass attention_mask=None or all ones")
             mask = torch.ones(inputs.shape[:2], dtype=torch.bool, device=device)
             return PreparedBatch(inputs.to(device), mask, torch.zeros(inputs.shape[0], dtype=torch.long, device=device))
         if isinstance(inputs, str) or (isinstance(inputs, Sequence) and not torch.is_tensor(inputs)):
             strings = [inputs] if isinstance(inputs, str) else list(inputs)
             if not strings or not all(isinstance(s, str) and s for s in strings):
-                raise ValueError("inputs must be a non-empty list of non-empty strings (or token ids [batch, pos])")
+                raise InputError("inputs must be a non-empty list of non-empty strings (or token ids [batch, pos])")
             if attention_mask is not None:
-                raise ValueError("attention_mask is computed from strings; pass it only with token ids")
+                raise InputError("attention_mask is computed from strings; pass it only with token ids")
             from transformer_lens.utilities.tokenize_utils import get_attention_mask
 
             side = padding_side or self.model.tokenizer.padding_side
@@ -298,11 +299,11 @@ class HookedModel:
             tokens = inputs
             mask = torch.ones_like(tokens) if attention_mask is None else attention_mask
             if mask.shape != tokens.shape:
-                raise ValueError(f"attention_mask {tuple(mask.shape)} must match token ids {tuple(tokens.shape)}")
+                raise InputError(f"attention_mask {tuple(mask.shape)} must match token ids {tuple(tokens.shape)}")
         else:
-            raise ValueError("bridge models take a string, a list of strings or token ids [batch, pos] (long)")
+            raise InputError("bridge models take a string, a list of strings or token ids [batch, pos] (long)")
         if tokens.shape[1] > int(getattr(self.model.cfg, "n_ctx", tokens.shape[1])):
-            raise ValueError(
+            raise InputError(
                 f"sequence of {tokens.shape[1]} tokens exceeds the model's context of "
                 f"{self.model.cfg.n_ctx}; shorten the prompts"
             )
@@ -339,7 +340,7 @@ class HookedModel:
         hooks = list(fwd_hooks) + self._release_pattern_hooks()
         if stop_after is not None:
             if stop_after not in self.spec.hook_names:
-                raise ValueError(
+                raise InputError(
                     f"stop_after={stop_after!r} is not a hook of this {self.spec.family} model; "
                     f"pass a hook name such as {block_hook(self.spec.n_layers - 1, 'resid_post')!r}"
                 )

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from interp.codec import read_result, write_result
+from interp.errors import InputError, RunFailed
 from interp.hook_names import attn_hook
 from interp.hooked_model import HookedModel, PreparedBatch
 from pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model
@@ -58,7 +59,7 @@ MAX_EXAMPLE_HEADS = 6
 VERSION_PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "transformers", "datasets")
 
 
-class AuditFailed(RuntimeError):
+class AuditFailed(RunFailed):
     """The audit ran but its numbers cannot be trusted (e.g. non-finite attention)."""
 
 
@@ -82,17 +83,17 @@ class AuditConfig:
 
     def __post_init__(self) -> None:
         if self.ablate_heads < 0:
-            raise ValueError(f"--ablate-heads must be >= 0, got {self.ablate_heads}")
+            raise InputError(f"ablate_heads must be >= 0, got {self.ablate_heads}", field="ablate_heads")
         if self.ablate_prompts is not None and self.ablate_prompts < 1:
-            raise ValueError(f"--ablate-prompts must be >= 1, got {self.ablate_prompts}")
+            raise InputError(f"ablate_prompts must be >= 1, got {self.ablate_prompts}", field="ablate_prompts")
         if self.batch_size < 1:
-            raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+            raise InputError(f"batch_size must be >= 1, got {self.batch_size}", field="batch_size")
         if not 0.0 <= self.sink_eps < 1.0:
-            raise ValueError(f"--sink-eps must lie in [0, 1), got {self.sink_eps}")
+            raise InputError(f"sink_eps must lie in [0, 1), got {self.sink_eps}", field="sink_eps")
         if self.n_examples < 0:
-            raise ValueError(f"--examples must be >= 0, got {self.n_examples}")
+            raise InputError(f"n_examples must be >= 0, got {self.n_examples}", field="n_examples")
         if self.n_bootstrap < 1:
-            raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
+            raise InputError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}", field="n_bootstrap")
 
     def probe_config(self) -> ProbeConfig:
         return ProbeConfig(sink_eps=self.sink_eps, batch_size=self.batch_size)
@@ -204,13 +205,15 @@ def _probe(
 def _check_finite(probe: ProbeResult, model: ModelInfo) -> None:
     if probe.n_queries == 0:
         raise PromptError(
-            "every prompt has a single token, so no query attends to an anchor; pass longer prompts or --prepend-bos"
+            "every prompt has a single token, so no query attends to an anchor; pass longer prompts or turn prepend_bos on",
+            field="prepend_bos",
         )
     bad = [f"L{row.layer}H{row.head}" for row in probe.heads if not math.isfinite(row.anchor_mass)]
     if bad:
         raise AuditFailed(
             f"{model.label} produced non-finite attention in {len(bad)} heads (first: {bad[0]}) in {model.dtype}; "
-            "rerun with --dtype float32"
+            "rerun with dtype float32",
+            field="dtype",
         )
 
 
@@ -255,7 +258,8 @@ def _ablate(
 ) -> AblationResult:
     if prompts.summary.min_tokens < 2:
         raise PromptError(
-            "--ablate needs prompts of at least 2 tokens to have a next-token loss; drop one-token prompts"
+            "the ablations need prompts of at least 2 tokens to have a next-token loss; drop one-token prompts",
+            field="ablate",
         )
     spec = hooked.spec
     n = len(prompts) if config.ablate_prompts is None else min(config.ablate_prompts, len(prompts))
@@ -360,14 +364,12 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
             prompts.n_prompts if config.ablate_prompts is None else min(config.ablate_prompts, prompts.n_prompts)
         )
         if n_ablated < prompts.n_prompts:
-            notes.append(
-                f"the ablations ran on the first {n_ablated} of {prompts.n_prompts} prompts (--ablate-prompts)"
-            )
+            notes.append(f"the ablations ran on the first {n_ablated} of {prompts.n_prompts} prompts (ablate_prompts)")
         n_sinks = sum(row.is_sink_head for row in probe.heads)
         if n_sinks > config.ablate_heads and n_sinks > 1:
             notes.append(
                 f"{config.ablate_heads} of {n_sinks} sink heads, those with the largest anchor mass, were ablated one by one "
-                "(--ablate-heads); all were ablated together"
+                "(ablate_heads); all were ablated together"
             )
     if prompts.n_truncated:
         notes.append(
@@ -400,8 +402,9 @@ def audit(
         examples = _examples(hooked, loaded, tokenized, config.n_examples)
     except torch.OutOfMemoryError:
         raise AuditFailed(
-            f"{info.label} ran out of memory on {info.device} at --batch-size {config.batch_size}; "
-            "lower --batch-size, or pass --dtype bfloat16 or --device-map auto"
+            f"{info.label} ran out of memory on {info.device} at batch_size {config.batch_size}; "
+            "lower batch_size, or load the model with dtype bfloat16 or device_map auto",
+            field="batch_size",
         ) from None
     return AuditResult(
         model=info,

@@ -19,6 +19,7 @@ import numpy as np
 
 from interp.atomic_io import atomic_write_text
 from interp.codec import read_result, write_result
+from interp.errors import InputError
 from pretrained_analysis.audit import AuditResult, plot_text
 from pretrained_analysis.prompts import PromptSpec
 from reports.plots import line_chart
@@ -147,9 +148,9 @@ def _row(result: AuditResult, directory: str | None) -> ComparisonRow:
 def compare_audits(results: Sequence[AuditResult], directories: Sequence[str] | None = None) -> Comparison:
     """One row per audit; ``directories``: where each audit was written (relative paths)."""
     if not results:
-        raise ValueError("nothing to compare; pass at least one audit result")
+        raise InputError("nothing to compare; pass at least one audit result")
     if directories is not None and len(directories) != len(results):
-        raise ValueError(f"{len(directories)} directories for {len(results)} audits; pass one per audit")
+        raise InputError(f"{len(directories)} directories for {len(results)} audits; pass one per audit")
     rows = tuple(_row(result, None if directories is None else directories[k]) for k, result in enumerate(results))
     first = results[0]
     return Comparison(

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from safetensors import SafetensorError
 
+from interp.errors import InputError
+
 if TYPE_CHECKING:
     from interp.hooked_model import ModelSpec
 
@@ -78,15 +80,15 @@ OFFLINE_FIX = (
 )
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(InputError):
     """The model name is neither a short name, a Hugging Face id nor a local directory."""
 
 
-class ModelNotAvailableError(ValueError):
+class ModelNotAvailableError(InputError):
     """The model cannot be obtained: offline and not cached, or the hub cannot be reached."""
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(InputError):
     """The files exist but TransformerBridge could not load them."""
 
 
@@ -115,15 +117,16 @@ class LoadSpec:
                 "the model name is empty; pass e.g. gpt2, pythia-70m, org/name or a local directory"
             )
         if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+            raise InputError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}", field="dtype")
         if self.device is not None and (self.device_map is not None or self.n_devices is not None):
-            raise ValueError("--device is exclusive with --device-map/--n-devices; pass one placement")
+            raise InputError("device is exclusive with device_map and n_devices; pass one placement", field="device")
         if self.n_devices is not None and self.n_devices < 1:
-            raise ValueError(f"--n-devices must be >= 1, got {self.n_devices}")
+            raise InputError(f"n_devices must be >= 1, got {self.n_devices}", field="n_devices")
         if self.device_map is not None and not re.fullmatch(DEVICE_MAP_PATTERN, self.device_map):
-            raise ValueError(
-                f"--device-map {self.device_map!r} is not a placement; pass auto, balanced, balanced_low_0, "
-                "sequential, or one device such as cpu or cuda:0"
+            raise InputError(
+                f"device_map {self.device_map!r} is not a placement; pass auto, balanced, balanced_low_0, "
+                "sequential, or one device such as cpu or cuda:0",
+                field="device_map",
             )
 
     @property
@@ -276,15 +279,19 @@ def resolve_model(name: str, revision: str | None = None) -> ResolvedModel:
     gguf = _gguf_checkpoint(path)
     if gguf is not None:
         if revision is not None:
-            raise ValueError(f"--revision selects a hub checkpoint but {name} is a local GGUF file; drop --revision")
+            raise InputError(
+                f"a revision selects a hub checkpoint but {name} is a local GGUF file; drop the revision",
+                field="revision",
+            )
         return ResolvedModel(
             name=name, location=str(gguf.parent.resolve()), is_local=True, revision=None, gguf_file=gguf.name
         )
     if path.is_dir():
         if revision is not None:
-            raise ValueError(
-                f"--revision selects a hub checkpoint but {name} is a local directory; "
-                "save each checkpoint to its own directory and pass the directories as models"
+            raise InputError(
+                f"a revision selects a hub checkpoint but {name} is a local directory; "
+                "save each checkpoint to its own directory and pass the directories as models",
+                field="revision",
             )
         if not (path / CONFIG_FILE).is_file():
             raise ModelLoadError(f"{name} has no {CONFIG_FILE}; pass a directory written by save_pretrained")
@@ -476,7 +483,9 @@ def _placement(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> tuple
     if resolved.gguf_file is None:
         return placement, None
     if spec.n_devices is not None:
-        raise ModelLoadError("--n-devices does not apply to GGUF files; pass --device-map auto to split one")
+        raise ModelLoadError(
+            "n_devices does not apply to GGUF files; use device_map auto to split one", field="n_devices"
+        )
     quantization = gguf_quantization(resolved)  # also checks that gguf is installed
     # the bridge takes a preloaded model as it is: placement happens while loading it
     return _load_gguf(resolved, spec, progress), quantization
@@ -521,12 +530,16 @@ def _check_device(spec: LoadSpec) -> None:
     try:
         device = torch.device(spec.device)
     except RuntimeError:
-        raise ModelLoadError(f"unknown device {spec.device!r}; pass cpu, cuda, cuda:N or mps") from None
+        raise ModelLoadError(f"unknown device {spec.device!r}; pass cpu, cuda, cuda:N or mps", field="device") from None
     available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     if not available.get(device.type, True):
-        raise ModelLoadError(f"--device {spec.device}: this machine has no {device.type} device; pass --device cpu")
+        raise ModelLoadError(
+            f"device {spec.device}: this machine has no {device.type} device; use device cpu", field="device"
+        )
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ModelLoadError(f"--device {spec.device}: there are only {torch.cuda.device_count()} CUDA devices")
+        raise ModelLoadError(
+            f"device {spec.device}: there are only {torch.cuda.device_count()} CUDA devices", field="device"
+        )
 
 
 def _load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from interp.errors import InputError
+
 if TYPE_CHECKING:
     import torch
 
@@ -45,7 +47,7 @@ DEFAULT_MAX_LEN = 64
 DEFAULT_N_PROMPTS = 64
 
 
-class PromptError(ValueError):
+class PromptError(InputError):
     """The prompt set cannot be built (missing file, empty set, unknown column, too long)."""
 
 
@@ -68,11 +70,13 @@ class PromptSpec:
 
     def __post_init__(self) -> None:
         if self.max_len < 2:
-            raise PromptError(f"--max-len must be >= 2 tokens, got {self.max_len}")
+            raise PromptError(f"max_len must be >= 2 tokens, got {self.max_len}", field="max_len")
         if self.n_prompts < 1:
-            raise PromptError(f"--n-prompts must be >= 1, got {self.n_prompts}")
+            raise PromptError(f"n_prompts must be >= 1, got {self.n_prompts}", field="n_prompts")
         if not self.source.strip():
-            raise PromptError("--prompts is empty; pass default, random, a file or a dataset id")
+            raise PromptError(
+                "the prompt source is empty; pass default, random, a file or a dataset id", field="source"
+            )
 
     @property
     def kind(self) -> str:
@@ -142,7 +146,8 @@ def check_context(spec: PromptSpec, n_ctx: int, model_label: str) -> None:
     """Raise ``PromptError`` when T = ``spec.max_len`` exceeds the model's context."""
     if spec.max_len > n_ctx:
         raise PromptError(
-            f"--max-len {spec.max_len} exceeds the context of {model_label} ({n_ctx} tokens); pass --max-len {n_ctx} or less"
+            f"max_len {spec.max_len} exceeds the context of {model_label} ({n_ctx} tokens); use max_len {n_ctx} or less",
+            field="max_len",
         )
 
 
@@ -212,11 +217,12 @@ def _read_hub(spec: PromptSpec) -> list[Any]:
         where = "the hub is offline" if hub_offline() else f"the hub could not be reached ({type(error).__name__})"
         raise PromptError(
             f"dataset {spec.source} is not in the local datasets cache and {where}; pass a local "
-            ".txt/.jsonl/.csv/.parquet file, --prompts default, or connect so it downloads once"
+            ".txt/.jsonl/.csv/.parquet file, the default prompts, or connect so it downloads once",
+            field="source",
         ) from None
     except ValueError as error:  # unknown split or config
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise PromptError(f"cannot load dataset {spec.source} split {spec.split!r}: {reason}") from None
+        raise PromptError(f"cannot load dataset {spec.source} split {spec.split!r}: {reason}", field="split") from None
     return _column(dataset, spec.text_column, spec.source)
 
 
@@ -224,7 +230,8 @@ def _column(dataset: Any, column: str, where: str) -> list[Any]:
     if column not in dataset.column_names:
         raise PromptError(
             f"{where} has no column {column!r}; available columns: {', '.join(dataset.column_names)}; "
-            "pass --text-column NAME"
+            "set text_column to one of them",
+            field="text_column",
         )
     return list(dataset[column])
 
@@ -233,7 +240,8 @@ def _texts(values: list[Any], column: str, where: str) -> list[str]:
     bad = next((value for value in values if value is not None and not isinstance(value, str)), None)
     if bad is not None:
         raise PromptError(
-            f"column {column!r} of {where} holds {type(bad).__name__} values, not text; pass --text-column naming a text column"
+            f"column {column!r} of {where} holds {type(bad).__name__} values, not text; set text_column to a text column",
+            field="text_column",
         )
     return [value.strip() for value in values if isinstance(value, str) and value.strip()]
 
@@ -265,7 +273,9 @@ def _anchor_token_id(model: LoadedModel) -> int:
     if not model.info.causal and tokenizer.cls_token_id is not None:
         token = tokenizer.cls_token_id
     if token is None:
-        raise PromptError(f"the tokenizer of {model.info.name} has no BOS or [CLS] token; pass --no-prepend-bos")
+        raise PromptError(
+            f"the tokenizer of {model.info.name} has no BOS or [CLS] token; turn prepend_bos off", field="prepend_bos"
+        )
     return int(token)
 
 

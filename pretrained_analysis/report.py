@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from interp.errors import InputError
 from pretrained_analysis.audit import AUDIT_FILE, LAYER_FIGURE, MAP_FIGURE, AblationResult, AuditResult, read_audit
 from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, Comparison, read_comparison
 from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
@@ -242,7 +243,7 @@ def _check_audit_directories(source: Path, comparison: Comparison) -> None:
     root = source.resolve()
     for row in comparison.rows:
         if row.directory and root not in (root / row.directory).resolve().parents:
-            raise ValueError(
+            raise InputError(
                 f"{source / COMPARISON_JSON} names an audit directory {row.directory!r} outside {source}; "
                 "a comparison's audits live inside it: regenerate it with sinkscope audit"
             )

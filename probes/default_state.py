@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from interp.errors import InputError
 from interp.hooked_model import HookedModel, PreparedBatch
 from probes.interventions import HeadRef, Intervention, intervention_hooks, mask_random_key, remove_sink
 
@@ -43,13 +44,15 @@ class DefaultStateConfig:
 
     def __post_init__(self) -> None:
         if self.max_single_heads is not None and self.max_single_heads < 0:
-            raise ValueError(f"max_single_heads must be >= 0 or None, got {self.max_single_heads}")
+            raise InputError(
+                f"max_single_heads must be >= 0 or None, got {self.max_single_heads}", field="max_single_heads"
+            )
         if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise InputError(f"batch_size must be >= 1, got {self.batch_size}", field="batch_size")
         if self.n_bootstrap < 1:
-            raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
+            raise InputError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}", field="n_bootstrap")
         if not 0.0 < self.confidence < 1.0:
-            raise ValueError(f"confidence must lie in (0, 1), got {self.confidence}")
+            raise InputError(f"confidence must lie in (0, 1), got {self.confidence}", field="confidence")
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ def _errors(
             output = model.run_with_hooks(part, hooks)
         errors = error_fn(output, part)
         if errors.shape != (part.batch_size,):
-            raise ValueError(
+            raise InputError(
                 f"error_fn must return one error per input, shape [{part.batch_size}], got {tuple(errors.shape)}"
             )
         chunks.append(errors.detach().double().cpu())

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import torch
 from jaxtyping import Bool, Float, Int, Shaped
 
+from interp.errors import InputError
 from interp.hook_names import attn_hook
 from interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
 
@@ -70,11 +71,11 @@ class Intervention:
 
     def __post_init__(self) -> None:
         if self.kind not in INTERVENTION_KINDS:
-            raise ValueError(f"unknown intervention {self.kind!r}; choose one of {', '.join(INTERVENTION_KINDS)}")
+            raise InputError(f"unknown intervention {self.kind!r}; choose one of {', '.join(INTERVENTION_KINDS)}")
         if not self.heads:
-            raise ValueError(f"{self.kind} needs at least one (layer, head) pair")
+            raise InputError(f"{self.kind} needs at least one (layer, head) pair")
         if self.kind == "mean_ablate_head" and self.means is None:
-            raise ValueError("mean_ablate_head needs means=head_means(model, reference_inputs)")
+            raise InputError("mean_ablate_head needs means=head_means(model, reference_inputs)")
 
     def layers(self) -> list[int]:
         return sorted({layer for layer, _ in self.heads})
@@ -211,7 +212,7 @@ def _constant(value: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
 def _mean_replacement(means: HeadMeans, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
     def replacement(z: torch.Tensor) -> torch.Tensor:
         if z.shape[1] > means.z.shape[1]:
-            raise ValueError(
+            raise InputError(
                 f"inputs of {z.shape[1]} positions are longer than the mean-ablation reference set "
                 f"({means.z.shape[1]}); compute head_means on inputs at least as long"
             )
@@ -229,7 +230,7 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
     spec = model.spec
     for layer, head in intervention.heads:
         if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
-            raise ValueError(
+            raise InputError(
                 f"head ({layer}, {head}) does not exist; layers 0..{spec.n_layers - 1}, heads 0..{spec.n_heads - 1}"
             )
     if intervention.kind == "zero_head":

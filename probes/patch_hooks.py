@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from interp.errors import InputError
 from interp.hook_names import ATTN_HOOKS, BLOCK_HOOKS, attn_hook, block_hook
 from interp.hooked_model import FwdHooks, HookedModel, PreparedBatch
 
@@ -50,7 +51,7 @@ class HookLayout:
 def validate_hook(name: str) -> str:
     """``name`` if it is a patchable short hook name; otherwise a ValueError listing them."""
     if name not in PATCHABLE_HOOKS:
-        raise ValueError(f"unknown hook {name!r}; choose one of {', '.join(PATCHABLE_HOOKS)}")
+        raise InputError(f"unknown hook {name!r}; choose one of {', '.join(PATCHABLE_HOOKS)}")
     return name
 
 
@@ -82,13 +83,13 @@ class PatchSite:
     def __post_init__(self) -> None:
         layout = hook_layout(self.name)
         if self.heads is not None and layout.head_axis is None:
-            raise ValueError(
+            raise InputError(
                 f"hook {self.name!r} has no head axis; patch it per position, or choose a head hook "
                 f"({', '.join(HEAD_HOOKS)})"
             )
         for axis, chosen in (("heads", self.heads), ("positions", self.positions)):
             if chosen is not None and not chosen:
-                raise ValueError(f"{axis} must name at least one index, or be None for all")
+                raise InputError(f"{axis} must name at least one index, or be None for all")
 
     @property
     def hook_name(self) -> str:
@@ -99,7 +100,7 @@ def _axis_mask(target: torch.Tensor, axis: int, indices: tuple[int, ...], what: 
     """Bool mask broadcastable to ``target``, True at ``indices`` along ``axis``."""
     size = target.shape[axis]
     if not all(0 <= index < size for index in indices):
-        raise ValueError(f"{what} {list(indices)} must lie in 0..{size - 1} at {hook_name}")
+        raise InputError(f"{what} {list(indices)} must lie in 0..{size - 1} at {hook_name}")
     shape = [1] * target.ndim
     shape[axis] = size
     mask = torch.zeros(shape, dtype=torch.bool, device=target.device)
@@ -113,7 +114,7 @@ def patch_activation(target: torch.Tensor, source: torch.Tensor, site: PatchSite
     Both tensors have the hook's layout and the same shape; the result is a new tensor.
     """
     if source.shape != target.shape:
-        raise ValueError(
+        raise InputError(
             f"source activation {tuple(source.shape)} at {site.hook_name} does not match the target's "
             f"{tuple(target.shape)}; source and target inputs must have the same shape"
         )
@@ -132,7 +133,7 @@ def patch_hooks(sites: Sequence[PatchSite], source: Mapping[str, torch.Tensor]) 
     by_hook: dict[str, list[PatchSite]] = {}
     for site in sites:
         if site.hook_name not in source:
-            raise ValueError(f"no source activation for {site.hook_name}; capture it with capture_activations first")
+            raise InputError(f"no source activation for {site.hook_name}; capture it with capture_activations first")
         by_hook.setdefault(site.hook_name, []).append(site)
 
     def make(name: str, group: list[PatchSite]) -> Callable[..., torch.Tensor]:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import torch
 from tqdm.auto import tqdm
 
+from interp.errors import InputError
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
 from probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
 
@@ -95,7 +96,7 @@ class PatchingResult:
         patched: ``[layer]``, ``[layer, head]``, ``[layer, position]`` or
         ``[layer, head, position]`` (float64)."""
         if value not in PATCH_VALUES:
-            raise ValueError(f"unknown patching value {value!r}; choose one of {', '.join(PATCH_VALUES)}")
+            raise InputError(f"unknown patching value {value!r}; choose one of {', '.join(PATCH_VALUES)}")
         sizes = {"layer": self.model.n_layers, "head": self.model.heads_of(self.hook), "position": self.n_pos}
         matrix = torch.full([sizes[axis] for axis in self.per], float("nan"), dtype=torch.float64)
         for row in self.rows:
@@ -112,7 +113,7 @@ def _validate_per(per: Sequence[str]) -> tuple[str, ...]:
     axes = (per,) if isinstance(per, str) else tuple(per)
     unknown = [axis for axis in axes if axis not in PATCH_AXES]
     if unknown or "layer" not in axes or len(set(axes)) != len(axes):
-        raise ValueError(
+        raise InputError(
             f"per={axes} is not valid; use ('layer',), ('layer', 'head'), ('layer', 'position') "
             "or ('layer', 'head', 'position')"
         )
@@ -125,7 +126,7 @@ def _indices(name: str, chosen: Sequence[int] | None, size: int) -> tuple[int, .
         return None
     indices = tuple(sorted({int(index) for index in chosen}))
     if not indices or not all(0 <= index < size for index in indices):
-        raise ValueError(f"{name} {list(chosen)} must be a non-empty subset of 0..{size - 1}")
+        raise InputError(f"{name} {list(chosen)} must be a non-empty subset of 0..{size - 1}")
     return indices
 
 
@@ -135,7 +136,7 @@ def _metric_sum(metric_fn: MetricFn, output: torch.Tensor, context: MetricContex
     n = int(context.rows.shape[0])
     if not torch.is_tensor(values) or values.shape not in ((), (n,)):
         shape = tuple(values.shape) if torch.is_tensor(values) else type(values).__name__
-        raise ValueError(
+        raise InputError(
             f"metric_fn must return a tensor of one value per input, shape [{n}], or a scalar; got {shape}"
         )
     values = values.detach().double()
@@ -151,13 +152,13 @@ def _prepare_pair(
     source = model.prepare(source_inputs, attention_mask)
     target = model.prepare(target_inputs, attention_mask)
     if source.model_input.shape != target.model_input.shape:
-        raise ValueError(
+        raise InputError(
             f"source inputs {tuple(source.model_input.shape)} and target inputs "
             f"{tuple(target.model_input.shape)} must have the same shape; pair each target with one "
             "source of the same length (pass token ids to control tokenization)"
         )
     if not torch.equal(source.attention_mask, target.attention_mask):
-        raise ValueError(
+        raise InputError(
             "source and target inputs have different padding; pair inputs of equal token length "
             "or pass token ids with one shared attention_mask"
         )
@@ -208,7 +209,7 @@ def _check_hook_heads(hook: str, axes: tuple[str, ...], heads: Sequence[int] | N
     """Refuse a head axis or a head restriction on a hook without heads."""
     has_heads = hook_layout(hook).head_axis is not None
     if not has_heads and ("head" in axes or heads is not None):
-        raise ValueError(
+        raise InputError(
             f"hook {hook!r} has no head axis; use per=('layer', 'position') or a head hook (q, k, v, z, attn_scores, pattern)"
         )
 
@@ -218,7 +219,7 @@ def _check_reaches_output(hooked: HookedModel, target: PreparedBatch, hook_name:
     if hooked.is_bridge and not hook_reaches_output(
         hooked, target.select(torch.arange(1, device=target.anchor.device)), hook_name
     ):
-        raise ValueError(
+        raise InputError(
             f"edits at {hook_name} do not reach this model's output (a read-only hook in this bridge); "
             "patch 'z' or 'resid_pre' instead"
         )
@@ -318,7 +319,7 @@ def activation_patching(
     axis not in ``per``, every site covers all the given heads / positions together.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
     hooked = model if isinstance(model, HookedModel) else HookedModel(model)
     spec = hooked.spec
     axes = _validate_per(per)

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import torch
 
 from interp.atomic_io import atomic_write_text
+from interp.errors import InputError
 from interp.hook_names import attn_hook, block_hook
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
 from probes.sink_metrics import (
@@ -76,13 +77,13 @@ class ProbeConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.sink_eps < 1.0:
-            raise ValueError(f"sink_eps must lie in [0, 1), got {self.sink_eps}")
+            raise InputError(f"sink_eps must lie in [0, 1), got {self.sink_eps}", field="sink_eps")
         if self.alpha_k < 0:
-            raise ValueError(f"alpha_k must be >= 0, got {self.alpha_k}")
+            raise InputError(f"alpha_k must be >= 0, got {self.alpha_k}", field="alpha_k")
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise InputError(f"batch_size must be >= 1, got {self.batch_size}", field="batch_size")
         if not self.sink_rate_eps:
-            raise ValueError("sink_rate_eps must name at least one eps, e.g. (0.3, 0.8)")
+            raise InputError("sink_rate_eps must name at least one eps, e.g. (0.3, 0.8)", field="sink_rate_eps")
 
 
 @dataclass
@@ -178,7 +179,7 @@ class ProbeResult:
     def matrix(self, name: str) -> torch.Tensor:
         """``[layer, head]`` matrix of one ``HeadProbe`` field, e.g. ``"alpha"``."""
         if name not in {f.name for f in fields(HeadProbe)} - {"layer", "head"}:
-            raise ValueError(f"unknown head metric {name!r}; choose a HeadProbe field such as 'anchor_mass'")
+            raise InputError(f"unknown head metric {name!r}; choose a HeadProbe field such as 'anchor_mass'")
         matrix = torch.full((self.model.n_layers, self.model.n_heads), float("nan"), dtype=torch.float64)
         for row in self.heads:
             matrix[row.layer, row.head] = float(getattr(row, name))
@@ -388,7 +389,7 @@ class _Accumulator:
     # result --------------------------------------------------------------------------
     def result(self) -> ProbeResult:
         if self.n_inputs == 0:
-            raise ValueError("no inputs were probed; pass at least one input")
+            raise InputError("no inputs were probed; pass at least one input")
         spec, config = self.model.spec, self.config
         mass = _ratio(self.mass, self.mass_count.unsqueeze(1))
         sink = is_sink_head(mass, config.sink_eps)
@@ -504,9 +505,9 @@ def iterate_batches(
         inputs = [inputs]
     n = len(inputs)
     if n == 0:
-        raise ValueError("the input set is empty; pass at least one input")
+        raise InputError("the input set is empty; pass at least one input")
     if query_mask is not None and not torch.is_tensor(inputs):
-        raise ValueError("query_mask needs fixed positions: pass token ids (model.to_tokens) instead of strings")
+        raise InputError("query_mask needs fixed positions: pass token ids (model.to_tokens) instead of strings")
     is_token_ids = torch.is_tensor(inputs) and inputs.ndim == 2 and not inputs.is_floating_point()
     if not is_token_ids or attention_mask is None:
         for start in range(0, n, batch_size):
@@ -520,7 +521,7 @@ def iterate_batches(
     assert isinstance(inputs, torch.Tensor)  # token ids with a mask, as checked above
     for name, mask in (("attention_mask", attention_mask), ("query_mask", query_mask)):
         if mask is not None and mask.shape != inputs.shape:
-            raise ValueError(f"{name} {tuple(mask.shape)} must match token ids {tuple(inputs.shape)}")
+            raise InputError(f"{name} {tuple(mask.shape)} must match token ids {tuple(inputs.shape)}")
     real = attention_mask.bool()
     # one past each row's last real token (the full width for a row with none, which
     # HookedModel.prepare then refuses)
@@ -545,7 +546,7 @@ def probe_batches(
     for probe_batch in batches:
         prepared = hooked.prepare(probe_batch.inputs, probe_batch.attention_mask)
         if probe_batch.query_mask is not None and probe_batch.query_mask.shape != prepared.attention_mask.shape:
-            raise ValueError(
+            raise InputError(
                 f"query_mask {tuple(probe_batch.query_mask.shape)} must have the inputs' "
                 f"[batch, pos] shape {tuple(prepared.attention_mask.shape)}"
             )

@@ -20,6 +20,8 @@ from typing import overload
 import torch
 from jaxtyping import Bool, Float, Int
 
+from interp.errors import InputError
+
 SINK_RATE_EPSILONS: tuple[float, ...] = (0.3, 0.8)
 SINK_EPS = 0.1  # a sink head has anchor mass >= 1 - SINK_EPS (0.9), as the paper reads its heatmaps
 
@@ -28,7 +30,7 @@ def _anchor_index(anchor: int | torch.Tensor, batch: int, device: torch.device) 
     if isinstance(anchor, int):
         return torch.full((batch,), anchor, dtype=torch.long, device=device)
     if anchor.shape != (batch,):
-        raise ValueError(f"anchor must be an int or a [batch={batch}] tensor, got shape {tuple(anchor.shape)}")
+        raise InputError(f"anchor must be an int or a [batch={batch}] tensor, got shape {tuple(anchor.shape)}")
     return anchor.to(device=device, dtype=torch.long)
 
 
@@ -114,7 +116,7 @@ def is_sink_head(
 ) -> Bool[torch.Tensor, " *shape"] | bool:
     """The paper's sink head: anchor mass over default queries >= 1 - eps."""
     if not 0.0 <= eps < 1.0:
-        raise ValueError(f"eps must lie in [0, 1), got {eps}")
+        raise InputError(f"eps must lie in [0, 1), got {eps}", field="eps")
     return anchor_mass_default >= 1.0 - eps
 
 
@@ -130,11 +132,11 @@ def alpha_k(
     keeps real queries. NaN where a row has no query i >= k.
     """
     if k < 0:
-        raise ValueError(f"k must be >= 0 (offset from the first token), got {k}")
+        raise InputError(f"k must be >= 0 (offset from the first token), got {k}", field="k")
     batch, _, n_query, n_key = pattern.shape
     key = _anchor_index(anchor, batch, pattern.device) + k
     if bool((key >= n_key).any()):
-        raise ValueError(f"k={k} lies beyond the last token of a row; use a smaller k or longer inputs")
+        raise InputError(f"k={k} lies beyond the last token of a row; use a smaller k or longer inputs")
     selected = torch.arange(n_query, device=pattern.device).unsqueeze(0) >= key.unsqueeze(1)
     if query_mask is not None:
         selected = selected & query_mask.to(device=pattern.device, dtype=torch.bool)
@@ -150,7 +152,7 @@ def sink_rate(alpha: Float[torch.Tensor, " ..."], eps: float = 0.3) -> float:
     """
     valid = alpha[~torch.isnan(alpha)]
     if valid.numel() == 0:
-        raise ValueError("sink_rate needs at least one alpha value; check that inputs are longer than k")
+        raise InputError("sink_rate needs at least one alpha value; check that inputs are longer than k")
     return float((valid > eps).to(torch.float64).mean() * 100.0)
 
 

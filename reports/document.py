@@ -13,6 +13,8 @@ import struct
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 
+from interp.errors import InputError
+
 Cell = str | int | float | bool | None
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -62,7 +64,7 @@ class Figure:
     def png_bytes(self) -> bytes:
         data = self.path.read_bytes()
         if not data.startswith(PNG_SIGNATURE):
-            raise ValueError(f"{self.path} is not a PNG file; regenerate it with the command that wrote it")
+            raise InputError(f"{self.path} is not a PNG file; regenerate it with the command that wrote it")
         return data
 
     def size(self) -> tuple[int, int]:

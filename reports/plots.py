@@ -8,6 +8,8 @@ from typing import Any
 
 import matplotlib
 
+from interp.errors import InputError
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -39,12 +41,12 @@ def attention_grid(
     layer_labels / head_labels: the model's indices when ``patterns`` holds a subset.
     """
     if patterns.ndim != 4:
-        raise ValueError(f"expected patterns [layer, head, query, key], got shape {patterns.shape}")
+        raise InputError(f"expected patterns [layer, head, query, key], got shape {patterns.shape}")
     n_layers, n_heads, n_query, n_key = patterns.shape
     layer_labels = list(range(n_layers)) if layer_labels is None else list(layer_labels)
     head_labels = list(range(n_heads)) if head_labels is None else list(head_labels)
     if len(layer_labels) != n_layers or len(head_labels) != n_heads:
-        raise ValueError(f"need {n_layers} layer labels and {n_heads} head labels for patterns {patterns.shape}")
+        raise InputError(f"need {n_layers} layer labels and {n_heads} head labels for patterns {patterns.shape}")
     size = 2.6
     fig, axes = plt.subplots(
         n_layers,
@@ -128,7 +130,7 @@ def layer_head_maps(
     """Several layer x head heatmaps side by side, one per ``(name, values [layer, head])``
     panel (e.g. one per model), on one color scale."""
     if not panels:
-        raise ValueError("layer_head_maps needs at least one panel")
+        raise InputError("layer_head_maps needs at least one panel")
     widths = [max(1.2, 0.45 * values.shape[1] + 0.6) for _, values in panels]
     height = max(2.2, 0.4 * max(values.shape[0] for _, values in panels) + 1.2)
     fig, axes = plt.subplots(
@@ -185,7 +187,7 @@ def line_chart(
     fig, ax = plt.subplots(figsize=(max(4.5, 0.45 * len(x) + 2.5), 3.4), layout="constrained")
     for name, values in series:
         if len(values) != len(x):
-            raise ValueError(f"series {name!r} has {len(values)} values for {len(x)} x positions")
+            raise InputError(f"series {name!r} has {len(values)} values for {len(x)} x positions")
         ax.plot(list(x), list(values), marker="o", markersize=3, label=name)  # type: ignore[arg-type]
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -217,7 +219,7 @@ def bar_chart(
     positions = np.arange(len(categories))
     for index, (name, values) in enumerate(series):
         if len(values) != len(categories):
-            raise ValueError(f"series {name!r} has {len(values)} values for {len(categories)} categories")
+            raise InputError(f"series {name!r} has {len(values)} values for {len(categories)} categories")
         heights = np.asarray(values, dtype=float)
         if log:
             heights = np.where(heights > 0, heights, np.nan)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interp.atomic_io import atomic_directory, atomic_path, locked_directory
+from interp.errors import InputError
 from reports.document import ReportDocument
 from reports.html import render_html
 from reports.markdown import render_markdown
@@ -47,11 +48,11 @@ class ReportFiles:
 
 def _refuse_existing_report(out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
-        raise FileExistsError(f"{out_dir} is a file, not a directory; pass a directory as --out")
+        raise InputError(f"{out_dir} is a file, not a directory; choose a directory for the report", field="out_dir")
     for name in (REPORT_HTML, REPORT_MD, FIGURE_DIR):
         if (out_dir / name).exists() and not overwrite:
-            raise FileExistsError(
-                f"{out_dir / name} exists; pass --overwrite to replace the report or choose another --out"
+            raise InputError(
+                f"{out_dir / name} exists; overwrite the report or choose another output directory", field="overwrite"
             )
 
 

@@ -1,6 +1,8 @@
 """The ``sinkscope`` command line. The only module that imports from every package.
 
-Exit codes: 0 ok, 1 the run failed (e.g. training diverged), 2 bad usage or input.
+Exit codes: 0 ok, 1 the run failed (``RunFailed``, e.g. training diverged), 2 bad usage
+or input (``InputError``, argparse's own errors, out of memory). Any other exception is a
+bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import sinkscope
 from interp.codec import encode
+from interp.errors import InputError, RunFailed, SinkscopeError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -490,7 +493,7 @@ def _toy_train(args: argparse.Namespace) -> dict:
 
     out = Path(args.out)
     if holds_files(out) and not args.resume:
-        raise FileExistsError(f"{out} already exists; pass --resume to continue it or choose another --out")
+        raise InputError(f"{out} already exists; pass --resume to continue it or choose another --out")
     result = train(config, out, resume=True, progress=not args.no_progress, device=args.device)
     if not args.json:
         print(
@@ -683,7 +686,7 @@ def _audit(args: argparse.Namespace) -> dict:
 
     revisions = args.revision or [None]
     if len(args.models) > 1 and len(revisions) > 1:
-        raise ValueError(
+        raise InputError(
             "pass several models or several --revision values, not both (one --revision applies to every model)"
         )
     specs = [
@@ -784,16 +787,43 @@ INTERRUPTED = {
 }
 
 
-def _run_failed(command: str, error: RuntimeError) -> bool:
-    """Whether ``error`` is a run failure (exit 1). Imported here, not at the top, so that
-    ``sinkscope audit`` rejects bad input before torch and TransformerLens load."""
-    if command == "toy":
-        from toy.train import TrainingDiverged
+# library settings whose command-line flag has another name: field -> argparse dest
+FIELD_DESTS = {
+    "n_examples": "examples",
+    "n_sequences": "sequences",
+    "n_inputs": "inputs",
+    "source": "prompts",
+    "seq_lens": "seq_len",
+    "d_models": "d_model",
+    "attentions": "attention",
+    "layer_norms": "layer_norm",
+    "mlps": "mlp",
+    "n_layers": "layers",
+    "n_heads": "heads",
+    "out_dir": "out",
+    "run_dir": "out",  # toy train's run directory; probe and patch take RUN_DIR as an argument
+}
 
-        return isinstance(error, TrainingDiverged)
-    from pretrained_analysis.audit import AuditFailed
 
-    return isinstance(error, AuditFailed)
+def _active_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command that ran, e.g. ``toy train``'s."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return _active_parser(action.choices[getattr(args, action.dest)], args)
+    return parser
+
+
+def _with_flag(error: SinkscopeError, parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """``error``'s one line, with the flag of the setting it names (its ``field``) appended:
+    library messages name settings (``max_len``), the command line names flags (``--max-len``)."""
+    message = str(error)
+    if error.field is None:
+        return message
+    actions = {action.dest: action for action in _active_parser(parser, args)._actions}
+    action = actions.get(error.field) or actions.get(FIELD_DESTS.get(error.field, ""))
+    if action is None or not action.option_strings:  # no such flag on this command, or a positional
+        return message
+    return f"{message} ({'/'.join(action.option_strings)})"
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -829,26 +859,27 @@ def main(argv: list[str] | None = None) -> int:
         result = handler(args)
         if args.json:
             print(json.dumps(result, indent=2))
-    except (ValueError, FileExistsError, FileNotFoundError) as error:
-        print(f"sinkscope: error: {error}", file=sys.stderr)
+    except InputError as error:
+        print(f"sinkscope: error: {_with_flag(error, parser, args)}", file=sys.stderr)
         return EXIT_USAGE
+    except RunFailed as error:
+        print(f"sinkscope: run failed: {_with_flag(error, parser, args)}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print(f"sinkscope: interrupted; {INTERRUPTED[args.command]}", file=sys.stderr)
         return EXIT_FAILED
     except (RuntimeError, MemoryError) as error:
-        if _out_of_memory(error):  # a count too large for this machine: the input, not the code
-            from pretrained_analysis.loading import first_line
+        if not _out_of_memory(error):
+            raise  # any other exception is a bug in sinkscope or below it: its traceback shows
+        # a count too large for this machine: the input, not the code
+        from pretrained_analysis.loading import first_line
 
-            print(
-                f"sinkscope: error: out of memory ({first_line(error)}); lower the sizes and counts "
-                "(--sequences, --inputs, --heads, --d-model, --batch-size, --n-prompts, --max-len)",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        if not isinstance(error, RuntimeError) or not _run_failed(args.command, error):
-            raise
-        print(f"sinkscope: run failed: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        print(
+            f"sinkscope: error: out of memory ({first_line(error)}); lower the sizes and counts "
+            "(--sequences, --inputs, --heads, --d-model, --batch-size, --n-prompts, --max-len)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     finally:
         if in_main_thread:
             # the console script keeps a SIGTERM handler through the interpreter's shutdown;

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from interp.errors import InputError
 from interp.provenance import package_version
 from pretrained_analysis.report import REPORT_KINDS as PRETRAINED_KINDS
 from reports.write import ReportKind, write_report
@@ -37,17 +38,17 @@ class ReportResult:
 def detect_kind(result_dir: Path) -> ReportKind:
     """The kind of result directory ``result_dir`` is; a one-line error naming the fix if none."""
     if not result_dir.is_dir():
-        raise FileNotFoundError(f"{result_dir} is not a directory; pass a directory written by sinkscope")
+        raise InputError(f"{result_dir} is not a directory; pass a directory written by sinkscope")
     for kind in REPORT_KINDS:
         if kind.matches(result_dir):
             return kind
     if (result_dir / CONFIG_FILE).is_file() and (result_dir / RESULT_FILE).is_file():
-        raise ValueError(
+        raise InputError(
             f"{result_dir} is a toy training run; probe it first with `sinkscope toy probe {result_dir}` "
             f"and report on its probe directory"
         )
     expected = ", ".join(" + ".join(kind.markers) + f" ({kind.name})" for kind in REPORT_KINDS)
-    raise ValueError(f"{result_dir} holds no sinkscope result; expected one of: {expected}")
+    raise InputError(f"{result_dir} holds no sinkscope result; expected one of: {expected}")
 
 
 def report(

@@ -68,7 +68,7 @@ def test_read_json_errors(tmp_path):
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(ValueError, match="delete or regenerate it"):
         read_json(tmp_path / "broken.json")
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(InputError, match="does not exist"):
         load_tensors(tmp_path / "missing.safetensors")
 
 
@@ -162,15 +162,15 @@ def test_config_without_sections_or_mismatched_width(tmp_path):
 
 
 def test_read_config_on_a_non_run_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="`sinkscope toy train"):
+    with pytest.raises(InputError, match="not a toy run directory .*sinkscope toy train"):
         read_config(tmp_path)
-    with pytest.raises(FileNotFoundError, match="`sinkscope toy train"):
+    with pytest.raises(InputError, match="not a toy run directory .*sinkscope toy train"):
         load_model(tmp_path / "nowhere")
 
 
 def test_load_model_without_weights(tmp_path):
     write_config(tmp_path, _run_config())
-    with pytest.raises(FileNotFoundError, match="holds no weights yet"):
+    with pytest.raises(InputError, match="holds no weights yet"):
         load_model(tmp_path)
 
 

@@ -144,7 +144,9 @@ def test_cuda_on_a_machine_without_it_is_one_line(model_dir, prompts, tmp_path, 
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the refusal is for machines without it")
-    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out", "--device", "cuda"), "pass --device cpu")
+    one_line_exit_2(
+        capsys, audit_argv(model_dir, prompts, tmp_path / "out", "--device", "cuda"), "use device cpu (--device)"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -924,3 +926,44 @@ def test_staged_paths_are_rewritten_even_when_json_escapes_them(tmp_path):
     assert "\\u00e9" in (staging / "run" / "result.json").read_text()  # escaped on disk
     _record_final_location(staging, final)
     assert json.loads((staging / "run" / "result.json").read_text())["run_dir"] == str(final / "run")
+
+
+def test_an_exception_sinkscope_did_not_mean_is_a_bug_and_propagates(tmp_path, monkeypatch):
+    """Only ``InputError`` means bad usage: a plain ``ValueError`` from inside a command
+    (here from the function ``sinkscope report`` calls; in life from torch or a bug) is
+    not turned into a one-line exit 2, so its traceback shows."""
+    import sinkscope.reporting
+
+    def broken(*args, **kwargs):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(sinkscope.reporting, "report", broken)
+    with pytest.raises(ValueError, match="boom") as raised:
+        main(["report", str(tmp_path)])
+    assert type(raised.value) is ValueError
+
+
+def test_run_failed_is_exit_1_and_input_errors_name_the_flag_of_their_field(tmp_path, capsys, monkeypatch):
+    """``RunFailed``: one line, exit 1. ``InputError(field=...)``: one line, exit 2, the
+    library's message (which names the setting) followed by the command's flag for it;
+    a field that names no flag of the command leaves the message as it is."""
+    import pretrained_analysis.loading
+    import sinkscope.reporting
+    from interp.errors import InputError, RunFailed
+
+    def fail(*args, **kwargs):
+        raise RunFailed("the numbers cannot be trusted; rerun with dtype float32", field="dtype")
+
+    monkeypatch.setattr(sinkscope.reporting, "report", fail)
+    assert main(["report", str(tmp_path)]) == 1  # report has no --dtype: no flag appended
+    err = capsys.readouterr().err
+    assert err == "sinkscope: run failed: the numbers cannot be trusted; rerun with dtype float32\n"
+    for field, flag in (("max_len", " (--max-len)"), ("n_examples", " (--examples)"), ("n_bootstrap", "")):
+
+        def refuse(*args, field=field, **kwargs):
+            raise InputError(f"{field} is out of range", field=field)
+
+        monkeypatch.setattr(pretrained_analysis.loading, "resolve_model", refuse)
+        assert main(["audit", "gpt2", "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+        assert capsys.readouterr().err == f"sinkscope: error: {field} is out of range{flag}\n"
+    assert not (tmp_path / "out").exists()

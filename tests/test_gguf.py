@@ -243,6 +243,6 @@ def test_bad_gguf_input_is_one_line(tmp_path, capsys):
     assert main(["audit", str(two), "--out", str(tmp_path / "b"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "holds 2 GGUF files" in err and "pass one file" in err
-    with pytest.raises(ValueError, match="drop --revision"):
+    with pytest.raises(ValueError, match="drop the revision"):
         resolve_model(str(broken), revision="step1")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -169,10 +169,13 @@ def test_existing_out_is_refused_unless_overwrite(tiny_gpt2, tmp_path, capsys):
 @pytest.mark.parametrize(
     "extra, fragment",
     [
-        (["--max-len", "65"], "--max-len 65 exceeds the context of tiny-gpt2 (64 tokens)"),
+        (
+            ["--max-len", "65"],
+            "max_len 65 exceeds the context of tiny-gpt2 (64 tokens); use max_len 64 or less (--max-len)",
+        ),
         (["--prompts", "EMPTY"], "is empty"),
         (["--prompts", "CSV", "--text-column", "prompt"], "available columns: text_body"),
-        (["--revision", "step1000"], "--revision selects a hub checkpoint"),
+        (["--revision", "step1000"], "a revision selects a hub checkpoint"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tiny_gpt2, tmp_path, capsys, extra, fragment):

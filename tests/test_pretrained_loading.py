@@ -80,7 +80,7 @@ def test_unavailable_models_fail_with_the_fix(empty_hub_cache, name, revision, e
 
 
 def test_local_directory_problems(tiny_dir, tmp_path):
-    with pytest.raises(ValueError, match="--revision selects a hub checkpoint"):
+    with pytest.raises(ValueError, match="a revision selects a hub checkpoint"):
         resolve_model(str(tiny_dir), "step1000")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelLoadError, match="no config.json"):

@@ -85,7 +85,7 @@ def test_random_token_prompts_are_seeded_and_skip_special_tokens(tiny):
         ({}, "", "is empty"),
         ({}, "\n  \n\n", "is empty"),
         ({}, '{"text": ""}\n{"text": "  "}\n', "holds no prompts"),
-        ({"text_column": "missing"}, None, "available columns: body, id; pass --text-column"),
+        ({"text_column": "missing"}, None, "available columns: body, id; set text_column"),
         ({"text_column": "id"}, None, "holds int values, not text"),
     ],
 )
@@ -103,9 +103,9 @@ def test_bad_prompt_files(tmp_path, files, spec_kwargs, content, fragment):
 def test_missing_file_bad_sizes_and_long_t(tmp_path, tiny):
     with pytest.raises(PromptError, match="does not exist"):
         load_prompt_set(PromptSpec(source=str(tmp_path / "nope.txt")))
-    with pytest.raises(PromptError, match="--max-len must be >= 2"):
+    with pytest.raises(PromptError, match="max_len must be >= 2"):
         PromptSpec(max_len=1)
-    with pytest.raises(PromptError, match="--max-len 65 exceeds the context of tiny-gpt2 \\(64 tokens\\)"):
+    with pytest.raises(PromptError, match="max_len 65 exceeds the context of tiny-gpt2 \\(64 tokens\\)"):
         tokenize_prompts(load_prompt_set(PromptSpec(max_len=65)), tiny)
 
 

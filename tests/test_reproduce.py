@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from interp.errors import InputError
 from test_codec import assert_json_files_round_trip
 from toy.experiment import seed_groups
 from toy.reproduce import ReproduceConfig, reproduce
@@ -78,8 +79,9 @@ def test_rerun_resumes_and_different_settings_are_refused(tmp_path):
     again = reproduce(config, out, progress=False)  # finished runs are reused, not retrained
     assert [m.steps for m in again.models] == [m.steps for m in first.models]
     assert [m.wall_seconds for m in again.models] == [m.wall_seconds for m in first.models]
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    with pytest.raises(InputError, match="choose another output directory or overwrite it") as refused:
         reproduce(_tiny(architectures=((1, 1),), max_steps=30), out, progress=False)
+    assert refused.value.field == "overwrite"  # the CLI names its flag
     replaced = reproduce(_tiny(architectures=((1, 1),), max_steps=30), out, overwrite=True, progress=False)
     assert all(m.steps == 30 for m in replaced.models)
 

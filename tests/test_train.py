@@ -184,7 +184,7 @@ def test_divergence_stops_with_a_good_checkpoint(tmp_path, lr):
     with pytest.raises(TrainingDiverged) as error:
         train(_config(lr=lr, checkpoint_every=1), run, progress=False)
     message = str(error.value)
-    assert "step-00000000" in message and "--lr" in message
+    assert "step-00000000" in message and "lower the learning rate" in message and error.value.field == "lr"
     assert [p.name for p in checkpoint_dirs(run)] == ["step-00000000"]
     result = read_train_result(run)
     assert result.status == "diverged" and not result.converged

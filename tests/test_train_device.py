@@ -42,7 +42,7 @@ def test_cuda_without_a_gpu_is_one_line_and_writes_nothing(tmp_path, capsys, com
     out = tmp_path / "out"
     assert main([*command, "--out", str(out), "--device", "cuda", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "pass --device cpu" in err, err
+    assert len(err.splitlines()) == 1 and "use device cpu (or auto) (--device)" in err, err
     assert not out.exists()
 
 
@@ -55,7 +55,7 @@ def test_checkpoints_record_their_device_and_resume_refuses_another(tmp_path):
     state["device"] = "cuda"  # as if trained on a GPU
     (newest / "state.json").write_text(json.dumps(state))
     longer = _configs(1, 1, [0], max_steps=30, stop_linf=1e-12, checkpoint_every=10)[0]
-    with pytest.raises(RunDirectoryError, match="resume it with --device cuda"):
+    with pytest.raises(RunDirectoryError, match="resume it on device cuda"):
         train(longer, tmp_path / "run", progress=False)
 
 

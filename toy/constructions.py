@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from interp.errors import InputError
 from toy.model import ToyModelConfig, ToyTransformer
 from toy.task import BOS_FLAG, TRIGGER_FLAG, TaskConfig
 
@@ -73,7 +74,7 @@ def softmax_scaled_model(task: TaskConfig, scale: float) -> ToyTransformer:
     j / (j + e^-scale). ``scale = 0`` is uniform attention.
     """
     if not (math.isfinite(scale) and scale >= 0):
-        raise ValueError(f"scale must be a finite number >= 0, got {scale}")
+        raise InputError(f"scale must be a finite number >= 0, got {scale}", field="scale")
     model = _blank_model(task, "softmax")
     attn = model.attention(0)
     eye = torch.eye(task.d_model)

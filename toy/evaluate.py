@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from interp.attention_kinds import NORMALISED_KINDS
+from interp.errors import InputError
 from interp.hook_names import pattern_hook
 from probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test
 from probes.probe import HeadProbe, ProbeConfig, probe_model
@@ -180,7 +181,7 @@ def evaluate_model(
 ) -> ModelEvaluation:
     """Measure the per-head table and held-out errors; optionally write the heatmaps."""
     if n_sequences < 1:
-        raise ValueError(f"n_sequences must be >= 1, got {n_sequences}")
+        raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
     task, target = config.task, config.model.target
     batch = eval_batch(task, n_sequences, FIGURE_SEED, target)
     output, patterns = _pattern_stats(model, batch)

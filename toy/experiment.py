@@ -29,6 +29,7 @@ from interp.atomic_io import (
     locked_directory,
 )
 from interp.codec import Persisted, read_result, write_result
+from interp.errors import InputError
 from probes.probe import HeadProbe
 from toy.evaluate import ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
@@ -200,8 +201,9 @@ def experiment_directory(
         marker = out_dir / marker_file
         if marker.exists() and not overwrite:
             if read_result(marker, type(settings), f"use another output directory or overwrite {what}") != settings:
-                raise FileExistsError(
-                    f"{out_dir} holds {what} with different settings; use another --out or pass --overwrite"
+                raise InputError(
+                    f"{out_dir} holds {what} with different settings; choose another output directory or overwrite it",
+                    field="overwrite",
                 )
             yield out_dir  # same settings: resume
             return
@@ -210,15 +212,18 @@ def experiment_directory(
             yield out_dir
             return
         if not overwrite:
-            raise FileExistsError(f"{out_dir} exists and is not empty; use another --out or pass --overwrite")
+            raise InputError(
+                f"{out_dir} exists and is not empty; choose another output directory or overwrite it", field="overwrite"
+            )
         with atomic_directory(out_dir, replace=True) as staging:
             write_result(staging / marker_file, settings)
             try:
                 yield staging
             except TrainingDiverged as error:  # its checkpoints go with the staging directory
                 raise TrainingDiverged(
-                    f"{error} (in this --overwrite run, which was discarded with its checkpoints; the old result in "
-                    f"{out_dir} is kept)"
+                    f"{error} (in this overwriting run, which was discarded with its checkpoints; the old result in "
+                    f"{out_dir} is kept)",
+                    field=error.field,
                 ) from None
             _record_final_location(staging, out_dir)
 

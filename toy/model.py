@@ -23,6 +23,7 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.attention import HookedAttention
 from interp.attention_kinds import validate_attention_kind
+from interp.errors import InputError
 from interp.layer_norm import HookedLayerNorm
 from interp.mlp import HookedMLP
 from toy.task import TargetKind
@@ -52,13 +53,13 @@ class ToyModelConfig:
         validate_attention_kind(self.attention)
         for name in ("n_layers", "n_heads", "d_model", "seq_len"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
         if self.d_head is not None and self.d_head < 1:
-            raise ValueError(f"d_head must be >= 1 (or None for d_model), got {self.d_head}")
+            raise InputError(f"d_head must be >= 1 (or None for d_model), got {self.d_head}", field="d_head")
         if self.d_mlp is not None and self.d_mlp < 1:
-            raise ValueError(f"d_mlp must be >= 1 (or None for 4 * d_model), got {self.d_mlp}")
+            raise InputError(f"d_mlp must be >= 1 (or None for 4 * d_model), got {self.d_mlp}", field="d_mlp")
         if self.init_std <= 0:
-            raise ValueError(f"init_std must be positive, got {self.init_std}")
+            raise InputError(f"init_std must be positive, got {self.init_std}", field="init_std")
 
     @property
     def head_width(self) -> int:
@@ -136,9 +137,9 @@ class ToyTransformer(HookedRootModule):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.ndim != 3 or tokens.shape[-1] != self.cfg.d_model:
-            raise ValueError(f"expected tokens of shape [batch, pos, {self.cfg.d_model}], got {tuple(tokens.shape)}")
+            raise InputError(f"expected tokens of shape [batch, pos, {self.cfg.d_model}], got {tuple(tokens.shape)}")
         if tokens.shape[1] > self.cfg.seq_len and self.W_pos is not None:
-            raise ValueError(
+            raise InputError(
                 f"sequence of {tokens.shape[1]} positions exceeds the model's positional "
                 f"embedding of {self.cfg.seq_len}; build the model with seq_len >= {tokens.shape[1]}"
             )

@@ -21,6 +21,7 @@ import torch
 
 from interp.atomic_io import atomic_directory, claim_output_directory
 from interp.codec import write_result
+from interp.errors import InputError
 from probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
 from reports.plots import heatmap
 from toy.model import ToyTransformer
@@ -75,11 +76,11 @@ class TriggerPatching:
 def trigger_patching(model: ToyTransformer, task: TaskConfig, n_inputs: int = 256, seed: int = 0) -> TriggerPatching:
     """Patch triggered inputs into their untriggered copies (see the module docstring)."""
     if model.cfg.d_model != task.d_model:
-        raise ValueError(
+        raise InputError(
             f"model d_model={model.cfg.d_model} differs from task d_model={task.d_model}; use the run's own task config"
         )
     if n_inputs < 1:
-        raise ValueError(f"--inputs must be >= 1, got {n_inputs}")
+        raise InputError(f"n_inputs must be >= 1, got {n_inputs}", field="n_inputs")
     batch = eval_batch(task, n_inputs, seed=seed, target=model.cfg.target)
     source, target, metric = batch.tokens, remove_trigger(batch, task), trigger_projection(batch)
     return TriggerPatching(

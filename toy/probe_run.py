@@ -16,6 +16,7 @@ import numpy as np
 
 from interp.atomic_io import atomic_directory, claim_output_directory
 from interp.codec import write_result
+from interp.errors import InputError
 from interp.provenance import PROVENANCE_FILE, write_provenance
 from probes.default_state import default_state_test
 from probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, probe_model
@@ -55,7 +56,7 @@ def probe_run(
     model = load_model(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "probe"
     if n_sequences < 1:
-        raise ValueError(f"--sequences must be >= 1, got {n_sequences}")
+        raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
     with claim_output_directory(out_dir, overwrite, [run_dir], "the run"):
         batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
         default_mask = batch.default_query_mask()

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from interp.atomic_io import atomic_write_text
 from interp.codec import write_result
+from interp.errors import InputError
 from interp.provenance import write_provenance
 from reports.markdown import markdown_table
 from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, experiment_directory, run_jobs
@@ -52,16 +53,16 @@ class ReproduceConfig:
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
-            raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
+            raise InputError(f"seeds must be >= 1, got {self.seeds}", field="seeds")
         if self.workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+            raise InputError(f"workers must be >= 1, got {self.workers}", field="workers")
         if self.max_steps < 1:
-            raise ValueError(f"--max-steps must be >= 1, got {self.max_steps}")
+            raise InputError(f"max_steps must be >= 1, got {self.max_steps}", field="max_steps")
         if self.n_sequences < 1:
-            raise ValueError(f"--sequences must be >= 1, got {self.n_sequences}")
+            raise InputError(f"n_sequences must be >= 1, got {self.n_sequences}", field="n_sequences")
         for layers, heads in self.architectures:
             if layers < 1 or heads < 1:
-                raise ValueError(f"architecture {layers}x{heads} needs >= 1 layer and head")
+                raise InputError(f"architecture {layers}x{heads} needs >= 1 layer and head", field="architectures")
 
     @classmethod
     def quick(cls, **overrides) -> ReproduceConfig:

@@ -24,6 +24,7 @@ import torch
 from interp.atomic_io import atomic_directory, atomic_write_json, read_json
 from interp.checkpoint import load_tensors, save_tensors
 from interp.codec import encode, read_result, write_result
+from interp.errors import InputError
 from toy.model import ToyModelConfig, ToyTransformer
 from toy.task import TaskConfig
 
@@ -52,12 +53,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.lr is not None and not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+            raise InputError(f"lr must be positive, got {self.lr}", field="lr")
         for name in ("batch_size", "max_steps", "log_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
         if not self.stop_linf > 0:
-            raise ValueError(f"stop_linf must be positive, got {self.stop_linf}")
+            raise InputError(f"stop_linf must be positive, got {self.stop_linf}", field="stop_linf")
 
     def learning_rate(self, model: ToyModelConfig) -> float:
         if self.lr is not None:
@@ -84,12 +85,12 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.model.d_model != self.task.d_model:
-            raise ValueError(
+            raise InputError(
                 f"model d_model={self.model.d_model} differs from task d_model={self.task.d_model}; "
                 "set both to the same width"
             )
         if self.model.positional_embedding and self.model.seq_len < self.task.seq_len:
-            raise ValueError(
+            raise InputError(
                 f"model seq_len={self.model.seq_len} is shorter than the task's {self.task.seq_len}; "
                 "set the model's seq_len to the task's"
             )
@@ -121,8 +122,10 @@ def write_config(run_dir: Path, config: RunConfig) -> None:
 def read_config(run_dir: str | os.PathLike) -> RunConfig:
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
-        raise FileNotFoundError(
-            f"{run_dir} is not a toy run directory (no {CONFIG_FILE}); create one with `sinkscope toy train --out DIR`"
+        raise InputError(
+            f"{run_dir} is not a toy run directory (no {CONFIG_FILE}); pass a directory written by toy training "
+            "(sinkscope toy train)",
+            field="run_dir",
         )
     return read_result(run_dir / CONFIG_FILE, RunConfig, "restore it or retrain into a new directory")
 
@@ -199,11 +202,11 @@ def require_finished(run_dir: str | os.PathLike, allow_unfinished: bool, command
     the note to record in the result when it is allowed (None for a finished run)."""
     reason = unfinished_reason(run_dir)
     if reason is not None and not allow_unfinished:
-        raise ValueError(
-            f"{reason}; finish it (sinkscope toy train --out {run_dir} --resume) "
-            f"or pass --allow-unfinished to {command} it anyway"
+        raise InputError(
+            f"{reason}; finish it (resume its training) or allow unfinished runs to {command} it anyway",
+            field="allow_unfinished",
         )
-    return None if reason is None else f"analysed although {reason} (--allow-unfinished)"
+    return None if reason is None else f"analysed although {reason} (allow_unfinished)"
 
 
 def load_model(run_dir: str | os.PathLike) -> ToyTransformer:
@@ -215,7 +218,7 @@ def load_model(run_dir: str | os.PathLike) -> ToyTransformer:
     if not weights.is_file():
         checkpoints = checkpoint_dirs(run_dir)
         if not checkpoints:
-            raise FileNotFoundError(f"{run_dir} holds no weights yet (no {FINAL_WEIGHTS}, no checkpoint)")
+            raise InputError(f"{run_dir} holds no weights yet (no {FINAL_WEIGHTS}, no checkpoint)")
         weights = checkpoints[-1] / "model.safetensors"
     model.load_state_dict(load_tensors(weights))
     model.eval()

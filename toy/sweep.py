@@ -20,6 +20,7 @@ import numpy as np
 from interp.atomic_io import atomic_write_text
 from interp.attention_kinds import validate_attention_kind
 from interp.codec import write_result
+from interp.errors import InputError
 from interp.provenance import write_provenance
 from reports.document import Cell as TableCell
 from reports.document import format_cell
@@ -59,12 +60,12 @@ class SweepConfig:
     def __post_init__(self) -> None:
         for name in ("seq_lens", "d_models", "heads", "layers", "attentions", "layer_norms", "mlps"):
             if not getattr(self, name):
-                raise ValueError(f"the sweep needs at least one value for {name}")
+                raise InputError(f"the sweep needs at least one value for {name}", field=name)
         for attention in self.attentions:
             validate_attention_kind(attention)
         for name in ("seeds", "max_steps", "n_sequences", "workers"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
         # fail on an impossible grid point now, not after hours of training
         for seq_len, d_model in itertools.product(self.seq_lens, self.d_models):
             _task(seq_len, d_model)

@@ -21,6 +21,8 @@ from typing import Literal
 
 import torch
 
+from interp.errors import InputError
+
 BOS_FLAG = 0
 TRIGGER_FLAG = 1
 FIRST_FEATURE = 2
@@ -44,25 +46,28 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         if self.d_model < 4:
-            raise ValueError(
+            raise InputError(
                 f"d_model={self.d_model} cannot hold the task layout (BOS flag, trigger flag, "
-                "at least one feature, bias): use d_model >= 4"
+                "at least one feature, bias): use d_model >= 4",
+                field="d_model",
             )
         if self.seq_len < 3:
-            raise ValueError(
+            raise InputError(
                 f"seq_len={self.seq_len} is too short: the task needs BOS, at least one content "
-                "token and a trigger; use seq_len >= 3"
+                "token and a trigger; use seq_len >= 3",
+                field="seq_len",
             )
         last = self.seq_len - 1
         if not 1 <= self.train_trigger_min <= self.trigger_max <= last:
-            raise ValueError(
+            raise InputError(
                 f"training trigger range {self.train_trigger_min}..{self.trigger_max} must lie in "
                 f"1..{last} (0-indexed; position 0 is BOS); set train_trigger_min/max accordingly"
             )
         if not 1 <= self.eval_trigger_position <= last:
-            raise ValueError(
+            raise InputError(
                 f"eval_trigger_position={self.eval_trigger_position} must lie in 1..{last} "
-                "(0-indexed, after BOS); lower it or raise seq_len"
+                "(0-indexed, after BOS); lower it or raise seq_len",
+                field="eval_trigger_position",
             )
 
     @property
@@ -129,7 +134,7 @@ def make_targets(tokens: torch.Tensor, trigger_position: torch.Tensor, target: T
         targets = tokens.clone()
         targets[rows, trigger_position] += prefix_mean
     else:
-        raise ValueError(f"unknown target {target!r}; choose 'single' or 'residual'")
+        raise InputError(f"unknown target {target!r}; choose 'single' or 'residual'")
     return targets
 
 
@@ -144,7 +149,7 @@ def sample_batch(
     distribution (uniform over ``train_trigger_min..trigger_max``); an int fixes it for
     every row."""
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
     if trigger_position is None:
         triggers = torch.randint(
             config.train_trigger_min,
@@ -155,7 +160,7 @@ def sample_batch(
         )
     else:
         if not 1 <= trigger_position < config.seq_len:
-            raise ValueError(f"trigger_position={trigger_position} must lie in 1..{config.seq_len - 1} (0-indexed)")
+            raise InputError(f"trigger_position={trigger_position} must lie in 1..{config.seq_len - 1} (0-indexed)")
         triggers = torch.full((batch_size,), trigger_position, dtype=torch.long, device=generator.device)
     tokens = make_tokens(config, triggers, generator)
     return TaskBatch(tokens=tokens, targets=make_targets(tokens, triggers, target), trigger_position=triggers)

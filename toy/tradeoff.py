@@ -21,6 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from interp.codec import write_result
+from interp.errors import InputError
 from interp.hook_names import pattern_hook
 from interp.provenance import write_provenance
 from probes.sink_metrics import anchor_mass
@@ -54,13 +55,13 @@ class TradeoffPoint:
 def _check_tradeoff_model(model: ToyTransformer, task: TaskConfig) -> None:
     cfg = model.cfg
     if cfg.n_layers != 1 or cfg.n_heads != 1 or cfg.has_residual:
-        raise ValueError(
+        raise InputError(
             f"the trade-off is measured on one-layer, one-head models without a residual "
             f"(Theorem 1's setting, trained on the 'single' target); got n_layers={cfg.n_layers}, "
             f"n_heads={cfg.n_heads}, residual={cfg.has_residual}"
         )
     if cfg.d_model != task.d_model:
-        raise ValueError(
+        raise InputError(
             f"model d_model={cfg.d_model} does not match the task's d_model={task.d_model}; "
             "measure with the TaskConfig the model was trained on"
         )
@@ -77,7 +78,7 @@ def measure_tradeoff(
     (``n_sequences`` sequences, trigger at ``task.eval_trigger_position``, target 'single')."""
     _check_tradeoff_model(model, task)
     if n_sequences < 1:
-        raise ValueError(f"n_sequences must be >= 1, got {n_sequences}")
+        raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
     batch = eval_batch(task, n_sequences, seed, target="single")
     hook = pattern_hook(0)
     device = next(model.parameters()).device
@@ -100,7 +101,7 @@ def measure_tradeoff(
 
 def _check_scale(value: float, name: str) -> float:
     if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"every {name} must be a finite number >= 0, got {value}")
+        raise InputError(f"every {name} must be a finite number >= 0, got {value}")
     return float(value)
 
 
@@ -146,7 +147,7 @@ def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | 
     one line per series, each point labelled with its scale. Errors below ``MSE_FLOOR``
     (e.g. the exact ReLU construction's 0) are drawn at the floor. Returns ``path``."""
     if not any(points_by_series.values()):
-        raise ValueError("plot_tradeoff needs at least one series with at least one point")
+        raise InputError("plot_tradeoff needs at least one series with at least one point")
     figure = Figure(figsize=(6.4, 4.8))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
@@ -215,7 +216,7 @@ def write_tradeoff(
     for run_dir in run_paths:
         config = read_config(run_dir)
         if config.task != task:
-            raise ValueError(f"{run_dir} was trained on a different task layout; pass runs of one task")
+            raise InputError(f"{run_dir} was trained on a different task layout; pass runs of one task")
         series[run_dir.name + RUN_SERIES_SUFFIX] = query_scale_curve(
             load_model(run_dir), task, QUERY_FACTORS, n_sequences
         )

@@ -38,6 +38,7 @@ from interp.checkpoint import (
     save_tensors,
 )
 from interp.codec import encode
+from interp.errors import InputError, RunFailed
 from interp.hook_names import pattern_hook
 from probes.sink_metrics import anchor_mass
 from toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
@@ -82,11 +83,11 @@ def torch_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(RunFailed):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
-class RunDirectoryError(ValueError):
+class RunDirectoryError(InputError):
     """The run directory cannot be used as asked (exists with another config, etc.)."""
 
 
@@ -101,14 +102,18 @@ def resolve_device(device: str | torch.device) -> torch.device:
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"unknown device {device!r}; pass cpu, cuda, cuda:N or auto") from None
+        raise InputError(f"unknown device {device!r}; pass cpu, cuda, cuda:N or auto", field="device") from None
     if resolved.type not in ("cpu", "cuda"):
-        raise ValueError(f"toy training runs on cpu or cuda, not {resolved.type}; pass cpu, cuda or auto")
+        raise InputError(
+            f"toy training runs on cpu or cuda, not {resolved.type}; pass cpu, cuda or auto", field="device"
+        )
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"this machine has no CUDA device for {device!r}; pass --device cpu (or auto)")
+            raise InputError(
+                f"this machine has no CUDA device for {device!r}; use device cpu (or auto)", field="device"
+            )
         if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise ValueError(f"{device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+            raise InputError(f"{device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)", field="device")
     return resolved
 
 
@@ -181,13 +186,15 @@ def _restore(
     if trained_lr != lr:  # config.json edited by hand since the checkpoint: refuse before touching anything
         raise RunDirectoryError(
             f"{run_dir}'s checkpoints were trained at lr {trained_lr:g} but its config.json says train.lr {lr:g}; "
-            "put the lr back in config.json, or train with the new lr into another --out"
+            "put the lr back in config.json, or train with the new lr into another run directory",
+            field="lr",
         )
     trained_on = state.get("device", "cpu")  # checkpoints from before devices existed are CPU ones
     if trained_on != generator.device.type:  # the data generator's state only fits its own kind of device
         raise RunDirectoryError(
             f"{run_dir} was trained on {trained_on} and its data stream continues only there; "
-            f"resume it with --device {trained_on}"
+            f"resume it on device {trained_on}",
+            field="device",
         )
     model.load_state_dict(weights)
     generator.set_state(tensors.pop("rng.data_generator"))
@@ -241,11 +248,12 @@ def _open_run(config: RunConfig, run_dir: Path, resume: bool, device: torch.devi
         if differing:
             raise RunDirectoryError(
                 f"{run_dir} already holds a run with a different config ({', '.join(differing)}; only "
-                "train.max_steps may change on resume); choose another --out directory or delete it"
+                "train.max_steps may change on resume); choose another run directory or delete it",
+                field="run_dir",
             )
         if not resume:
             raise RunDirectoryError(
-                f"{run_dir} already holds a run; pass resume=True (--resume) or choose another directory"
+                f"{run_dir} already holds a run; pass resume=True or choose another directory", field="resume"
             )
     elif holds_files(run_dir):
         raise RunDirectoryError(f"{run_dir} exists and is not a toy run directory; choose an empty or new directory")
@@ -273,17 +281,17 @@ def _open_run(config: RunConfig, run_dir: Path, resume: bool, device: torch.devi
 
 def _check_stackable(configs: Sequence[RunConfig], run_dirs: Sequence[Path]) -> None:
     if not configs:
-        raise ValueError("train_seeds needs at least one config")
+        raise InputError("train_seeds needs at least one config")
     if len(configs) != len(run_dirs):
-        raise ValueError(
+        raise InputError(
             f"got {len(configs)} configs but {len(run_dirs)} run directories; pass one directory per config"
         )
     if len({run_dir.resolve() for run_dir in run_dirs}) != len(run_dirs):
-        raise ValueError("run directories must be distinct")
+        raise InputError("run directories must be distinct")
     reference = configs[0].without_seed()
     for config in configs[1:]:
         if config.without_seed() != reference:
-            raise ValueError(
+            raise InputError(
                 "models trained together need configs that differ only in train.seed; "
                 "train other differences in separate calls"
             )
@@ -351,7 +359,7 @@ def train_seeds(
     ordered = [results[index] for index in range(len(configs))]
     diverged = [result for result in ordered if result.status == "diverged"]
     if diverged:
-        raise TrainingDiverged(_diverged_message(diverged))
+        raise TrainingDiverged(_diverged_message(diverged), field="lr")
     return ordered
 
 
@@ -363,7 +371,7 @@ def _diverged_message(diverged: list[TrainResult]) -> str:
             f"{result.run_dir}: loss became {result.loss} at step {result.steps}, last good checkpoint "
             f"{good[-1].name if good else 'none'} kept in {Path(result.run_dir) / 'checkpoints'}"
         )
-    return "; ".join(parts) + "; training stopped; lower the learning rate (--lr) and retrain"
+    return "; ".join(parts) + "; training stopped; lower the learning rate (lr) and retrain"
 
 
 class _Stack:
