@@ -81,9 +81,13 @@ def holds_files(path: str | os.PathLike) -> bool:
     """Whether the directory ``path`` exists and has any entry; a ``path`` that exists and
     is not a directory is ``OutputError`` (it can hold no result)."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise OutputError(f"{path} exists and is not a directory; choose another output directory")
+    _refuse_non_directory(path)
     return path.is_dir() and any(path.iterdir())
+
+
+def _refuse_non_directory(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{path} exists and is not a directory; choose another output directory", field="out_dir")
 
 
 def check_output_directory(path: str | os.PathLike) -> None:
@@ -100,8 +104,7 @@ def check_output_directory(path: str | os.PathLike) -> None:
         raise OutputError(
             f"{path} is a symbolic link; pass the directory it points to, {os.path.realpath(path)}", field="out_dir"
         )
-    if path.exists() and not path.is_dir():
-        raise OutputError(f"{path} exists and is not a directory; choose another output directory", field="out_dir")
+    _refuse_non_directory(path)
     if path.is_dir() and os.path.ismount(path):
         raise OutputError(
             f"{path} is a mount point, which cannot be replaced whole; pass a directory inside it", field="out_dir"

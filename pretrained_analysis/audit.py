@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from interp.codec import read_result, write_result
 from interp.errors import InputError, RunFailed
+from interp.frames import dataframe, row_of
 from interp.hook_names import attn_hook
 from interp.hooked_model import HookedModel, PreparedBatch
 from pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model
@@ -49,6 +50,9 @@ from probes.default_state import DefaultStateConfig, DefaultStateResult, default
 from probes.interventions import Intervention, evict_anchor, intervention_hooks
 from probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, iterate_batches, probe_batches
 from reports.plots import attention_grid, layer_head_map, line_chart
+
+if TYPE_CHECKING:
+    import pandas
 
 AUDIT_FILE = "audit.json"
 MAP_FIGURE = "anchor_mass_map.png"
@@ -163,6 +167,11 @@ class AuditResult:
     def sink_heads(self) -> list[tuple[int, int]]:
         """``(layer, head)`` of every sink head, as ``ProbeResult.sink_heads()``."""
         return self.probe.sink_heads()
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per (model, revision, layer, head), every ``HeadProbe`` metric a column;
+        audits of several models or revisions stack with ``pandas.concat``."""
+        return dataframe(row_of(row, model=self.model.label, revision=self.model.revision) for row in self.probe.heads)
 
 
 def figure_names(n_examples: int) -> tuple[str, ...]:

@@ -13,16 +13,20 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from interp.atomic_io import atomic_write_text
 from interp.codec import read_result, write_result
 from interp.errors import InputError
+from interp.frames import dataframe
 from pretrained_analysis.audit import AuditResult, plot_text
 from pretrained_analysis.prompts import PromptSpec
 from reports.plots import line_chart
+
+if TYPE_CHECKING:
+    import pandas
 
 COMPARISON_JSON = "comparison.json"
 COMPARISON_MD = "comparison.md"
@@ -68,6 +72,29 @@ class Comparison:
 
     def epsilons(self) -> list[str]:
         return list(self.rows[0].sink_rate) if self.rows else []
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per (model, revision, layer): the layer's anchor mass (mean over heads)
+        beside the audit's own figures, sink rates as ``sink_rate_<eps>`` columns."""
+        return dataframe(
+            {
+                "model": row.label,
+                "revision": row.revision,
+                "layer": layer,
+                "anchor_mass": mass,
+                "n_layers": row.n_layers,
+                "n_heads": row.n_heads,
+                "n_params": row.n_params,
+                "n_sink_heads": row.n_sink_heads,
+                **{f"sink_rate_{eps}": percent for eps, percent in row.sink_rate.items()},
+                "mean_anchor_mass": row.mean_anchor_mass,
+                "base_loss": row.base_loss,
+                "all_sink_heads_loss_delta": row.all_sink_heads_loss_delta,
+                "evict_anchor_loss_delta": row.evict_anchor_loss_delta,
+            }
+            for row in self.rows
+            for layer, mass in enumerate(row.layer_anchor_mass)
+        )
 
     @property
     def sink_head_rule(self) -> str:

@@ -17,12 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from interp.errors import InputError
+from interp.frames import dataframe
 from interp.hooked_model import HookedModel, PreparedBatch
 from probes.interventions import HeadRef, Intervention, intervention_hooks, mask_random_key, remove_sink
+
+if TYPE_CHECKING:
+    import pandas
 
 ErrorFn = Callable[[torch.Tensor, PreparedBatch], torch.Tensor]
 
@@ -87,6 +92,28 @@ class DefaultStateResult:
     n_inputs: int
     rows: tuple[DefaultStateRow, ...]
     note: str
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per tested head set: errors, the two increases with their intervals, d."""
+        return dataframe(
+            {
+                "label": row.label,
+                "heads": " ".join(f"L{layer}H{head}" for layer, head in row.heads),
+                "error_before": row.error_before,
+                "error_after_remove": row.error_after_remove,
+                "error_after_control": row.error_after_control,
+                **{
+                    f"{name}_{part}": getattr(estimate, part)
+                    for name, estimate in (
+                        ("remove_increase", row.remove_increase),
+                        ("control_increase", row.control_increase),
+                    )
+                    for part in ("mean", "ci_low", "ci_high")
+                },
+                "cohens_d": row.cohens_d,
+            }
+            for row in self.rows
+        )
 
 
 def _bootstrap(values: torch.Tensor, config: DefaultStateConfig, generator: torch.Generator) -> Estimate:

@@ -22,14 +22,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from tqdm.auto import tqdm
 
 from interp.errors import InputError
+from interp.frames import dataframe, row_of
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
 from probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
+
+if TYPE_CHECKING:
+    import pandas
 
 PATCH_AXES: tuple[str, ...] = ("layer", "head", "position")
 PATCH_VALUES: tuple[str, ...] = ("patched", "effect", "normalised_effect")
@@ -103,6 +107,10 @@ class PatchingResult:
             index = tuple({"layer": row.layer, "head": row.head, "position": row.position}[axis] for axis in self.per)
             matrix[index] = getattr(row, value)
         return matrix
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per patched site (layer, head, position; None along axes not iterated)."""
+        return dataframe(row_of(row, hook=self.hook) for row in self.rows)
 
     def table(self) -> list[dict[str, Any]]:
         """One dict per site (the tidy table)."""

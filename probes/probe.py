@@ -27,12 +27,13 @@ import io
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from interp.atomic_io import atomic_write_text
 from interp.errors import InputError
+from interp.frames import dataframe, row_of
 from interp.hook_names import attn_hook, block_hook
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
 from probes.sink_metrics import (
@@ -50,6 +51,9 @@ from probes.sink_metrics import (
     row_mass_sums,
     value_weighted_anchor_share_sums,
 )
+
+if TYPE_CHECKING:
+    import pandas
 
 HEADS_CSV = "heads.csv"  # ProbeResult.heads_csv() in a result directory
 
@@ -195,6 +199,10 @@ class ProbeResult:
 
     def layer_table(self) -> list[dict[str, Any]]:
         return [asdict(row) for row in self.layers]
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per (layer, head), every ``HeadProbe`` metric a column."""
+        return dataframe(row_of(row) for row in self.heads)
 
     def heads_csv(self) -> str:
         buffer = io.StringIO()

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import huggingface_hub
+import pandas
 import pytest
 import torch
 
@@ -214,6 +215,16 @@ def test_checkpoint_comparison_from_local_directories(tmp_path, capsys):
         assert row.evict_anchor_loss_delta == pytest.approx(result.ablation.evict_anchor_delta)
     assert rows[0].base_loss > rows[-1].base_loss  # the run trained
     assert assert_json_files_round_trip(out) == {"audit", "comparison"}
+    frame = read_comparison(out).to_dataframe()  # one row per (model, revision, layer)
+    assert len(frame) == 3 * rows[0].n_layers and {"model", "revision", "layer", "anchor_mass", "sink_rate_0.3"} <= set(
+        frame.columns
+    )
+    heads = pandas.concat(read_audit(out / row.directory).to_dataframe() for row in rows if row.directory)
+    assert len(heads) == 3 * rows[0].n_layers * rows[0].n_heads and heads["model"].unique().tolist() == [
+        "step0",
+        "step30",
+        "step60",
+    ]
     assert "| step30 |" in (out / "comparison.md").read_text()
     for name in ("comparison_sink_rate.png", "comparison_anchor_mass_by_layer.png"):
         assert (out / name).read_bytes()[:8] == PNG

@@ -37,6 +37,8 @@ def test_removing_the_sink_breaks_default_positions_far_more_than_control():
     assert row.remove_increase.ci_low > row.control_increase.ci_high
     assert row.cohens_d > 1.0
     json.dumps(encode(result), allow_nan=False)
+    frame = result.to_dataframe()
+    assert frame["heads"].tolist() == ["L0H0"] and frame["remove_increase_ci_low"].iloc[0] == row.remove_increase.ci_low
 
 
 def test_relu_model_has_no_sink_to_remove():

@@ -142,6 +142,8 @@ def test_table_and_json():
     assert [(row["layer"], row["head"], row["position"]) for row in table] == [(0, 0, None), (0, 1, None)]
     assert {"patched", "target", "source", "effect", "normalised_effect"} <= set(table[0])
     data = json.loads(json.dumps(encode(result), allow_nan=False))
+    frame = result.to_dataframe()
+    assert frame[["layer", "head"]].values.tolist() == [[0, 0], [0, 1]] and frame["position"].isna().all()
     assert data["hook"] == "z" and data["per"] == ["layer", "head"] and len(data["rows"]) == 2
     identity = activation_patching(
         split_relu_model()[0], untriggered, untriggered, "z", projection_on_source_target(batch)

@@ -4,13 +4,14 @@ serialisation, cancellation between layers, and the one-layer-at-a-time memory b
 from __future__ import annotations
 
 import weakref
+from dataclasses import fields
 
 import pytest
 import torch
 
 from interp.codec import encode, read_result, write_result
 from interp.hooked_model import HookedModel
-from probes.probe import ProbeConfig, ProbeResult, probe_model
+from probes.probe import HeadProbe, ProbeConfig, ProbeResult, probe_model
 from tiny_models import toy_sink_model as sink_model
 from toy.model import ToyModelConfig, ToyTransformer
 from toy.task import TaskConfig, eval_batch
@@ -75,6 +76,9 @@ def test_serialises_to_json_and_csv(task_batch, tmp_path):
     } <= set(data["heads"][0])
     write_result(tmp_path / "probe.json", result)
     assert encode(read_result(tmp_path / "probe.json", ProbeResult)) == data  # NaN (null) included
+    frame = result.to_dataframe()
+    assert list(frame.columns) == [field.name for field in fields(HeadProbe)] and len(frame) == 4
+    assert frame["anchor_mass"].tolist() == [row.anchor_mass for row in result.heads]
     result.write_heads_csv(str(tmp_path / "heads.csv"))
     lines = (tmp_path / "heads.csv").read_text().splitlines()
     assert len(lines) == 5 and lines[0].startswith("layer,head,anchor_mass")

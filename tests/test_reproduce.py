@@ -62,6 +62,9 @@ def test_outputs_have_the_documented_layout(tmp_path):
     assert len(summary.checks) == len(data["checks"])
     assert data["figures"] == ["tradeoff.png"] and (out / "tradeoff.png").is_file()
     assert "softmax-1x1-seed0 (W_Q x factor)" in json.loads((out / "tradeoff.json").read_text())["series"]
+    frame = summary.to_dataframe()  # one row per (model, layer, head)
+    assert len(frame) == 2 * (1 + 4) and frame["model"].iloc[0] == "softmax-1x1-seed0"
+    assert {"attention", "seed", "anchor_mass", "row_mass", "is_sink_head"} <= set(frame.columns)
     assert assert_json_files_round_trip(out) == {
         "reproduce_config",
         "reproduction",

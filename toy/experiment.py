@@ -13,11 +13,11 @@ import json
 import multiprocessing
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,9 +27,11 @@ from interp.atomic_io import (
     check_output_directory,
     holds_files,
     locked_directory,
+    refuse_output_directory,
 )
 from interp.codec import Persisted, read_result, write_result
 from interp.errors import InputError
+from interp.frames import dataframe, row_of
 from probes.probe import HeadProbe
 from toy.evaluate import ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
@@ -39,6 +41,9 @@ from toy.train import TRAIN_THREADS, TrainingDiverged, train_seeds
 
 SUMMARY_FILE = "summary.json"  # an experiment's result (reproduce, sweep)
 SUMMARY_MD = "summary.md"
+
+if TYPE_CHECKING:
+    import pandas
 
 
 @dataclass
@@ -65,6 +70,25 @@ class ModelSummary:
     paper_sink_heads: int | None
     figures: list[str]
     default_mse: float | None = None  # MSE at default positions (absent from older summaries)
+
+
+def heads_dataframe(models: Iterable[ModelSummary]) -> pandas.DataFrame:
+    """One row per (model, layer, head) of an experiment: the model's settings and outcome,
+    then every ``HeadProbe`` metric."""
+    return dataframe(
+        row_of(
+            row,
+            model=m.name,
+            attention=m.attention,
+            layers=m.layers,
+            heads=m.heads,
+            seed=m.seed,
+            status=m.status,
+            steps=m.steps,
+        )
+        for m in models
+        for row in m.heads_table
+    )
 
 
 def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tuple[str, RunConfig]]]:
@@ -211,10 +235,7 @@ def experiment_directory(
             write_result(marker, settings)
             yield out_dir
             return
-        if not overwrite:
-            raise InputError(
-                f"{out_dir} exists and is not empty; choose another output directory or overwrite it", field="overwrite"
-            )
+        refuse_output_directory(out_dir, overwrite)
         with atomic_directory(out_dir, replace=True) as staging:
             write_result(staging / marker_file, settings)
             try:

@@ -14,14 +14,14 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from interp.atomic_io import atomic_write_text
 from interp.codec import write_result
 from interp.errors import InputError
 from interp.provenance import write_provenance
 from reports.markdown import markdown_table
-from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, experiment_directory, run_jobs
+from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, experiment_directory, heads_dataframe, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
@@ -32,6 +32,9 @@ PAPER_ARCHITECTURES: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (4, 4))
 PAPER_ATTENTIONS: tuple[str, ...] = ("softmax", "relu")
 QUICK_MAX_STEPS = 8_000
 REPRODUCE_FILE = "reproduce.json"
+
+if TYPE_CHECKING:
+    import pandas
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,10 @@ class ReproduceSummary:
     checks: list[Check]
     wall_seconds: float
     figures: list[str] = field(default_factory=list)
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per (model, layer, head), every ``HeadProbe`` metric a column."""
+        return heads_dataframe(self.models)
 
 
 def _one_head_checks(m: ModelSummary) -> list[Check]:

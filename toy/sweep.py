@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -26,13 +26,16 @@ from reports.document import Cell as TableCell
 from reports.document import format_cell
 from reports.markdown import markdown_table
 from reports.plots import bar_chart, heatmap
-from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, experiment_directory, run_jobs
+from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, experiment_directory, heads_dataframe, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
 from toy.train import resolve_device
 
 SWEEP_FILE = "sweep.json"
+
+if TYPE_CHECKING:
+    import pandas
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,11 @@ class SweepResult:
     models: list[ModelSummary]
     wall_seconds: float
     figures: list[str] = field(default_factory=list)
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per (model, layer, head), every ``HeadProbe`` metric a column; the
+        per-configuration aggregates are ``rows``."""
+        return heads_dataframe(self.models)
 
 
 def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[SweepRow]:

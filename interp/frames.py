@@ -1,0 +1,24 @@
+"""Results as pandas DataFrames: long format, one row per measured thing (a head, a layer,
+a patched site), every metric a column, so results of many models or revisions stack
+with ``pandas.concat``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas
+
+
+def row_of(record: Any, **context: Any) -> dict[str, Any]:
+    """A dataclass row as a dict, after the ``context`` columns (e.g. ``model=..., layer=...``)."""
+    return {**context, **{field.name: getattr(record, field.name) for field in dataclasses.fields(record)}}
+
+
+def dataframe(rows: Iterable[Mapping[str, Any]]) -> pandas.DataFrame:
+    """``rows`` as a DataFrame (pandas is imported here, not when sinkscope loads)."""
+    import pandas
+
+    return pandas.DataFrame.from_records(list(rows))
