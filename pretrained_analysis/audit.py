@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -36,7 +36,7 @@ from interp.errors import InputError, RunFailed
 from interp.frames import dataframe, row_of
 from interp.hook_names import attn_hook
 from interp.hooked_model import HookedModel, PreparedBatch
-from pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model
+from pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model, wrap_model
 from pretrained_analysis.prompts import (
     PromptError,
     PromptSet,
@@ -45,6 +45,9 @@ from pretrained_analysis.prompts import (
     TokenizedPrompts,
     load_prompt_set,
     tokenize_prompts,
+)
+from pretrained_analysis.prompts import (
+    prompt_set as make_prompt_set,
 )
 from probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
 from probes.interventions import Intervention, evict_anchor, intervention_hooks
@@ -390,15 +393,26 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
 
 
 def audit(
-    model: LoadSpec | LoadedModel,
-    prompts: PromptSpec | PromptSet,
+    model: LoadSpec | LoadedModel | Any,
+    prompts: PromptSpec | PromptSet | Sequence[str],
     config: AuditConfig = AuditConfig(),
     progress: bool = True,
+    tokenizer: Any = None,
 ) -> AuditResult:
-    """Audit ``model`` (a ``LoadSpec`` to load, or a ``LoadedModel``) on ``prompts``."""
+    """Audit ``model`` on ``prompts``.
+
+    model: a ``LoadSpec`` to load, a ``LoadedModel``, or a model already in memory (a
+    ``TransformerBridge``, or a Hugging Face ``PreTrainedModel`` with its ``tokenizer``;
+    see ``loading.wrap_model``). prompts: a ``PromptSpec`` to read, a ``PromptSet``, or a
+    list of strings (all used, at most ``PromptSpec``'s default length each)."""
     start = time.perf_counter()
-    loaded = model if isinstance(model, LoadedModel) else load_model(model, progress=progress)
-    prompt_set = prompts if isinstance(prompts, PromptSet) else load_prompt_set(prompts)
+    loaded = load_model(model, progress=progress) if isinstance(model, LoadSpec) else wrap_model(model, tokenizer)
+    if isinstance(prompts, PromptSet):
+        prompt_set = prompts
+    elif isinstance(prompts, PromptSpec):
+        prompt_set = load_prompt_set(prompts)
+    else:
+        prompt_set = make_prompt_set(prompts)
     tokenized = tokenize_prompts(prompt_set, loaded)
     info = loaded.info
     hooked = HookedModel(loaded.bridge, prepend_bos=prompt_set.spec.prepend_bos)

@@ -495,15 +495,39 @@ def _model_info(
     spec: LoadSpec, resolved: ResolvedModel, bridge: Any, hooked: ModelSpec, quantization: str | None
 ) -> ModelInfo:
     """What was loaded: the checkpoint, its architecture and shape, dtype and device."""
+    return describe_bridge(
+        bridge,
+        hooked,
+        name=spec.name,
+        label=resolved.label,
+        location=resolved.location,
+        revision=resolved.revision,
+        source_file=None if resolved.gguf_file is None else str(Path(resolved.location) / resolved.gguf_file),
+        quantization=quantization,
+    )
+
+
+def describe_bridge(
+    bridge: Any,
+    hooked: ModelSpec,
+    name: str,
+    label: str,
+    location: str,
+    revision: str | None = None,
+    source_file: str | None = None,
+    quantization: str | None = None,
+) -> ModelInfo:
+    """``ModelInfo`` read off a booted bridge: architecture, shape, dtype, device; ``hooked``
+    is the probes' own reading of it (causal, key/value heads)."""
     hf_config = bridge.original_model.config
     architectures = getattr(hf_config, "architectures", None) or [type(bridge.original_model).__name__]
     parameter = next(bridge.original_model.parameters())
     cfg = bridge.cfg
     return ModelInfo(
-        name=spec.name,
-        label=resolved.label,
-        location=resolved.location,
-        revision=resolved.revision,
+        name=name,
+        label=label,
+        location=location,
+        revision=revision,
         architecture=str(architectures[0]),
         model_type=str(getattr(hf_config, "model_type", "unknown")),
         causal=hooked.causal,
@@ -516,9 +540,59 @@ def _model_info(
         n_params=sum(p.numel() for p in bridge.original_model.parameters()),
         dtype=str(parameter.dtype).removeprefix("torch."),
         device=str(parameter.device),
-        source_file=None if resolved.gguf_file is None else str(Path(resolved.location) / resolved.gguf_file),
+        source_file=source_file,
         quantization=quantization,
     )
+
+
+def wrap_model(model: Any, tokenizer: Any = None, name: str | None = None) -> LoadedModel:
+    """A model already in memory, as ``audit`` takes it: a ``LoadedModel`` (as is), a
+    ``TransformerBridge``, or a Hugging Face ``PreTrainedModel`` with its ``tokenizer``
+    (booted into a bridge that shares its weights, with eager attention, so patterns
+    exist). ``name``: how results label it (default: the checkpoint path it was loaded
+    from, else its architecture)."""
+    if isinstance(model, LoadedModel):
+        return model
+    from interp.hooked_model import HookedModel
+
+    bridge = model if hasattr(model, "original_model") and hasattr(model, "cfg") else _boot_in_memory(model, tokenizer)
+    bridge.eval()
+    hf_config = bridge.original_model.config
+    location = str(getattr(hf_config, "name_or_path", "") or "")
+    label = name or (Path(location).name if location else type(bridge.original_model).__name__)
+    hooked = HookedModel(bridge).spec
+    return LoadedModel(
+        bridge, describe_bridge(bridge, hooked, name or location or label, label, location or "(in memory)")
+    )
+
+
+def _boot_in_memory(model: Any, tokenizer: Any) -> Any:
+    """A Hugging Face model object in a ``TransformerBridge`` (same weights, dtype, device)."""
+    import torch
+    from transformer_lens.model_bridge import TransformerBridge
+
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise InputError(
+            f"cannot audit a {type(model).__name__}; pass a TransformerBridge, a Hugging Face PreTrainedModel "
+            "with its tokenizer, or a LoadSpec",
+            field="model",
+        )
+    if tokenizer is None:
+        raise InputError("a Hugging Face model needs its tokenizer; pass tokenizer=...", field="tokenizer")
+    parameter = next(model.parameters())
+    try:
+        return TransformerBridge.boot_transformers(
+            str(getattr(model.config, "name_or_path", "") or type(model).__name__),
+            hf_model=model,
+            tokenizer=tokenizer,
+            device=parameter.device,
+            dtype=parameter.dtype,
+        )
+    except (ValueError, KeyError, NotImplementedError) as error:
+        raise ModelLoadError(
+            f"TransformerBridge cannot wrap {type(model).__name__}: {first_line(error)}; "
+            "pass a model of an architecture TransformerLens supports"
+        ) from None
 
 
 def _check_device(spec: LoadSpec) -> None:

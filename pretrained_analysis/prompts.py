@@ -22,6 +22,7 @@ an ``attention_mask`` marking real tokens.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 BUILTIN_SOURCE = "default"
 RANDOM_SOURCE = "random"
+TEXTS_SOURCE = "texts"  # a list of strings given in Python (``prompt_set``), not a file
 FILE_BUILDERS: dict[str, str] = {
     ".txt": "text",
     ".jsonl": "json",
@@ -80,11 +82,13 @@ class PromptSpec:
 
     @property
     def kind(self) -> str:
-        """``builtin``, ``random``, ``file`` or ``hub``."""
+        """``builtin``, ``random``, ``texts`` (given in Python), ``file`` or ``hub``."""
         if self.source == BUILTIN_SOURCE:
             return "builtin"
         if self.source == RANDOM_SOURCE:
             return "random"
+        if self.source == TEXTS_SOURCE:
+            return "texts"
         path = Path(self.source).expanduser()
         # a name with a file extension (x.bin, prompts.tsv) is a file, never a dataset id
         has_extension = bool(path.suffix) and path.suffix[1:].isalnum() and ":" not in self.source
@@ -246,8 +250,21 @@ def _texts(values: list[Any], column: str, where: str) -> list[str]:
     return [value.strip() for value in values if isinstance(value, str) and value.strip()]
 
 
+def prompt_set(texts: Sequence[str], max_len: int = DEFAULT_MAX_LEN, prepend_bos: bool = True) -> PromptSet:
+    """A list of strings as a prompt set, every one used (empty ones are skipped)."""
+    if isinstance(texts, str):
+        raise PromptError("pass a list of prompt strings, not one string", field="prompts")
+    kept = tuple(str(text) for text in texts if str(text).strip())
+    if not kept:
+        raise PromptError("the prompt list holds no non-empty prompt; pass at least one", field="prompts")
+    spec = PromptSpec(source=TEXTS_SOURCE, max_len=max_len, n_prompts=len(kept), prepend_bos=prepend_bos)
+    return PromptSet(spec=spec, texts=kept, n_available=len(kept), location=f"{len(kept)} prompts given in Python")
+
+
 def load_prompt_set(spec: PromptSpec) -> PromptSet:
     """Read and select the prompts of ``spec`` (nothing is tokenized yet)."""
+    if spec.kind == "texts":
+        raise PromptError("a list of strings is a prompt set already: pass it to prompt_set(texts)", field="prompts")
     if spec.kind == "random":
         return PromptSet(spec=spec, texts=(), n_available=spec.n_prompts, location="random tokens")
     if spec.kind == "hub":
