@@ -1,4 +1,7 @@
-"""Figures shared by toy and pretrained reports. Every figure is written atomically as PNG."""
+"""Figures shared by toy and pretrained reports. Every figure is written atomically as PNG
+and returned as a matplotlib ``Figure`` (a notebook shows it). Figures are built with
+matplotlib's object API, not pyplot: no global figure state, and the caller's backend
+is left alone (importing sinkscope never switches a notebook to Agg)."""
 
 from __future__ import annotations
 
@@ -6,22 +9,20 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
+from interp.atomic_io import atomic_path
 from interp.errors import InputError
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from interp.atomic_io import atomic_path  # noqa: E402
-
-
-def save_figure(fig: plt.Figure, path: str | os.PathLike, dpi: int = 110) -> None:
+def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 110) -> Figure:
+    """Write ``fig`` to ``path`` as PNG, atomically; returns it."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
+    return fig
 
 
 def attention_grid(
@@ -33,7 +34,7 @@ def attention_grid(
     cmap: str = "viridis",
     layer_labels: Sequence[int] | None = None,
     head_labels: Sequence[int] | None = None,
-) -> None:
+) -> Figure:
     """Heatmaps of attention for every layer and head, like the paper's figures.
 
     patterns: ``[layer, head, query, key]`` (e.g. the mean or std over test sequences).
@@ -48,13 +49,8 @@ def attention_grid(
     if len(layer_labels) != n_layers or len(head_labels) != n_heads:
         raise InputError(f"need {n_layers} layer labels and {n_heads} head labels for patterns {patterns.shape}")
     size = 2.6
-    fig, axes = plt.subplots(
-        n_layers,
-        n_heads,
-        figsize=(size * n_heads + 1.2, size * n_layers + 0.6),
-        squeeze=False,
-        layout="constrained",
-    )
+    fig = Figure(figsize=(size * n_heads + 1.2, size * n_layers + 0.6), layout="constrained")
+    axes = fig.subplots(n_layers, n_heads, squeeze=False)
     top = float(np.nanmax(patterns)) if vmax is None else vmax
     image = None
     for layer in range(n_layers):
@@ -76,7 +72,7 @@ def attention_grid(
     fig.suptitle(title, fontsize=10)
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.8)
-    save_figure(fig, path)
+    return save_figure(fig, path)
 
 
 def layer_head_map(
@@ -86,9 +82,9 @@ def layer_head_map(
     colorbar_label: str,
     vmin: float = 0.0,
     vmax: float = 1.0,
-) -> None:
+) -> Figure:
     """A layer x head heatmap ``values [layer, head]`` with each cell annotated."""
-    heatmap(values, path, title, colorbar_label, "head", "layer", vmin, vmax)
+    return heatmap(values, path, title, colorbar_label, "head", "layer", vmin, vmax)
 
 
 def heatmap(
@@ -103,12 +99,13 @@ def heatmap(
     cmap: str = "magma",
     x_tick_labels: Sequence[str] | None = None,
     y_tick_labels: Sequence[str] | None = None,
-) -> None:
+) -> Figure:
     """A ``[rows, columns]`` heatmap with integer ticks (or the given tick labels, one per
     column / row) and each cell annotated (up to 256 cells), e.g. layer x head, or layer
     x position for patching effects."""
     n_rows, n_columns = values.shape
-    fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * n_columns + 2), max(2.5, 0.4 * n_rows + 1.5)), layout="constrained")
+    fig = Figure(figsize=(max(3.0, 0.5 * n_columns + 2), max(2.5, 0.4 * n_rows + 1.5)), layout="constrained")
+    ax = fig.subplots()
     image = _draw_grid(ax, values, vmin, vmax, xlabel, ylabel, cmap)
     if x_tick_labels is not None:
         ax.set_xticks(range(n_columns), list(x_tick_labels))
@@ -116,7 +113,7 @@ def heatmap(
         ax.set_yticks(range(n_rows), list(y_tick_labels))
     ax.set_title(title, fontsize=10)
     fig.colorbar(image, ax=ax, label=colorbar_label)
-    save_figure(fig, path)
+    return save_figure(fig, path)
 
 
 def layer_head_maps(
@@ -126,31 +123,25 @@ def layer_head_maps(
     colorbar_label: str,
     vmin: float = 0.0,
     vmax: float = 1.0,
-) -> None:
+) -> Figure:
     """Several layer x head heatmaps side by side, one per ``(name, values [layer, head])``
     panel (e.g. one per model), on one color scale."""
     if not panels:
         raise InputError("layer_head_maps needs at least one panel")
     widths = [max(1.2, 0.45 * values.shape[1] + 0.6) for _, values in panels]
     height = max(2.2, 0.4 * max(values.shape[0] for _, values in panels) + 1.2)
-    fig, axes = plt.subplots(
-        1,
-        len(panels),
-        figsize=(sum(widths) + 1.2, height),
-        squeeze=False,
-        layout="constrained",
-        gridspec_kw={"width_ratios": widths},
-    )
+    fig = Figure(figsize=(sum(widths) + 1.2, height), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False, gridspec_kw={"width_ratios": widths})
     image: Any = None
     for ax, (name, values) in zip(axes[0], panels):
         image = _draw_grid(ax, values, vmin, vmax, "head", "layer", "magma")
         ax.set_title(name, fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
-    save_figure(fig, path)
+    return save_figure(fig, path)
 
 
-def _draw_grid(ax: plt.Axes, values: np.ndarray, vmin: float, vmax: float, xlabel: str, ylabel: str, cmap: str):
+def _draw_grid(ax: Axes, values: np.ndarray, vmin: float, vmax: float, xlabel: str, ylabel: str, cmap: str):
     """Draw one ``[rows, columns]`` map on ``ax`` (cells annotated up to 256); returns the image."""
     n_rows, n_columns = values.shape
     image = ax.imshow(values, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
@@ -182,9 +173,10 @@ def line_chart(
     xlabel: str,
     ylabel: str,
     ylim: tuple[float, float] | None = None,
-) -> None:
+) -> Figure:
     """One line with markers per ``(name, values)`` series over ``x`` (numbers or category names)."""
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.45 * len(x) + 2.5), 3.4), layout="constrained")
+    fig = Figure(figsize=(max(4.5, 0.45 * len(x) + 2.5), 3.4), layout="constrained")
+    ax = fig.subplots()
     for name, values in series:
         if len(values) != len(x):
             raise InputError(f"series {name!r} has {len(values)} values for {len(x)} x positions")
@@ -201,7 +193,7 @@ def line_chart(
     ax.set_title(title, fontsize=10)
     if len(series) > 1:
         ax.legend(fontsize=7)
-    save_figure(fig, path)
+    return save_figure(fig, path)
 
 
 def bar_chart(
@@ -211,11 +203,12 @@ def bar_chart(
     title: str,
     ylabel: str,
     log: bool = False,
-) -> None:
+) -> Figure:
     """Grouped bars: one group per category, one bar per ``(name, values)`` series.
     With ``log``, values <= 0 (or NaN) are left out, since a log axis cannot show them."""
     width = 0.8 / max(len(series), 1)
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.35 * len(categories) * len(series) + 2.5), 3.6), layout="constrained")
+    fig = Figure(figsize=(max(4.5, 0.35 * len(categories) * len(series) + 2.5), 3.6), layout="constrained")
+    ax = fig.subplots()
     positions = np.arange(len(categories))
     for index, (name, values) in enumerate(series):
         if len(values) != len(categories):
@@ -237,4 +230,4 @@ def bar_chart(
     ax.set_title(title, fontsize=10)
     if len(series) > 1:
         ax.legend(fontsize=7)
-    save_figure(fig, path)
+    return save_figure(fig, path)
