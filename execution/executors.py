@@ -23,6 +23,7 @@ their directories, and a re-run with ``skip=skip_finished(out_dir)`` skips them.
 from __future__ import annotations
 
 import multiprocessing
+import socket
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ EXECUTORS = ("local", "ray")
 RAY_INSTALL = "pip install 'sinkscope[ray]'"
 DEFAULT_RETRIES = 3  # Ray's own default for tasks: a unit runs at most 4 times in all
 POLL_SECONDS = 0.2
+CONNECT_SECONDS = 5  # to a cluster's head, before ray.init (which would retry for minutes)
 
 OnDone = Callable[[str, Any], None]
 OnFailed = Callable[[UnitFailure], None]
@@ -220,11 +222,32 @@ def _init_ray(ray: Any, workers: int, address: str | None) -> None:
         # would otherwise be joined; pass ray_address="auto" for those
         ray.init(address="local", num_cpus=workers, include_dashboard=False, logging_level=logging.WARNING)
         return
+    _check_reachable(address)
     try:
         ray.init(address=address, logging_level=logging.WARNING)
     except ConnectionError as error:
         raise InputError(
             f"cannot join the Ray cluster at {address} ({error}); start it with `ray start --head` or pass another address",
+            field="ray_address",
+        ) from None
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse a ``host:port`` address where nothing listens: ``ray.init`` would retry for
+    minutes. ``auto`` (and ``ray://`` client addresses' own errors) are Ray's to resolve."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(
+            f"ray_address {address!r} is not 'auto' or host:port (e.g. 10.0.0.5:6379)", field="ray_address"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as error:
+        raise InputError(
+            f"cannot reach the Ray cluster at {address} ({error.strerror or error}); start it with "
+            "`ray start --head` or pass the address it printed",
             field="ray_address",
         ) from None
 

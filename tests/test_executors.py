@@ -195,6 +195,16 @@ def test_ray_executor_without_ray_names_the_extra(tmp_path: Path, monkeypatch: p
 # --------------------------------------------------------------------------- ray
 
 
+def test_unreachable_cluster_is_one_input_error(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    start = time.monotonic()
+    with pytest.raises(InputError, match="cannot reach the Ray cluster") as error:
+        run_units(compute_units(tmp_path, 1), executor="ray", ray_address=f"127.0.0.1:{free_port()}")
+    assert error.value.field == "ray_address" and time.monotonic() - start < 10  # not ray.init's minutes
+    with pytest.raises(InputError, match="host:port"):
+        run_units(compute_units(tmp_path, 1), executor="ray", ray_address="head-node")
+
+
 def test_local_ray_instance_matches_local_and_shuts_down(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     local = run_units(compute_units(tmp_path / "local", 3))
