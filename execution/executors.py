@@ -200,8 +200,11 @@ def _run_on_ray(
             ).remote(unit): unit.name
             for unit in units
         }
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+        waiting = list(pending)
+        while waiting:
+            # whatever finished within the poll interval, so that thousands of units cost
+            # a wait per interval rather than one per unit
+            ready, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=POLL_SECONDS)
             for ref in ready:
                 name = pending.pop(ref)
                 try:
