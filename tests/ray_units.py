@@ -71,6 +71,11 @@ def node_id(seconds: float) -> str:
     return str(ray.get_runtime_context().get_node_id())
 
 
+def device_of(seconds: float) -> tuple[str, bool]:
+    """CUDA_VISIBLE_DEVICES as Ray set it for this unit, and whether torch sees a GPU."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES", ""), torch.cuda.is_available()
+
+
 def slow_units(out_dir: str, n: int, seconds: float) -> list[Unit]:
     return [Unit(f"cell{i}", slow_compute, (out_dir, f"cell{i}", i, seconds)) for i in range(n)]
 

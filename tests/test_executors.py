@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 import ray_units
 from execution import Unit, UnitsReport, run_units, skip_finished
@@ -30,6 +31,7 @@ from interp.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # about Ray's minimum (75 MiB); results are tiny
 
 
@@ -212,6 +214,30 @@ def test_local_ray_instance_matches_local_and_shuts_down(tmp_path: Path) -> None
     assert on_ray.finished == local.finished and on_ray.ok
     assert outputs(tmp_path / "ray") == outputs(tmp_path / "local")
     assert not ray.is_initialized()  # the instance started for the run is gone again
+
+
+def test_local_ray_instance_refuses_a_unit_it_cannot_place(tmp_path: Path) -> None:
+    """A unit needing more than the instance has would wait forever: one InputError instead."""
+    ray = pytest.importorskip("ray")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    units = [*compute_units(tmp_path, 1), Unit("on-gpu", ray_units.device_of, (0.0,), gpus=1)]
+    with pytest.raises(InputError, match="needs 1 CPUs and 1 GPUs; the local Ray instance has 1 CPUs and 0 GPUs"):
+        run_units(units, executor="ray", workers=1)
+    assert not ray.is_initialized() and not (tmp_path / "cell0").exists()  # refused before scheduling
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_local_ray_instance_gives_a_gpu_unit_its_gpu(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    units = [Unit("on-gpu", ray_units.device_of, (0.0,), gpus=1), Unit("on-cpu", ray_units.device_of, (0.0,))]
+    report = run_units(units, executor="ray", workers=2)
+    assert report.ok, report.summary()
+    assert report.finished["on-gpu"][0] != "" and report.finished["on-gpu"][1]
+    # Ray 2.60 no longer hides the GPUs from a unit that asked for none (it leaves
+    # CUDA_VISIBLE_DEVICES alone): CPU units must choose the CPU themselves
+    assert report.finished["on-cpu"][0] == os.environ.get("CUDA_VISIBLE_DEVICES", "")
 
 
 def test_cluster_has_two_nodes_and_matches_local(cluster: str, tmp_path: Path) -> None:
