@@ -24,8 +24,9 @@ from typing import Any
 
 from interp.errors import InputError
 
-# letters, digits and . _ - = + , (a sweep cell such as "softmax_L2_H2_seed=3"); not "." or ".."
-_NAME = re.compile(r"[A-Za-z0-9._=+,-]+")
+# letters, digits and . _ - = + , @ (a sweep cell "softmax_L2_H2_seed=3", an audit
+# "EleutherAI--pythia-70m@step1000"); not "." or ".."
+_NAME = re.compile(r"[A-Za-z0-9._=+,@-]+")
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Unit:
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name) or self.name in (".", ".."):
             raise InputError(
-                f"unit name {self.name!r} is not a directory-safe name (letters, digits and . _ - = + , only)",
+                f"unit name {self.name!r} is not a directory-safe name (letters, digits and . _ - = + , @ only)",
                 field="name",
             )
         if not callable(self.function):
