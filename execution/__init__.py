@@ -1,0 +1,8 @@
+"""Batches of resumable units (toy seed groups, sweep cells, audits of one model revision)
+run once each, in this process, in a local process pool, or on Ray. Above ``interp``,
+below ``toy`` and ``pretrained_analysis``: it imports ``interp`` only."""
+
+from execution.executors import run_units
+from execution.units import Unit, UnitFailure, UnitsReport, finished, skip_finished
+
+__all__ = ["Unit", "UnitFailure", "UnitsReport", "finished", "run_units", "skip_finished"]
