@@ -22,11 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interp.errors import InputError
+from interp.errors import InputError, RunFailed
 
 # letters, digits and . _ - = + , @ (a sweep cell "softmax_L2_H2_seed=3", an audit
 # "EleutherAI--pythia-70m@step1000"); not "." or ".."
 _NAME = re.compile(r"[A-Za-z0-9._=+,@-]+")
+
+
+class UnitsFailed(RunFailed):
+    """Some units of a batch failed (their errors in the message); the others finished and
+    kept their results, so running the same command again redoes only the failed ones."""
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,32 @@ def _add_device(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_executor(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where the units run: local processes, or Ray (pip install 'sinkscope[ray]') (default local)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="with --executor ray: auto (join the running cluster) or HOST:PORT of its head "
+        "(default: a local Ray instance started for this run)",
+    )
+
+
+def _check_executor(args: argparse.Namespace) -> None:
+    """A Ray address without the Ray executor, or the Ray executor without Ray: one line,
+    before anything is loaded or written."""
+    if args.ray_address is not None and args.executor != "ray":
+        raise InputError("--ray-address is for --executor ray; pass both or neither")
+    if args.executor == "ray":
+        from execution.executors import import_ray
+
+        import_ray()
+
+
 def _switch_list(text: str) -> tuple[bool, ...]:
     values = {"off": False, "on": True}
     parts = [part.strip() for part in text.split(",") if part.strip()]
@@ -267,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--max-steps", type=POSITIVE, default=None, help="step cap per model (default 50,000)")
     reproduce.add_argument("--sequences", type=POSITIVE, default=1000, help="test sequences for heatmaps and tables")
     reproduce.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
+    _add_executor(reproduce)
     reproduce.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
     _add_device(reproduce)
     _add_common_output(reproduce)
@@ -330,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--max-steps", type=POSITIVE, default=20_000, help="step cap per model (default 20,000)")
     sweep.add_argument("--sequences", type=POSITIVE, default=500, help="test sequences per model (default 500)")
     sweep.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
+    _add_executor(sweep)
     sweep.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
     _add_device(sweep)
     _add_common_output(sweep)
@@ -504,6 +532,7 @@ def _toy_train(args: argparse.Namespace) -> dict:
 
 
 def _toy_reproduce(args: argparse.Namespace) -> dict:
+    _check_executor(args)
     from toy.reproduce import ReproduceConfig, reproduce
 
     overrides = {"n_sequences": args.sequences, "workers": args.workers}
@@ -512,7 +541,15 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
     config = ReproduceConfig.quick(**overrides) if args.quick else ReproduceConfig(**overrides)
-    summary = reproduce(config, args.out, overwrite=args.overwrite, progress=not args.no_progress, device=args.device)
+    summary = reproduce(
+        config,
+        args.out,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+        device=args.device,
+        executor=args.executor,
+        ray_address=args.ray_address,
+    )
     if not args.json:
         from reports.markdown import markdown_table
         from toy.reproduce import OVERVIEW_HEADER, overview_rows
@@ -577,6 +614,7 @@ def _toy_patch(args: argparse.Namespace) -> dict:
 
 
 def _toy_sweep(args: argparse.Namespace) -> dict:
+    _check_executor(args)
     from reports.markdown import markdown_table
     from toy.sweep import SweepConfig, phase_diagram, sweep
 
@@ -599,7 +637,15 @@ def _toy_sweep(args: argparse.Namespace) -> dict:
         config = dataclasses.replace(base, **chosen)
     else:
         config = SweepConfig(**chosen, **common)
-    result = sweep(config, args.out, overwrite=args.overwrite, progress=not args.no_progress, device=args.device)
+    result = sweep(
+        config,
+        args.out,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+        device=args.device,
+        executor=args.executor,
+        ray_address=args.ray_address,
+    )
     if not args.json:
         print(
             markdown_table(

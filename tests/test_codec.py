@@ -22,6 +22,7 @@ from pretrained_analysis.compare import Comparison
 from probes.patching import PatchingResult
 from probes.probe import ProbeResult
 from toy.evaluate import ToyDefaultState
+from toy.experiment import ModelSummary
 from toy.patching import TriggerPatching
 from toy.reproduce import ReproduceConfig, ReproduceSummary
 from toy.run_dir import RunConfig, TrainResult
@@ -34,6 +35,7 @@ PERSISTED = {
         AuditResult,
         Comparison,
         PatchingResult,
+        ModelSummary,
         ProbeResult,
         Provenance,
         ReproduceConfig,

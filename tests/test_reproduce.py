@@ -71,6 +71,7 @@ def test_outputs_have_the_documented_layout(tmp_path):
         "tradeoff",
         "run_config",
         "train_result",
+        "model_summary",
         "provenance",
     }
 

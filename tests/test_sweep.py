@@ -36,7 +36,13 @@ def test_sweep_aggregates_seeds_per_configuration(tmp_path):
     for figure in data["figures"]:
         assert (tmp_path / "sweep" / figure).read_bytes()[:4] == b"\x89PNG"
     assert "sink_fraction_softmax_1x1.png" not in data["figures"]  # one d_model: no grid heatmap
-    assert assert_json_files_round_trip(tmp_path / "sweep") >= {"sweep", "sweep_config", "run_config", "train_result"}
+    assert assert_json_files_round_trip(tmp_path / "sweep") >= {
+        "sweep",
+        "sweep_config",
+        "run_config",
+        "train_result",
+        "model_summary",
+    }
     again = sweep(config, tmp_path / "sweep", progress=False)  # same settings: reuses the runs
     assert [m.steps for m in again.models] == [m.steps for m in result.models]
 

@@ -10,17 +10,14 @@ threads per process, and a job keeps its speed when other work shares the machin
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
+from execution import Unit, UnitsFailed, run_units
 from interp.atomic_io import (
     atomic_directory,
     atomic_write_json,
@@ -30,16 +27,17 @@ from interp.atomic_io import (
     refuse_output_directory,
 )
 from interp.codec import Persisted, read_result, write_result
-from interp.errors import InputError
+from interp.errors import InputError, RunFailed
 from interp.frames import dataframe, row_of
 from probes.probe import HeadProbe
 from toy.evaluate import ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.progress import ExperimentProgress
 from toy.run_dir import RunConfig, TrainResult
-from toy.train import TRAIN_THREADS, TrainingDiverged, train_seeds
+from toy.train import train_seeds
 
 SUMMARY_FILE = "summary.json"  # an experiment's result (reproduce, sweep)
+EVALUATION_FILE = "evaluation.json"  # a run's ModelSummary, written when its unit finishes
 SUMMARY_MD = "summary.md"
 
 if TYPE_CHECKING:
@@ -48,7 +46,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class ModelSummary:
-    """One trained and evaluated model of an experiment (a row of ``summary.json``)."""
+    """One trained and evaluated model of an experiment (a row of ``summary.json``; alone,
+    its run's ``evaluation.json``)."""
+
+    SCHEMA: ClassVar[str] = "model_summary"
+    SCHEMA_VERSION: ClassVar[int] = 1
 
     name: str
     layers: int
@@ -109,31 +111,38 @@ def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tu
 def train_and_evaluate(
     group: list[tuple[str, RunConfig]], out_dir: str, n_sequences: int, device: str = "cpu"
 ) -> list[ModelSummary]:
-    """Train (or resume) ``out_dir/name`` for each job of ``group`` (one config, or seeds of
-    one config trained together) on ``device`` and evaluate each (on the CPU)."""
+    """One unit of an experiment: train (or resume) ``out_dir/name`` for each job of
+    ``group`` (one config, or seeds of one config trained together) on ``device``,
+    evaluate each (on the CPU) and write its ``evaluation.json``, the mark of a finished
+    run that a re-run skips."""
     names, configs = [name for name, _ in group], [config for _, config in group]
     run_dirs = [Path(out_dir) / name for name in names]
     results = train_seeds(configs, run_dirs, progress=False, device=device)
-    return [
+    summaries = [
         _evaluate(name, config, result, Path(out_dir), n_sequences)
         for name, config, result in zip(names, configs, results)
     ]
+    for run_dir, summary in zip(run_dirs, summaries):
+        write_result(run_dir / EVALUATION_FILE, summary)
+    return summaries
 
 
-def _init_worker() -> None:
-    torch.set_num_threads(TRAIN_THREADS)  # evaluation too: one thread per worker process
+def _unit(group: list[tuple[str, RunConfig]], out_dir: Path, n_sequences: int, device: str) -> Unit:
+    """A seed group as a unit: a CPU each, a GPU each when training on CUDA."""
+    return Unit(
+        name="+".join(name for name, _ in group),
+        function=train_and_evaluate,
+        args=(group, str(out_dir), n_sequences, device),
+        gpus=1 if device.startswith("cuda") else 0,
+    )
 
 
-def _train_and_evaluate_in_worker(
-    group: list[tuple[str, RunConfig]], out_dir: str, n_sequences: int, device: str
-) -> list[ModelSummary]:
-    """``train_and_evaluate`` in a pool worker. An interrupt (the parent's pool sends
-    SIGTERM; Ctrl-C reaches every process) has already checkpointed the run at a step
-    boundary; the worker then exits quietly instead of printing a traceback per process."""
-    try:
-        return train_and_evaluate(group, out_dir, n_sequences, device)
-    except KeyboardInterrupt:
-        raise SystemExit(1) from None
+def _evaluated(group: list[tuple[str, RunConfig]], out_dir: Path) -> list[ModelSummary] | None:
+    """The group's summaries when every run of it finished in an earlier invocation."""
+    paths = [out_dir / name / EVALUATION_FILE for name, _ in group]
+    if not all(path.is_file() for path in paths):
+        return None
+    return [read_result(path, ModelSummary, "delete it to evaluate the run again") for path in paths]
 
 
 def _evaluate(name: str, config: RunConfig, result: TrainResult, out_dir: Path, n_sequences: int) -> ModelSummary:
@@ -170,36 +179,37 @@ def run_jobs(
     n_sequences: int,
     progress: bool = True,
     device: str = "cpu",
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> dict[str, ModelSummary]:
-    """Train and evaluate every ``(run name, config)`` job; ``workers`` processes (1: in
-    this process), training on ``device``. Seeds of one config train together
-    (``seed_groups``). Pass the costliest jobs first so the workers finish together.
-    ``progress``: one line per running model on stderr (``toy.progress``)."""
-    by_name: dict[str, ModelSummary] = {}
+    """Train and evaluate every ``(run name, config)`` job as units (``execution``): seeds
+    of one config train together (``seed_groups``), one unit per group, on ``workers``
+    local processes (1: in this process) or on Ray (``executor="ray"``, ``ray_address``:
+    None starts a local instance, ``auto`` or ``host:port`` joins a cluster). Groups
+    that finished in an earlier invocation are read back, not rerun; a failed unit stops
+    no other, and the failures are one ``UnitsFailed`` at the end. Pass the costliest
+    jobs first so the workers finish together. ``progress``: one line per running model
+    on stderr (``toy.progress``)."""
     groups = seed_groups(jobs, workers)
+    units = {unit.name: (unit, group) for group in groups for unit in [_unit(group, out_dir, n_sequences, device)]}
+    done = {name: _evaluated(group, out_dir) for name, (_, group) in units.items()}
     with ExperimentProgress(out_dir, jobs, enabled=progress):
-        if workers == 1:
-            for group in groups:
-                for summary in train_and_evaluate(group, str(out_dir), n_sequences, device):
-                    by_name[summary.name] = summary
-            return by_name
-        context = multiprocessing.get_context("spawn")
-        with context.Pool(min(workers, len(groups)), initializer=_init_worker) as pool:
-            pending = {
-                tuple(name for name, _ in group): pool.apply_async(
-                    _train_and_evaluate_in_worker, (group, str(out_dir), n_sequences, device)
-                )
-                for group in groups
-            }
-            while pending:
-                time.sleep(0.2)
-                for names in [n for n, r in pending.items() if r.ready()]:
-                    for summary in pending.pop(names).get():
-                        by_name[summary.name] = summary
-            # let the workers exit on their own: the context manager's terminate() can kill
-            # one holding a queue lock, which leaks a semaphore (a warning at shutdown)
-            pool.close()
-            pool.join()
+        report = run_units(
+            [unit for unit, _ in units.values()],
+            executor,
+            workers,
+            ray_address,
+            skip=lambda unit: done[unit.name] is not None,
+        )
+    if report.failed:
+        raise UnitsFailed(
+            f"{len(report.failed)} of {len(units)} units failed ({'; '.join(f.line() for f in report.failed)}); "
+            "the finished ones are kept: run the same command again to redo the rest"
+        )
+    by_name: dict[str, ModelSummary] = {}
+    for name in units:
+        for summary in report.finished.get(name) or done[name] or []:
+            by_name[summary.name] = summary
     return by_name
 
 
@@ -240,8 +250,8 @@ def experiment_directory(
             write_result(staging / marker_file, settings)
             try:
                 yield staging
-            except TrainingDiverged as error:  # its checkpoints go with the staging directory
-                raise TrainingDiverged(
+            except RunFailed as error:  # its checkpoints go with the staging directory
+                raise UnitsFailed(
                     f"{error} (in this overwriting run, which was discarded with its checkpoints; the old result in "
                     f"{out_dir} is kept)",
                     field=error.field,

@@ -211,16 +211,20 @@ def reproduce(
     overwrite: bool = False,
     progress: bool = True,
     device: str = "cpu",
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> ReproduceSummary:
     """Train and evaluate every model of ``config`` into ``out_dir``; write the summaries.
     ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``); evaluation
-    runs on the CPU."""
+    runs on the CPU. ``executor``/``ray_address``: where the units run (``run_jobs``)."""
     out_dir = Path(out_dir)
     target_device = resolve_device(device)  # before anything is written
     with experiment_directory(out_dir, REPRODUCE_FILE, config, "a reproduction", overwrite) as work_dir:
         jobs = config.run_configs()
         started = time.perf_counter()
-        by_name = run_jobs(jobs, work_dir, config.workers, config.n_sequences, progress, str(target_device))
+        by_name = run_jobs(
+            jobs, work_dir, config.workers, config.n_sequences, progress, str(target_device), executor, ray_address
+        )
         models = [by_name[name] for name, _ in sorted(jobs, key=_job_order)]
         one_layer_softmax = [work_dir / m.name for m in models if (m.layers, m.heads, m.attention) == (1, 1, "softmax")]
         if one_layer_softmax:

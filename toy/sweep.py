@@ -406,16 +406,32 @@ def sweep_markdown(result: SweepResult) -> str:
 
 
 def sweep(
-    config: SweepConfig, out_dir: str | os.PathLike, overwrite: bool = False, progress: bool = True, device: str = "cpu"
+    config: SweepConfig,
+    out_dir: str | os.PathLike,
+    overwrite: bool = False,
+    progress: bool = True,
+    device: str = "cpu",
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> SweepResult:
     """Train and evaluate the grid into ``out_dir``; writes ``summary.json``, ``summary.md``
-    and plots. Re-running with the same settings resumes. ``device``: where the models
-    train (``cpu``, ``cuda[:N]`` or ``auto``)."""
+    and plots. Re-running with the same settings resumes: finished seed groups are read
+    back. ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``);
+    ``executor``/``ray_address``: where the units run (``toy.experiment.run_jobs``)."""
     out_dir = Path(out_dir)
     target_device = resolve_device(device)  # before anything is written
     with experiment_directory(out_dir, SWEEP_FILE, config, "a sweep", overwrite) as work_dir:
         started = time.perf_counter()
-        by_name = run_jobs(config.jobs(), work_dir, config.workers, config.n_sequences, progress, str(target_device))
+        by_name = run_jobs(
+            config.jobs(),
+            work_dir,
+            config.workers,
+            config.n_sequences,
+            progress,
+            str(target_device),
+            executor,
+            ray_address,
+        )
         rows = aggregate(config, by_name)
         models = [by_name[name] for name in sorted(by_name)]
         result = SweepResult(config, rows, models, round(time.perf_counter() - started, 2))
