@@ -477,6 +477,14 @@ def _add_audit_parser(commands: argparse._SubParsersAction) -> None:
     )
     audit.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: TransformerLens picks)")
     audit.add_argument(
+        "--workers",
+        type=POSITIVE,
+        default=1,
+        help="with several models or revisions: audits at once (local processes, or the CPUs of a local Ray "
+        "instance) (default 1)",
+    )
+    _add_executor(audit)
+    audit.add_argument(
         "--dtype",
         choices=DTYPES,
         default="float32",
@@ -700,20 +708,6 @@ def _report(args: argparse.Namespace) -> dict:
     return encode(result)
 
 
-def _slug(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", label.replace("@", "-")).strip("-.") or "model"
-
-
-def _unique_slugs(labels: list[str]) -> list[str]:
-    slugs: list[str] = []
-    for label in labels:
-        slug, number = _slug(label), 2
-        while slug in slugs:
-            slug, number = f"{_slug(label)}-{number}", number + 1
-        slugs.append(slug)
-    return slugs
-
-
 def _audit_line(result) -> str:
     line = (
         f"{result.model.label}: {result.model.n_layers} layers x {result.model.heads_text}; sink rate "
@@ -727,6 +721,7 @@ def _audit_line(result) -> str:
 
 
 def _audit(args: argparse.Namespace) -> dict:
+    _check_executor(args)
     from pretrained_analysis.loading import LoadSpec, context_length, resolve_model
     from pretrained_analysis.prompts import PromptSpec, check_context
 
@@ -754,31 +749,25 @@ def _audit(args: argparse.Namespace) -> dict:
         n_ctx = context_length(where)
         if n_ctx is not None:
             check_context(prompt_spec, n_ctx, where.label)
-    slugs = _unique_slugs([where.label for where in resolved])
-    out = Path(args.out or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
-    from interp.atomic_io import claim_output_directory
+    from pretrained_analysis.suite import unique_slugs
 
+    slugs = unique_slugs([where.label for where in resolved])
+    out = Path(args.out or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
     inputs = [Path(where.location) for where in resolved if where.is_local]
     if prompt_spec.kind == "file":
         inputs.append(Path(prompt_spec.source))
+    if len(specs) > 1:
+        return _audit_suite(args, out, specs, slugs, prompt_spec, inputs)
+    from interp.atomic_io import claim_output_directory
+
     with claim_output_directory(out, args.overwrite, inputs, "this audit's own input"):
-        return _audit_into(args, out, specs, resolved, slugs, prompt_spec)
+        return _audit_one(args, out, specs[0], resolved[0], prompt_spec)
 
 
-def _audit_into(
-    args: argparse.Namespace, out: Path, specs: list, resolved: list, slugs: list[str], prompt_spec
-) -> dict:
-    """The audit proper, once ``out`` is checked and locked."""
-    from pretrained_analysis.prompts import load_prompt_set
+def _audit_config(args: argparse.Namespace):
+    from pretrained_analysis.audit import AuditConfig
 
-    prompt_set = load_prompt_set(prompt_spec)  # before torch loads: a bad prompt file fails in about a second
-
-    from interp.atomic_io import atomic_directory
-    from pretrained_analysis.audit import AuditConfig, audit, write_audit
-    from pretrained_analysis.compare import compare_audits, write_comparison
-    from pretrained_analysis.loading import load_model
-
-    config = AuditConfig(
+    return AuditConfig(
         batch_size=args.batch_size,
         sink_eps=args.sink_eps,
         ablate=args.ablate,
@@ -787,29 +776,73 @@ def _audit_into(
         n_examples=args.examples,
         seed=args.seed,
     )
+
+
+def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec) -> dict:
+    """One model into ``out``, once it is checked and locked."""
+    from pretrained_analysis.prompts import load_prompt_set
+
+    prompt_set = load_prompt_set(prompt_spec)  # before torch loads: a bad prompt file fails in about a second
+
+    from interp.atomic_io import atomic_directory
+    from pretrained_analysis.audit import audit, write_audit
+    from pretrained_analysis.loading import load_model
+
     progress = not args.no_progress
-    results = []
-    with atomic_directory(out, replace=args.overwrite) as tmp:
-        for spec, where, slug in zip(specs, resolved, slugs):
-            loaded = load_model(spec, where, progress=progress)
-            result = audit(loaded, prompt_set, config, progress=progress)
+    if args.executor == "ray":  # one unit, written by the Ray worker (out must be on a disk the node shares)
+        from execution import UnitsFailed, run_units
+        from pretrained_analysis.suite import unit_of
+
+        report = run_units([unit_of(spec, prompt_spec, _audit_config(args), out)], "ray", 1, args.ray_address)
+        if report.failed:
+            raise UnitsFailed(f"the audit failed ({report.failed[0].line()})")
+        (result,) = report.finished.values()
+    else:
+        with atomic_directory(out, replace=args.overwrite) as tmp:
+            loaded = load_model(spec, resolved, progress=progress)
+            result = audit(loaded, prompt_set, _audit_config(args), progress=progress)
             del loaded
-            write_audit(result, tmp if len(specs) == 1 else tmp / slug)
-            results.append(result)
-            if not args.json:
-                print(_audit_line(result))
-        comparison = None
-        if len(specs) > 1:
-            comparison = compare_audits(results, slugs)
-            write_comparison(comparison, tmp)
-    if comparison is None:
+            write_audit(result, tmp)
+    if not args.json:
+        print(_audit_line(result))
+        print(f"wrote {out / 'audit.json'} and figures")
+    return encode(result)
+
+
+def _audit_suite(args: argparse.Namespace, out: Path, specs: list, slugs: tuple[str, ...], prompt_spec, inputs) -> dict:
+    """Several models or revisions: one unit each, resumable (``pretrained_analysis.suite``)."""
+    from pretrained_analysis.prompts import load_prompt_set
+
+    load_prompt_set(prompt_spec)  # a bad prompt file fails here, in about a second, before any unit
+
+    from interp.atomic_io import refuse_output_directory
+    from pretrained_analysis.suite import AuditSuite, audit_suite
+
+    refuse_output_directory(out, True, inputs, "this audit's own input")  # overwriting out would delete an input
+    suite = AuditSuite(tuple(specs), slugs, prompt_spec, _audit_config(args))
+    bar = _units_bar(len(specs), "audits", not args.no_progress)
+    if not args.json:
+        bar.write(f"{len(specs)} audits into {out}: " + ", ".join(slugs))
+
+    def done(result) -> None:
+        bar.update(1)
         if not args.json:
-            print(f"wrote {out / 'audit.json'} and figures")
-        return encode(results[0])
+            bar.write(_audit_line(result))
+
+    with bar:
+        comparison = audit_suite(suite, out, args.overwrite, done, args.executor, args.workers, args.ray_address)
     if not args.json:
         print(comparison.to_markdown())
         print(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and one audit directory per model")
     return {"out": str(out), "comparison": encode(comparison)}
+
+
+def _units_bar(total: int, what: str, enabled: bool):
+    """One overall bar: units done of ``total`` (finished ones from an earlier run count
+    once the run reads them back)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=what, unit="unit", disable=not enabled, leave=False)
 
 
 HANDLERS = {

@@ -19,6 +19,7 @@ from interp.codec import SchemaError, decode, encode, read_result, write_result
 from interp.provenance import Provenance
 from pretrained_analysis.audit import AuditResult
 from pretrained_analysis.compare import Comparison
+from pretrained_analysis.suite import AuditSuite
 from probes.patching import PatchingResult
 from probes.probe import ProbeResult
 from toy.evaluate import ToyDefaultState
@@ -33,6 +34,7 @@ PERSISTED = {
     cls.SCHEMA: cls
     for cls in (
         AuditResult,
+        AuditSuite,
         Comparison,
         PatchingResult,
         ModelSummary,

@@ -916,8 +916,8 @@ def test_a_filesystem_without_directory_locks_works_unlocked_and_says_so(toy_run
 def test_staged_paths_are_rewritten_even_when_json_escapes_them(tmp_path):
     import json
 
+    from execution.outputs import _record_final_location
     from interp.atomic_io import atomic_write_json
-    from toy.experiment import _record_final_location
 
     parent = tmp_path / 'résultats "q"'
     staging, final = parent / ".out.abc.tmp", parent / "out"

@@ -214,7 +214,7 @@ def test_checkpoint_comparison_from_local_directories(tmp_path, capsys):
         assert result.ablation is not None
         assert row.evict_anchor_loss_delta == pytest.approx(result.ablation.evict_anchor_delta)
     assert rows[0].base_loss > rows[-1].base_loss  # the run trained
-    assert assert_json_files_round_trip(out) == {"audit", "comparison"}
+    assert assert_json_files_round_trip(out) == {"audit", "comparison", "audit_suite"}
     frame = read_comparison(out).to_dataframe()  # one row per (model, revision, layer)
     assert len(frame) == 3 * rows[0].n_layers and {"model", "revision", "layer", "anchor_mass", "sink_rate_0.3"} <= set(
         frame.columns

@@ -9,25 +9,13 @@ threads per process, and a job keeps its speed when other work shares the machin
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from execution import Unit, UnitsFailed, run_units
-from interp.atomic_io import (
-    atomic_directory,
-    atomic_write_json,
-    check_output_directory,
-    holds_files,
-    locked_directory,
-    refuse_output_directory,
-)
-from interp.codec import Persisted, read_result, write_result
-from interp.errors import InputError, RunFailed
+from interp.codec import read_result, write_result
 from interp.frames import dataframe, row_of
 from probes.probe import HeadProbe
 from toy.evaluate import ToyDefaultState, evaluate_run
@@ -211,72 +199,3 @@ def run_jobs(
         for summary in report.finished.get(name) or done[name] or []:
             by_name[summary.name] = summary
     return by_name
-
-
-@contextmanager
-def experiment_directory(
-    out_dir: str | os.PathLike,
-    marker_file: str,
-    settings: Persisted,
-    what: str,
-    overwrite: bool,
-) -> Iterator[Path]:
-    """Lock ``out_dir`` (a second writer gets one line) and yield the directory to work in.
-
-    ``out_dir`` itself when it is new or empty, or when its ``marker_file`` holds the same
-    ``settings`` (an interrupted run resumes there). Other contents are refused unless
-    ``overwrite``; then the new result is built aside and swapped in only when complete,
-    so an interrupt leaves the old result whole. Paths that the new result records to
-    itself (run directories, provenance) are rewritten to ``out_dir`` before the swap.
-    """
-    out_dir = Path(out_dir)
-    check_output_directory(out_dir)
-    with locked_directory(out_dir):
-        marker = out_dir / marker_file
-        if marker.exists() and not overwrite:
-            if read_result(marker, type(settings), f"use another output directory or overwrite {what}") != settings:
-                raise InputError(
-                    f"{out_dir} holds {what} with different settings; choose another output directory or overwrite it",
-                    field="overwrite",
-                )
-            yield out_dir  # same settings: resume
-            return
-        if not holds_files(out_dir):
-            write_result(marker, settings)
-            yield out_dir
-            return
-        refuse_output_directory(out_dir, overwrite)
-        with atomic_directory(out_dir, replace=True) as staging:
-            write_result(staging / marker_file, settings)
-            try:
-                yield staging
-            except RunFailed as error:  # its checkpoints go with the staging directory
-                raise UnitsFailed(
-                    f"{error} (in this overwriting run, which was discarded with its checkpoints; the old result in "
-                    f"{out_dir} is kept)",
-                    field=error.field,
-                ) from None
-            _record_final_location(staging, out_dir)
-
-
-def _record_final_location(staging: Path, out_dir: Path) -> None:
-    """Rewrite every JSON string under ``staging`` that names it (as given or resolved) to
-    name ``out_dir`` instead, where the directory is about to be renamed."""
-    prefixes = {str(staging): str(out_dir), str(staging.resolve()): str(out_dir.resolve())}
-
-    def relocated(value: Any) -> Any:
-        if isinstance(value, str):
-            for old, new in prefixes.items():
-                value = new if value == old else value.replace(old + os.sep, new + os.sep)
-            return value
-        if isinstance(value, list):
-            return [relocated(item) for item in value]
-        if isinstance(value, dict):
-            return {key: relocated(item) for key, item in value.items()}
-        return value
-
-    for path in sorted(staging.rglob("*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))  # by value: JSON may escape the path's characters
-        moved = relocated(data)
-        if moved != data:
-            atomic_write_json(path, moved)

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from execution.outputs import experiment_directory
 from interp.atomic_io import atomic_write_text
 from interp.codec import write_result
 from interp.errors import InputError
 from interp.provenance import write_provenance
 from reports.markdown import markdown_table
-from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, experiment_directory, heads_dataframe, run_jobs
+from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_dataframe, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from execution.outputs import experiment_directory
 from interp.atomic_io import atomic_write_text
 from interp.attention_kinds import validate_attention_kind
 from interp.codec import write_result
@@ -26,7 +27,7 @@ from reports.document import Cell as TableCell
 from reports.document import format_cell
 from reports.markdown import markdown_table
 from reports.plots import bar_chart, heatmap
-from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, experiment_directory, heads_dataframe, run_jobs
+from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_dataframe, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
