@@ -6,12 +6,14 @@ it finishes (``audit_unit``), then ``comparison.json``, ``comparison.md`` and th
 figures from the audits on disk. ``suite.json`` records the suite: running the same suite
 again skips the finished audits (an interrupt or a failed revision loses only the audits
 in flight), and a different one is refused unless ``overwrite``. The units run here, in
-local processes or on Ray (``execution.run_units``).
+local processes or on Ray (``execution.run_units``). ``compare_directories`` builds the
+same comparison from audit directories written anywhere.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import ClassVar
 from execution import Unit, UnitsFailed, run_units
 from execution.outputs import experiment_directory
 from interp.atomic_io import atomic_directory
+from interp.errors import InputError
 from pretrained_analysis.audit import AUDIT_FILE, AuditConfig, AuditResult, audit, read_audit, write_audit
 from pretrained_analysis.compare import Comparison, compare_audits, write_comparison
 from pretrained_analysis.loading import LoadSpec, load_model
@@ -110,4 +113,30 @@ def audit_suite(
             )
         comparison = compare_audits([read_audit(work_dir / name) for name in suite.slugs], list(suite.slugs))
         write_comparison(comparison, work_dir)
+    return comparison
+
+
+def compare_directories(directories: Sequence[str | Path], out_dir: str | Path, overwrite: bool = False) -> Comparison:
+    """The comparison of audits written anywhere (separate commands, machines or clusters):
+    each audit directory is copied into ``out_dir/<slug>/`` so that the comparison and its
+    report are self-contained, then ``comparison.json``, ``comparison.md`` and the figures
+    are written. The audits must share their prompts and sink threshold."""
+    sources = [Path(directory) for directory in directories]
+    if not sources:
+        raise InputError("nothing to compare; pass at least one audit directory", field="directories")
+    results = [read_audit(source) for source in sources]
+    first = results[0]
+    for source, result in zip(sources, results):
+        if result.prompts.spec != first.prompts.spec or result.config.sink_eps != first.config.sink_eps:
+            raise InputError(
+                f"{source} was audited on other prompts or another sink threshold than {sources[0]}; "
+                "compare audits of the same prompts and sink_eps",
+                field="directories",
+            )
+    slugs = unique_slugs([result.model.label for result in results])
+    with atomic_directory(out_dir, replace=overwrite) as tmp:
+        for source, name in zip(sources, slugs):
+            shutil.copytree(source, tmp / name, ignore=shutil.ignore_patterns("report*", ".*"))
+        comparison = compare_audits(results, list(slugs))
+        write_comparison(comparison, tmp)
     return comparison

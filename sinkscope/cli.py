@@ -83,6 +83,14 @@ Several models, or several --revision values of one model, also write comparison
 plots. Offline (HF_HUB_OFFLINE=1), hub models must already be in the local Hugging Face cache.
 """
 
+COMPARE_EXAMPLES = """examples:
+  sinkscope compare runs/a/pythia-70m-step1000 runs/b/pythia-70m-step143000 --out sinkscope-out/pythia-70m-steps
+  sinkscope compare cluster-out/*/ --out sinkscope-out/all --overwrite && sinkscope report sinkscope-out/all
+
+Each DIR is an audit directory (audit.json); they must share their prompts and --sink-eps.
+The audits are copied into --out, so the comparison and its report stand alone.
+"""
+
 REPORT_EXAMPLES = """examples:
   sinkscope report sinkscope-out/toy-quick                     # a reproduction: writes report.html, report.md there
   sinkscope report sinkscope-out/toy-quick/softmax-2x2-seed0/probe
@@ -376,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_output(tradeoff)
     _add_audit_parser(commands)
     _add_report_parser(commands)
+    _add_compare_parser(commands)
     return parser
 
 
@@ -390,6 +399,19 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
     report.add_argument("--out", default=None, help="where to write the report (default DIR itself)")
     report.add_argument("--overwrite", action="store_true", help="replace an existing report in --out")
     _add_common_output(report)
+
+
+def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
+    compare = commands.add_parser(
+        "compare",
+        help="compare audit directories written by separate runs (machines, clusters) in one comparison",
+        epilog=COMPARE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    compare.add_argument("directories", nargs="+", metavar="DIR", help="audit directories (each holds audit.json)")
+    compare.add_argument("--out", required=True, help="the comparison directory to write (the audits are copied in)")
+    compare.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    _add_common_output(compare)
 
 
 def _add_audit_parser(commands: argparse._SubParsersAction) -> None:
@@ -708,6 +730,20 @@ def _report(args: argparse.Namespace) -> dict:
     return encode(result)
 
 
+def _compare(args: argparse.Namespace) -> dict:
+    from interp.atomic_io import claim_output_directory
+
+    out = Path(args.out)
+    with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an audit to compare"):
+        from pretrained_analysis.suite import compare_directories
+
+        comparison = compare_directories(args.directories, out, overwrite=args.overwrite)
+    if not args.json:
+        print(comparison.to_markdown())
+        print(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and a copy of each audit")
+    return {"out": str(out), "comparison": encode(comparison)}
+
+
 def _audit_line(result) -> str:
     line = (
         f"{result.model.label}: {result.model.n_layers} layers x {result.model.heads_text}; sink rate "
@@ -854,6 +890,7 @@ HANDLERS = {
     ("toy", "sweep"): _toy_sweep,
     ("toy", "tradeoff"): _toy_tradeoff,
     ("report", None): _report,
+    ("compare", None): _compare,
 }
 
 
@@ -863,6 +900,7 @@ INTERRUPTED = {
     "left the old result as it was",
     "audit": "nothing was written; any old result is as it was",
     "report": "files already replaced are complete; re-run with --overwrite",
+    "compare": "nothing was written; any old comparison is as it was",
 }
 
 

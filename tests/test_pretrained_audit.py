@@ -275,3 +275,25 @@ def test_audit_help_shows_examples(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and "--revision step0 --revision step1000" in out and "--no-prepend-bos" in out
+
+
+def test_compare_gathers_audits_written_separately(tmp_path, capsys):
+    """`sinkscope compare` on audits from separate commands equals the suite's comparison."""
+    checkpoints = build_tiny_checkpoints(tmp_path / "run", steps=(0, 30), bos_sink_head=(0, 0))
+    singles = []
+    for checkpoint in checkpoints:
+        singles.append(tmp_path / "separate" / checkpoint.name)
+        code, _, stderr = run_cli(["audit", str(checkpoint), "--out", str(singles[-1]), *FAST], capsys)
+        assert code == 0, stderr
+    code, _, stderr = run_cli(["audit", *map(str, checkpoints), "--out", str(tmp_path / "suite"), *FAST], capsys)
+    assert code == 0, stderr
+    code, stdout, stderr = run_cli(["compare", *map(str, singles), "--out", str(tmp_path / "gathered")], capsys)
+    assert code == 0, stderr
+    assert "| step0 |" in stdout
+    assert encode(read_comparison(tmp_path / "gathered")) == encode(read_comparison(tmp_path / "suite"))
+    assert (tmp_path / "gathered" / "step30" / "anchor_mass_map.png").is_file()  # self-contained
+    assert main(["report", str(tmp_path / "gathered"), "--no-progress"]) == 0
+    other = tmp_path / "other-prompts"
+    assert run_cli(["audit", str(checkpoints[0]), "--out", str(other), *FAST, "--prompts", "random"], capsys)[0] == 0
+    code, _, stderr = run_cli(["compare", str(singles[0]), str(other), "--out", str(tmp_path / "mixed")], capsys)
+    assert code == 2 and "other prompts" in stderr and not (tmp_path / "mixed").exists()
