@@ -138,6 +138,32 @@ def bench(n: int, seconds: float, workers: int, repeats: int) -> dict:
     }
 
 
+def bench_default_sweep(workers: int = 2) -> dict:
+    """The default ``toy sweep`` grid (54 models) once with the local executor and once on
+    a local Ray instance started for the run, each into a fresh directory; the models must
+    come out identical. Returns the walls and ray / local."""
+    from interp.codec import encode
+    from toy.sweep import SweepConfig, sweep
+
+    config = SweepConfig(workers=workers)
+    walls, models = {}, {}
+    for executor in ("local", "ray"):
+        with tempfile.TemporaryDirectory(prefix=f"bench_sweep_{executor}_") as tmp:
+            start = time.perf_counter()
+            result = sweep(config, Path(tmp) / "sweep", progress=False, executor=executor)
+            walls[executor] = time.perf_counter() - start
+            models[executor] = [{k: v for k, v in encode(m).items() if k != "wall_seconds"} for m in result.models]
+    if models["ray"] != models["local"]:
+        raise RuntimeError("the Ray executor's sweep differs from the local one")
+    return {
+        "models": len(models["local"]),
+        "workers": workers,
+        "local_s": walls["local"],
+        "ray_s": walls["ray"],
+        "ratio": walls["ray"] / walls["local"],
+    }
+
+
 def format_table(result: dict) -> str:
     rows = [
         ("local (process pool)", result["local_s"], 1.0),

@@ -20,7 +20,10 @@ own imports), each reusing the benchmark module named in brackets:
   between 1 and 2;
 - ``load``: toy training speed beside a busy-looping process as a share of its idle speed,
   through the Python API and the CLI, with the old two-thread setting as the baseline
-  (``bench_under_load``); target >= 0.8.
+  (``bench_under_load``); target >= 0.8;
+- ``executors``: the default ``toy sweep`` on the Ray executor (a local instance started
+  for the run) against the local one, identical models required, and a batch of small
+  synthetic units (``bench_executors``); target Ray / local <= 1.5.
 Times are medians over several runs (the number is in each table). Whenever a target is
 not met (or with ``--profile always``) the section profiles the slow path with
 ``torch.profiler`` and ``cProfile`` and RESULTS.md summarises where the time or memory
@@ -48,7 +51,7 @@ from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
-SECTIONS = ("toy", "seeds", "audit", "scaling", "load")
+SECTIONS = ("toy", "seeds", "audit", "scaling", "load", "executors")
 SECTION_TIMEOUT_S = 15 * 60  # the audit section, three shapes, is the longest
 VERSION_PACKAGES = ("torch", "transformer-lens", "transformers", "sinkscope")
 
@@ -76,6 +79,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "repeats": 5,
         },
         "load": {"cases": ["1x1", "2x2", "4x4"], "steps": {"1x1": 3000, "2x2": 1200, "4x4": 600}, "hogs": 1},
+        "executors": {"workers": 2, "units": 8, "seconds": 0.5, "repeats": 3},
     },
     "quick": {
         "toy": {"steps": 100, "repeats": 3, "warmup": 5, "profile_steps": 20},
@@ -98,6 +102,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "repeats": 3,
         },
         "load": {"cases": ["1x1", "4x4"], "steps": {"1x1": 1000, "4x4": 200}, "hogs": 1},
+        "executors": {"workers": 2, "units": 4, "seconds": 0.5, "repeats": 1},
     },
 }
 
@@ -463,12 +468,38 @@ def section_load(p: dict, profile: str) -> dict:
     }
 
 
+EXECUTOR_OVERHEAD_TARGET = 1.5
+
+
+def section_executors(p: dict, profile: str) -> dict:
+    import bench_executors
+
+    sweep = bench_executors.bench_default_sweep(p["workers"])
+    batch = bench_executors.bench(p["units"], p["seconds"], p["workers"], p["repeats"])
+    rows = [
+        target_row(
+            f"default toy sweep ({sweep['models']} models, {sweep['workers']} workers): Ray / local executor wall",
+            sweep["ratio"],
+            f"<= {EXECUTOR_OVERHEAD_TARGET}",
+            sweep["ratio"] <= EXECUTOR_OVERHEAD_TARGET,
+        )
+    ]
+    details = (
+        f"The default `toy sweep` grid run twice in fresh directories, `--executor local` ({sweep['local_s']:.1f} s) "
+        f"and `--executor ray` on a local Ray instance started for the run ({sweep['ray_s']:.1f} s, its start-up "
+        "and shutdown included), with identical models. Then a batch of small synthetic units "
+        f"(`bench_executors.py`):\n\n{bench_executors.format_table(batch)}"
+    )
+    return {"rows": rows, "details": details, "profiles": [], "raw": [sweep, batch]}
+
+
 SECTION_FUNCTIONS: dict[str, Callable[[dict, str], dict]] = {
     "toy": section_toy,
     "seeds": section_seeds,
     "audit": section_audit,
     "scaling": section_scaling,
     "load": section_load,
+    "executors": section_executors,
 }
 SECTION_TITLES = {
     "toy": "Toy training: hooked vs plain PyTorch",
@@ -476,6 +507,7 @@ SECTION_TITLES = {
     "audit": "Audit: probes vs bare forward, peak memory vs full cache",
     "scaling": "Scaling: audit time vs prompts and vs T",
     "load": "Toy training under load: beside a CPU hog vs idle",
+    "executors": "Units on Ray: the Ray executor vs the local one",
 }
 
 

@@ -287,19 +287,7 @@ def resolve_model(name: str, revision: str | None = None) -> ResolvedModel:
             name=name, location=str(gguf.parent.resolve()), is_local=True, revision=None, gguf_file=gguf.name
         )
     if path.is_dir():
-        if revision is not None:
-            raise InputError(
-                f"a revision selects a hub checkpoint but {name} is a local directory; "
-                "save each checkpoint to its own directory and pass the directories as models",
-                field="revision",
-            )
-        if not (path / CONFIG_FILE).is_file():
-            raise ModelLoadError(f"{name} has no {CONFIG_FILE}; pass a directory written by save_pretrained")
-        if not any((path / weights).is_file() for weights in WEIGHT_FILES):
-            raise ModelLoadError(
-                f"{name} has no weights ({', '.join(WEIGHT_FILES)}); pass a directory written by save_pretrained"
-            )
-        return ResolvedModel(name=name, location=str(path.resolve()), is_local=True, revision=None)
+        return _local_directory(name, path, revision)
     if path.exists() or _looks_like_path(name):
         raise ModelNotAvailableError(
             f"{name} is not a directory; pass a directory written by save_pretrained, a short name such as gpt2 "
@@ -329,6 +317,23 @@ def resolve_model(name: str, revision: str | None = None) -> ResolvedModel:
         )
     _check_hub(name, candidates[0], revision)
     return ResolvedModel(name=name, location=candidates[0], is_local=False, revision=revision)
+
+
+def _local_directory(name: str, path: Path, revision: str | None) -> ResolvedModel:
+    """A ``save_pretrained`` directory, checked for its config and weights."""
+    if revision is not None:
+        raise InputError(
+            f"a revision selects a hub checkpoint but {name} is a local directory; "
+            "save each checkpoint to its own directory and pass the directories as models",
+            field="revision",
+        )
+    if not (path / CONFIG_FILE).is_file():
+        raise ModelLoadError(f"{name} has no {CONFIG_FILE}; pass a directory written by save_pretrained")
+    if not any((path / weights).is_file() for weights in WEIGHT_FILES):
+        raise ModelLoadError(
+            f"{name} has no weights ({', '.join(WEIGHT_FILES)}); pass a directory written by save_pretrained"
+        )
+    return ResolvedModel(name=name, location=str(path.resolve()), is_local=True, revision=None)
 
 
 def _gguf_checkpoint(path: Path) -> Path | None:

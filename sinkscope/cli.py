@@ -199,6 +199,17 @@ def _add_executor(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _experiment_options(args: argparse.Namespace) -> dict:
+    """How ``toy reproduce`` and ``toy sweep`` run: overwrite, progress, device, executor."""
+    return {
+        "overwrite": args.overwrite,
+        "progress": not args.no_progress,
+        "device": args.device,
+        "executor": args.executor,
+        "ray_address": args.ray_address,
+    }
+
+
 def _check_executor(args: argparse.Namespace) -> None:
     """A Ray address without the Ray executor, or the Ray executor without Ray: one line,
     before anything is loaded or written."""
@@ -571,15 +582,7 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
     config = ReproduceConfig.quick(**overrides) if args.quick else ReproduceConfig(**overrides)
-    summary = reproduce(
-        config,
-        args.out,
-        overwrite=args.overwrite,
-        progress=not args.no_progress,
-        device=args.device,
-        executor=args.executor,
-        ray_address=args.ray_address,
-    )
+    summary = reproduce(config, args.out, **_experiment_options(args))
     if not args.json:
         from reports.markdown import markdown_table
         from toy.reproduce import OVERVIEW_HEADER, overview_rows
@@ -645,8 +648,42 @@ def _toy_patch(args: argparse.Namespace) -> dict:
 
 def _toy_sweep(args: argparse.Namespace) -> dict:
     _check_executor(args)
-    from reports.markdown import markdown_table
-    from toy.sweep import SweepConfig, phase_diagram, sweep
+    from toy.sweep import sweep
+
+    result = sweep(_sweep_config(args), args.out, **_experiment_options(args))
+    if not args.json:
+        from reports.markdown import markdown_table
+
+        header = [
+            "configuration",
+            "converged",
+            "mean steps",
+            "sink fraction",
+            "seeds with a sink",
+            "default-position MSE",
+        ]
+        rows = [
+            [
+                r.label,
+                f"{r.converged}/{r.seeds}",
+                f"{r.mean_steps:.0f}",
+                f"{r.sink_fraction:.2f}",
+                f"{r.seeds_with_sink}/{r.seeds}",
+                "-" if r.mean_default_mse is None else f"{r.mean_default_mse:.1e}",
+            ]
+            for r in result.rows
+        ]
+        print(markdown_table(header, rows))
+        print(
+            f"wrote {Path(args.out) / 'summary.md'}, {Path(args.out) / 'summary.json'} and plots "
+            f"({result.wall_seconds:.0f} s)"
+        )
+    return encode(result)
+
+
+def _sweep_config(args: argparse.Namespace):
+    """The grid the flags ask for: the axes given, over the defaults or the phase preset."""
+    from toy.sweep import SweepConfig, phase_diagram
 
     axes = {
         "seq_lens": args.seq_len,
@@ -663,48 +700,8 @@ def _toy_sweep(args: argparse.Namespace) -> dict:
     if args.preset == "phase":
         from toy.train import resolve_device
 
-        base = phase_diagram(resolve_device(args.device).type, **common)
-        config = dataclasses.replace(base, **chosen)
-    else:
-        config = SweepConfig(**chosen, **common)
-    result = sweep(
-        config,
-        args.out,
-        overwrite=args.overwrite,
-        progress=not args.no_progress,
-        device=args.device,
-        executor=args.executor,
-        ray_address=args.ray_address,
-    )
-    if not args.json:
-        print(
-            markdown_table(
-                [
-                    "configuration",
-                    "converged",
-                    "mean steps",
-                    "sink fraction",
-                    "seeds with a sink",
-                    "default-position MSE",
-                ],
-                [
-                    [
-                        r.label,
-                        f"{r.converged}/{r.seeds}",
-                        f"{r.mean_steps:.0f}",
-                        f"{r.sink_fraction:.2f}",
-                        f"{r.seeds_with_sink}/{r.seeds}",
-                        "-" if r.mean_default_mse is None else f"{r.mean_default_mse:.1e}",
-                    ]
-                    for r in result.rows
-                ],
-            )
-        )
-        print(
-            f"wrote {Path(args.out) / 'summary.md'}, {Path(args.out) / 'summary.json'} and plots "
-            f"({result.wall_seconds:.0f} s)"
-        )
-    return encode(result)
+        return dataclasses.replace(phase_diagram(resolve_device(args.device).type, **common), **chosen)
+    return SweepConfig(**chosen, **common)
 
 
 def _toy_tradeoff(args: argparse.Namespace) -> dict:
@@ -898,7 +895,8 @@ INTERRUPTED = {
     "toy": "training checkpointed the step it stopped at: re-run toy train with --resume, or reproduce "
     "and sweep with the same settings, to continue; an --overwrite run (and probe, patch, tradeoff) "
     "left the old result as it was",
-    "audit": "nothing was written; any old result is as it was",
+    "audit": "one model: nothing was written; several: the finished audits are kept, run the same command to "
+    "continue; any old result is as it was",
     "report": "files already replaced are complete; re-run with --overwrite",
     "compare": "nothing was written; any old comparison is as it was",
 }

@@ -2,9 +2,11 @@
 ``sinkscope toy reproduce`` and ``sinkscope toy sweep``.
 
 Each job trains one model into its own run directory (resumable) and evaluates it the
-way the paper's figures do. Jobs run in parallel worker processes with one torch thread
-each (``toy.train.TRAIN_THREADS``): the models are tiny, so more processes beat more
-threads per process, and a job keeps its speed when other work shares the machine.
+way the paper's figures do; seeds of one configuration train together as one unit
+(``execution``), which writes each run's ``evaluation.json`` when it finishes, so a
+re-run skips it. Units run in worker processes (or Ray tasks) with one torch thread each
+(``toy.train.TRAIN_THREADS``): the models are tiny, so more processes beat more threads
+per process, and a unit keeps its speed when other work shares the machine.
 """
 
 from __future__ import annotations
