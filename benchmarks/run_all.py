@@ -488,7 +488,7 @@ def section_executors(p: dict, profile: str) -> dict:
         f"The default `toy sweep` grid run twice in fresh directories, `--executor local` ({sweep['local_s']:.1f} s) "
         f"and `--executor ray` on a local Ray instance started for the run ({sweep['ray_s']:.1f} s, its start-up "
         "and shutdown included), with identical models. Then a batch of small synthetic units "
-        f"(`bench_executors.py`):\n\n{bench_executors.format_table(batch)}"
+        f"(`bench_executors.py`):\n\n```text\n{bench_executors.format_table(batch)}\n```"
     )
     return {"rows": rows, "details": details, "profiles": [], "raw": [sweep, batch]}
 
