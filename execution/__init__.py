@@ -3,6 +3,15 @@ run once each, in this process, in a local process pool, or on Ray. Above ``inte
 below ``toy`` and ``pretrained_analysis``: it imports ``interp`` only."""
 
 from execution.executors import run_units
-from execution.units import Unit, UnitFailure, UnitsFailed, UnitsReport, finished, skip_finished
+from execution.units import Unit, UnitFailure, UnitsFailed, UnitsReport, finished, skip_finished, units_failed
 
-__all__ = ["Unit", "UnitFailure", "UnitsFailed", "UnitsReport", "finished", "run_units", "skip_finished"]
+__all__ = [
+    "Unit",
+    "UnitFailure",
+    "UnitsFailed",
+    "UnitsReport",
+    "finished",
+    "run_units",
+    "skip_finished",
+    "units_failed",
+]

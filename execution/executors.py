@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from execution.units import Unit, UnitFailure, UnitsReport
-from interp.errors import InputError
+from interp.errors import InputError, RunFailed
 
 EXECUTORS = ("local", "ray")
 RAY_INSTALL = "pip install 'sinkscope[ray]'"
@@ -124,7 +124,9 @@ def run_unit(unit: Unit) -> Outcome:
     try:
         return "done", unit.function(*unit.args)
     except Exception as error:
-        return "failed", UnitFailure(unit.name, type(error).__name__, str(error), traceback.format_exc())
+        kind = "input" if isinstance(error, InputError) else "run" if isinstance(error, RunFailed) else "bug"
+        field = getattr(error, "field", None) if kind == "input" else None
+        return "failed", UnitFailure(unit.name, type(error).__name__, str(error), traceback.format_exc(), kind, field)
 
 
 def _set_threads(unit: Unit) -> None:
@@ -275,4 +277,4 @@ def _ray_failure(name: str, error: Exception, retries: int) -> UnitFailure:
     message = lines[0] if lines else kind
     if kind in ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError"):
         message = f"its Ray worker died {retries + 1} times (retries={retries}): {message}"
-    return UnitFailure(name, kind, message, "".join(traceback.format_exception(error)))
+    return UnitFailure(name, kind, message, "".join(traceback.format_exception(error)), "lost")

@@ -67,11 +67,13 @@ def experiment_directory(
             write_result(staging / marker_file, settings)
             try:
                 yield staging
-            except RunFailed as error:  # its checkpoints go with the staging directory
+            except RunFailed as error:  # the staging directory goes, finished units with it
+                failures = error.failures if isinstance(error, UnitsFailed) else ()
+                listed = "; ".join(failure.line() for failure in failures) or str(error)
                 raise UnitsFailed(
-                    f"{error} (in this overwriting run, which was discarded with its checkpoints; the old result in "
-                    f"{out_dir} is kept)",
-                    field=error.field,
+                    f"{listed} (in this overwriting run, which was discarded with everything it trained; the old "
+                    f"result in {out_dir} is kept; running it again starts over)",
+                    failures,
                 ) from None
             _record_final_location(staging, out_dir)
 

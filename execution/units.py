@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,15 @@ _NAME = re.compile(r"[A-Za-z0-9._=+,@-]+")
 
 class UnitsFailed(RunFailed):
     """Some units of a batch failed (their errors in the message); the others finished and
-    kept their results, so running the same command again redoes only the failed ones."""
+    kept their results. ``failures`` carry each error's kind and traceback, so the CLI can
+    show a bug's traceback and treat a batch that failed only on bad input as bad input."""
+
+    def __init__(self, message: str, failures: Sequence[UnitFailure] = ()) -> None:
+        inputs = [failure for failure in failures if failure.kind == "input"]
+        fields = {failure.field for failure in inputs}
+        only_input = bool(failures) and len(inputs) == len(failures) and len(fields) == 1
+        super().__init__(message, field=fields.pop() if only_input else None)
+        self.failures = tuple(failures)
 
 
 @dataclass(frozen=True)
@@ -64,12 +72,17 @@ class Unit:
 @dataclass(frozen=True)
 class UnitFailure:
     """A unit that raised (or whose worker died more often than the retries allow):
-    the error's type name, its message, and the traceback text from the worker."""
+    the error's type name, its message, and the traceback text from the worker.
+    kind: ``"input"`` (an ``InputError``: bad input, ``field`` the setting at fault),
+    ``"run"`` (``RunFailed``: the run's result cannot be trusted, e.g. it diverged),
+    ``"lost"`` (the worker process died) or ``"bug"`` (any other exception)."""
 
     name: str
     error_type: str
     message: str
     traceback: str
+    kind: str = "bug"
+    field: str | None = None
 
     def line(self) -> str:
         """One line for a summary: ``name: ErrorType: message`` (the message's first line)."""
@@ -95,6 +108,16 @@ class UnitsReport:
         """``N finished, N skipped, N failed``, then one line per failure."""
         head = f"{len(self.finished)} finished, {len(self.skipped)} skipped, {len(self.failed)} failed"
         return "\n".join([head, *(f"  {failure.line()}" for failure in self.failed)])
+
+
+def units_failed(failures: Sequence[UnitFailure], total: int, what: str) -> UnitsFailed:
+    """The error for a batch whose ``failures`` (of ``total`` units) failed, listing each."""
+    listed = "; ".join(failure.line() for failure in failures)
+    return UnitsFailed(
+        f"{len(failures)} of {total} {what} units failed ({listed}); the finished ones are kept: "
+        "run the same command again to redo the rest",
+        failures,
+    )
 
 
 def finished(directory: str | os.PathLike, marker: str | None = None) -> bool:

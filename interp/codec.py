@@ -35,6 +35,7 @@ from interp.errors import InputError
 
 SCHEMA_KEY = "schema"
 VERSION_KEY = "schema_version"
+_FILE_KEYS = {SCHEMA_KEY, VERSION_KEY}  # a file's own keys, beside its top-level object's fields
 T = TypeVar("T")
 
 
@@ -135,11 +136,11 @@ def _decode_sequence(kind: Any, data: Any, where: str) -> Any:
     return tuple(items) if origin is tuple else items
 
 
-def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
+def _decode_dataclass(cls: type, data: Any, where: str, top_level: bool = False) -> Any:
     if not isinstance(data, dict):
         raise SchemaError(f"{_at(where)} is {_describe(data)}, not an object")
     fields = {field.name: field for field in persisted_fields(cls)}
-    unknown = sorted(set(data) - set(fields) - {SCHEMA_KEY, VERSION_KEY})
+    unknown = sorted(set(data) - set(fields) - (_FILE_KEYS if top_level else set()))
     if unknown:
         raise SchemaError(f"{_at(where)} has unknown fields {unknown}; known: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
@@ -186,14 +187,14 @@ def read_result(path: str | os.PathLike, cls: type[T], remedy: str = "") -> T:
     schema, version = data.get(SCHEMA_KEY, cls.SCHEMA), data.get(VERSION_KEY)  # type: ignore[attr-defined]
     if schema != cls.SCHEMA:  # type: ignore[attr-defined]
         raise SchemaError(f"{path} is a {schema!r} file, not {cls.SCHEMA!r}{suffix}")  # type: ignore[attr-defined]
-    if version is not None and version != cls.SCHEMA_VERSION:  # type: ignore[attr-defined]
-        newer = isinstance(version, int) and version > cls.SCHEMA_VERSION  # type: ignore[attr-defined]
+    if version is not None and (type(version) is not int or version != cls.SCHEMA_VERSION):  # type: ignore[attr-defined]
+        newer = type(version) is int and version > cls.SCHEMA_VERSION  # type: ignore[attr-defined]
         raise SchemaError(
-            f"{path} has {cls.SCHEMA} schema version {version}; this sinkscope reads version "  # type: ignore[attr-defined]
+            f"{path} has {cls.SCHEMA} schema version {version!r}; this sinkscope reads version "  # type: ignore[attr-defined]
             f"{cls.SCHEMA_VERSION}; " + ("upgrade sinkscope" if newer else (remedy or "regenerate it"))  # type: ignore[attr-defined]
         )
     try:
-        return _decode(cls, data, "")
+        return _decode_dataclass(cls, data, "", top_level=True)
     except SchemaError as error:
         if version is None:  # written before files carried a schema version, in another layout
             raise SchemaError(

@@ -555,7 +555,8 @@ def wrap_model(model: Any, tokenizer: Any = None, name: str | None = None) -> Lo
     ``TransformerBridge``, or a Hugging Face ``PreTrainedModel`` with its ``tokenizer``
     (booted into a bridge that shares its weights, with eager attention, so patterns
     exist). ``name``: how results label it (default: the checkpoint path it was loaded
-    from, else its architecture)."""
+    from, else its architecture). The model is put in eval mode (dropout off), as any
+    measurement needs; call ``.train()`` on it afterwards to continue training."""
     if isinstance(model, LoadedModel):
         return model
     from interp.hooked_model import HookedModel

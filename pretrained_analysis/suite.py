@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
-from execution import Unit, UnitsFailed, run_units
+from execution import Unit, run_units, units_failed
 from execution.outputs import experiment_directory
 from interp.atomic_io import atomic_directory
 from interp.errors import InputError
@@ -95,7 +95,7 @@ def audit_suite(
     each audit finishes. Failed audits are one ``UnitsFailed`` after the others finish."""
     with experiment_directory(out_dir, SUITE_FILE, suite, "an audit suite", overwrite) as work_dir:
         units = [
-            unit_of(spec, suite.prompts, suite.config, work_dir / name, name)
+            unit_of(spec, suite.prompts, suite.config, (work_dir / name).resolve(), name)
             for spec, name in zip(suite.models, suite.slugs)
         ]
         report = run_units(
@@ -107,10 +107,7 @@ def audit_suite(
             skip=lambda unit: (work_dir / unit.name / AUDIT_FILE).is_file(),
         )
         if report.failed:
-            raise UnitsFailed(
-                f"{len(report.failed)} of {len(units)} audits failed ({'; '.join(f.line() for f in report.failed)}); "
-                "the finished ones are kept: run the same command again to redo the rest"
-            )
+            raise units_failed(report.failed, len(units), "audit")
         comparison = compare_audits([read_audit(work_dir / name) for name in suite.slugs], list(suite.slugs))
         write_comparison(comparison, work_dir)
     return comparison

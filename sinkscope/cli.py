@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 import sinkscope
+from execution.units import UnitsFailed
 from interp.codec import encode
 from interp.errors import InputError, RunFailed, SinkscopeError
 
@@ -700,7 +701,9 @@ def _sweep_config(args: argparse.Namespace):
     if args.preset == "phase":
         from toy.train import resolve_device
 
-        return dataclasses.replace(phase_diagram(resolve_device(args.device).type, **common), **chosen)
+        device_type = "cuda" if args.executor == "ray" and args.device.startswith("cuda") else None
+        preset = phase_diagram(device_type or resolve_device(args.device).type, **common)
+        return dataclasses.replace(preset, **chosen)
     return SweepConfig(**chosen, **common)
 
 
@@ -790,7 +793,7 @@ def _audit(args: argparse.Namespace) -> dict:
     if prompt_spec.kind == "file":
         inputs.append(Path(prompt_spec.source))
     if len(specs) > 1:
-        return _audit_suite(args, out, specs, slugs, prompt_spec, inputs)
+        return _audit_suite(args, out, specs, resolved, slugs, prompt_spec, inputs)
     from interp.atomic_io import claim_output_directory
 
     with claim_output_directory(out, args.overwrite, inputs, "this audit's own input"):
@@ -823,12 +826,13 @@ def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec)
 
     progress = not args.no_progress
     if args.executor == "ray":  # one unit, written by the Ray worker (out must be on a disk the node shares)
-        from execution import UnitsFailed, run_units
+        from execution import run_units, units_failed
         from pretrained_analysis.suite import unit_of
 
-        report = run_units([unit_of(spec, prompt_spec, _audit_config(args), out)], "ray", 1, args.ray_address)
+        unit = unit_of(_absolute(spec, resolved), _absolute_prompts(prompt_spec), _audit_config(args), out.resolve())
+        report = run_units([unit], "ray", 1, args.ray_address)
         if report.failed:
-            raise UnitsFailed(f"the audit failed ({report.failed[0].line()})")
+            raise units_failed(report.failed, 1, "audit")
         (result,) = report.finished.values()
     else:
         with atomic_directory(out, replace=args.overwrite) as tmp:
@@ -842,7 +846,9 @@ def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec)
     return encode(result)
 
 
-def _audit_suite(args: argparse.Namespace, out: Path, specs: list, slugs: tuple[str, ...], prompt_spec, inputs) -> dict:
+def _audit_suite(
+    args: argparse.Namespace, out: Path, specs: list, resolved: list, slugs: tuple[str, ...], prompt_spec, inputs
+) -> dict:
     """Several models or revisions: one unit each, resumable (``pretrained_analysis.suite``)."""
     from pretrained_analysis.prompts import load_prompt_set
 
@@ -852,7 +858,12 @@ def _audit_suite(args: argparse.Namespace, out: Path, specs: list, slugs: tuple[
     from pretrained_analysis.suite import AuditSuite, audit_suite
 
     refuse_output_directory(out, True, inputs, "this audit's own input")  # overwriting out would delete an input
-    suite = AuditSuite(tuple(specs), slugs, prompt_spec, _audit_config(args))
+    suite = AuditSuite(
+        tuple(_absolute(spec, where) for spec, where in zip(specs, resolved)),
+        slugs,
+        _absolute_prompts(prompt_spec),
+        _audit_config(args),
+    )
     bar = _units_bar(len(specs), "audits", not args.no_progress)
     if not args.json:
         bar.write(f"{len(specs)} audits into {out}: " + ", ".join(slugs))
@@ -868,6 +879,20 @@ def _audit_suite(args: argparse.Namespace, out: Path, specs: list, slugs: tuple[
         print(comparison.to_markdown())
         print(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and one audit directory per model")
     return {"out": str(out), "comparison": encode(comparison)}
+
+
+def _absolute(spec, where):
+    """A local model by its absolute path (a unit may run in another working directory)."""
+    if not where.is_local:
+        return spec
+    location = Path(where.location) / where.gguf_file if where.gguf_file else Path(where.location)
+    return dataclasses.replace(spec, name=str(location))
+
+
+def _absolute_prompts(prompt_spec):
+    if prompt_spec.kind != "file":
+        return prompt_spec
+    return dataclasses.replace(prompt_spec, source=str(Path(prompt_spec.source).expanduser().resolve()))
 
 
 def _units_bar(total: int, what: str, enabled: bool):
@@ -974,6 +999,15 @@ def main(argv: list[str] | None = None) -> int:
         result = handler(args)
         if args.json:
             print(json.dumps(result, indent=2))
+    except UnitsFailed as error:
+        for failure in error.failures:  # a bug in a unit shows its traceback, as it would here
+            if failure.kind == "bug":
+                print(f"sinkscope: unit {failure.name} raised:\n{failure.traceback.rstrip()}", file=sys.stderr)
+        if error.field is not None:  # every unit failed on the same bad setting: bad input
+            print(f"sinkscope: error: {_with_flag(error, parser, args)}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"sinkscope: run failed: {error}", file=sys.stderr)
+        return EXIT_FAILED
     except InputError as error:
         print(f"sinkscope: error: {_with_flag(error, parser, args)}", file=sys.stderr)
         return EXIT_USAGE

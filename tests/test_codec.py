@@ -144,3 +144,15 @@ def test_schema_versions_and_files_from_before_them(tmp_path):
 def test_an_unknown_type_is_a_bug_not_bad_input():
     with pytest.raises(TypeError, match="no JSON form for object"):
         encode(object())
+
+
+def test_a_version_of_the_wrong_type_and_file_keys_below_the_top_are_refused(tmp_path):
+    path = tmp_path / "o.json"
+    path.write_text(json.dumps({"schema": "outer", "schema_version": "1", **encode(OUTER)}))
+    with pytest.raises(SchemaError, match="schema version '1'; this sinkscope reads version 1"):
+        read_result(path, Outer)
+    nested = encode(OUTER)
+    nested["inner"][0]["schema_version"] = 1
+    path.write_text(json.dumps({"schema": "outer", "schema_version": 1, **nested}))
+    with pytest.raises(SchemaError, match=r"inner\[0\] has unknown fields \['schema_version'\]"):
+        read_result(path, Outer)

@@ -4,6 +4,7 @@ driver lose nothing finished, and the Ray executor without Ray is one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -13,15 +14,18 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import toy.experiment
 from interp.codec import encode
+from interp.errors import InputError
 from pretrained_analysis.audit import read_audit
 from pretrained_analysis.compare import read_comparison
 from ray_cluster import node_environment, unit_workers
 from sinkscope.cli import main
 from tiny_models import build_tiny_checkpoints
 from toy.sweep import SweepConfig, sweep
+from toy.train import unit_device
 
 SWEEP = SweepConfig(
     seq_lens=(6,), d_models=(6,), attentions=("softmax", "relu"), seeds=2, max_steps=400, n_sequences=16, workers=2
@@ -126,3 +130,51 @@ def test_the_ray_executor_without_ray_is_one_line_before_anything_is_written(tmp
     assert not out.exists()
     assert main(["toy", "sweep", "--out", str(out), *SWEEP_ARGV, "--ray-address", "auto"]) == 2
     assert "--ray-address is for --executor ray" in capsys.readouterr().err
+
+
+def test_a_unit_that_raises_a_bug_shows_its_traceback_and_bad_input_names_its_flag(tmp_path, capsys, monkeypatch):
+    """Locally, in this process (one worker): a unit's plain exception is a bug, shown with
+    its traceback after the others ran (exit 1); an InputError in every unit is bad input."""
+
+    def broken(group, out_dir, n_sequences, device="cpu"):
+        raise TypeError("boom")
+
+    monkeypatch.setattr(toy.experiment, "train_and_evaluate", broken)
+    argv = ["toy", "sweep", "--out", str(tmp_path / "a"), *SWEEP_ARGV, "--workers", "1"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "raised:\nTraceback (most recent call last):" in err and "TypeError: boom" in err
+    assert "sinkscope: run failed: 2 of 2 training units failed" in err  # one worker: seeds train together
+
+    def refuse(group, out_dir, n_sequences, device="cpu"):
+        raise InputError("max_steps is too small for this task", field="max_steps")
+
+    monkeypatch.setattr(toy.experiment, "train_and_evaluate", refuse)
+    assert main(["toy", "sweep", "--out", str(tmp_path / "b"), *SWEEP_ARGV, "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().endswith("(--max-steps)")
+
+
+def test_on_ray_a_cuda_device_is_checked_on_the_node_not_the_driver():
+    assert unit_device("cuda:1", "ray") == "cuda" and unit_device("cpu", "ray") == "cpu"
+    with pytest.raises(InputError, match="pass cpu, cuda"):
+        unit_device("tpu", "ray")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no CUDA device"):
+            unit_device("cuda", "local")
+
+
+def test_a_sweep_resumes_with_another_worker_count(tmp_path, monkeypatch):
+    out = tmp_path / "sweep"
+    first = sweep(dataclasses.replace(SWEEP, workers=1), out, progress=False)
+    skipped: list[str] = []
+    real_run_units = toy.experiment.run_units
+
+    def counting(*args, **kwargs):
+        report = real_run_units(*args, **kwargs)
+        skipped.extend(report.skipped)
+        return report
+
+    monkeypatch.setattr(toy.experiment, "run_units", counting)
+    again = sweep(SWEEP, out, progress=False)  # workers=2 now: the same settings otherwise
+    assert len(skipped) == 4 and without_timing(again.models) == without_timing(first.models)  # read back

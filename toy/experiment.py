@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from execution import Unit, UnitsFailed, run_units
+from execution import Unit, run_units, units_failed
 from interp.codec import read_result, write_result
 from interp.frames import dataframe, row_of
 from probes.probe import HeadProbe
@@ -181,7 +181,10 @@ def run_jobs(
     jobs first so the workers finish together. ``progress``: one line per running model
     on stderr (``toy.progress``)."""
     groups = seed_groups(jobs, workers)
-    units = {unit.name: (unit, group) for group in groups for unit in [_unit(group, out_dir, n_sequences, device)]}
+    # absolute paths: a Ray worker on another node has its own working directory
+    units = {
+        unit.name: (unit, group) for group in groups for unit in [_unit(group, out_dir.resolve(), n_sequences, device)]
+    }
     done = {name: _evaluated(group, out_dir) for name, (_, group) in units.items()}
     with ExperimentProgress(out_dir, jobs, enabled=progress):
         report = run_units(
@@ -192,10 +195,7 @@ def run_jobs(
             skip=lambda unit: done[unit.name] is not None,
         )
     if report.failed:
-        raise UnitsFailed(
-            f"{len(report.failed)} of {len(units)} units failed ({'; '.join(f.line() for f in report.failed)}); "
-            "the finished ones are kept: run the same command again to redo the rest"
-        )
+        raise units_failed(report.failed, len(units), "training")
     by_name: dict[str, ModelSummary] = {}
     for name in units:
         for summary in report.finished.get(name) or done[name] or []:

@@ -27,7 +27,7 @@ from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
 from toy.tradeoff import write_tradeoff
-from toy.train import resolve_device
+from toy.train import unit_device
 
 PAPER_ARCHITECTURES: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (4, 4))
 PAPER_ATTENTIONS: tuple[str, ...] = ("softmax", "relu")
@@ -52,7 +52,8 @@ class ReproduceConfig:
     attentions: tuple[str, ...] = PAPER_ATTENTIONS
     max_steps: int = 50_000
     n_sequences: int = 1000
-    workers: int = 2
+    # how many run at once, not what is computed: a re-run may change it and still resume
+    workers: int = field(default=2, compare=False)
     task: TaskConfig = field(default_factory=TaskConfig)
 
     def __post_init__(self) -> None:
@@ -219,7 +220,7 @@ def reproduce(
     ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``); evaluation
     runs on the CPU. ``executor``/``ray_address``: where the units run (``run_jobs``)."""
     out_dir = Path(out_dir)
-    target_device = resolve_device(device)  # before anything is written
+    target_device = unit_device(device, executor)  # before anything is written
     with experiment_directory(out_dir, REPRODUCE_FILE, config, "a reproduction", overwrite) as work_dir:
         jobs = config.run_configs()
         started = time.perf_counter()

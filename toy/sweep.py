@@ -31,7 +31,7 @@ from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_datafra
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
-from toy.train import resolve_device
+from toy.train import unit_device
 
 SWEEP_FILE = "sweep.json"
 
@@ -59,7 +59,8 @@ class SweepConfig:
     seeds: int = 3
     max_steps: int = 20_000
     n_sequences: int = 500
-    workers: int = 2
+    # how many run at once, not what is computed: a re-run may change it and still resume
+    workers: int = field(default=2, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("seq_lens", "d_models", "heads", "layers", "attentions", "layer_norms", "mlps"):
@@ -420,7 +421,7 @@ def sweep(
     back. ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``);
     ``executor``/``ray_address``: where the units run (``toy.experiment.run_jobs``)."""
     out_dir = Path(out_dir)
-    target_device = resolve_device(device)  # before anything is written
+    target_device = unit_device(device, executor)  # before anything is written
     with experiment_directory(out_dir, SWEEP_FILE, config, "a sweep", overwrite) as work_dir:
         started = time.perf_counter()
         by_name = run_jobs(

@@ -74,7 +74,7 @@ TRAIN_THREADS = 1
 def torch_threads(threads: int) -> Iterator[None]:
     """torch's intra-op thread count set to ``threads`` for the block, then restored."""
     if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
+        raise InputError(f"threads must be >= 1, got {threads}", field="threads")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -115,6 +115,18 @@ def resolve_device(device: str | torch.device) -> torch.device:
         if resolved.index is not None and resolved.index >= torch.cuda.device_count():
             raise InputError(f"{device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)", field="device")
     return resolved
+
+
+def unit_device(device: str, executor: str) -> str:
+    """Where a unit trains. Locally: ``resolve_device`` on this machine. On Ray, ``cuda``
+    or ``cuda:N`` is plain ``cuda``, checked on the GPU node the unit lands on (Ray gives
+    each GPU unit its own device; the driver may have none); ``auto`` is decided here."""
+    if executor != "ray" or device == "auto":
+        return str(resolve_device(device))
+    kind = str(device).split(":")[0]
+    if kind not in ("cpu", "cuda"):
+        resolve_device(device)  # the one-line refusal naming the choices
+    return kind
 
 
 def head_anchor_masses(model: ToyTransformer, batch: TaskBatch, patterns: dict[str, torch.Tensor]) -> tuple[list, list]:
