@@ -43,6 +43,20 @@ def weights(out: Path) -> dict[str, bytes]:
     return {path.parent.name: path.read_bytes() for path in sorted(out.glob("*/model.safetensors"))}
 
 
+def count_skipped_units(monkeypatch) -> list[str]:
+    """The names of the units ``run_jobs`` skips from now on (finished earlier)."""
+    skipped: list[str] = []
+    real_run_units = toy.experiment.run_units
+
+    def counting(*args, **kwargs):
+        report = real_run_units(*args, **kwargs)
+        skipped.extend(report.skipped)
+        return report
+
+    monkeypatch.setattr(toy.experiment, "run_units", counting)
+    return skipped
+
+
 @pytest.fixture(scope="module")
 def local_sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("local") / "sweep"
@@ -93,15 +107,7 @@ def test_an_interrupted_driver_resumes_and_skips_the_finished_units(cluster, loc
     finished = {path.parent.name for path in out.glob("*/evaluation.json")}
     assert 1 <= len(finished) < 4, finished
 
-    skipped: list[str] = []
-    real_run_units = toy.experiment.run_units
-
-    def counting(*args, **kwargs):
-        report = real_run_units(*args, **kwargs)
-        skipped.extend(report.skipped)
-        return report
-
-    monkeypatch.setattr(toy.experiment, "run_units", counting)
+    skipped = count_skipped_units(monkeypatch)
     result = sweep(SWEEP, out, progress=False, executor="ray", ray_address=cluster)
     assert sorted(skipped) == sorted(finished)  # one seed per unit here (4 groups of one seed)
     local_out, local = local_sweep
@@ -167,14 +173,6 @@ def test_on_ray_a_cuda_device_is_checked_on_the_node_not_the_driver():
 def test_a_sweep_resumes_with_another_worker_count(tmp_path, monkeypatch):
     out = tmp_path / "sweep"
     first = sweep(dataclasses.replace(SWEEP, workers=1), out, progress=False)
-    skipped: list[str] = []
-    real_run_units = toy.experiment.run_units
-
-    def counting(*args, **kwargs):
-        report = real_run_units(*args, **kwargs)
-        skipped.extend(report.skipped)
-        return report
-
-    monkeypatch.setattr(toy.experiment, "run_units", counting)
+    skipped = count_skipped_units(monkeypatch)
     again = sweep(SWEEP, out, progress=False)  # workers=2 now: the same settings otherwise
     assert len(skipped) == 4 and without_timing(again.models) == without_timing(first.models)  # read back
