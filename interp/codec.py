@@ -3,9 +3,8 @@
 A persisted class is a dataclass with two class variables, ``SCHEMA`` (the kind of file,
 e.g. ``"audit"``) and ``SCHEMA_VERSION``; ``write_result(path, obj)`` writes
 ``{"schema": ..., "schema_version": ..., <fields>}`` atomically and
-``read_result(path, cls)`` reads it back into the same class. The rules, one place:
-
-``encode(obj)`` and ``decode(cls, data)`` are the same rules without a file:
+``read_result(path, cls)`` reads it back into the same class; ``encode(obj)`` and
+``decode(cls, data)`` apply the same rules without a file. The rules, in one place:
 
 - NaN and infinities are written as ``null``; a ``null`` read into a ``float`` field is
   NaN (``float | None`` fields keep ``None``), so every file is standard JSON;

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
-from execution import Unit, run_units, units_failed
+from execution import Unit, run_units, skip_finished, units_failed
 from execution.outputs import experiment_directory
 from interp.atomic_io import atomic_directory
 from interp.errors import InputError
@@ -104,7 +104,7 @@ def audit_suite(
             workers,
             ray_address,
             on_done=None if on_done is None else lambda _, result: on_done(result),
-            skip=lambda unit: (work_dir / unit.name / AUDIT_FILE).is_file(),
+            skip=skip_finished(work_dir, AUDIT_FILE),
         )
         if report.failed:
             raise units_failed(report.failed, len(units), "audit")

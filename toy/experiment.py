@@ -182,13 +182,11 @@ def run_jobs(
     on stderr (``toy.progress``)."""
     groups = seed_groups(jobs, workers)
     # absolute paths: a Ray worker on another node has its own working directory
-    units = {
-        unit.name: (unit, group) for group in groups for unit in [_unit(group, out_dir.resolve(), n_sequences, device)]
-    }
-    done = {name: _evaluated(group, out_dir) for name, (_, group) in units.items()}
+    units = [_unit(group, out_dir.resolve(), n_sequences, device) for group in groups]
+    done = {unit.name: _evaluated(group, out_dir) for unit, group in zip(units, groups)}
     with ExperimentProgress(out_dir, jobs, enabled=progress):
         report = run_units(
-            [unit for unit, _ in units.values()],
+            units,
             executor,
             workers,
             ray_address,
@@ -197,7 +195,7 @@ def run_jobs(
     if report.failed:
         raise units_failed(report.failed, len(units), "training")
     by_name: dict[str, ModelSummary] = {}
-    for name in units:
-        for summary in report.finished.get(name) or done[name] or []:
+    for unit in units:
+        for summary in report.finished.get(unit.name) or done[unit.name] or []:
             by_name[summary.name] = summary
     return by_name
