@@ -227,7 +227,7 @@ def _init_ray(ray: Any, workers: int, address: str | None) -> None:
         # would otherwise be joined; pass ray_address="auto" for those
         ray.init(address="local", num_cpus=workers, include_dashboard=False, logging_level=logging.WARNING)
         return
-    _check_reachable(address)
+    check_ray_address(address)
     try:
         ray.init(address=address, logging_level=logging.WARNING)
     except ConnectionError as error:
@@ -237,7 +237,7 @@ def _init_ray(ray: Any, workers: int, address: str | None) -> None:
         ) from None
 
 
-def _check_reachable(address: str) -> None:
+def check_ray_address(address: str) -> None:
     """Refuse a ``host:port`` address where nothing listens: ``ray.init`` would retry for
     minutes. ``auto`` (and ``ray://`` client addresses' own errors) are Ray's to resolve."""
     if address == "auto":

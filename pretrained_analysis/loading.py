@@ -599,6 +599,12 @@ def _boot_in_memory(model: Any, tokenizer: Any) -> Any:
             f"TransformerBridge cannot wrap {type(model).__name__}: {first_line(error)}; "
             "pass a model of an architecture TransformerLens supports"
         ) from None
+    except AttributeError as error:  # a headless model (AutoModel) where the adapter expects its head class
+        raise ModelLoadError(
+            f"TransformerBridge cannot wrap a {type(model).__name__} ({first_line(error)}); load it with the class "
+            "TransformerLens uses, e.g. AutoModelForCausalLM for decoders or AutoModelForMaskedLM for BERT, "
+            "or pass a TransformerBridge"
+        ) from None
 
 
 def _check_device(spec: LoadSpec) -> None:

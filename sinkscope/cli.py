@@ -217,9 +217,11 @@ def _check_executor(args: argparse.Namespace) -> None:
     if args.ray_address is not None and args.executor != "ray":
         raise InputError("--ray-address is for --executor ray; pass both or neither")
     if args.executor == "ray":
-        from execution.executors import import_ray
+        from execution.executors import check_ray_address, import_ray
 
         import_ray()
+        if args.ray_address is not None:
+            check_ray_address(args.ray_address)
 
 
 def _switch_list(text: str) -> tuple[bool, ...]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from interp.codec import encode
 from interp.errors import InputError
@@ -66,6 +66,9 @@ def test_what_cannot_be_audited_is_one_input_error(checkpoint):
     model = AutoModelForCausalLM.from_pretrained(str(checkpoint))
     with pytest.raises(InputError, match="needs its tokenizer; pass tokenizer="):
         audit(model, PROMPTS, CONFIG, progress=False)
+    headless = AutoModel.from_pretrained(str(checkpoint))  # GPT2Model: no LM head, which the bridge expects
+    with pytest.raises(InputError, match="cannot wrap a GPT2Model .*AutoModelForCausalLM"):
+        audit(headless, PROMPTS, CONFIG, progress=False, tokenizer=AutoTokenizer.from_pretrained(str(checkpoint)))
     with pytest.raises(InputError, match="cannot audit a str"):
         audit("gpt2", PROMPTS, CONFIG, progress=False)
     with pytest.raises(InputError, match="not one string"):

@@ -138,6 +138,13 @@ def test_the_ray_executor_without_ray_is_one_line_before_anything_is_written(tmp
     assert "--ray-address is for --executor ray" in capsys.readouterr().err
 
 
+def test_a_bad_ray_address_is_one_line_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = ["toy", "sweep", "--out", str(out), *SWEEP_ARGV, "--executor", "ray", "--ray-address", "no-port"]
+    assert main(argv) == 2 and "not 'auto' or host:port" in capsys.readouterr().err
+    assert not out.exists()  # refused before the sweep directory or its marker is made
+
+
 def test_a_unit_that_raises_a_bug_shows_its_traceback_and_bad_input_names_its_flag(tmp_path, capsys, monkeypatch):
     """Locally, in this process (one worker): a unit's plain exception is a bug, shown with
     its traceback after the others ran (exit 1); an InputError in every unit is bad input."""
