@@ -176,6 +176,12 @@ class AuditResult:
         audits of several models or revisions stack with ``pandas.concat``."""
         return dataframe(row_of(row, model=self.model.label, revision=self.model.revision) for row in self.probe.heads)
 
+    def _repr_html_(self) -> str:
+        """Inline display in a notebook: findings, sink map, per-head table, ablations."""
+        from pretrained_analysis.display import audit_html  # loads the report phrases only when shown
+
+        return audit_html(self)
+
 
 def figure_names(n_examples: int) -> tuple[str, ...]:
     """The figures an audit with ``n_examples`` attention examples draws."""

@@ -96,6 +96,12 @@ class Comparison:
             for layer, mass in enumerate(row.layer_anchor_mass)
         )
 
+    def _repr_html_(self) -> str:
+        """Inline display in a notebook: findings, the table, anchor mass per layer."""
+        from pretrained_analysis.display import comparison_html  # loads the report phrases only when shown
+
+        return comparison_html(self)
+
     @property
     def sink_head_rule(self) -> str:
         return f"anchor mass >= {1.0 - self.sink_eps:g}"

@@ -5,15 +5,14 @@ sentences made from the numbers."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from interp.errors import InputError
 from pretrained_analysis.audit import AUDIT_FILE, LAYER_FIGURE, MAP_FIGURE, AblationResult, AuditResult, read_audit
 from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, Comparison, read_comparison
 from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
+from pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
 from pretrained_analysis.prompts import PromptSummary
-from probes.probe import LayerProbe
 from reports.document import (
     Block,
     Column,
@@ -24,22 +23,14 @@ from reports.document import (
     Section,
     Table,
     config_block,
-    percent,
-    sig,
 )
 from reports.sections import (
     default_state_change_chart,
-    default_state_finding,
     default_state_table,
     head_table,
     layer_table,
-    sink_head_phrase,
-    sink_rate_phrase,
-    value_share_phrase,
 )
 from reports.write import ReportKind
-
-LOSS = "next-token loss"
 
 
 def _figures(directory: Path, names_and_captions: list[tuple[str, str]]) -> list[Block]:
@@ -78,60 +69,6 @@ def _prompt_block(prompts: PromptSummary) -> KeyValues:
             ("text column / split", f"{spec.text_column} / {spec.split}"),
         ),
     )
-
-
-def _layer_phrase(layers: tuple[LayerProbe, ...]) -> str:
-    measured = [layer for layer in layers if not math.isnan(layer.anchor_mass)]
-    if not measured:
-        return "No layer could be measured."
-    top = max(measured, key=lambda layer: layer.anchor_mass)
-    low = min(measured, key=lambda layer: layer.anchor_mass)
-    return (
-        f"Anchor mass (mean over heads) is highest in layer {top.layer} ({top.anchor_mass:.3f}) and lowest in "
-        f"layer {low.layer} ({low.anchor_mass:.3f})."
-    )
-
-
-def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
-    total = sum(layer.massive_count for layer in layers)
-    if total == 0:
-        peak = max(
-            (layer.max_abs_resid for layer in layers if not math.isnan(layer.max_abs_resid)), default=float("nan")
-        )
-        return f"No massive activations (|x| > 100 and > 1000 x the median); the largest |residual| is {sig(peak, 3)}."
-    at_anchor = sum(layer.massive_at_anchor for layer in layers)
-    first = next(layer.layer for layer in layers if layer.massive_count)
-    return f"{total} massive activations in the residual stream ({at_anchor} at the anchor), from layer {first} on."
-
-
-def _audit_findings(result: AuditResult) -> list[str]:
-    """The audit's findings: the model, sink heads, sink rate, layers, value share,
-    massive activations, the ablations, then the audit's notes."""
-    model, probe = result.model, result.probe
-    findings = [
-        f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.heads_text}, "
-        f"{model.n_params:,} parameters) on {result.prompts.n_prompts} prompts from {result.prompts.location}.",
-        sink_head_phrase(probe.heads, result.config.sink_eps, f"on the anchor, {result.anchor}"),
-        f"Sink rate (Gu et al. Sink_1^eps): {sink_rate_phrase(result.sink_rates)} of (prompt, layer, head) entries.",
-        _layer_phrase(probe.layers),
-    ]
-    sinks = [head for head in result.probe.heads if head.is_sink_head]
-    if sinks:
-        findings.append(value_share_phrase(sinks, "the anchor"))
-    massive = _massive_phrase(probe.layers)
-    if massive:
-        findings.append(massive)
-    ablation = result.ablation
-    if ablation is not None:
-        findings.append(
-            f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
-            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({ablation.evict_anchor_delta:+.3f})."
-        )
-        test = ablation.sink_heads
-        if test.rows:
-            subject = "the sink head" if len(test.sink_heads) == 1 else f"all {len(test.sink_heads)} sink heads"
-            findings.append(default_state_finding(test.rows[-1], LOSS, subject))
-    return findings + list(result.notes)
 
 
 def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
@@ -233,7 +170,7 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
     return ReportDocument(
         title=f"Attention-sink audit: {model.label}",
         subtitle=f"sinkscope audit · {model.name}{revision} · {source}",
-        findings=tuple(_audit_findings(result)),
+        findings=tuple(audit_findings(result)),
         sections=tuple(sections),
     )
 
@@ -247,33 +184,6 @@ def _check_audit_directories(source: Path, comparison: Comparison) -> None:
                 f"{source / COMPARISON_JSON} names an audit directory {row.directory!r} outside {source}; "
                 "a comparison's audits live inside it: regenerate it with sinkscope audit"
             )
-
-
-def _comparison_findings(comparison: Comparison) -> list[str]:
-    """The shared prompts, the sink-rate range per eps, the most sinks, the ablations."""
-    rows, epsilons = comparison.rows, comparison.epsilons()
-    findings = [
-        f"{len(rows)} audits on the same prompts ({comparison.prompts.n_prompts} from {comparison.prompt_location}, "
-        f"{'BOS prepended' if comparison.prompts.prepend_bos else 'no BOS'}); sink heads: {comparison.sink_head_rule}."
-    ]
-    for eps in epsilons:
-        ranked = sorted(rows, key=lambda row: row.sink_rate[eps])
-        low, high = ranked[0].sink_rate[eps], ranked[-1].sink_rate[eps]
-        findings.append(
-            f"Sink rate at eps {eps} is {percent(low)} for every model."
-            if percent(low) == percent(high)
-            else f"Sink rate at eps {eps} ranges from {percent(low)} ({ranked[0].label}) to "
-            f"{percent(high)} ({ranked[-1].label})."
-        )
-    most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))
-    findings.append(f"Most sink heads: {most.label} with {most.n_sink_heads} of {most.n_layers * most.n_heads}.")
-    ablated = [row for row in rows if row.all_sink_heads_loss_delta is not None]
-    for row in ablated:
-        findings.append(
-            f"{row.label}: removing all sinks changes the {LOSS} by {row.all_sink_heads_loss_delta:+.4f}, "
-            f"evicting the anchor by {row.evict_anchor_loss_delta:+.4f} (from {row.base_loss:.3f})."
-        )
-    return findings
 
 
 def _comparison_table(comparison: Comparison) -> Table:
@@ -362,7 +272,7 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
     return ReportDocument(
         title="Attention-sink comparison",
         subtitle=f"sinkscope audit · {len(rows)} models · {source}",
-        findings=tuple(_comparison_findings(comparison)),
+        findings=tuple(comparison_findings(comparison)),
         sections=tuple(sections),
     )
 

@@ -24,6 +24,7 @@ import torch
 from interp.errors import InputError
 from interp.frames import dataframe
 from interp.hooked_model import HookedModel, PreparedBatch
+from probes.display import default_state_html
 from probes.interventions import HeadRef, Intervention, intervention_hooks, mask_random_key, remove_sink
 
 if TYPE_CHECKING:
@@ -92,6 +93,10 @@ class DefaultStateResult:
     n_inputs: int
     rows: tuple[DefaultStateRow, ...]
     note: str
+
+    def _repr_html_(self) -> str:
+        """Inline display in a notebook: the table of removals beside their controls."""
+        return default_state_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per tested head set: errors, the two increases with their intervals, d."""

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from interp.errors import InputError
 from interp.frames import dataframe, row_of
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from probes.display import patching_html
 from probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
 
 if TYPE_CHECKING:
@@ -107,6 +108,10 @@ class PatchingResult:
             index = tuple({"layer": row.layer, "head": row.head, "position": row.position}[axis] for axis in self.per)
             matrix[index] = getattr(row, value)
         return matrix
+
+    def _repr_html_(self) -> str:
+        """Inline display in a notebook: the effect map and the largest effects."""
+        return patching_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per patched site (layer, head, position; None along axes not iterated)."""

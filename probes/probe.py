@@ -36,6 +36,7 @@ from interp.errors import InputError
 from interp.frames import dataframe, row_of
 from interp.hook_names import attn_hook, block_hook
 from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from probes.display import probe_html
 from probes.sink_metrics import (
     SINK_EPS,
     SINK_RATE_EPSILONS,
@@ -213,6 +214,10 @@ class ProbeResult:
 
     def write_heads_csv(self, path: str) -> None:
         atomic_write_text(path, self.heads_csv())
+
+    def _repr_html_(self) -> str:
+        """Inline display in a notebook: key numbers, the sink map, the per-head table."""
+        return probe_html(self)
 
 
 class _Accumulator:

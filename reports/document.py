@@ -15,7 +15,10 @@ from pathlib import Path
 
 from interp.errors import InputError
 
-Cell = str | int | float | bool | None
+# re-exported: reports, tables and inline displays format cells one way
+from interp.inline_html import Cell as Cell
+from interp.inline_html import format_cell as format_cell
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -99,17 +102,6 @@ class ReportDocument:
     subtitle: str
     findings: tuple[str, ...]
     sections: tuple[Section, ...]
-
-
-def format_cell(value: Cell, fmt: str = "") -> str:
-    """Display text of a cell: None/NaN as an en dash, booleans as yes/no."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "\u2013"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, (int, float)) and fmt:
-        return format(value, fmt)
-    return str(value)
 
 
 def sig(value: float | None, digits: int = 2) -> str:

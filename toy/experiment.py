@@ -20,6 +20,7 @@ from execution import Unit, run_units, units_failed
 from interp.codec import read_result, write_result
 from interp.frames import dataframe, row_of
 from probes.probe import HeadProbe
+from toy.display import model_html
 from toy.evaluate import ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.progress import ExperimentProgress
@@ -62,6 +63,10 @@ class ModelSummary:
     paper_sink_heads: int | None
     figures: list[str]
     default_mse: float | None = None  # MSE at default positions (absent from older summaries)
+
+    def _repr_html_(self) -> str:
+        """Inline display in a notebook: training outcome and anchor mass per head."""
+        return model_html(self)
 
 
 def heads_dataframe(models: Iterable[ModelSummary]) -> pandas.DataFrame:

@@ -22,6 +22,7 @@ from interp.codec import write_result
 from interp.errors import InputError
 from interp.provenance import write_provenance
 from reports.markdown import markdown_table
+from toy.display import reproduction_html
 from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_dataframe, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
@@ -113,6 +114,10 @@ class ReproduceSummary:
     checks: list[Check]
     wall_seconds: float
     figures: list[str] = field(default_factory=list)
+
+    def _repr_html_(self) -> str:
+        """Inline display in a notebook: the paper's checks, the models, the anchor-mass map."""
+        return reproduction_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per (model, layer, head), every ``HeadProbe`` metric a column."""

@@ -27,6 +27,7 @@ from reports.document import Cell as TableCell
 from reports.document import format_cell
 from reports.markdown import markdown_table
 from reports.plots import bar_chart, heatmap
+from toy.display import sweep_html
 from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_dataframe, run_jobs
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
@@ -202,6 +203,10 @@ class SweepResult:
     models: list[ModelSummary]
     wall_seconds: float
     figures: list[str] = field(default_factory=list)
+
+    def _repr_html_(self) -> str:
+        """Inline display in a notebook: one row per configuration."""
+        return sweep_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per (model, layer, head), every ``HeadProbe`` metric a column; the

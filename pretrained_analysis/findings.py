@@ -1,0 +1,99 @@
+"""The findings of an audit and of a comparison of audits: sentences made from the
+numbers, shared by the report (``pretrained_analysis.report``) and the inline notebook
+display (``pretrained_analysis.display``)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from probes.probe import LayerProbe
+from reports.document import percent, sig
+from reports.sections import default_state_finding, sink_head_phrase, sink_rate_phrase, value_share_phrase
+
+if TYPE_CHECKING:
+    from pretrained_analysis.audit import AuditResult
+    from pretrained_analysis.compare import Comparison
+
+LOSS = "next-token loss"
+
+
+def _layer_phrase(layers: tuple[LayerProbe, ...]) -> str:
+    measured = [layer for layer in layers if not math.isnan(layer.anchor_mass)]
+    if not measured:
+        return "No layer could be measured."
+    top = max(measured, key=lambda layer: layer.anchor_mass)
+    low = min(measured, key=lambda layer: layer.anchor_mass)
+    return (
+        f"Anchor mass (mean over heads) is highest in layer {top.layer} ({top.anchor_mass:.3f}) and lowest in "
+        f"layer {low.layer} ({low.anchor_mass:.3f})."
+    )
+
+
+def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
+    total = sum(layer.massive_count for layer in layers)
+    if total == 0:
+        peak = max(
+            (layer.max_abs_resid for layer in layers if not math.isnan(layer.max_abs_resid)), default=float("nan")
+        )
+        return f"No massive activations (|x| > 100 and > 1000 x the median); the largest |residual| is {sig(peak, 3)}."
+    at_anchor = sum(layer.massive_at_anchor for layer in layers)
+    first = next(layer.layer for layer in layers if layer.massive_count)
+    return f"{total} massive activations in the residual stream ({at_anchor} at the anchor), from layer {first} on."
+
+
+def audit_findings(result: AuditResult) -> list[str]:
+    """The audit's findings: the model, sink heads, sink rate, layers, value share,
+    massive activations, the ablations, then the audit's notes."""
+    model, probe = result.model, result.probe
+    findings = [
+        f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.heads_text}, "
+        f"{model.n_params:,} parameters) on {result.prompts.n_prompts} prompts from {result.prompts.location}.",
+        sink_head_phrase(probe.heads, result.config.sink_eps, f"on the anchor, {result.anchor}"),
+        f"Sink rate (Gu et al. Sink_1^eps): {sink_rate_phrase(result.sink_rates)} of (prompt, layer, head) entries.",
+        _layer_phrase(probe.layers),
+    ]
+    sinks = [head for head in result.probe.heads if head.is_sink_head]
+    if sinks:
+        findings.append(value_share_phrase(sinks, "the anchor"))
+    massive = _massive_phrase(probe.layers)
+    if massive:
+        findings.append(massive)
+    ablation = result.ablation
+    if ablation is not None:
+        findings.append(
+            f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
+            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({ablation.evict_anchor_delta:+.3f})."
+        )
+        test = ablation.sink_heads
+        if test.rows:
+            subject = "the sink head" if len(test.sink_heads) == 1 else f"all {len(test.sink_heads)} sink heads"
+            findings.append(default_state_finding(test.rows[-1], LOSS, subject))
+    return findings + list(result.notes)
+
+
+def comparison_findings(comparison: Comparison) -> list[str]:
+    """The shared prompts, the sink-rate range per eps, the most sinks, the ablations."""
+    rows, epsilons = comparison.rows, comparison.epsilons()
+    findings = [
+        f"{len(rows)} audits on the same prompts ({comparison.prompts.n_prompts} from {comparison.prompt_location}, "
+        f"{'BOS prepended' if comparison.prompts.prepend_bos else 'no BOS'}); sink heads: {comparison.sink_head_rule}."
+    ]
+    for eps in epsilons:
+        ranked = sorted(rows, key=lambda row: row.sink_rate[eps])
+        low, high = ranked[0].sink_rate[eps], ranked[-1].sink_rate[eps]
+        findings.append(
+            f"Sink rate at eps {eps} is {percent(low)} for every model."
+            if percent(low) == percent(high)
+            else f"Sink rate at eps {eps} ranges from {percent(low)} ({ranked[0].label}) to "
+            f"{percent(high)} ({ranked[-1].label})."
+        )
+    most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))
+    findings.append(f"Most sink heads: {most.label} with {most.n_sink_heads} of {most.n_layers * most.n_heads}.")
+    ablated = [row for row in rows if row.all_sink_heads_loss_delta is not None]
+    for row in ablated:
+        findings.append(
+            f"{row.label}: removing all sinks changes the {LOSS} by {row.all_sink_heads_loss_delta:+.4f}, "
+            f"evicting the anchor by {row.evict_anchor_loss_delta:+.4f} (from {row.base_loss:.3f})."
+        )
+    return findings
