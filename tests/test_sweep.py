@@ -26,7 +26,12 @@ def test_sweep_aggregates_seeds_per_configuration(tmp_path):
     result = sweep(config, tmp_path / "sweep", progress=False)
     assert [(r.attention, r.seq_len) for r in result.rows] == [("softmax", 6), ("softmax", 8), ("relu", 6), ("relu", 8)]
     assert len(result.models) == 8
-    assert len(result.to_dataframe()) == 8  # one-layer, one-head models: a row each
+    frame = result.to_dataframe()
+    assert len(frame) == 8  # one-layer, one-head models: a row each
+    grouped = frame.groupby(["attention", "seq_len"])["is_sink_head"].mean()  # the grid's axes are columns
+    for row in result.rows:
+        assert grouped[(row.attention, row.seq_len)] == row.sink_fraction
+    assert set(frame["d_model"]) == {6} and not frame["layer_norm"].any() and not frame["mlp"].any()
     by_kind = {r.attention: r for r in result.rows if r.seq_len == 8}
     # the paper's result, across seeds: one-layer softmax models sink, ReLU models do not
     assert by_kind["softmax"].converged == 2 and by_kind["softmax"].sink_fraction == 1.0

@@ -11,10 +11,10 @@ per process, and a unit keeps its speed when other work shares the machine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from execution import Unit, run_units, units_failed
 from interp.codec import read_result, write_result
@@ -69,9 +69,13 @@ class ModelSummary:
         return model_html(self)
 
 
-def heads_dataframe(models: Iterable[ModelSummary]) -> pandas.DataFrame:
-    """One row per (model, layer, head) of an experiment: the model's settings and outcome,
-    then every ``HeadProbe`` metric."""
+def heads_dataframe(
+    models: Iterable[ModelSummary], settings: Mapping[str, Mapping[str, Any]] | None = None
+) -> pandas.DataFrame:
+    """One row per (model, layer, head) of an experiment: the model's settings and outcome
+    (plus ``settings[model name]``, e.g. a sweep's grid axes), then every ``HeadProbe``
+    metric."""
+    settings = settings or {}
     return dataframe(
         row_of(
             row,
@@ -79,6 +83,7 @@ def heads_dataframe(models: Iterable[ModelSummary]) -> pandas.DataFrame:
             attention=m.attention,
             layers=m.layers,
             heads=m.heads,
+            **settings.get(m.name, {}),
             seed=m.seed,
             status=m.status,
             steps=m.steps,

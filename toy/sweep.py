@@ -209,9 +209,20 @@ class SweepResult:
         return sweep_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
-        """One row per (model, layer, head), every ``HeadProbe`` metric a column; the
-        per-configuration aggregates are ``rows``."""
-        return heads_dataframe(self.models)
+        """One row per (model, layer, head): the grid's axes (attention, layers, heads,
+        d_model, seq_len, layer_norm, mlp), seed and outcome, every ``HeadProbe`` metric a
+        column; the per-configuration aggregates are ``rows``."""
+        axes = {
+            cell.run_name(seed): {
+                "d_model": cell.d_model,
+                "seq_len": cell.seq_len,
+                "layer_norm": cell.layer_norm,
+                "mlp": cell.mlp,
+            }
+            for cell in self.config.grid()
+            for seed in range(self.config.seeds)
+        }
+        return heads_dataframe(self.models, axes)
 
 
 def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[SweepRow]:
