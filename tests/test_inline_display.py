@@ -9,14 +9,16 @@ import re
 import pytest
 
 from browser import Chromium, find_chromium
+from interp.codec import read_result
 from pretrained_analysis.audit import AuditConfig, audit
 from pretrained_analysis.compare import compare_audits
 from pretrained_analysis.findings import audit_findings
 from pretrained_analysis.loading import LoadSpec
 from tiny_models import build_tiny_gpt2
 from toy.constructions import softmax_scaled_model
+from toy.evaluate import evaluate_run
 from toy.patching import trigger_patching
-from toy.reproduce import ReproduceConfig, reproduce
+from toy.reproduce import ReproduceConfig, ReproduceSummary, reproduce
 from toy.task import TaskConfig
 
 MARKUP = '<script>alert("sink")</script> & <b>bold</b>'
@@ -38,9 +40,16 @@ def audits(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reproduction(tmp_path_factory):
+def reproduction_dir(tmp_path_factory):
     config = ReproduceConfig(seeds=1, architectures=((1, 1), (2, 2)), max_steps=25, n_sequences=40, workers=1)
-    return reproduce(config, tmp_path_factory.mktemp("repro") / "out", progress=False)
+    out = tmp_path_factory.mktemp("repro") / "out"
+    reproduce(config, out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reproduction(reproduction_dir):
+    return read_result(reproduction_dir / "summary.json", ReproduceSummary)
 
 
 def grid_cells(markup: str, caption_start: str) -> list[list[str]]:
@@ -95,6 +104,15 @@ def test_toy_results_show_the_papers_checks_and_every_head(reproduction):
     shown = [float(cell) for row in rows for cell in row if cell != "\u2013"]
     assert shown == [round(h.anchor_mass, 2) for m in reproduction.models for h in m.heads_table]
     assert reproduction.models[0]._repr_html_().count("<tr>") >= 2
+
+
+def test_an_evaluated_run_shows_its_heads(reproduction, reproduction_dir):
+    evaluation = evaluate_run(reproduction_dir / reproduction.models[0].name, n_sequences=200, write_figures=False)
+    markup = evaluation._repr_html_()
+    rows = grid_cells(markup, "BOS mass over non-trigger queries")
+    assert [float(cell) for row in rows for cell in row] == [round(h.anchor_mass, 2) for h in evaluation.heads_table]
+    assert f"{evaluation.heldout_mse:.2e}" in markup
+    assert evaluation.to_dataframe()["anchor_mass"].tolist() == [h.anchor_mass for h in evaluation.heads_table]
 
 
 def test_patching_shows_its_effect_map():

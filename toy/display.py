@@ -11,6 +11,8 @@ from interp.inline_html import bullets, fragment, heat_grid, table
 from probes.sink_metrics import SINK_EPS
 
 if TYPE_CHECKING:
+    from probes.probe import HeadProbe
+    from toy.evaluate import ModelEvaluation
     from toy.experiment import ModelSummary
     from toy.reproduce import ReproduceSummary
     from toy.sweep import SweepResult
@@ -42,22 +44,23 @@ def models_table(models: Sequence[ModelSummary]) -> str:
     return table(MODEL_COLUMNS, rows, scroll=len(rows) > 12)
 
 
-def anchor_mass_map(models: Sequence[ModelSummary]) -> str:
-    """One row per (model, layer), one column per head: BOS mass over non-trigger queries."""
-    width = max((m.heads for m in models), default=0)
+def anchor_mass_map(models: Sequence[tuple[str, Sequence[HeadProbe]]]) -> str:
+    """One row per (model, layer), one column per head: BOS mass over non-trigger
+    queries; ``models`` are (name, per-head rows) pairs."""
+    width = max((row.head + 1 for _, rows in models for row in rows), default=0)
     values: list[list[float]] = []
     labels: list[str] = []
     marked: set[tuple[int, int]] = set()
-    for m in models:
-        for layer in range(m.layers):
-            row = [float("nan")] * width
-            for head in m.heads_table:
-                if head.layer == layer:
-                    row[head.head] = head.anchor_mass
-                    if head.is_sink_head:
-                        marked.add((len(values), head.head))
-            values.append(row)
-            labels.append(f"{m.name} L{layer}")
+    for name, rows in models:
+        for layer in range(max((row.layer + 1 for row in rows), default=0)):
+            cells = [float("nan")] * width
+            for row in rows:
+                if row.layer == layer:
+                    cells[row.head] = row.anchor_mass
+                    if row.is_sink_head:
+                        marked.add((len(values), row.head))
+            values.append(cells)
+            labels.append(f"{name} L{layer}")
     return heat_grid(
         values,
         f"BOS mass over non-trigger queries (outlined: sink heads, \u2265 {1 - SINK_EPS:g})",
@@ -69,7 +72,28 @@ def anchor_mass_map(models: Sequence[ModelSummary]) -> str:
 
 def model_html(model: ModelSummary) -> str:
     subtitle = f"{model.attention} attention, {model.layers} layers x {model.heads} heads, seed {model.seed}"
-    return fragment(f"Toy model {model.name}", subtitle, [models_table([model]), anchor_mass_map([model])])
+    parts = [models_table([model]), anchor_mass_map([(model.name, model.heads_table)])]
+    return fragment(f"Toy model {model.name}", subtitle, parts)
+
+
+def evaluation_html(evaluation: ModelEvaluation) -> str:
+    name = f"{evaluation.attention}-{evaluation.layers}x{evaluation.heads}"
+    errors = table(
+        (("held-out L-inf", ".2e"), ("held-out MSE", ".2e"), ("default-position MSE", ".2e"), ("sink heads", "")),
+        [
+            (
+                evaluation.heldout_linf_error,
+                evaluation.heldout_mse,
+                evaluation.default_mse,
+                f"{len(evaluation.sink_heads())} of {len(evaluation.heads_table)}",
+            )
+        ],
+    )
+    subtitle = (
+        f"{evaluation.n_sequences:,} held-out sequences, trigger at 1-indexed position "
+        f"{evaluation.trigger_position_1indexed}"
+    )
+    return fragment(f"Toy model {name}", subtitle, [errors, anchor_mass_map([(name, evaluation.heads_table)])])
 
 
 def reproduction_html(summary: ReproduceSummary) -> str:
@@ -78,7 +102,11 @@ def reproduction_html(summary: ReproduceSummary) -> str:
         f"FAILED: {check.claim} ({check.detail})" for check in summary.checks if not check.passed
     ]
     subtitle = f"{len(summary.models)} models, {summary.wall_seconds:.0f} s"
-    parts = [bullets(findings), models_table(summary.models), anchor_mass_map(summary.models)]
+    parts = [
+        bullets(findings),
+        models_table(summary.models),
+        anchor_mass_map([(m.name, m.heads_table) for m in summary.models]),
+    ]
     return fragment("Toy reproduction", subtitle, parts)
 
 

@@ -13,20 +13,25 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 
 from interp.attention_kinds import NORMALISED_KINDS
 from interp.errors import InputError
+from interp.frames import dataframe, row_of
 from interp.hook_names import pattern_hook
 from probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test
 from probes.probe import HeadProbe, ProbeConfig, probe_model
 from reports.plots import attention_grid
+from toy.display import evaluation_html
 from toy.model import ToyTransformer
 from toy.run_dir import RunConfig, load_model, read_config
 from toy.task import TaskBatch, eval_batch, sample_batch
+
+if TYPE_CHECKING:
+    import pandas
 
 FIGURE_SEED = 20_260_311
 HELDOUT_SEED = 20_260_312
@@ -115,9 +120,17 @@ class ModelEvaluation:
     figures: list[str] = field(default_factory=list)
     default_mse: float = float("nan")  # MSE at default (non-trigger) positions of the figure set
 
-    @property
     def sink_heads(self) -> list[tuple[int, int]]:
+        """``(layer, head)`` of every sink head, as ``ProbeResult.sink_heads()``."""
         return [(row.layer, row.head) for row in self.heads_table if row.is_sink_head]
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per (layer, head), every ``HeadProbe`` metric a column."""
+        return dataframe(row_of(row) for row in self.heads_table)
+
+    def _repr_html_(self) -> str:
+        """Inline display in a notebook: held-out errors and anchor mass per head."""
+        return evaluation_html(self)
 
 
 def _pattern_stats(model: ToyTransformer, batch: TaskBatch) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -1,0 +1,45 @@
+"""The tutorial notebook (examples/tutorial.ipynb) runs from top to bottom in a real
+Jupyter kernel, offline, and shows what its text says it shows."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "examples" / "tutorial.ipynb"
+
+
+def _html_outputs(notebook) -> list[str]:
+    return [
+        output["data"]["text/html"]
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if "text/html" in output.get("data", {})
+    ]
+
+
+@pytest.mark.slow  # SmolLM2's GGUF file is dequantised on load: about a minute on two cores
+def test_the_tutorial_notebook_runs_offline(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    assert not any(cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), "commit it unexecuted"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    client = NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()  # raises CellExecutionError, with the cell and its traceback, on any error
+    html = _html_outputs(notebook)
+    titles = ["Toy model softmax-1x1", "Attention-sink probe", "Default-state test", "Activation patching"]
+    titles += ["Attention-sink audit: ", "Attention-sink audit: SmolLM2", "Attention-sink comparison"]
+    for title in titles:
+        assert any(title in markup for markup in html), title
+    assert (tmp_path / "tutorial-out" / "audit-smollm2" / "report.html").is_file()
+    assert (tmp_path / "tutorial-runs" / "relu-1x1" / "result.json").is_file()
