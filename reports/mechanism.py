@@ -42,8 +42,12 @@ def read_mechanism(directory: str | os.PathLike) -> MechanismComparison:
 
 
 def _names(models: Sequence[MechanismModel]) -> str:
-    names = [model.source for model in models]
-    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return _names_of([model.source for model in models])
+
+
+def _names_of(sources: Sequence[str]) -> str:
+    """At most six names in prose (a sweep can hold hundreds of runs)."""
+    return ", ".join(sources[:6]) + (f" and {len(sources) - 6} more" if len(sources) > 6 else "")
 
 
 def _range(values: Sequence[float], digits: int = 3) -> str:
@@ -148,10 +152,6 @@ def mechanism_findings(comparison: MechanismComparison) -> list[str]:
     for kind in KINDS:
         findings += _kind_findings(comparison, kind)
     return findings + _mechanism_answer(comparison) + list(comparison.notes)
-
-
-def _names_of(sources: Sequence[str]) -> str:
-    return ", ".join(sources[:6]) + (f" and {len(sources) - 6} more" if len(sources) > 6 else "")
 
 
 HEAD_COLUMNS = (

@@ -96,7 +96,8 @@ the audits are copied into --out (comparison.json), so the comparison and its re
 With a toy directory among them (a run, `toy probe` output, reproduction or sweep), an audit
 comparison directory, or --mechanism, --out gets mechanism.json instead: every sink head of every
 model with the shared probes (anchor mass, value-weighted anchor share, anchor value norm, dormant,
-layer output norms and cancellation). A toy run without probe/probe.json is probed here (not written).
+layer output norms and cancellation); --sink-eps implies it. A toy run without probe/probe.json
+is probed here (nothing is written into it).
 """
 
 REPORT_EXAMPLES = """examples:
@@ -451,8 +452,8 @@ def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
         "--sink-eps",
         type=float,
         default=None,
-        help="with mechanism.json: sink heads have anchor mass >= 1 - EPS in every model "
-        "(default: each probe's own, 0.1 unless audited otherwise; real LMs' heads rarely reach 0.9)",
+        help="sink heads have anchor mass >= 1 - EPS in every model (implies --mechanism; default: each "
+        "probe's own, 0.1 unless audited otherwise; real LMs' heads rarely reach 0.9)",
     )
     compare.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     _add_common_output(compare)
@@ -764,9 +765,12 @@ def _report(args: argparse.Namespace) -> dict:
 
 def _compare(args: argparse.Namespace) -> dict:
     from interp.atomic_io import claim_output_directory
+    from sinkscope.mechanism import is_audit_directory
 
     out = Path(args.out)
-    if args.mechanism or not all((Path(d) / "audit.json").is_file() for d in args.directories):
+    # --sink-eps only means something side by side, so it asks for that comparison too
+    mechanism = args.mechanism or args.sink_eps is not None
+    if mechanism or not all(is_audit_directory(d) for d in args.directories):
         return _compare_mechanism(args, out)
     with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an audit to compare"):
         from pretrained_analysis.suite import compare_directories

@@ -40,11 +40,13 @@ from toy.reproduce import REPRODUCE_FILE, ReproduceSummary
 from toy.run_dir import CONFIG_FILE, FINAL_WEIGHTS, RESULT_FILE, RunConfig, read_config
 from toy.sweep import SWEEP_FILE, SweepResult
 
+# read_mechanism lives with the report that reads it back; it is re-exported here
+__all__ = ["compare_mechanism", "is_audit_directory", "read_mechanism", "sources_of_directory", "write_mechanism"]
+
 READ_PROBE = "probe.json read (sinkscope toy probe)"
 COMPUTED_PROBE = "computed here on the run's model (the run had no probe/probe.json)"
 READ_AUDIT = "audit.json read (sinkscope audit)"
 IN_MEMORY = "passed in memory"
-__all__ = ["compare_mechanism", "read_mechanism", "sources_of_directory", "write_mechanism"]
 DEFAULT_SEQUENCES = 1000  # sinkscope toy probe's default, so a computed probe equals one it writes
 
 MechanismInput = str | os.PathLike | AuditResult | MechanismSource | tuple[str, ProbeResult]

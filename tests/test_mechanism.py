@@ -174,3 +174,12 @@ def test_a_directory_that_is_neither_exits_2_with_one_line(inputs, tmp_path, cap
     assert code == 2 and "not a directory" in stderr and not out.exists()
     code, _, stderr = _run(["compare", str(inputs["probed"]), "--out", str(out), "--sink-eps", "1.5"], capsys)
     assert code == 2 and "--sink-eps" in stderr and not out.exists()
+
+
+def test_audits_alone_side_by_side_with_mechanism_or_sink_eps(inputs, tmp_path, capsys):
+    """Audits alone keep the audit comparison; --sink-eps (like --mechanism) asks for this one."""
+    out = tmp_path / "audits"
+    code, _, stderr = _run(["compare", str(inputs["audit"]), "--out", str(out), "--sink-eps", "0.5"], capsys)
+    assert code == 0, stderr
+    assert (out / "mechanism.json").is_file() and not (out / "comparison.json").exists()
+    assert read_mechanism(out).model("model").sink_eps == LOOSE
