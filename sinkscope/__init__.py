@@ -36,6 +36,12 @@ _EXPORTS: dict[str, str] = {
     "prompt_set": "pretrained_analysis.prompts",
     "write_comparison": "pretrained_analysis.compare",
     "read_comparison": "pretrained_analysis.compare",
+    # toy models and pretrained models side by side
+    "compare_mechanism": "sinkscope.mechanism",
+    "write_mechanism": "sinkscope.mechanism",
+    "read_mechanism": "sinkscope.mechanism",
+    "MechanismComparison": "probes.mechanism",
+    "MechanismSource": "probes.mechanism",
     "LoadSpec": "pretrained_analysis.loading",
     "load_model": "pretrained_analysis.loading",
     "PromptSpec": "pretrained_analysis.prompts",

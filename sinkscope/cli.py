@@ -88,8 +88,16 @@ COMPARE_EXAMPLES = """examples:
   sinkscope compare runs/a/pythia-70m-step1000 runs/b/pythia-70m-step143000 --out sinkscope-out/pythia-70m-steps
   sinkscope compare cluster-out/*/ --out sinkscope-out/all --overwrite && sinkscope report sinkscope-out/all
 
-Each DIR is an audit directory (audit.json); they must share their prompts and --sink-eps.
-The audits are copied into --out, so the comparison and its report stand alone.
+  sinkscope compare sinkscope-out/toy-quick sinkscope-out/audit/minilm --sink-eps 0.5 --out sinkscope-out/toy-vs-minilm
+  sinkscope compare sinkscope-out/audit/gpt2 sinkscope-out/audit/pythia-70m --mechanism --out sinkscope-out/mech
+
+When every DIR is an audit directory (audit.json), they must share their prompts and --sink-eps;
+the audits are copied into --out (comparison.json), so the comparison and its report stand alone.
+With a toy directory among them (a run, `toy probe` output, reproduction or sweep), an audit
+comparison directory, or --mechanism, --out gets mechanism.json instead: every sink head of every
+model with the shared probes (anchor mass, value-weighted anchor share, anchor value norm, dormant,
+layer output norms and cancellation); --sink-eps implies it. A toy run without probe/probe.json
+is probed here (nothing is written into it).
 """
 
 REPORT_EXAMPLES = """examples:
@@ -418,12 +426,35 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
 def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
     compare = commands.add_parser(
         "compare",
-        help="compare audit directories written by separate runs (machines, clusters) in one comparison",
+        help="compare audits written separately, or toy runs and audits side by side (shared probes per sink head)",
         epilog=COMPARE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    compare.add_argument("directories", nargs="+", metavar="DIR", help="audit directories (each holds audit.json)")
-    compare.add_argument("--out", required=True, help="the comparison directory to write (the audits are copied in)")
+    compare.add_argument(
+        "directories",
+        nargs="+",
+        metavar="DIR",
+        help="audit directories (audit.json), audit comparisons, toy runs, toy probes, reproductions or sweeps",
+    )
+    compare.add_argument("--out", required=True, help="the comparison directory to write")
+    compare.add_argument(
+        "--mechanism",
+        action="store_true",
+        help="write the toy-vs-pretrained sink-head comparison (mechanism.json) even when every DIR is an audit",
+    )
+    compare.add_argument(
+        "--sequences",
+        type=int,
+        default=1000,
+        help="figure-set sequences for a toy run probed here (no probe/probe.json; default 1000)",
+    )
+    compare.add_argument(
+        "--sink-eps",
+        type=float,
+        default=None,
+        help="sink heads have anchor mass >= 1 - EPS in every model (implies --mechanism; default: each "
+        "probe's own, 0.1 unless audited otherwise; real LMs' heads rarely reach 0.9)",
+    )
     compare.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     _add_common_output(compare)
 
@@ -734,8 +765,13 @@ def _report(args: argparse.Namespace) -> dict:
 
 def _compare(args: argparse.Namespace) -> dict:
     from interp.atomic_io import claim_output_directory
+    from sinkscope.mechanism import is_audit_directory
 
     out = Path(args.out)
+    # --sink-eps only means something side by side, so it asks for that comparison too
+    mechanism = args.mechanism or args.sink_eps is not None
+    if mechanism or not all(is_audit_directory(d) for d in args.directories):
+        return _compare_mechanism(args, out)
     with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an audit to compare"):
         from pretrained_analysis.suite import compare_directories
 
@@ -744,6 +780,22 @@ def _compare(args: argparse.Namespace) -> dict:
         print(comparison.to_markdown())
         print(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and a copy of each audit")
     return {"out": str(out), "comparison": encode(comparison)}
+
+
+def _compare_mechanism(args: argparse.Namespace, out: Path) -> dict:
+    """Toy and pretrained side by side (``sinkscope.mechanism``): mechanism.json in ``out``."""
+    from interp.atomic_io import claim_output_directory
+    from sinkscope.mechanism import compare_mechanism, write_mechanism
+
+    with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an input to compare"):
+        comparison = compare_mechanism(args.directories, n_sequences=args.sequences, sink_eps=args.sink_eps)
+        write_mechanism(comparison, out, overwrite=args.overwrite)
+    if not args.json:
+        from reports.mechanism import mechanism_markdown
+
+        print(mechanism_markdown(comparison))
+        print(f"wrote {out / 'mechanism.md'}, {out / 'mechanism.json'} and {out / 'mechanism.png'}")
+    return {"out": str(out), "mechanism": encode(comparison)}
 
 
 def _audit_line(result) -> str:

@@ -2,7 +2,7 @@
 self-contained page) and ``report.md``.
 
 The kind of directory is recognised by its files (``toy.report.REPORT_KINDS``,
-``pretrained_analysis.report.REPORT_KINDS``); the kind's builder makes the document and
+``pretrained_analysis.report.REPORT_KINDS``, ``reports.mechanism.REPORT_KINDS``); the kind's builder makes the document and
 ``reports.write`` renders and writes it.
 """
 
@@ -15,11 +15,12 @@ from pathlib import Path
 from interp.errors import InputError
 from interp.provenance import package_version
 from pretrained_analysis.report import REPORT_KINDS as PRETRAINED_KINDS
+from reports.mechanism import REPORT_KINDS as MECHANISM_KINDS
 from reports.write import ReportKind, write_report
 from toy.report import REPORT_KINDS as TOY_KINDS
 from toy.run_dir import CONFIG_FILE, RESULT_FILE
 
-REPORT_KINDS: tuple[ReportKind, ...] = PRETRAINED_KINDS + TOY_KINDS
+REPORT_KINDS: tuple[ReportKind, ...] = PRETRAINED_KINDS + TOY_KINDS + MECHANISM_KINDS
 
 
 @dataclass(frozen=True)

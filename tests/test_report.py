@@ -1,6 +1,7 @@
 """`sinkscope report` on every kind of result directory, built here from real (small)
 runs: a toy reproduction, a toy probe, a toy trade-off, an audit with ablations and a
-comparison of two audits (tiny GPT-2 and GPT-NeoX checkpoints with planted BOS sinks).
+comparison of two audits (tiny GPT-2 and GPT-NeoX checkpoints with planted BOS sinks), and
+a toy run beside an audit in one side-by-side (mechanism) comparison.
 
 Run names, file names and prompts carry ``<script>alert(1)</script>``: the reports must
 show it as text. The browser tests open each report in headless Chromium (see
@@ -87,6 +88,9 @@ def result_dirs(tmp_path_factory) -> dict[str, Path]:
     dirs["audit"] = root / "audit"
     assert main(["audit", str(gpt2), str(neox), "--out", str(root / "comparison"), *fast]) == 0
     dirs["comparison"] = root / "comparison"
+    # toy and pretrained side by side: the audit first, so the models table's layers column is out of order
+    assert main(["compare", str(root / "audit"), str(run), "--out", str(xss_dir(root, "-mechanism")), "--json"]) == 0
+    dirs["mechanism"] = xss_dir(root, "-mechanism")
     return dirs
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from interp.atomic_io import atomic_directory, claim_output_directory
 from interp.codec import write_result
@@ -40,6 +41,28 @@ class ToyProbeReport:
     files: list[str]
 
 
+def _figure_set_probe(
+    model: torch.nn.Module, tokens: torch.Tensor, default_mask: torch.Tensor, unfinished: str | None
+) -> ProbeResult:
+    """The toy probe: every shared probe over the default (non-trigger) queries; the
+    same call as ``toy.evaluate``'s, so a run's heads equal its ``evaluation.json`` rows
+    on the same number of sequences."""
+    probe = probe_model(model, tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
+    return probe if unfinished is None else replace(probe, notes=(*probe.notes, unfinished))
+
+
+def probe_of_run(run_dir: str | os.PathLike, n_sequences: int = 1000, allow_unfinished: bool = False) -> ProbeResult:
+    """``probe_run``'s ``ProbeResult`` of a trained toy run, computed and returned, nothing
+    written (for comparisons that read runs they do not own)."""
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    unfinished = require_finished(run_dir, allow_unfinished, "probe")
+    if n_sequences < 1:
+        raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
+    batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
+    return _figure_set_probe(load_model(run_dir), batch.tokens, batch.default_query_mask(), unfinished)
+
+
 def probe_run(
     run_dir: str | os.PathLike,
     out_dir: str | os.PathLike | None = None,
@@ -60,9 +83,7 @@ def probe_run(
     with claim_output_directory(out_dir, overwrite, [run_dir], "the run"):
         batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
         default_mask = batch.default_query_mask()
-        probe = probe_model(model, batch.tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
-        if unfinished is not None:
-            probe = replace(probe, notes=(*probe.notes, unfinished))
+        probe = _figure_set_probe(model, batch.tokens, default_mask, unfinished)
         state = ToyDefaultState.from_result(
             default_state_test(
                 model,

@@ -1,0 +1,246 @@
+"""Toy models and pretrained models side by side: the shared probes of every sink head.
+
+The paper's mechanism question is what a sink head writes. In the trigger task a softmax
+sink head parks its attention on BOS and (value-weighted) almost all of what it writes
+comes from BOS; with a residual stream, the layers' outputs then cancel at the default
+positions. In a pretrained LM the expectation is the other way round: the anchor takes
+the attention but its value is small, so it contributes little. ``compare_mechanisms``
+puts the numbers that decide this in one table, from ``ProbeResult``s only (any hooked
+model, toy or pretrained): per sink head, the anchor mass, the value-weighted anchor
+share, the anchor's value norm, the dormant flag and its layer's output norms; per model,
+the attention output of all layers summed against the sum of their norms.
+
+Gathering ``ProbeResult``s from directories (toy runs, audits) is the top package's job
+(``sinkscope.mechanism``); this module only builds the table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from interp.errors import InputError
+from interp.frames import dataframe, row_of
+from probes.probe import ProbeResult
+from probes.sink_metrics import is_sink_head
+
+if TYPE_CHECKING:
+    import pandas
+
+MECHANISM_FILE = "mechanism.json"
+KINDS = ("toy", "pretrained")
+# a sink head "writes the anchor's value" when at least half of its output norm comes from
+# the anchor: above it the anchor's value dominates what the head writes, below it the
+# other keys do although the anchor holds >= 1 - sink_eps of the attention
+WRITES_ANCHOR_SHARE = 0.5
+# the layers "cancel" when the norm of their summed output is under half the sum of their
+# norms: most of what they write is undone by other layers at the same positions
+CANCELS_BELOW = 0.5
+
+
+@dataclass(frozen=True)
+class MechanismSource:
+    """One probed model to compare (in memory): ``label`` names it in the table, ``kind``
+    is ``"toy"`` or ``"pretrained"``, ``model`` says what it is, ``origin`` how its probe
+    was obtained (read from a file, computed, passed in), ``directory`` where it came from."""
+
+    label: str
+    kind: str
+    model: str
+    probe: ProbeResult
+    origin: str = "passed in memory"
+    directory: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise InputError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}", field="kind")
+        if not self.label:
+            raise InputError("every source needs a label; name it (e.g. the run or model name)", field="label")
+
+
+@dataclass(frozen=True)
+class MechanismHead:
+    """One sink head: the ``HeadProbe`` values of the shared probes, and its layer's
+    ``LayerProbe`` output norms (``layer_attn_out_norm`` = ||sum of the layer's heads||,
+    ``layer_head_out_norm_sum`` = sum of the heads' norms: far apart when the heads cancel)."""
+
+    source: str
+    kind: str
+    layer: int
+    head: int
+    anchor_mass: float
+    value_weighted_anchor_share: float
+    anchor_value_norm: float
+    head_out_norm: float
+    dormant: bool
+    layer_attn_out_norm: float
+    layer_head_out_norm_sum: float
+
+
+@dataclass(frozen=True)
+class MechanismModel:
+    """One compared model. ``attn_out_norm_of_sum`` / ``attn_out_sum_of_norms``: the
+    probe's ||sum over layers of attn_out|| and sum over layers of ||attn_out||;
+    ``cancellation`` is their ratio (1: nothing cancels; near 0: the layers undo each
+    other; NaN without values). The sink-head means are NaN without sink heads."""
+
+    source: str
+    kind: str
+    model: str
+    origin: str
+    directory: str | None
+    attention_kind: str
+    n_layers: int
+    n_heads: int
+    n_inputs: int
+    sink_eps: float  # sink heads: anchor_mass >= 1 - sink_eps
+    n_sink_heads: int
+    n_dormant_sink_heads: int
+    sink_anchor_mass: float
+    sink_value_weighted_anchor_share: float
+    sink_anchor_value_norm: float
+    attn_out_norm_of_sum: float
+    attn_out_sum_of_norms: float
+    cancellation: float
+
+    @property
+    def writes_anchor(self) -> bool | None:
+        """Whether its sink heads' output comes mostly from the anchor (None without sink heads)."""
+        if self.n_sink_heads == 0 or math.isnan(self.sink_value_weighted_anchor_share):
+            return None
+        return self.sink_value_weighted_anchor_share >= WRITES_ANCHOR_SHARE
+
+    @property
+    def layers_cancel(self) -> bool | None:
+        """Whether the layers cancel (None for one layer, where nothing can, or unmeasured)."""
+        if self.n_layers < 2 or math.isnan(self.cancellation):
+            return None
+        return self.cancellation < CANCELS_BELOW
+
+
+@dataclass(frozen=True)
+class MechanismComparison:
+    """Toy and pretrained models' sink heads side by side; persisted as ``mechanism.json``
+    (``interp.codec``). ``models`` in the order given; ``heads``: every sink head of every
+    model, in that order."""
+
+    SCHEMA: ClassVar[str] = "mechanism"
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    models: tuple[MechanismModel, ...]
+    heads: tuple[MechanismHead, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def model(self, source: str) -> MechanismModel:
+        for row in self.models:
+            if row.source == source:
+                return row
+        raise InputError(f"no source {source!r} in this comparison; choose one of {[m.source for m in self.models]}")
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per sink head: its source's model, attention kind and cancellation
+        beside every ``MechanismHead`` column."""
+        by_source = {row.source: row for row in self.models}
+        return dataframe(
+            row_of(
+                head,
+                model=by_source[head.source].model,
+                attention_kind=by_source[head.source].attention_kind,
+                attn_out_norm_of_sum=by_source[head.source].attn_out_norm_of_sum,
+                attn_out_sum_of_norms=by_source[head.source].attn_out_sum_of_norms,
+                cancellation=by_source[head.source].cancellation,
+            )
+            for head in self.heads
+        )
+
+    def models_dataframe(self) -> pandas.DataFrame:
+        """One row per compared model (also those without sink heads)."""
+        return dataframe(row_of(row) for row in self.models)
+
+
+def _mean(values: Sequence[float]) -> float:
+    finite = [value for value in values if not math.isnan(value)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+def unique_labels(labels: Sequence[str]) -> tuple[str, ...]:
+    """``labels`` with repeats numbered (``run``, ``run (2)``): rows are keyed by label."""
+    seen: list[str] = []
+    for label in labels:
+        name, number = label, 2
+        while name in seen:
+            name, number = f"{label} ({number})", number + 1
+        seen.append(name)
+    return tuple(seen)
+
+
+def _model_row(
+    source: MechanismSource, label: str, sink_eps: float | None
+) -> tuple[MechanismModel, tuple[MechanismHead, ...]]:
+    probe = source.probe
+    layers = {layer.layer: layer for layer in probe.layers}
+    eps = probe.config.sink_eps if sink_eps is None else sink_eps
+    # re-thresholded from the stored anchor mass (NaN is never a sink), so models probed
+    # with different sink_eps can be compared at one threshold
+    sinks = [head for head in probe.heads if is_sink_head(head.anchor_mass, eps)]
+    heads = tuple(
+        MechanismHead(
+            source=label,
+            kind=source.kind,
+            layer=head.layer,
+            head=head.head,
+            anchor_mass=head.anchor_mass,
+            value_weighted_anchor_share=head.value_weighted_anchor_share,
+            anchor_value_norm=head.anchor_value_norm,
+            head_out_norm=head.head_out_norm,
+            dormant=head.dormant,
+            layer_attn_out_norm=layers[head.layer].attn_out_norm if head.layer in layers else math.nan,
+            layer_head_out_norm_sum=layers[head.layer].head_out_norm_sum if head.layer in layers else math.nan,
+        )
+        for head in sinks
+    )
+    of_sum, sum_of = probe.attn_out_norm_of_sum, probe.attn_out_sum_of_norms
+    model = MechanismModel(
+        source=label,
+        kind=source.kind,
+        model=source.model,
+        origin=source.origin,
+        directory=source.directory,
+        attention_kind=probe.model.attention_kind,
+        n_layers=probe.model.n_layers,
+        n_heads=probe.model.n_heads,
+        n_inputs=probe.n_inputs,
+        sink_eps=eps,
+        n_sink_heads=len(sinks),
+        n_dormant_sink_heads=sum(head.dormant for head in sinks),
+        sink_anchor_mass=_mean([head.anchor_mass for head in sinks]),
+        sink_value_weighted_anchor_share=_mean([head.value_weighted_anchor_share for head in sinks]),
+        sink_anchor_value_norm=_mean([head.anchor_value_norm for head in sinks]),
+        attn_out_norm_of_sum=of_sum,
+        attn_out_sum_of_norms=sum_of,
+        cancellation=of_sum / sum_of if sum_of > 0 else math.nan,  # NaN (not measured) compares False too
+    )
+    return model, heads
+
+
+def compare_mechanisms(
+    sources: Sequence[MechanismSource], notes: Sequence[str] = (), sink_eps: float | None = None
+) -> MechanismComparison:
+    """One ``MechanismModel`` per source (in order) and one ``MechanismHead`` per sink head.
+    ``sink_eps``: a head is a sink head when its anchor mass is >= 1 - sink_eps; None keeps
+    each probe's own threshold (the paper's 0.1 by default, which few heads of a real LM
+    reach: a looser one, e.g. 0.5, compares the heads that park most of their attention)."""
+    if sink_eps is not None and not 0.0 <= sink_eps < 1.0:
+        raise InputError(f"sink_eps must lie in [0, 1), got {sink_eps}", field="sink_eps")
+    if not sources:
+        raise InputError("nothing to compare; pass at least one toy run or audit")
+    labels = unique_labels([source.label for source in sources])
+    models: list[MechanismModel] = []
+    heads: list[MechanismHead] = []
+    for source, label in zip(sources, labels):
+        model, model_heads = _model_row(source, label, sink_eps)
+        models.append(model)
+        heads.extend(model_heads)
+    return MechanismComparison(models=tuple(models), heads=tuple(heads), notes=tuple(notes))

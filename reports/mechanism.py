@@ -1,0 +1,361 @@
+"""Report content for the side-by-side comparison of toy and pretrained models
+(``mechanism.json``, ``probes.mechanism``): its findings, tables, figure and Markdown.
+
+The findings answer the paper's mechanism question from the numbers: where the sink
+heads' output comes mostly from the anchor (value-weighted anchor share >= 0.5) and where
+it does not (the anchor's value is small), and whether the layers cancel (the norm of the
+summed attention outputs far below the sum of their norms).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure as MplFigure
+
+from interp.codec import read_result
+from probes.mechanism import (
+    CANCELS_BELOW,
+    KINDS,
+    MECHANISM_FILE,
+    WRITES_ANCHOR_SHARE,
+    MechanismComparison,
+    MechanismModel,
+)
+from reports.document import Column, Figure, KeyValues, Paragraph, ReportDocument, Section, Table, sig
+from reports.markdown import md_escape
+from reports.plots import save_figure
+from reports.write import ReportKind
+
+MECHANISM_FIGURE = "mechanism.png"
+MECHANISM_MD = "mechanism.md"
+MARKERS = {"toy": "o", "pretrained": "^"}
+
+
+def read_mechanism(directory: str | os.PathLike) -> MechanismComparison:
+    """``directory/mechanism.json`` read back."""
+    return read_result(Path(directory) / MECHANISM_FILE, MechanismComparison, "regenerate it with sinkscope compare")
+
+
+def _names(models: Sequence[MechanismModel]) -> str:
+    return _names_of([model.source for model in models])
+
+
+def _names_of(sources: Sequence[str]) -> str:
+    """At most six names in prose (a sweep can hold hundreds of runs)."""
+    return ", ".join(sources[:6]) + (f" and {len(sources) - 6} more" if len(sources) > 6 else "")
+
+
+def _range(values: Sequence[float], digits: int = 3) -> str:
+    finite = [value for value in values if not math.isnan(value)]
+    if not finite:
+        return "n/a"
+    low, high, mean = min(finite), max(finite), sum(finite) / len(finite)
+    return (
+        f"{mean:.{digits}f}" if len(finite) == 1 else f"{mean:.{digits}f} (from {low:.{digits}f} to {high:.{digits}f})"
+    )
+
+
+def _kind_findings(comparison: MechanismComparison, kind: str) -> list[str]:
+    """What the sink heads of one kind write, and whether that kind's layers cancel."""
+    models = [model for model in comparison.models if model.kind == kind]
+    if not models:
+        return []
+    heads = [head for head in comparison.heads if head.kind == kind]
+    findings = []
+    if heads:
+        shares = [head.value_weighted_anchor_share for head in heads]
+        finite = [share for share in shares if not math.isnan(share)]
+        mostly = sum(share >= WRITES_ANCHOR_SHARE for share in finite)
+        reading = (
+            "the anchor carries most of what they write"
+            if finite and mostly == len(finite)
+            else "the anchor takes their attention but carries little of what they write (its value is small)"
+            if finite and mostly == 0
+            else f"in {mostly} of {len(finite)} the anchor carries most of what they write"
+            if finite
+            else "their values were not measured"
+        )
+        findings.append(
+            f"{kind.capitalize()} sink heads ({len(heads)} in {sum(m.n_sink_heads > 0 for m in models)} of "
+            f"{len(models)} {kind} models): anchor mass {_range([h.anchor_mass for h in heads])}, value-weighted "
+            f"anchor share {_range(shares)}, anchor value norm {_range([h.anchor_value_norm for h in heads], 3)}; "
+            f"{sum(h.dormant for h in heads)} are dormant; {reading}."
+        )
+    else:
+        findings.append(f"No {kind} model has a sink head ({_names(models)}).")
+    deep = [model for model in models if model.n_layers > 1 and not math.isnan(model.cancellation)]
+    if deep:
+        cancel = [model for model in deep if model.layers_cancel]
+        verdict = (
+            "the layers cancel in every one"
+            if len(cancel) == len(deep)
+            else "the layers cancel in none"
+            if not cancel
+            else f"the layers cancel in {_names(cancel)} only"
+        )
+        findings.append(
+            f"In the {len(deep)} multi-layer {kind} model{'s' if len(deep) > 1 else ''}, ||sum of the layers' "
+            f"attention outputs|| / sum of their norms is {_range([m.cancellation for m in deep])}: {verdict} "
+            f"(cancel: below {CANCELS_BELOW:g})."
+        )
+    return findings
+
+
+def _mechanism_answer(comparison: MechanismComparison) -> list[str]:
+    """Which mechanism holds where: one sentence per group of models."""
+    groups: dict[str, list[MechanismModel]] = {}
+    for model in comparison.models:
+        writes, cancels = model.writes_anchor, model.layers_cancel
+        if writes is None:
+            key = "no sink head, so no sink to explain"
+        elif not writes:
+            key = (
+                f"the anchor's value is small: sink heads put their attention on it but under "
+                f"{WRITES_ANCHOR_SHARE:g} of what they write comes from it"
+            )
+        elif cancels:
+            key = "sink heads write the anchor's value and the layers cancel it (the toy mechanism)"
+        elif cancels is None and model.n_layers == 1:
+            key = "sink heads write the anchor's value (one layer: nothing to cancel)"
+        else:
+            key = "sink heads write the anchor's value but the layers do not cancel"
+        groups.setdefault(key, []).append(model)
+    return [
+        f"{_names(models)}: {key} (value-weighted share "
+        + ", ".join(sig(m.sink_value_weighted_anchor_share, 3) for m in models)
+        + "; cancellation "
+        + ", ".join(sig(m.cancellation, 3) for m in models)
+        + ")."
+        for key, models in groups.items()
+    ]
+
+
+def mechanism_findings(comparison: MechanismComparison) -> list[str]:
+    """The comparison in words: what was compared and how each probe was obtained, what
+    the sink heads of each kind write, whether the layers cancel, which mechanism holds where."""
+    models = comparison.models
+    counts = {kind: sum(model.kind == kind for model in models) for kind in KINDS}
+    origins: dict[str, list[str]] = {}
+    for model in models:
+        origins.setdefault(model.origin, []).append(model.source)
+    rules = " or ".join(sorted({f"{1.0 - model.sink_eps:g}" for model in models}))
+    findings = [
+        f"{len(models)} models compared with the same probes: {counts['toy']} toy, {counts['pretrained']} "
+        f"pretrained; {len(comparison.heads)} sink heads in all (anchor mass >= {rules} over the probe's queries).",
+        "Probes: " + "; ".join(f"{origin}: {_names_of(sources)}" for origin, sources in origins.items()) + ".",
+    ]
+    for kind in KINDS:
+        findings += _kind_findings(comparison, kind)
+    return findings + _mechanism_answer(comparison) + list(comparison.notes)
+
+
+HEAD_COLUMNS = (
+    Column("source"),
+    Column("kind"),
+    Column("model"),
+    Column("layer", numeric=True),
+    Column("head", numeric=True),
+    Column("anchor_mass", ".3f", numeric=True),
+    Column("value_weighted_anchor_share", ".3f", numeric=True),
+    Column("anchor_value_norm", ".3g", numeric=True),
+    Column("head_out_norm", ".3g", numeric=True),
+    Column("dormant"),
+    Column("layer attn_out_norm", ".3g", numeric=True),
+    Column("layer head_out_norm_sum", ".3g", numeric=True),
+    Column("model attn_out_norm_of_sum", ".3g", numeric=True),
+    Column("model attn_out_sum_of_norms", ".3g", numeric=True),
+    Column("cancellation", ".3f", numeric=True),
+)
+
+
+def head_rows(comparison: MechanismComparison) -> tuple[tuple, ...]:
+    """One row of ``HEAD_COLUMNS`` per sink head."""
+    by_source = {model.source: model for model in comparison.models}
+    return tuple(
+        (
+            head.source,
+            head.kind,
+            by_source[head.source].model,
+            head.layer,
+            head.head,
+            head.anchor_mass,
+            head.value_weighted_anchor_share,
+            head.anchor_value_norm,
+            head.head_out_norm,
+            head.dormant,
+            head.layer_attn_out_norm,
+            head.layer_head_out_norm_sum,
+            by_source[head.source].attn_out_norm_of_sum,
+            by_source[head.source].attn_out_sum_of_norms,
+            by_source[head.source].cancellation,
+        )
+        for head in comparison.heads
+    )
+
+
+def head_table(comparison: MechanismComparison) -> Table:
+    note = (
+        "One row per sink head. value_weighted_anchor_share: ||A[i,a] v_a W_O|| / sum_j ||A[i,j] v_j W_O||; "
+        "anchor_value_norm: ||v_a|| of the head's value (before W_O); layer attn_out_norm vs layer "
+        "head_out_norm_sum: the head's layer (far apart: its heads cancel); model attn_out_norm_of_sum vs "
+        "attn_out_sum_of_norms: all layers (cancellation = their ratio; far below 1: the layers cancel). "
+        "Means over the probe's selected queries (toy: non-trigger positions)."
+    )
+    return Table("Sink heads, toy and pretrained", HEAD_COLUMNS, head_rows(comparison), note)
+
+
+def models_table(comparison: MechanismComparison) -> Table:
+    columns = (
+        Column("source"),
+        Column("kind"),
+        Column("model"),
+        Column("attention"),
+        Column("layers", numeric=True),
+        Column("heads", numeric=True),
+        Column("inputs", numeric=True),
+        Column("sink heads", numeric=True),
+        Column("dormant sink heads", numeric=True),
+        Column("mean value_weighted_anchor_share", ".3f", numeric=True),
+        Column("attn_out_norm_of_sum", ".3g", numeric=True),
+        Column("attn_out_sum_of_norms", ".3g", numeric=True),
+        Column("cancellation", ".3f", numeric=True),
+        Column("probe"),
+        Column("directory"),
+    )
+    rows = tuple(
+        (
+            m.source,
+            m.kind,
+            m.model,
+            m.attention_kind,
+            m.n_layers,
+            m.n_heads,
+            m.n_inputs,
+            m.n_sink_heads,
+            m.n_dormant_sink_heads,
+            m.sink_value_weighted_anchor_share,
+            m.attn_out_norm_of_sum,
+            m.attn_out_sum_of_norms,
+            m.cancellation,
+            m.origin,
+            m.directory,
+        )
+        for m in comparison.models
+    )
+    return Table("Models compared", columns, rows, "Models without sink heads are listed here only.")
+
+
+def mechanism_figure(comparison: MechanismComparison, path: str | os.PathLike) -> MplFigure:
+    """Left: anchor mass against value-weighted anchor share, one point per sink head,
+    coloured by source (circles toy, triangles pretrained). Right: each model's
+    cancellation ratio (1: the layers add up; near 0: they cancel)."""
+    models = comparison.models
+    fig = MplFigure(figsize=(max(9.0, 5.5 + 0.45 * len(models)), 4.0), layout="constrained")
+    scatter, bars = fig.subplots(1, 2, width_ratios=(1.0, max(1.0, 0.25 * len(models))))
+    colours = {model.source: f"C{index % 10}" for index, model in enumerate(models)}
+    for model in models:
+        heads = [head for head in comparison.heads if head.source == model.source]
+        if heads:
+            scatter.scatter(
+                [head.anchor_mass for head in heads],
+                [head.value_weighted_anchor_share for head in heads],
+                color=colours[model.source],
+                marker=MARKERS.get(model.kind, "o"),
+                s=28,
+                alpha=0.8,
+                label=f"{model.source} ({model.kind})",
+            )
+    if not comparison.heads:
+        scatter.text(0.5, 0.5, "no sink heads", ha="center", va="center", transform=scatter.transAxes)
+    else:
+        scatter.legend(fontsize=6, loc="best")
+    scatter.axhline(WRITES_ANCHOR_SHARE, color="grey", linewidth=0.8, linestyle="--")
+    scatter.set_xlim(-0.02, 1.02)
+    scatter.set_ylim(-0.02, 1.02)
+    scatter.set_xlabel("anchor_mass (attention on the anchor)")
+    scatter.set_ylabel("value_weighted_anchor_share")
+    scatter.set_title("sink heads: attention vs what they write from the anchor", fontsize=9)
+    scatter.grid(alpha=0.3)
+    positions = np.arange(len(models))
+    ratios = np.asarray([model.cancellation for model in models], dtype=float)
+    bars.bar(positions, np.nan_to_num(ratios), color=[colours[model.source] for model in models])
+    bars.axhline(CANCELS_BELOW, color="grey", linewidth=0.8, linestyle="--")
+    bars.set_xticks(positions, [model.source for model in models], rotation=30, ha="right", fontsize=7)
+    bars.set_ylim(0.0, 1.05)
+    bars.set_ylabel("||sum of layer outputs|| / sum of norms")
+    bars.set_title("cancellation across layers (1: none)", fontsize=9)
+    bars.grid(axis="y", alpha=0.3)
+    return save_figure(fig, path)
+
+
+def mechanism_markdown(comparison: MechanismComparison) -> str:
+    """The findings and the sink-head table as Markdown (every name escaped)."""
+    rows = head_rows(comparison)
+    header = [column.name for column in HEAD_COLUMNS]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [
+            md_escape(_cell(value, column.fmt)) if isinstance(value, str) else _cell(value, column.fmt)
+            for value, column in zip(row, HEAD_COLUMNS)
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    findings = "\n".join(f"- {md_escape(finding)}" for finding in mechanism_findings(comparison))
+    return "# Toy and pretrained sink heads side by side\n\n" + findings + "\n\n" + "\n".join(lines) + "\n"
+
+
+def _cell(value: object, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)) and fmt:
+        return format(value, fmt)
+    return str(value)
+
+
+def mechanism_report(source: Path, figure_dir: Path) -> ReportDocument:
+    comparison = read_mechanism(source)
+    figure = figure_dir / MECHANISM_FIGURE
+    mechanism_figure(comparison, figure)
+    sections = (
+        Section(
+            "Sink heads",
+            (
+                Figure(figure, "anchor mass vs value-weighted anchor share per sink head; cancellation per model"),
+                head_table(comparison),
+            ),
+        ),
+        Section("Models", (models_table(comparison),)),
+        Section(
+            "How to read it",
+            (
+                Paragraph(
+                    "A sink head whose value-weighted anchor share is near 1 writes the anchor's value; in the toy "
+                    "trigger task the layers then cancel it at the default positions. A share near 0 means the "
+                    "anchor takes the attention while its value is small, so the head writes little."
+                ),
+                KeyValues(
+                    "Thresholds",
+                    (
+                        ("writes the anchor's value", f"value_weighted_anchor_share >= {WRITES_ANCHOR_SHARE:g}"),
+                        ("layers cancel", f"cancellation < {CANCELS_BELOW:g} (models with 2 or more layers)"),
+                    ),
+                ),
+            ),
+        ),
+    )
+    kinds = " + ".join(f"{sum(m.kind == kind for m in comparison.models)} {kind}" for kind in KINDS)
+    return ReportDocument(
+        title="Toy and pretrained sink heads side by side",
+        subtitle=f"sinkscope compare · {kinds} · {source}",
+        findings=tuple(mechanism_findings(comparison)),
+        sections=sections,
+    )
+
+
+REPORT_KINDS: tuple[ReportKind, ...] = (ReportKind("mechanism", (MECHANISM_FILE,), mechanism_report),)
