@@ -13,7 +13,7 @@ import html
 import math
 from collections.abc import Iterable, Sequence
 
-Cell = str | int | float | bool | None
+from interp.formatting import Cell, format_cell
 
 STYLE = """
 .sinkscope-inline { font: 13px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; color: #1d2330; max-width: 1100px; }
@@ -38,17 +38,6 @@ _STOPS = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 
 
 def escape(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-def format_cell(value: Cell, fmt: str = "") -> str:
-    """Display text of a cell: None/NaN as an en dash, booleans as yes/no."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "\u2013"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, (int, float)) and fmt:
-        return format(value, fmt)
-    return str(value)
 
 
 def colour(value: float, vmin: float = 0.0, vmax: float = 1.0) -> tuple[str, str]:

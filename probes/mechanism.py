@@ -139,6 +139,12 @@ class MechanismComparison:
                 return row
         raise InputError(f"no source {source!r} in this comparison; choose one of {[m.source for m in self.models]}")
 
+    def _repr_html_(self) -> str:
+        """Inline display in a notebook: the findings, one row per model, every sink head."""
+        from probes.mechanism_display import mechanism_html  # the findings import this module
+
+        return mechanism_html(self)
+
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per sink head: its source's model, attention kind and cancellation
         beside every ``MechanismHead`` column."""

@@ -15,9 +15,11 @@ from pathlib import Path
 
 from interp.errors import InputError
 
-# re-exported: reports, tables and inline displays format cells one way
-from interp.inline_html import Cell as Cell
-from interp.inline_html import format_cell as format_cell
+# re-exported: reports, tables, findings and inline displays format numbers one way
+from interp.formatting import Cell as Cell
+from interp.formatting import format_cell as format_cell
+from interp.formatting import percent as percent
+from interp.formatting import sig as sig
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -102,18 +104,6 @@ class ReportDocument:
     subtitle: str
     findings: tuple[str, ...]
     sections: tuple[Section, ...]
-
-
-def sig(value: float | None, digits: int = 2) -> str:
-    """A number for prose: ``digits`` significant digits (``6.7e-09``, ``0.12``), n/a when
-    missing."""
-    if value is None or math.isnan(value):
-        return "n/a"
-    return format(value, f".{digits}g")
-
-
-def percent(value: float | None) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{value:.1f}%"
 
 
 def sort_key(value: Cell) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +23,9 @@ from probes.mechanism import (
     MECHANISM_FILE,
     WRITES_ANCHOR_SHARE,
     MechanismComparison,
-    MechanismModel,
 )
-from reports.document import Column, Figure, KeyValues, Paragraph, ReportDocument, Section, Table, sig
+from probes.mechanism_findings import mechanism_findings
+from reports.document import Column, Figure, KeyValues, Paragraph, ReportDocument, Section, Table
 from reports.markdown import md_escape
 from reports.plots import save_figure
 from reports.write import ReportKind
@@ -39,119 +38,6 @@ MARKERS = {"toy": "o", "pretrained": "^"}
 def read_mechanism(directory: str | os.PathLike) -> MechanismComparison:
     """``directory/mechanism.json`` read back."""
     return read_result(Path(directory) / MECHANISM_FILE, MechanismComparison, "regenerate it with sinkscope compare")
-
-
-def _names(models: Sequence[MechanismModel]) -> str:
-    return _names_of([model.source for model in models])
-
-
-def _names_of(sources: Sequence[str]) -> str:
-    """At most six names in prose (a sweep can hold hundreds of runs)."""
-    return ", ".join(sources[:6]) + (f" and {len(sources) - 6} more" if len(sources) > 6 else "")
-
-
-def _range(values: Sequence[float], digits: int = 3) -> str:
-    finite = [value for value in values if not math.isnan(value)]
-    if not finite:
-        return "n/a"
-    low, high, mean = min(finite), max(finite), sum(finite) / len(finite)
-    return (
-        f"{mean:.{digits}f}" if len(finite) == 1 else f"{mean:.{digits}f} (from {low:.{digits}f} to {high:.{digits}f})"
-    )
-
-
-def _kind_findings(comparison: MechanismComparison, kind: str) -> list[str]:
-    """What the sink heads of one kind write, and whether that kind's layers cancel."""
-    models = [model for model in comparison.models if model.kind == kind]
-    if not models:
-        return []
-    heads = [head for head in comparison.heads if head.kind == kind]
-    findings = []
-    if heads:
-        shares = [head.value_weighted_anchor_share for head in heads]
-        finite = [share for share in shares if not math.isnan(share)]
-        mostly = sum(share >= WRITES_ANCHOR_SHARE for share in finite)
-        reading = (
-            "the anchor carries most of what they write"
-            if finite and mostly == len(finite)
-            else "the anchor takes their attention but carries little of what they write (its value is small)"
-            if finite and mostly == 0
-            else f"in {mostly} of {len(finite)} the anchor carries most of what they write"
-            if finite
-            else "their values were not measured"
-        )
-        findings.append(
-            f"{kind.capitalize()} sink heads ({len(heads)} in {sum(m.n_sink_heads > 0 for m in models)} of "
-            f"{len(models)} {kind} models): anchor mass {_range([h.anchor_mass for h in heads])}, value-weighted "
-            f"anchor share {_range(shares)}, anchor value norm {_range([h.anchor_value_norm for h in heads], 3)}; "
-            f"{sum(h.dormant for h in heads)} are dormant; {reading}."
-        )
-    else:
-        findings.append(f"No {kind} model has a sink head ({_names(models)}).")
-    deep = [model for model in models if model.n_layers > 1 and not math.isnan(model.cancellation)]
-    if deep:
-        cancel = [model for model in deep if model.layers_cancel]
-        verdict = (
-            "the layers cancel in every one"
-            if len(cancel) == len(deep)
-            else "the layers cancel in none"
-            if not cancel
-            else f"the layers cancel in {_names(cancel)} only"
-        )
-        findings.append(
-            f"In the {len(deep)} multi-layer {kind} model{'s' if len(deep) > 1 else ''}, ||sum of the layers' "
-            f"attention outputs|| / sum of their norms is {_range([m.cancellation for m in deep])}: {verdict} "
-            f"(cancel: below {CANCELS_BELOW:g})."
-        )
-    return findings
-
-
-def _mechanism_answer(comparison: MechanismComparison) -> list[str]:
-    """Which mechanism holds where: one sentence per group of models."""
-    groups: dict[str, list[MechanismModel]] = {}
-    for model in comparison.models:
-        writes, cancels = model.writes_anchor, model.layers_cancel
-        if writes is None:
-            key = "no sink head, so no sink to explain"
-        elif not writes:
-            key = (
-                f"the anchor's value is small: sink heads put their attention on it but under "
-                f"{WRITES_ANCHOR_SHARE:g} of what they write comes from it"
-            )
-        elif cancels:
-            key = "sink heads write the anchor's value and the layers cancel it (the toy mechanism)"
-        elif cancels is None and model.n_layers == 1:
-            key = "sink heads write the anchor's value (one layer: nothing to cancel)"
-        else:
-            key = "sink heads write the anchor's value but the layers do not cancel"
-        groups.setdefault(key, []).append(model)
-    return [
-        f"{_names(models)}: {key} (value-weighted share "
-        + ", ".join(sig(m.sink_value_weighted_anchor_share, 3) for m in models)
-        + "; cancellation "
-        + ", ".join(sig(m.cancellation, 3) for m in models)
-        + ")."
-        for key, models in groups.items()
-    ]
-
-
-def mechanism_findings(comparison: MechanismComparison) -> list[str]:
-    """The comparison in words: what was compared and how each probe was obtained, what
-    the sink heads of each kind write, whether the layers cancel, which mechanism holds where."""
-    models = comparison.models
-    counts = {kind: sum(model.kind == kind for model in models) for kind in KINDS}
-    origins: dict[str, list[str]] = {}
-    for model in models:
-        origins.setdefault(model.origin, []).append(model.source)
-    rules = " or ".join(sorted({f"{1.0 - model.sink_eps:g}" for model in models}))
-    findings = [
-        f"{len(models)} models compared with the same probes: {counts['toy']} toy, {counts['pretrained']} "
-        f"pretrained; {len(comparison.heads)} sink heads in all (anchor mass >= {rules} over the probe's queries).",
-        "Probes: " + "; ".join(f"{origin}: {_names_of(sources)}" for origin, sources in origins.items()) + ".",
-    ]
-    for kind in KINDS:
-        findings += _kind_findings(comparison, kind)
-    return findings + _mechanism_answer(comparison) + list(comparison.notes)
 
 
 HEAD_COLUMNS = (

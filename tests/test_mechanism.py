@@ -4,8 +4,10 @@ number the toy probe and ``audit.json`` hold for that head, layer and model."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from interp.codec import encode, read_result
 from interp.errors import InputError
 from pretrained_analysis.audit import read_audit
 from probes.mechanism import MechanismComparison, MechanismSource
+from probes.mechanism_findings import mechanism_findings
 from probes.probe import ProbeResult
 from sinkscope.cli import main
 from sinkscope.mechanism import COMPUTED_PROBE, READ_AUDIT, READ_PROBE, compare_mechanism, read_mechanism
@@ -115,13 +118,23 @@ def test_in_memory_results_equal_their_directories(inputs):
 
 def test_findings_say_which_mechanism_holds_where(inputs, tmp_path):
     comparison = compare_mechanism([inputs["probed"], inputs["audit"]], sink_eps=LOOSE)
-    from reports.mechanism import mechanism_findings
-
     findings = " ".join(mechanism_findings(comparison))
     minilm = comparison.model("model")
     assert f"value-weighted anchor share {minilm.sink_value_weighted_anchor_share:.3f}" in findings
     # MiniLM's [CLS] takes the attention but little of the value (its share is far below 0.5)
     assert minilm.sink_value_weighted_anchor_share < 0.5 and "its value is small" in findings
+
+
+def test_the_comparison_shows_itself_in_a_notebook(inputs):
+    comparison = compare_mechanism([inputs["probed"], inputs["audit"]], sink_eps=LOOSE)
+    markup = comparison._repr_html_()
+    for finding in mechanism_findings(comparison):
+        assert html.escape(finding) in markup
+    head_rows = re.findall(r"<caption>Every sink head</caption>.*?<tbody>(.*?)</tbody>", markup, re.S)[0]
+    shown = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", head_rows)]
+    assert [(row[0], int(row[1]), int(row[2]), row[4]) for row in shown] == [
+        (html.escape(h.source), h.layer, h.head, f"{h.value_weighted_anchor_share:.3f}") for h in comparison.heads
+    ]
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str, str]:

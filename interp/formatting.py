@@ -1,0 +1,31 @@
+"""Numbers as text, one way everywhere: table cells (reports, inline displays) and the
+numbers in findings' prose."""
+
+from __future__ import annotations
+
+import math
+
+Cell = str | int | float | bool | None
+
+
+def format_cell(value: Cell, fmt: str = "") -> str:
+    """Display text of a cell: None/NaN as an en dash, booleans as yes/no."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "\u2013"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)) and fmt:
+        return format(value, fmt)
+    return str(value)
+
+
+def sig(value: float | None, digits: int = 2) -> str:
+    """A number for prose: ``digits`` significant digits (``6.7e-09``, ``0.12``), n/a when
+    missing."""
+    if value is None or math.isnan(value):
+        return "n/a"
+    return format(value, f".{digits}g")
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.1f}%"
