@@ -39,6 +39,7 @@ def test_the_tutorial_notebook_runs_offline(tmp_path, monkeypatch):
     html = _html_outputs(notebook)
     titles = ["Toy model softmax-1x1", "Attention-sink probe", "Default-state test", "Activation patching"]
     titles += ["Attention-sink audit: ", "Attention-sink audit: SmolLM2", "Attention-sink comparison"]
+    titles += ["Toy and pretrained side by side"]
     for title in titles:
         assert any(title in markup for markup in html), title
     assert (tmp_path / "tutorial-out" / "audit-smollm2" / "report.html").is_file()
