@@ -178,12 +178,25 @@ def _row(result: AuditResult, directory: str | None) -> ComparisonRow:
     )
 
 
+def check_comparable(results: Sequence[AuditResult], names: Sequence[str | Path]) -> None:
+    """Audits compare only on the same prompts (spec and texts) and sink threshold."""
+    first = results[0]
+    for name, result in zip(names, results):
+        if not result.prompts.same_prompts(first.prompts) or result.config.sink_eps != first.config.sink_eps:
+            raise InputError(
+                f"{name} was audited on other prompts or another sink threshold than {names[0]}; "
+                "compare audits of the same prompts and sink_eps",
+                field="directories",
+            )
+
+
 def compare_audits(results: Sequence[AuditResult], directories: Sequence[str] | None = None) -> Comparison:
     """One row per audit; ``directories``: where each audit was written (relative paths)."""
     if not results:
         raise InputError("nothing to compare; pass at least one audit result")
     if directories is not None and len(directories) != len(results):
         raise InputError(f"{len(directories)} directories for {len(results)} audits; pass one per audit")
+    check_comparable(results, directories or [result.model.label for result in results])
     rows = tuple(_row(result, None if directories is None else directories[k]) for k, result in enumerate(results))
     first = results[0]
     return Comparison(

@@ -21,6 +21,7 @@ an ``attention_mask`` marking real tokens.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,7 +114,9 @@ class PromptSet:
 
 @dataclass(frozen=True)
 class PromptSummary:
-    """What an audit ran on; recorded in every result."""
+    """What an audit ran on; recorded in every result. texts_sha256: a digest of the
+    prompt texts used (empty for random tokens, which the spec's seed fixes, and in audits
+    written before it was recorded)."""
 
     spec: PromptSpec
     location: str
@@ -124,6 +127,19 @@ class PromptSummary:
     min_tokens: int
     max_tokens: int
     anchor_token: str
+    texts_sha256: str = ""
+
+    def same_prompts(self, other: PromptSummary) -> bool:
+        """Whether two audits ran on the same prompts: the same spec and, where both
+        recorded one, the same texts (two lists of strings given in Python share a spec)."""
+        texts_known = bool(self.texts_sha256 and other.texts_sha256)
+        return self.spec == other.spec and (not texts_known or self.texts_sha256 == other.texts_sha256)
+
+
+def texts_digest(texts: Sequence[str]) -> str:
+    """sha256 of the texts in order (NUL-separated, so no two lists share a digest by
+    joining differently)."""
+    return hashlib.sha256("\0".join(texts).encode("utf-8")).hexdigest() if texts else ""
 
 
 @dataclass(frozen=True)
@@ -348,5 +364,6 @@ def tokenize_prompts(prompt_set: PromptSet, model: LoadedModel) -> TokenizedProm
         min_tokens=min(lengths),
         max_tokens=width,
         anchor_token=str(tokenizer.convert_ids_to_tokens(rows[0][0])),
+        texts_sha256=texts_digest(prompt_set.texts),
     )
     return TokenizedPrompts(tokens=tokens, attention_mask=mask, texts=texts, summary=summary)

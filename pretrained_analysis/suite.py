@@ -24,7 +24,7 @@ from execution.outputs import experiment_directory
 from interp.atomic_io import atomic_directory
 from interp.errors import InputError
 from pretrained_analysis.audit import AUDIT_FILE, AuditConfig, AuditResult, audit, read_audit, write_audit
-from pretrained_analysis.compare import Comparison, compare_audits, write_comparison
+from pretrained_analysis.compare import Comparison, check_comparable, compare_audits, write_comparison
 from pretrained_analysis.loading import LoadSpec, load_model
 from pretrained_analysis.prompts import PromptSpec, load_prompt_set
 
@@ -122,14 +122,7 @@ def compare_directories(directories: Sequence[str | Path], out_dir: str | Path, 
     if not sources:
         raise InputError("nothing to compare; pass at least one audit directory", field="directories")
     results = [read_audit(source) for source in sources]
-    first = results[0]
-    for source, result in zip(sources, results):
-        if result.prompts.spec != first.prompts.spec or result.config.sink_eps != first.config.sink_eps:
-            raise InputError(
-                f"{source} was audited on other prompts or another sink threshold than {sources[0]}; "
-                "compare audits of the same prompts and sink_eps",
-                field="directories",
-            )
+    check_comparable(results, sources)
     slugs = unique_slugs([result.model.label for result in results])
     with atomic_directory(out_dir, replace=overwrite) as tmp:
         for source, name in zip(sources, slugs):

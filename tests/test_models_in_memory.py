@@ -10,7 +10,8 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from interp.codec import encode
 from interp.errors import InputError
-from pretrained_analysis.audit import AuditConfig, audit, read_audit
+from pretrained_analysis.audit import AuditConfig, audit, read_audit, write_audit
+from pretrained_analysis.compare import compare_audits
 from pretrained_analysis.prompts import prompt_set
 from sinkscope.cli import main
 from tiny_models import build_tiny_gpt2
@@ -75,3 +76,22 @@ def test_what_cannot_be_audited_is_one_input_error(checkpoint):
         prompt_set("one prompt")
     with pytest.raises(InputError, match="no non-empty prompt"):
         prompt_set(["", "  "])
+
+
+def test_audits_of_other_texts_do_not_compare(checkpoint, from_the_cli, tmp_path, capsys):
+    """Two lists of strings of one length share a PromptSpec; the texts' digest tells them apart."""
+    bridge = TransformerBridge.boot_transformers(str(checkpoint), device="cpu")
+    same = audit(bridge, PROMPTS, CONFIG, progress=False)
+    other = audit(bridge, [text.upper() for text in PROMPTS], CONFIG, progress=False)
+    assert same.prompts.spec == other.prompts.spec and same.prompts.texts_sha256 != other.prompts.texts_sha256
+    assert len(compare_audits([same, same]).rows) == 2
+    with pytest.raises(InputError, match="other prompts"):
+        compare_audits([same, other])
+    # on disk: the CLI's audit read its prompts from a file; the same texts compare with it
+    assert from_the_cli.prompts.texts_sha256 == same.prompts.texts_sha256
+    (tmp_path / "upper.txt").write_text("\n".join(text.upper() for text in PROMPTS) + "\n")
+    argv = ["audit", str(checkpoint), "--prompts", str(tmp_path / "upper.txt"), "--out", str(tmp_path / "upper")]
+    assert main([*argv, "--examples", "0", "--batch-size", "2", "--no-progress"]) == 0
+    write_audit(same, tmp_path / "same")
+    assert main(["compare", str(tmp_path / "same"), str(tmp_path / "upper"), "--out", str(tmp_path / "cmp")]) == 2
+    assert "other prompts" in capsys.readouterr().err and not (tmp_path / "cmp").exists()
