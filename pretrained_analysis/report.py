@@ -34,6 +34,7 @@ from reports.sections import (
     head_table,
     layer_table,
     sink_head_phrase,
+    sink_head_threshold,
     sink_rate_phrase,
     value_share_phrase,
 )
@@ -112,7 +113,7 @@ def _audit_findings(result: AuditResult) -> list[str]:
         f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.heads_text}, "
         f"{model.n_params:,} parameters) on {result.prompts.n_prompts} prompts from {result.prompts.location}.",
         sink_head_phrase(probe.heads, result.config.sink_eps, f"on the anchor, {result.anchor}"),
-        f"Sink rate (Gu et al. Sink_1^eps): {sink_rate_phrase(result.sink_rates)} of (prompt, layer, head) entries.",
+        f"Sink rate (Gu et al. Sink_1^ε, ε the sink-rate threshold): {sink_rate_phrase(result.sink_rates)} of (prompt, layer, head) entries.",
         _layer_phrase(probe.layers),
     ]
     sinks = [head for head in result.probe.heads if head.is_sink_head]
@@ -165,13 +166,33 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
         ),
         Section("Layers", (layer_table(probe.layers),)),
     ]
+    names = [name for name in result.figures if name.startswith("attention_example_")]
     examples = [
-        (name, f"attention on prompt {k} (query y, key x; a subset of layers and heads for large models)")
-        for k, name in enumerate(name for name in result.figures if name.startswith("attention_example_"))
+        (
+            name,
+            f"attention on prompt {k}{_prompt_excerpt(result, k)} (query y, key x; a subset of layers and heads "
+            "for large models)",
+        )
+        for k, name in enumerate(names)
     ]
     if examples:
         sections.append(Section("Attention heatmaps", tuple(_figures(source, examples))))
     return sections
+
+
+PROMPT_CAPTION_CHARS = 160
+
+
+def _prompt_excerpt(result: AuditResult, index: int) -> str:
+    """``: "the prompt's text"`` for a caption, whitespace collapsed and cut at a word
+    near ``PROMPT_CAPTION_CHARS`` (the renderer escapes it); empty when not recorded."""
+    if index >= len(result.example_prompts):
+        return ""
+    text = " ".join(result.example_prompts[index].split())
+    if len(text) > PROMPT_CAPTION_CHARS:
+        cut = text[:PROMPT_CAPTION_CHARS]
+        text = (cut.rsplit(" ", 1)[0] if " " in cut[PROMPT_CAPTION_CHARS // 2 :] else cut) + " …"
+    return f': "{text}"'
 
 
 def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) -> Section:
@@ -213,7 +234,7 @@ def _audit_configuration(result: AuditResult) -> Section:
         (
             config_block("Model", result.model),
             _prompt_block(result.prompts),
-            config_block("Audit", result.config),
+            config_block("Audit", result.config, {"sink_eps": sink_head_threshold(result.config.sink_eps)}),
             KeyValues(
                 "Provenance",
                 (("command", "sinkscope audit"), ("seconds", f"{result.seconds:.1f}"), *result.versions),
@@ -260,9 +281,9 @@ def _comparison_findings(comparison: Comparison) -> list[str]:
         ranked = sorted(rows, key=lambda row: row.sink_rate[eps])
         low, high = ranked[0].sink_rate[eps], ranked[-1].sink_rate[eps]
         findings.append(
-            f"Sink rate at eps {eps} is {percent(low)} for every model."
+            f"Sink rate at ε = {eps} is {percent(low)} for every model."
             if percent(low) == percent(high)
-            else f"Sink rate at eps {eps} ranges from {percent(low)} ({ranked[0].label}) to "
+            else f"Sink rate at ε = {eps} ranges from {percent(low)} ({ranked[0].label}) to "
             f"{percent(high)} ({ranked[-1].label})."
         )
     most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))
@@ -284,7 +305,7 @@ def _comparison_table(comparison: Comparison) -> Table:
         Column("layers", numeric=True),
         Column("heads", numeric=True),
         Column("parameters", ",d", numeric=True),
-        *[Column(f"sink rate eps={eps} (%)", ".1f", numeric=True) for eps in epsilons],
+        *[Column(f"sink rate ε={eps} (%)", ".1f", numeric=True) for eps in epsilons],
         Column("sink heads", numeric=True),
         Column("mean anchor mass", ".3f", numeric=True),
         Column(LOSS, ".3f", numeric=True),
@@ -341,7 +362,7 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
                 _figures(
                     source,
                     [
-                        (SINK_RATE_FIGURE, "sink rate per model (Gu et al. Sink_1^eps)"),
+                        (SINK_RATE_FIGURE, "sink rate per model (Gu et al. Sink_1^ε, per sink-rate threshold ε)"),
                         (COMPARISON_LAYER_FIGURE, "anchor mass per layer (mean over heads) per model"),
                     ],
                 )

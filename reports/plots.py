@@ -134,7 +134,8 @@ def attention_grid(
             ax.set_xticks(ticks, [tick_labels[t] for t in ticks] if tick_labels is not None else ticks)
             ax.set_yticks(ticks, [tick_labels[t] for t in ticks] if tick_labels is not None else ticks)
             ax.tick_params(labelsize=SMALL_PT, length=2, pad=1)
-            ax.tick_params(axis="x", labelrotation=90)
+            if tick_labels is not None and max(len(label) for label in tick_labels) > 2:
+                ax.tick_params(axis="x", labelrotation=90)  # tokens: side by side they would overlap
             ax.label_outer()
     fig.supxlabel("key", fontsize=LABEL_PT)
     fig.supylabel("query", fontsize=LABEL_PT)
@@ -355,12 +356,9 @@ def bar_chart(
         ax.bar(positions + (index - (len(series) - 1) / 2) * width, heights, width, label=name)
     if log:
         ax.set_yscale("log")
-    ax.set_xticks(
-        positions,
-        list(categories),
-        rotation=30 if len(categories) > 4 else 0,
-        ha="right" if len(categories) > 4 else "center",
-    )
+    # rotated when the names, side by side in TICK_PT, would not fit under the axes
+    crowded = sum(len(name) + 2 for name in categories) * TICK_PT * 0.6 / 72 > fig.get_figwidth() - 1.5
+    ax.set_xticks(positions, list(categories), rotation=30 if crowded else 0, ha="right" if crowded else "center")
     ax.set_ylabel(ylabel, fontsize=LABEL_PT)
     ax.tick_params(labelsize=TICK_PT)
     ax.grid(axis="y", alpha=0.3)

@@ -271,6 +271,11 @@ def test_reports_render_in_headless_chromium(reports):
             widths = page.evaluate(IMAGES)
             assert widths and all(width > 0 for width in widths), (label, widths)
             assert _illegible_figures(page, html_path) == [], label
+            repeated = page.evaluate(
+                "Array.from(document.querySelectorAll('section')).flatMap(s => Array.from(s.querySelectorAll("
+                "'caption')).map(c => c.textContent).filter(t => t === s.querySelector('h2').textContent))"
+            )
+            assert repeated == [], (label, repeated)  # a table is not titled like its section
             assert page.evaluate("Array.from(document.images).every(i => i.src.startsWith('data:image/png;base64,'))")
             assert page.evaluate("performance.getEntriesByType('resource').length") == 0, label  # nothing fetched
             if label != "toy probe with a sink":  # one head, one row per table; "toy probe" sorts four heads
