@@ -63,6 +63,7 @@ LAYER_FIGURE = "anchor_mass_by_layer.png"
 EXAMPLE_FIGURE = "attention_example_{index}.png"
 MAX_EXAMPLE_LAYERS = 6  # heatmaps show at most 6 x 6 heads, spread evenly (each panel costs ~0.1 s)
 MAX_EXAMPLE_HEADS = 6
+EXAMPLE_TEXT_CHARS = 400  # of each example prompt kept for its caption (a report shows less)
 VERSION_PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "transformers", "datasets")
 
 
@@ -141,7 +142,9 @@ class AuditResult:
     """Everything one audit measured; persisted as ``audit.json`` (``interp.codec``).
 
     figures: the PNG files ``write_audit`` draws; examples: the attention patterns drawn
-    as heatmaps, kept in memory only (an audit read back from disk has none)."""
+    as heatmaps, kept in memory only (an audit read back from disk has none);
+    example_prompts: the text of each example's prompt (its first ``EXAMPLE_TEXT_CHARS``
+    characters), for the heatmaps' captions."""
 
     SCHEMA: ClassVar[str] = "audit"
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -156,6 +159,7 @@ class AuditResult:
     seconds: float
     figures: tuple[str, ...]
     examples: tuple[AttentionExample, ...] = field(default=(), metadata={"persist": False})
+    example_prompts: tuple[str, ...] = ()
 
     @property
     def anchor(self) -> str:
@@ -446,6 +450,7 @@ def audit(
         versions=_versions(),
         seconds=time.perf_counter() - start,
         figures=figure_names(len(examples)),
+        example_prompts=tuple(tokenized.texts[example.prompt_index][:EXAMPLE_TEXT_CHARS] for example in examples),
     )
 
 

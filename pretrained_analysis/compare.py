@@ -216,9 +216,9 @@ def write_comparison(comparison: Comparison, directory: str | Path) -> Path:
     labels = [plot_text(row.label) for row in comparison.rows]
     line_chart(
         labels,
-        [(f"eps = {eps}", [row.sink_rate[eps] for row in comparison.rows]) for eps in comparison.epsilons()],
+        [(f"ε = {eps}", [row.sink_rate[eps] for row in comparison.rows]) for eps in comparison.epsilons()],
         directory / SINK_RATE_FIGURE,
-        "sink rate (Gu et al. Sink_1^eps)",
+        "sink rate (Gu et al. Sink_1^ε)",
         "model / checkpoint",
         "% of (prompt, layer, head)",
         ylim=(0.0, 100.0),

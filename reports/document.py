@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 
@@ -129,11 +130,16 @@ def slug(text: str, taken: set[str]) -> str:
     return candidate
 
 
-def config_block(caption: str, config: object) -> KeyValues:
+def config_block(caption: str, config: object, shown: Mapping[str, tuple[str, str]] | None = None) -> KeyValues:
     """A dataclass config's fields as label/value pairs (fields hidden from ``repr`` are
-    left out too)."""
+    left out too); ``shown`` gives some fields a reader's label and value instead (e.g. a
+    0-indexed position shown 1-indexed, as the figures count)."""
     if not is_dataclass(config):
         raise TypeError(f"config_block needs a dataclass, got {type(config).__name__}")
+    shown = shown or {}
     return KeyValues(
-        caption, tuple((item.name, str(getattr(config, item.name))) for item in fields(config) if item.repr)
+        caption,
+        tuple(
+            shown.get(item.name, (item.name, str(getattr(config, item.name)))) for item in fields(config) if item.repr
+        ),
     )

@@ -134,6 +134,11 @@ def _table(table: Table) -> str:
     )
 
 
+# A figure wider than half the column (1180 px less 2 x 24 px padding, 24 px gap, 1 px
+# borders) would be shrunk beside another, so it gets a row of its own.
+HALF_COLUMN_PX = (1180 - 2 * 24 - 24) // 2 - 2
+
+
 def _figure(figure: Figure) -> str:
     width, height = figure.size()
     data = base64.b64encode(figure.png_bytes()).decode("ascii")
@@ -164,10 +169,17 @@ def _block(block: Block) -> str:
 
 
 def _section(section: Section, anchor: str) -> str:
-    parts, figures = [], []
-    for block in section.blocks:  # consecutive figures share a row
+    parts: list[str] = []
+    figures: list[str] = []
+    for block in section.blocks:  # consecutive figures share a row, unless one is wide
         if isinstance(block, Figure):
-            figures.append(_block(block))
+            if block.size()[0] > HALF_COLUMN_PX:
+                if figures:
+                    parts.append('<div class="figures">' + "".join(figures) + "</div>")
+                parts.append('<div class="figures">' + _block(block) + "</div>")
+                figures = []
+            else:
+                figures.append(_block(block))
             continue
         if figures:
             parts.append('<div class="figures">' + "".join(figures) + "</div>")

@@ -5,24 +5,84 @@ is left alone (importing sinkscope never switches a notebook to Agg)."""
 
 from __future__ import annotations
 
+import io
+import math
 import os
+import struct
+import zlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 
 from interp.atomic_io import atomic_path
 from interp.errors import InputError
 
+DPI = 110
+# A report's column is 1130 px wide (reports/html.py); a figure drawn at most this wide is
+# shown at its own size, so its text keeps the size it was drawn at.
+PAGE_WIDTH_IN = 1100 / DPI
+TITLE_PT, LABEL_PT, TICK_PT, SMALL_PT = 10, 9, 8, 7  # SMALL_PT: cell values, dense tick labels
+TEXT_PX_KEY = "sinkscope:min-text-px"  # PNG text chunk: the smallest text's size in image pixels
+MAX_GRID_COLUMNS = 6  # attention panels per row; more heads wrap onto further rows
 
-def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 110) -> Figure:
-    """Write ``fig`` to ``path`` as PNG, atomically; returns it."""
+
+def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = DPI) -> Figure:
+    """Write ``fig`` to ``path`` as PNG, atomically; returns it. The PNG records the size
+    of its smallest text in pixels (``TEXT_PX_KEY``), so a page that shows it can tell
+    whether that text is still legible at the size it is shown."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    data = buffer.getvalue()
+    smallest = smallest_text_pt(fig)  # after the draw: tick labels exist only once drawn
+    if smallest is not None:
+        data = _with_text_chunk(data, TEXT_PX_KEY, f"{smallest * dpi / 72:.2f}")
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
+        Path(tmp).write_bytes(data)
     return fig
+
+
+def smallest_text_pt(fig: Figure) -> float | None:
+    """The font size in points of the smallest visible, non-empty text in ``fig``."""
+    sizes = [
+        float(text.get_fontsize())
+        for text in fig.findobj(Text)
+        if isinstance(text, Text) and text.get_visible() and text.get_text().strip()
+    ]
+    return min(sizes) if sizes else None
+
+
+def _with_text_chunk(png: bytes, key: str, value: str) -> bytes:
+    """``png`` with a tEXt chunk ``key``=``value`` inserted before its IEND chunk."""
+    iend = png.rindex(b"IEND") - 4  # the chunk starts with its 4-byte length
+    body = b"tEXt" + key.encode("latin-1") + b"\0" + value.encode("latin-1")
+    chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
+    return png[:iend] + chunk + png[iend:]
+
+
+def png_text(png: bytes) -> dict[str, str]:
+    """The tEXt chunks of a PNG file's bytes, e.g. ``TEXT_PX_KEY``."""
+    found, offset = {}, 8
+    while offset + 8 <= len(png):
+        (length,) = struct.unpack(">I", png[offset : offset + 4])
+        kind = png[offset + 4 : offset + 8]
+        if kind == b"tEXt":
+            key, _, value = png[offset + 8 : offset + 8 + length].partition(b"\0")
+            found[key.decode("latin-1")] = value.decode("latin-1")
+        offset += 12 + length
+    return found
+
+
+def _tick_step(n: int, length_in: float) -> int:
+    """Every how many ticks to label so that labels of ``SMALL_PT`` do not touch along an
+    axis ``length_in`` inches long."""
+    fits = max(2, int(length_in * 72 / (SMALL_PT * 1.6)))
+    return max(1, math.ceil(n / fits))
 
 
 def attention_grid(
@@ -34,11 +94,14 @@ def attention_grid(
     cmap: str = "viridis",
     layer_labels: Sequence[int] | None = None,
     head_labels: Sequence[int] | None = None,
+    colorbar_label: str = "attention weight",
 ) -> Figure:
     """Heatmaps of attention for every layer and head, like the paper's figures.
 
     patterns: ``[layer, head, query, key]`` (e.g. the mean or std over test sequences).
-    Rows are layers, columns heads; each cell shows query (y) against key (x).
+    Rows are layers, columns heads (more than ``MAX_GRID_COLUMNS`` heads wrap onto further
+    rows); each panel shows query (y) against key (x), with tick labels on the outer
+    panels. The figure fits a report's width, so its labels are shown at the size drawn.
     layer_labels / head_labels: the model's indices when ``patterns`` holds a subset.
     """
     if patterns.ndim != 4:
@@ -48,30 +111,39 @@ def attention_grid(
     head_labels = list(range(n_heads)) if head_labels is None else list(head_labels)
     if len(layer_labels) != n_layers or len(head_labels) != n_heads:
         raise InputError(f"need {n_layers} layer labels and {n_heads} head labels for patterns {patterns.shape}")
-    size = 2.6
-    fig = Figure(figsize=(size * n_heads + 1.2, size * n_layers + 0.6), layout="constrained")
-    axes = fig.subplots(n_layers, n_heads, squeeze=False)
+    columns = min(n_heads, MAX_GRID_COLUMNS)
+    rows_per_layer = math.ceil(n_heads / columns)
+    margin = 1.9  # query tick labels, colour bar
+    panel = min(2.3, (PAGE_WIDTH_IN - margin) / columns)
+    n_rows = n_layers * rows_per_layer
+    fig = Figure(figsize=(panel * columns + margin, panel * n_rows + 0.9), layout="constrained")
+    axes = fig.subplots(n_rows, columns, squeeze=False, sharex=True, sharey=True)
     top = float(np.nanmax(patterns)) if vmax is None else vmax
     image = None
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            ax = axes[layer][head]
+    step = _tick_step(n_key, panel)
+    for row in range(n_rows):
+        for column in range(columns):
+            ax = axes[row][column]
+            layer, head = divmod(row, rows_per_layer)[0], (row % rows_per_layer) * columns + column
+            if head >= n_heads:
+                ax.set_axis_off()
+                continue
             image = ax.imshow(patterns[layer, head], vmin=0.0, vmax=max(top, 1e-9), cmap=cmap)
-            ax.set_title(f"L{layer_labels[layer]} H{head_labels[head]}", fontsize=9)
-            if tick_labels is not None:
-                step = max(1, len(tick_labels) // 8)
-                ticks = list(range(0, n_key, step))
-                ax.set_xticks(ticks, [tick_labels[t] for t in ticks], fontsize=6, rotation=90)
-                ax.set_yticks(ticks, [tick_labels[t] for t in ticks], fontsize=6)
-            else:
-                ax.tick_params(labelsize=6)
-            if layer == n_layers - 1:
-                ax.set_xlabel("key", fontsize=7)
-            if head == 0:
-                ax.set_ylabel("query", fontsize=7)
-    fig.suptitle(title, fontsize=10)
+            ax.set_title(f"L{layer_labels[layer]} H{head_labels[head]}", fontsize=TICK_PT, pad=3)
+            ticks = list(range(0, n_key, step))
+            ax.set_xticks(ticks, [tick_labels[t] for t in ticks] if tick_labels is not None else ticks)
+            ax.set_yticks(ticks, [tick_labels[t] for t in ticks] if tick_labels is not None else ticks)
+            ax.tick_params(labelsize=SMALL_PT, length=2, pad=1)
+            if tick_labels is not None and max(len(label) for label in tick_labels) > 2:
+                ax.tick_params(axis="x", labelrotation=90)  # tokens: side by side they would overlap
+            ax.label_outer()
+    fig.supxlabel("key", fontsize=LABEL_PT)
+    fig.supylabel("query", fontsize=LABEL_PT)
+    fig.suptitle(title, fontsize=TITLE_PT)
     if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.8)
+        bar = fig.colorbar(image, ax=axes, shrink=min(1.0, 4.0 / (panel * n_rows)) if n_rows > 1 else 1.0)
+        bar.set_label(colorbar_label, fontsize=LABEL_PT)
+        bar.ax.tick_params(labelsize=TICK_PT)
     return save_figure(fig, path)
 
 
@@ -101,19 +173,36 @@ def heatmap(
     y_tick_labels: Sequence[str] | None = None,
 ) -> Figure:
     """A ``[rows, columns]`` heatmap with integer ticks (or the given tick labels, one per
-    column / row) and each cell annotated (up to 256 cells), e.g. layer x head, or layer
-    x position for patching effects."""
+    column / row) and each cell annotated (when the cells are large enough to hold a
+    legible value), e.g. layer x head, or layer x position for patching effects."""
     n_rows, n_columns = values.shape
-    fig = Figure(figsize=(max(3.0, 0.5 * n_columns + 2), max(2.5, 0.4 * n_rows + 1.5)), layout="constrained")
+    cell_w, cell_h = _cell_size(n_rows, n_columns, PAGE_WIDTH_IN - 2.4)
+    fig = Figure(figsize=(max(3.6, cell_w * n_columns + 2.4), max(2.6, cell_h * n_rows + 1.6)), layout="constrained")
     ax = fig.subplots()
-    image = _draw_grid(ax, values, vmin, vmax, xlabel, ylabel, cmap)
+    image = _draw_grid(ax, values, vmin, vmax, xlabel, ylabel, cmap, cell_w, cell_h)
     if x_tick_labels is not None:
         ax.set_xticks(range(n_columns), list(x_tick_labels))
     if y_tick_labels is not None:
         ax.set_yticks(range(n_rows), list(y_tick_labels))
-    ax.set_title(title, fontsize=10)
-    fig.colorbar(image, ax=ax, label=colorbar_label)
+    ax.set_title(title, fontsize=TITLE_PT)
+    _colorbar(fig, image, ax, colorbar_label)
     return save_figure(fig, path)
+
+
+CELL_W, CELL_H = 0.55, 0.4  # inches: room for a value such as 0.93 in SMALL_PT
+
+
+def _cell_size(n_rows: int, n_columns: int, width_in: float) -> tuple[float, float]:
+    """A map cell's width and height in inches: ``CELL_W`` x ``CELL_H``, narrower (and
+    then unannotated) when ``n_columns`` cells would not fit in ``width_in``."""
+    width = min(CELL_W, width_in / max(n_columns, 1))
+    return width, CELL_H if width >= CELL_W else max(0.12, min(CELL_H, width))
+
+
+def _colorbar(fig: Any, image: Any, ax: Any, label: str, shrink: float = 1.0) -> None:
+    bar = fig.colorbar(image, ax=ax, shrink=shrink)
+    bar.set_label(label, fontsize=LABEL_PT)
+    bar.ax.tick_params(labelsize=TICK_PT)
 
 
 def layer_head_maps(
@@ -124,28 +213,55 @@ def layer_head_maps(
     vmin: float = 0.0,
     vmax: float = 1.0,
 ) -> Figure:
-    """Several layer x head heatmaps side by side, one per ``(name, values [layer, head])``
-    panel (e.g. one per model), on one color scale."""
+    """Several layer x head heatmaps, one per ``(name, values [layer, head])`` panel (e.g.
+    one per model), on one color scale; panels fill rows as wide as a report's column."""
     if not panels:
         raise InputError("layer_head_maps needs at least one panel")
-    widths = [max(1.2, 0.45 * values.shape[1] + 0.6) for _, values in panels]
-    height = max(2.2, 0.4 * max(values.shape[0] for _, values in panels) + 1.2)
-    fig = Figure(figsize=(sum(widths) + 1.2, height), layout="constrained")
-    axes = fig.subplots(1, len(panels), squeeze=False, gridspec_kw={"width_ratios": widths})
-    image: Any = None
-    for ax, (name, values) in zip(axes[0], panels):
-        image = _draw_grid(ax, values, vmin, vmax, "head", "layer", "magma")
-        ax.set_title(name, fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.colorbar(image, ax=axes[0].tolist(), label=colorbar_label, shrink=0.9)
+    margin = 0.9  # a panel's layer ticks and label
+    room = PAGE_WIDTH_IN - 1.4  # the colour bar
+    sizes = [_cell_size(values.shape[0], values.shape[1], room - margin) for _, values in panels]
+    widths = [max(1.6, cell_w * values.shape[1] + margin) for (cell_w, _), (_, values) in zip(sizes, panels)]
+    rows: list[list[int]] = [[]]
+    for index, width in enumerate(widths):
+        if rows[-1] and sum(widths[k] for k in rows[-1]) + width > room:
+            rows.append([])
+        rows[-1].append(index)
+    heights = [max(sizes[k][1] * panels[k][1].shape[0] for k in row) + 1.3 for row in rows]
+    row_width = max(sum(widths[k] for k in row) for row in rows)
+    fig = Figure(figsize=(row_width + 1.4, sum(heights) + 0.4), layout="constrained")
+    figures = fig.subfigures(len(rows), 1, height_ratios=heights, squeeze=False)[:, 0]
+    for sub, row in zip(figures, rows):
+        pad = row_width - sum(widths[k] for k in row)  # a shorter row keeps its cells' size
+        ratios = [widths[k] for k in row] + ([pad] if pad > 0.05 else [])
+        axes = sub.subplots(1, len(ratios), squeeze=False, width_ratios=ratios)[0]
+        image: Any = None
+        for ax, k in zip(axes, row):
+            name, values = panels[k]
+            image = _draw_grid(ax, values, vmin, vmax, "head", "layer", "magma", *sizes[k])
+            ax.set_title(name, fontsize=TICK_PT)
+        for ax in axes[len(row) :]:
+            ax.set_axis_off()
+        _colorbar(sub, image, list(axes[: len(row)]), colorbar_label, shrink=0.9)
+    fig.suptitle(title, fontsize=TITLE_PT)
     return save_figure(fig, path)
 
 
-def _draw_grid(ax: Axes, values: np.ndarray, vmin: float, vmax: float, xlabel: str, ylabel: str, cmap: str):
-    """Draw one ``[rows, columns]`` map on ``ax`` (cells annotated up to 256); returns the image."""
+def _draw_grid(
+    ax: Axes,
+    values: np.ndarray,
+    vmin: float,
+    vmax: float,
+    xlabel: str,
+    ylabel: str,
+    cmap: str,
+    cell_w: float = CELL_W,
+    cell_h: float = CELL_H,
+):
+    """Draw one ``[rows, columns]`` map on ``ax``, each cell's value written in it when the
+    cells are ``CELL_W`` x ``CELL_H`` (and at most 256); returns the image."""
     n_rows, n_columns = values.shape
     image = ax.imshow(values, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
-    if n_rows * n_columns <= 256:
+    if n_rows * n_columns <= 256 and cell_w >= CELL_W and cell_h >= CELL_H:
         for row in range(n_rows):
             for column in range(n_columns):
                 value = values[row, column]
@@ -155,14 +271,31 @@ def _draw_grid(ax: Axes, values: np.ndarray, vmin: float, vmax: float, xlabel: s
                     f"{value:.2f}",
                     ha="center",
                     va="center",
-                    fontsize=6,
+                    fontsize=SMALL_PT,
                     color="white" if value < (vmin + vmax) / 2 else "black",
                 )
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_xticks(range(n_columns))
-    ax.set_yticks(range(n_rows))
+    ax.set_xlabel(xlabel, fontsize=LABEL_PT)
+    ax.set_ylabel(ylabel, fontsize=LABEL_PT)
+    x_step = _tick_step(n_columns, cell_w * n_columns)
+    y_step = _tick_step(n_rows, cell_h * n_rows)
+    ax.set_xticks(range(0, n_columns, x_step))
+    ax.set_yticks(range(0, n_rows, y_step))
+    ax.tick_params(labelsize=TICK_PT)
     return image
+
+
+def _legend_below(fig: Figure, ax: Axes, n_series: int) -> None:
+    """The legend under the axes, outside them, so it never covers a bar or a line."""
+    handles, labels = ax.get_legend_handles_labels()
+    longest = max((len(label) for label in labels), default=0)
+    fig.legend(
+        handles,
+        labels,
+        loc="outside lower center",
+        ncols=n_series if longest * n_series <= 60 else 1,
+        fontsize=TICK_PT,
+        frameon=False,
+    )
 
 
 def line_chart(
@@ -175,14 +308,15 @@ def line_chart(
     ylim: tuple[float, float] | None = None,
 ) -> Figure:
     """One line with markers per ``(name, values)`` series over ``x`` (numbers or category names)."""
-    fig = Figure(figsize=(max(4.5, 0.45 * len(x) + 2.5), 3.4), layout="constrained")
+    fig = Figure(figsize=(min(PAGE_WIDTH_IN, max(4.6, 0.45 * len(x) + 2.5)), 3.6), layout="constrained")
     ax = fig.subplots()
     for name, values in series:
         if len(values) != len(x):
             raise InputError(f"series {name!r} has {len(values)} values for {len(x)} x positions")
         ax.plot(list(x), list(values), marker="o", markersize=3, label=name)  # type: ignore[arg-type]
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_xlabel(xlabel, fontsize=LABEL_PT)
+    ax.set_ylabel(ylabel, fontsize=LABEL_PT)
+    ax.tick_params(labelsize=TICK_PT)
     if ylim is not None:
         ax.set_ylim(*ylim)
     if x and isinstance(x[0], str):
@@ -190,9 +324,9 @@ def line_chart(
     elif all(isinstance(value, int) for value in x):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=TITLE_PT)
     if len(series) > 1:
-        ax.legend(fontsize=7)
+        _legend_below(fig, ax, len(series))
     return save_figure(fig, path)
 
 
@@ -207,7 +341,10 @@ def bar_chart(
     """Grouped bars: one group per category, one bar per ``(name, values)`` series.
     With ``log``, values <= 0 (or NaN) are left out, since a log axis cannot show them."""
     width = 0.8 / max(len(series), 1)
-    fig = Figure(figsize=(max(4.5, 0.35 * len(categories) * len(series) + 2.5), 3.6), layout="constrained")
+    fig = Figure(
+        figsize=(min(PAGE_WIDTH_IN, max(4.6, 0.35 * len(categories) * len(series) + 2.5)), 3.8),
+        layout="constrained",
+    )
     ax = fig.subplots()
     positions = np.arange(len(categories))
     for index, (name, values) in enumerate(series):
@@ -219,15 +356,13 @@ def bar_chart(
         ax.bar(positions + (index - (len(series) - 1) / 2) * width, heights, width, label=name)
     if log:
         ax.set_yscale("log")
-    ax.set_xticks(
-        positions,
-        list(categories),
-        rotation=30 if len(categories) > 4 else 0,
-        ha="right" if len(categories) > 4 else "center",
-    )
-    ax.set_ylabel(ylabel)
+    # rotated when the names, side by side in TICK_PT, would not fit under the axes
+    crowded = sum(len(name) + 2 for name in categories) * TICK_PT * 0.6 / 72 > fig.get_figwidth() - 1.5
+    ax.set_xticks(positions, list(categories), rotation=30 if crowded else 0, ha="right" if crowded else "center")
+    ax.set_ylabel(ylabel, fontsize=LABEL_PT)
+    ax.tick_params(labelsize=TICK_PT)
     ax.grid(axis="y", alpha=0.3)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=TITLE_PT)
     if len(series) > 1:
-        ax.legend(fontsize=7)
+        _legend_below(fig, ax, len(series))
     return save_figure(fig, path)

@@ -14,8 +14,8 @@ import numpy as np
 from interp.provenance import PROVENANCE_FILE, Provenance
 from probes.default_state import DefaultStateRow
 from probes.patching import PatchingResult, PatchingRow
-from probes.probe import HeadProbe, LayerProbe, SinkRate
-from reports.document import Column, Figure, KeyValues, Table, percent, sig
+from probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
+from reports.document import Column, Figure, KeyValues, Table, config_block, percent, sig
 from reports.plots import bar_chart
 
 HEAD_COLUMNS = (
@@ -98,8 +98,30 @@ def layer_table(layers: Sequence[LayerProbe]) -> Table:
 
 
 def sink_rate_phrase(rates: Sequence[SinkRate]) -> str:
-    """Sink rates as e.g. "43.8% at eps 0.3 and 12.0% at eps 0.8"."""
-    return " and ".join(f"{percent(rate.percent)} at eps {rate.eps:g}" for rate in rates)
+    """Sink rates as e.g. "43.8% at ε = 0.3 and 12.0% at ε = 0.8" (ε: the sink-rate
+    threshold, not the sink-head threshold sink_eps)."""
+    return " and ".join(f"{percent(rate.percent)} at ε = {rate.eps:g}" for rate in rates)
+
+
+def sink_head_threshold(sink_eps: float) -> tuple[str, str]:
+    """A config block's line for ``sink_eps``, named apart from the sink rate's ε: a sink
+    head has anchor mass >= 1 - sink_eps."""
+    return ("sink-head threshold", f"anchor mass ≥ {1.0 - sink_eps:g} (sink_eps {sink_eps:g})")
+
+
+def probe_config_block(caption: str, config: ProbeConfig) -> KeyValues:
+    """A probe's settings, with its two thresholds named apart."""
+    return config_block(
+        caption,
+        config,
+        {
+            "sink_eps": sink_head_threshold(config.sink_eps),
+            "sink_rate_eps": (
+                "sink-rate thresholds ε (Gu et al.)",
+                ", ".join(f"{eps:g}" for eps in config.sink_rate_eps),
+            ),
+        },
+    )
 
 
 def sink_head_phrase(heads: Sequence[HeadProbe], sink_eps: float, where: str) -> str:
@@ -158,11 +180,13 @@ def value_share_phrase(sinks: Sequence[HeadProbe], anchor: str) -> str:
     )
 
 
-def default_state_table(rows: Sequence[DefaultStateRow], what: str, caption: str = "Default-state test") -> Table:
+def default_state_table(
+    rows: Sequence[DefaultStateRow], what: str, caption: str = "Per sink head and for all sink heads together"
+) -> Table:
     columns = (
         Column("heads"),
         Column(f"{what} before", ".3g", numeric=True),
-        Column("after remove_sink", ".3g", numeric=True),
+        Column("after sink removal", ".3g", numeric=True),
         Column("after control", ".3g", numeric=True),
         Column("remove: increase", ".3g", numeric=True),
         Column("remove: 95% CI low", ".3g", numeric=True),
@@ -189,7 +213,7 @@ def default_state_table(rows: Sequence[DefaultStateRow], what: str, caption: str
         for row in rows
     )
     note = (
-        "remove_sink zeroes each head's attention to the anchor and renormalises the row; the matched control "
+        "Sink removal (remove_sink) zeroes each head's attention to the anchor and renormalises the row; the matched control "
         "masks one random visible non-anchor key per query instead. Intervals are bootstrap intervals over "
         "inputs; Cohen's d is of the paired difference (removal increase minus control increase)."
     )
@@ -204,8 +228,8 @@ def default_state_chart(
     bar_chart(
         labels,
         [
-            ("before", [row.error_before for row in rows]),
-            ("remove_sink", [row.error_after_remove for row in rows]),
+            ("no ablation", [row.error_before for row in rows]),
+            ("sink removed", [row.error_after_remove for row in rows]),
             ("matched control", [row.error_after_control for row in rows]),
         ],
         path,
@@ -224,7 +248,7 @@ def default_state_change_chart(
     bar_chart(
         labels,
         [
-            ("remove_sink", [row.remove_increase.mean for row in rows]),
+            ("sink removed", [row.remove_increase.mean for row in rows]),
             ("matched control", [row.control_increase.mean for row in rows]),
         ],
         path,
@@ -262,7 +286,8 @@ def patching_finding(result: PatchingResult) -> str:
 
 def patching_table(result: PatchingResult, caption: str) -> Table:
     """One row per patched site (columns for the axes ``per`` iterates)."""
-    axes = [Column(axis, numeric=True) for axis in result.per]
+    # positions are counted from 0 here, as in the site names (L0@7) and the patching figure
+    axes = [Column("position (0-indexed)" if axis == "position" else axis, numeric=True) for axis in result.per]
     columns = (
         Column("site"),
         *axes,

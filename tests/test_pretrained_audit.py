@@ -135,7 +135,7 @@ def test_minilm_encoder_audit_uses_cls_and_skips_loss(minilm_dir, tmp_path, caps
     ]
     code, stdout, stderr = run_cli(argv, capsys)
     assert code == 0, stderr
-    assert "model: 6 layers x 12 heads" in stdout
+    assert f"{Path(minilm_dir).parent.name}: 6 layers x 12 heads" in stdout  # named by the package, not "model"
     result = read_audit(out)
     assert not result.model.causal and result.model.architecture == "BertModel"
     assert result.prompts.anchor_token == "[CLS]" and result.ablation is None

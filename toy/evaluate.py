@@ -181,6 +181,7 @@ def _write_attention_figures(
         figure_dir / STD_FIGURE,
         f"{label}std of attention over {n_sequences} sequences",
         tick_labels=labels,
+        colorbar_label="std of attention weight",
     )
     return [MEAN_FIGURE, STD_FIGURE]
 

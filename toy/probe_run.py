@@ -101,14 +101,14 @@ def probe_run(
                 probe.anchor_mass_matrix().numpy(),
                 tmp / ANCHOR_MASS_FIGURE,
                 f"{run_dir.name}: BOS mass at non-trigger queries",
-                "anchor_mass",
+                "mean attention on BOS (anchor mass)",
             )
             share = probe.matrix("value_weighted_anchor_share").numpy()
             layer_head_map(
                 np.nan_to_num(share),
                 tmp / SHARE_FIGURE,
                 f"{run_dir.name}: value-weighted anchor share",
-                "value_weighted_anchor_share",
+                "share of the head's output norm from BOS",
             )
             write_provenance(tmp, "toy probe", source=str(run_dir.resolve()))
     files = [PROBE_FILE, HEADS_CSV, DEFAULT_STATE_FILE, ANCHOR_MASS_FIGURE, SHARE_FIGURE, PROVENANCE_FILE]

@@ -37,6 +37,7 @@ from reports.sections import (
     layer_table,
     patching_finding,
     patching_table,
+    probe_config_block,
     provenance_block,
     sink_head_phrase,
     sink_rate_phrase,
@@ -58,6 +59,7 @@ from toy.probe_run import ANCHOR_MASS_FIGURE, DEFAULT_STATE_FILE, PROBE_FILE, SH
 from toy.reproduce import REPRODUCE_FILE, ReproduceConfig, ReproduceSummary
 from toy.run_dir import CONFIG_FILE, RunConfig, read_config
 from toy.sweep import SWEEP_COLUMNS, SWEEP_FILE, SweepResult, sweep_table_cells
+from toy.task import TaskConfig
 from toy.tradeoff import (
     CONSTRUCTION_SERIES,
     RELU_SERIES,
@@ -91,6 +93,28 @@ def _existing_figures(paths_and_captions: list[tuple[Path, str]]) -> list[Block]
 def _sinks_subject(state: ToyDefaultState) -> str:
     n = len(state.sink_heads)
     return "the sink head" if n == 1 else f"all {n} sink heads"
+
+
+def task_block(task: TaskConfig) -> KeyValues:
+    """The task's settings, its trigger positions counted from 1 as the figures count
+    them (the config's fields are 0-indexed, and say so)."""
+
+    def position(label: str, field: str, value: int) -> tuple[str, str]:
+        return (f"{label} (1-indexed)", f"{value + 1} ({field} {value}, 0-indexed)")
+
+    return config_block(
+        "Task",
+        task,
+        {
+            "train_trigger_min": position(
+                "first training trigger position", "train_trigger_min", task.train_trigger_min
+            ),
+            "train_trigger_max": position("last training trigger position", "train_trigger_max", task.trigger_max),
+            "eval_trigger_position": position(
+                "eval trigger position", "eval_trigger_position", task.eval_trigger_position
+            ),
+        },
+    )
 
 
 # reproduction ------------------------------------------------------------------------
@@ -201,7 +225,7 @@ def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult |
 def _models_table(models: list[ModelSummary]) -> Table:
     """One row per trained model: architecture, training outcome, errors, sink heads."""
     return Table(
-        "Models",
+        "One row per trained model",
         (
             Column("model"),
             Column("attention"),
@@ -323,7 +347,7 @@ def _reproduction_configuration(source: Path, config: ReproduceConfig) -> Sectio
                     ("workers", str(config.workers)),
                 ),
             ),
-            config_block("Task", config.task),
+            task_block(config.task),
             provenance_block(read_provenance(source)),
         ),
     )
@@ -340,9 +364,9 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
     findings = _reproduction_findings(summary, tradeoff)
     panels = [(m.name, _head_matrix(m)) for m in models]
     sink_figure = figure_dir / "sink_maps.png"
-    layer_head_maps(panels, sink_figure, "BOS mass at non-trigger queries (layer x head)", "anchor_mass")
+    layer_head_maps(panels, sink_figure, "BOS mass at non-trigger queries (layer x head)", "mean attention on BOS")
     checks = Table(
-        "Checks against the paper",
+        "Each claim and what was measured",
         (Column("claim"), Column("passed"), Column("measured")),
         tuple((c.claim, c.passed, c.detail) for c in summary.checks),
     )
@@ -401,7 +425,7 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
         (f"{name}: " + default_state_finding(state.heads[-1], WHAT, _sinks_subject(state)))
         if state.heads
         else f"Default-state test: {state.note}.",
-        f"Sink rate (Gu et al., alpha over queries from BOS on > eps): "
+        f"Sink rate (Gu et al., alpha over queries from BOS on > sink-rate threshold ε): "
         f"{sink_rate_phrase(probe.sink_rates)} of (sequence, layer, head) entries.",
     ]
     if sinks:
@@ -446,7 +470,7 @@ def _run_configuration(
         blocks = [
             *blocks,
             config_block("Toy model (training run)", run_config.model),
-            config_block("Task", run_config.task),
+            task_block(run_config.task),
         ]
         if with_training:
             blocks.append(config_block("Training", run_config.train))
@@ -456,7 +480,7 @@ def _run_configuration(
 def _probe_configuration(source: Path, probe: ProbeResult, run_config: RunConfig | None) -> Section:
     """The probed model, the probe's settings, the training run's (when found) and provenance."""
     return _run_configuration(
-        source, [config_block("Model (as probed)", probe.model), config_block("Probe", probe.config)], run_config
+        source, [config_block("Model (as probed)", probe.model), probe_config_block("Probe", probe.config)], run_config
     )
 
 
@@ -517,7 +541,7 @@ def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
         row for row in result.positions.rows if row.position == trigger and not math.isnan(row.normalised_effect)
     ]
     findings = [
-        f"{name}: triggered inputs patched into copies whose trigger (position {trigger}, 0-indexed) is a content "
+        f"{name}: triggered inputs patched into copies whose trigger (position {trigger + 1}) is a content "
         f"token; metric: {TRIGGER_METRIC} (1 = the triggered output).",
         patching_finding(result.heads),
         patching_finding(result.positions),
@@ -582,7 +606,7 @@ def tradeoff_report(source: Path, figure_dir: Path) -> ReportDocument:
         findings=tuple(_tradeoff_findings(result)),
         sections=(
             Section("Trade-off", tuple(_tradeoff_blocks(source, result))),
-            Section("Configuration", (config_block("Task", result.task), provenance_block(read_provenance(source)))),
+            Section("Configuration", (task_block(result.task), provenance_block(read_provenance(source)))),
         ),
     )
 

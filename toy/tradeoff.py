@@ -19,13 +19,15 @@ from typing import ClassVar
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Annotation
+from matplotlib.transforms import Bbox
 
 from interp.codec import write_result
 from interp.errors import InputError
 from interp.hook_names import pattern_hook
 from interp.provenance import write_provenance
 from probes.sink_metrics import anchor_mass
-from reports.plots import save_figure
+from reports.plots import LABEL_PT, SMALL_PT, TICK_PT, TITLE_PT, save_figure
 from toy.constructions import relu_exact_model, softmax_scaled_model
 from toy.model import ToyTransformer
 from toy.run_dir import load_model, read_config
@@ -142,16 +144,32 @@ def query_scale_curve(
     return points
 
 
+def _drop_overlapping(figure: Figure, labels: list[Annotation]) -> None:
+    """Hide each point label that would overlap one drawn before it (the table lists
+    every point's scale): crowded points near BOS mass 1 would otherwise print over
+    each other."""
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    figure.draw_without_rendering()
+    kept: list[Bbox] = []
+    for label in labels:
+        box = label.get_window_extent(renderer).expanded(1.1, 1.2)
+        if any(box.overlaps(other) for other in kept):
+            label.set_visible(False)
+        else:
+            kept.append(box)
+
+
 def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | Path) -> Path:
     """Write a PNG of default-position MSE (log scale) against BOS mass at default queries,
     one line per series, each point labelled with its scale. Errors below ``MSE_FLOOR``
     (e.g. the exact ReLU construction's 0) are drawn at the floor. Returns ``path``."""
     if not any(points_by_series.values()):
         raise InputError("plot_tradeoff needs at least one series with at least one point")
-    figure = Figure(figsize=(6.4, 4.8))
+    figure = Figure(figsize=(6.4, 4.8), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     clipped = False
+    labels = []
     for name, points in points_by_series.items():
         if not points:
             continue
@@ -161,17 +179,22 @@ def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | 
         axes.plot(xs, ys, marker="o", label=name)
         for point, x, y in zip(points, xs, ys):
             if point.scale is not None:
-                axes.annotate(f"{point.scale:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                labels.append(
+                    axes.annotate(
+                        f"{point.scale:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=SMALL_PT
+                    )
+                )
     axes.set_yscale("log")
-    axes.set_xlabel("BOS mass at default (non-trigger) queries")
+    axes.set_xlabel("BOS mass at default (non-trigger) queries", fontsize=LABEL_PT)
     ylabel = "MSE at default positions"
     if clipped:
         ylabel += f" (< {MSE_FLOOR:g} drawn at {MSE_FLOOR:g})"
-    axes.set_ylabel(ylabel)
-    axes.set_title("Theorem 1: default-position error vs sink mass")
+    axes.set_ylabel(ylabel, fontsize=LABEL_PT)
+    axes.tick_params(labelsize=TICK_PT)
+    axes.set_title("Theorem 1: default-position error vs sink mass", fontsize=TITLE_PT)
     axes.grid(True, which="major", alpha=0.3)
-    axes.legend(fontsize=8)
-    figure.tight_layout()
+    figure.legend(loc="outside lower center", fontsize=TICK_PT, frameon=False, ncols=2)
+    _drop_overlapping(figure, labels)
     path = Path(path)
     save_figure(figure, path, dpi=120)
     return path
