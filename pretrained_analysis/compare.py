@@ -179,15 +179,16 @@ def _row(result: AuditResult, directory: str | None) -> ComparisonRow:
 
 
 def check_comparable(results: Sequence[AuditResult], names: Sequence[str | Path]) -> None:
-    """Audits compare only on the same prompts (spec and texts) and sink threshold."""
-    first = results[0]
-    for name, result in zip(names, results):
-        if not result.prompts.same_prompts(first.prompts) or result.config.sink_eps != first.config.sink_eps:
-            raise InputError(
-                f"{name} was audited on other prompts or another sink threshold than {names[0]}; "
-                "compare audits of the same prompts and sink_eps",
-                field="directories",
-            )
+    """Audits compare only on the same prompts (``PromptSummary.same_prompts``) and sink
+    threshold; every pair is checked, so the order of the audits does not matter."""
+    for i, (name, result) in enumerate(zip(names, results)):
+        for earlier, other in zip(names[:i], results[:i]):
+            if not result.prompts.same_prompts(other.prompts) or result.config.sink_eps != other.config.sink_eps:
+                raise InputError(
+                    f"{name} was audited on other prompts or another sink threshold than {earlier}; "
+                    "compare audits of the same prompts and sink_eps",
+                    field="directories",
+                )
 
 
 def compare_audits(results: Sequence[AuditResult], directories: Sequence[str] | None = None) -> Comparison:

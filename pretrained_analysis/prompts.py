@@ -130,10 +130,17 @@ class PromptSummary:
     texts_sha256: str = ""
 
     def same_prompts(self, other: PromptSummary) -> bool:
-        """Whether two audits ran on the same prompts: the same spec and, where both
-        recorded one, the same texts (two lists of strings given in Python share a spec)."""
-        texts_known = bool(self.texts_sha256 and other.texts_sha256)
-        return self.spec == other.spec and (not texts_known or self.texts_sha256 == other.texts_sha256)
+        """Whether two audits ran on the same prompts. Where both recorded their texts'
+        digest: the same texts, cut to the same length, with the same BOS convention
+        (wherever they were read from: a list in Python, a file on another machine);
+        otherwise (random tokens, older audits) the same spec."""
+        if self.texts_sha256 and other.texts_sha256:
+            return (self.texts_sha256, self.spec.max_len, self.spec.prepend_bos) == (
+                other.texts_sha256,
+                other.spec.max_len,
+                other.spec.prepend_bos,
+            )
+        return self.spec == other.spec
 
 
 def texts_digest(texts: Sequence[str]) -> str:

@@ -4,13 +4,15 @@ same checkpoint and the same prompts."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from interp.codec import encode
 from interp.errors import InputError
-from pretrained_analysis.audit import AuditConfig, audit, read_audit, write_audit
+from pretrained_analysis.audit import AuditConfig, audit, read_audit
 from pretrained_analysis.compare import compare_audits
 from pretrained_analysis.prompts import prompt_set
 from sinkscope.cli import main
@@ -79,19 +81,28 @@ def test_what_cannot_be_audited_is_one_input_error(checkpoint):
 
 
 def test_audits_of_other_texts_do_not_compare(checkpoint, from_the_cli, tmp_path, capsys):
-    """Two lists of strings of one length share a PromptSpec; the texts' digest tells them apart."""
+    """Two lists of strings of one length share a PromptSpec; the texts' digest tells them
+    apart, and the same texts compare wherever they were read from."""
     bridge = TransformerBridge.boot_transformers(str(checkpoint), device="cpu")
     same = audit(bridge, PROMPTS, CONFIG, progress=False)
     other = audit(bridge, [text.upper() for text in PROMPTS], CONFIG, progress=False)
     assert same.prompts.spec == other.prompts.spec and same.prompts.texts_sha256 != other.prompts.texts_sha256
-    assert len(compare_audits([same, same]).rows) == 2
     with pytest.raises(InputError, match="other prompts"):
         compare_audits([same, other])
-    # on disk: the CLI's audit read its prompts from a file; the same texts compare with it
-    assert from_the_cli.prompts.texts_sha256 == same.prompts.texts_sha256
-    (tmp_path / "upper.txt").write_text("\n".join(text.upper() for text in PROMPTS) + "\n")
-    argv = ["audit", str(checkpoint), "--prompts", str(tmp_path / "upper.txt"), "--out", str(tmp_path / "upper")]
-    assert main([*argv, "--examples", "0", "--batch-size", "2", "--no-progress"]) == 0
-    write_audit(same, tmp_path / "same")
-    assert main(["compare", str(tmp_path / "same"), str(tmp_path / "upper"), "--out", str(tmp_path / "cmp")]) == 2
+    # the CLI's audit read the same texts from a file: they compare, in any order
+    assert same.prompts.spec.source != from_the_cli.prompts.spec.source
+    assert len(compare_audits([same, from_the_cli]).rows) == len(compare_audits([from_the_cli, same]).rows) == 2
+    # an audit without a digest (written before it was recorded) never lets two texts pass
+    legacy = replace(same, prompts=replace(same.prompts, texts_sha256=""))
+    for order in ([legacy, same, other], [same, legacy, other]):
+        with pytest.raises(InputError, match="other prompts"):
+            compare_audits(order)
+    # on disk: one prompt file whose contents changed between two audits
+    prompt_file = tmp_path / "prompts.txt"
+    argv = ["--prompts", str(prompt_file), "--examples", "0", "--batch-size", "2", "--no-progress"]
+    for name, texts in (("before", PROMPTS), ("after", [text.upper() for text in PROMPTS])):
+        prompt_file.write_text("\n".join(texts) + "\n")
+        assert main(["audit", str(checkpoint), "--out", str(tmp_path / name), *argv]) == 0
+    assert read_audit(tmp_path / "before").prompts.spec == read_audit(tmp_path / "after").prompts.spec
+    assert main(["compare", str(tmp_path / "before"), str(tmp_path / "after"), "--out", str(tmp_path / "cmp")]) == 2
     assert "other prompts" in capsys.readouterr().err and not (tmp_path / "cmp").exists()
