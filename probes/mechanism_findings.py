@@ -1,6 +1,6 @@
 """The side-by-side comparison in words: what was compared, what each kind's sink heads
 write, whether the layers cancel, and which mechanism holds where. Shared by the report
-(``reports.mechanism``) and the inline display (``probes.display``)."""
+(``reports.mechanism``) and the inline display (``probes.mechanism_display``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ def _names(models: Sequence[MechanismModel]) -> str:
 def _names_of(sources: Sequence[str]) -> str:
     """At most six names in prose (a sweep can hold hundreds of runs)."""
     return ", ".join(sources[:6]) + (f" and {len(sources) - 6} more" if len(sources) > 6 else "")
+
+
+def _count(n: int, singular: str, plural: str) -> str:
+    return f"{n} {singular if n == 1 else plural}"
 
 
 def _range(values: Sequence[float], digits: int = 3) -> str:
@@ -54,7 +58,7 @@ def _kind_findings(comparison: MechanismComparison, kind: str) -> list[str]:
             f"{kind.capitalize()} sink heads ({len(heads)} in {sum(m.n_sink_heads > 0 for m in models)} of "
             f"{len(models)} {kind} models): anchor mass {_range([h.anchor_mass for h in heads])}, value-weighted "
             f"anchor share {_range(shares)}, anchor value norm {_range([h.anchor_value_norm for h in heads], 3)}; "
-            f"{sum(h.dormant for h in heads)} are dormant; {reading}."
+            f"{_count(sum(h.dormant for h in heads), 'is', 'are')} dormant; {reading}."
         )
     else:
         findings.append(f"No {kind} model has a sink head ({_names(models)}).")
@@ -69,7 +73,8 @@ def _kind_findings(comparison: MechanismComparison, kind: str) -> list[str]:
             else f"the layers cancel in {_names(cancel)} only"
         )
         findings.append(
-            f"In the {len(deep)} multi-layer {kind} model{'s' if len(deep) > 1 else ''}, ||sum of the layers' "
+            f"In the {f'{len(deep)} multi-layer {kind} models' if len(deep) > 1 else f'multi-layer {kind} model'}, "
+            "||sum of the layers' "
             f"attention outputs|| / sum of their norms is {_range([m.cancellation for m in deep])}: {verdict} "
             f"(cancel: below {CANCELS_BELOW:g})."
         )
@@ -92,6 +97,8 @@ def _mechanism_answer(comparison: MechanismComparison) -> list[str]:
             key = "sink heads write the anchor's value and the layers cancel it (the toy mechanism)"
         elif cancels is None and model.n_layers == 1:
             key = "sink heads write the anchor's value (one layer: nothing to cancel)"
+        elif cancels is None:
+            key = "sink heads write the anchor's value; whether the layers cancel was not measured"
         else:
             key = "sink heads write the anchor's value but the layers do not cancel"
         groups.setdefault(key, []).append(model)

@@ -25,14 +25,17 @@ from probes.mechanism import (
     MechanismComparison,
 )
 from probes.mechanism_findings import mechanism_findings
-from reports.document import Column, Figure, KeyValues, Paragraph, ReportDocument, Section, Table
+from reports.document import Column, Figure, KeyValues, Paragraph, ReportDocument, Section, Table, format_cell
 from reports.markdown import md_escape
-from reports.plots import save_figure
+from reports.plots import LABEL_PT, PAGE_WIDTH_IN, SMALL_PT, TICK_PT, TITLE_PT, save_figure
 from reports.write import ReportKind
 
 MECHANISM_FIGURE = "mechanism.png"
 MECHANISM_MD = "mechanism.md"
 MARKERS = {"toy": "o", "pretrained": "^"}
+KIND_COLOURS = {"toy": "C0", "pretrained": "C3"}
+MAX_COLOURED_SOURCES = 10  # beyond this, colours cannot be told apart: colour by kind
+MAX_BAR_LABELS = 30  # bar labels that fit under the axes at TICK_PT
 
 
 def read_mechanism(directory: str | os.PathLike) -> MechanismComparison:
@@ -137,13 +140,17 @@ def models_table(comparison: MechanismComparison) -> Table:
 
 
 def mechanism_figure(comparison: MechanismComparison, path: str | os.PathLike) -> MplFigure:
-    """Left: anchor mass against value-weighted anchor share, one point per sink head,
-    coloured by source (circles toy, triangles pretrained). Right: each model's
-    cancellation ratio (1: the layers add up; near 0: they cancel)."""
+    """Left: anchor mass against value-weighted anchor share, one point per sink head
+    (circles toy, triangles pretrained), coloured by source, or by kind when there are
+    too many sources to tell apart. Right: each model's cancellation ratio (1: the layers
+    add up; near 0: they cancel); a model whose ratio was not measured gets no bar."""
     models = comparison.models
-    fig = MplFigure(figsize=(max(9.0, 5.5 + 0.45 * len(models)), 4.0), layout="constrained")
-    scatter, bars = fig.subplots(1, 2, width_ratios=(1.0, max(1.0, 0.25 * len(models))))
-    colours = {model.source: f"C{index % 10}" for index, model in enumerate(models)}
+    by_kind = len(models) > MAX_COLOURED_SOURCES
+    colours = {
+        model.source: (KIND_COLOURS[model.kind] if by_kind else f"C{index % 10}") for index, model in enumerate(models)
+    }
+    fig = MplFigure(figsize=(PAGE_WIDTH_IN, 4.4), layout="constrained")
+    scatter, bars = fig.subplots(1, 2, width_ratios=(1.0, 1.3))
     for model in models:
         heads = [head for head in comparison.heads if head.source == model.source]
         if heads:
@@ -154,27 +161,42 @@ def mechanism_figure(comparison: MechanismComparison, path: str | os.PathLike) -
                 marker=MARKERS.get(model.kind, "o"),
                 s=28,
                 alpha=0.8,
-                label=f"{model.source} ({model.kind})",
+                label=model.kind if by_kind else f"{model.source} ({model.kind})",
             )
     if not comparison.heads:
         scatter.text(0.5, 0.5, "no sink heads", ha="center", va="center", transform=scatter.transAxes)
     else:
-        scatter.legend(fontsize=6, loc="best")
+        handles, labels = scatter.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))  # by kind: one entry per kind
+        fig.legend(
+            unique.values(),
+            unique.keys(),
+            loc="outside lower center",
+            ncols=min(3, len(unique)),
+            fontsize=TICK_PT,
+            frameon=False,
+        )
     scatter.axhline(WRITES_ANCHOR_SHARE, color="grey", linewidth=0.8, linestyle="--")
     scatter.set_xlim(-0.02, 1.02)
     scatter.set_ylim(-0.02, 1.02)
-    scatter.set_xlabel("anchor_mass (attention on the anchor)")
-    scatter.set_ylabel("value_weighted_anchor_share")
-    scatter.set_title("sink heads: attention vs what they write from the anchor", fontsize=9)
+    scatter.set_xlabel("attention on the anchor (anchor mass)", fontsize=LABEL_PT)
+    scatter.set_ylabel("value-weighted anchor share", fontsize=LABEL_PT)
+    scatter.set_title("sink heads: attention vs what they write from the anchor", fontsize=TITLE_PT)
+    scatter.tick_params(labelsize=TICK_PT)
     scatter.grid(alpha=0.3)
     positions = np.arange(len(models))
-    ratios = np.asarray([model.cancellation for model in models], dtype=float)
-    bars.bar(positions, np.nan_to_num(ratios), color=[colours[model.source] for model in models])
+    ratios = [model.cancellation for model in models]
+    measured = [k for k, ratio in enumerate(ratios) if not math.isnan(ratio)]
+    bars.bar(positions[measured], [ratios[k] for k in measured], color=[colours[models[k].source] for k in measured])
+    for k in sorted(set(range(len(models))) - set(measured)):
+        bars.text(k, 0.02, "n/a", ha="center", va="bottom", fontsize=SMALL_PT, rotation=90)
     bars.axhline(CANCELS_BELOW, color="grey", linewidth=0.8, linestyle="--")
-    bars.set_xticks(positions, [model.source for model in models], rotation=30, ha="right", fontsize=7)
+    step = max(1, math.ceil(len(models) / MAX_BAR_LABELS))  # a sweep holds hundreds of runs
+    bars.set_xticks(positions[::step], [model.source for model in models][::step], rotation=30, ha="right")
+    bars.tick_params(labelsize=TICK_PT)
     bars.set_ylim(0.0, 1.05)
-    bars.set_ylabel("||sum of layer outputs|| / sum of norms")
-    bars.set_title("cancellation across layers (1: none)", fontsize=9)
+    bars.set_ylabel("\u2016\u03a3 layer outputs\u2016 / \u03a3 \u2016layer output\u2016", fontsize=LABEL_PT)
+    bars.set_title("cancellation across layers (1: none)", fontsize=TITLE_PT)
     bars.grid(axis="y", alpha=0.3)
     return save_figure(fig, path)
 
@@ -186,22 +208,12 @@ def mechanism_markdown(comparison: MechanismComparison) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = [
-            md_escape(_cell(value, column.fmt)) if isinstance(value, str) else _cell(value, column.fmt)
+            md_escape(format_cell(value, column.fmt)) if isinstance(value, str) else format_cell(value, column.fmt)
             for value, column in zip(row, HEAD_COLUMNS)
         ]
         lines.append("| " + " | ".join(cells) + " |")
     findings = "\n".join(f"- {md_escape(finding)}" for finding in mechanism_findings(comparison))
     return "# Toy and pretrained sink heads side by side\n\n" + findings + "\n\n" + "\n".join(lines) + "\n"
-
-
-def _cell(value: object, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, (int, float)) and fmt:
-        return format(value, fmt)
-    return str(value)
 
 
 def mechanism_report(source: Path, figure_dir: Path) -> ReportDocument:

@@ -284,7 +284,7 @@ def _draw_grid(
     return image
 
 
-def _legend_below(fig: Figure, ax: Axes, n_series: int) -> None:
+def legend_below(fig: Figure, ax: Axes, n_series: int) -> None:
     """The legend under the axes, outside them, so it never covers a bar or a line."""
     handles, labels = ax.get_legend_handles_labels()
     longest = max((len(label) for label in labels), default=0)
@@ -326,7 +326,7 @@ def line_chart(
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=TITLE_PT)
     if len(series) > 1:
-        _legend_below(fig, ax, len(series))
+        legend_below(fig, ax, len(series))
     return save_figure(fig, path)
 
 
@@ -364,5 +364,5 @@ def bar_chart(
     ax.grid(axis="y", alpha=0.3)
     ax.set_title(title, fontsize=TITLE_PT)
     if len(series) > 1:
-        _legend_below(fig, ax, len(series))
+        legend_below(fig, ax, len(series))
     return save_figure(fig, path)

@@ -9,6 +9,7 @@ import json
 import math
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,21 @@ def test_audits_alone_side_by_side_with_mechanism_or_sink_eps(inputs, tmp_path, 
     assert code == 0, stderr
     assert (out / "mechanism.json").is_file() and not (out / "comparison.json").exists()
     assert read_mechanism(out).model(MINILM).sink_eps == LOOSE
+
+
+def test_an_unmeasured_cancellation_is_not_reported_as_none(inputs):
+    """A multi-layer model whose layer norms were not measured (NaN) must not read as
+    'the layers do not cancel'."""
+    probe = read_result(inputs["probed"] / "probe" / "probe.json", ProbeResult, "")
+    deep = replace(
+        probe,
+        model=replace(probe.model, n_layers=2),
+        heads=tuple(replace(head, value_weighted_anchor_share=0.99) for head in probe.heads),  # writes the anchor
+        attn_out_norm_of_sum=math.nan,
+        attn_out_sum_of_norms=math.nan,
+    )
+    comparison = compare_mechanism([("deep", deep)], sink_eps=LOOSE)
+    model = comparison.model("deep")
+    assert model.writes_anchor and model.layers_cancel is None
+    findings = " ".join(mechanism_findings(comparison))
+    assert "was not measured" in findings and "do not cancel" not in findings
