@@ -69,6 +69,12 @@ DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one
 # (benchmarks/bench_under_load.py measures both).
 TRAIN_THREADS = 1
 
+# on_log(step, record): ``record`` is the line just written to one run's metrics.jsonl
+# (step, loss, linf_error, anchor_mass_default, anchor_mass_trigger) with ``run``, that
+# run's directory as passed, added: the members of a stack log the same steps, and the
+# directory is what tells them apart (and what a caller already holds for each run).
+OnLog = Callable[[int, dict], None]
+
 
 @contextmanager
 def torch_threads(threads: int) -> Iterator[None]:
@@ -314,7 +320,7 @@ def train(
     run_dir: str | os.PathLike,
     resume: bool = True,
     progress: bool = True,
-    on_log: Callable[[int], None] | None = None,
+    on_log: OnLog | None = None,
     threads: int = TRAIN_THREADS,
     device: str | torch.device = "cpu",
 ) -> TrainResult:
@@ -328,7 +334,7 @@ def train_seeds(
     run_dirs: Sequence[str | os.PathLike],
     resume: bool = True,
     progress: bool = True,
-    on_log: Callable[[int], None] | None = None,
+    on_log: OnLog | None = None,
     threads: int = TRAIN_THREADS,
     device: str | torch.device = "cpu",
 ) -> list[TrainResult]:
@@ -342,9 +348,11 @@ def train_seeds(
     that resume from different steps train in separate stacks, one after another. Any
     other difference is refused rather than overwritten. A run whose loss becomes NaN
     stops with its last good checkpoint kept; the others continue, and
-    ``TrainingDiverged`` is raised at the end naming it. ``on_log(step)`` is called every
-    ``log_every`` steps. ``threads``: torch intra-op threads while training (restored
-    after; ``TRAIN_THREADS`` by default). ``device``: ``cpu``, ``cuda[:N]`` or ``auto``;
+    ``TrainingDiverged`` is raised at the end naming it. ``on_log(step, record)`` is called
+    for every line written to a run's ``metrics.jsonl`` (every ``log_every`` steps and at
+    a run's last step), once per run of the stack: ``record`` is that line (a dict) with
+    ``run`` added, ``str(Path(run_dir))`` of the run it belongs to. ``threads``: torch
+    intra-op threads while training (restored after; ``TRAIN_THREADS`` by default). ``device``: ``cpu``, ``cuda[:N]`` or ``auto``;
     batches are drawn there, reproducible per seed on a given kind of device.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
     """
@@ -453,11 +461,13 @@ class _Stack:
 
 class _StackTraining:
     """One ``_train_stack`` call under way: the stack of members still training, the step
-    they are at, the last step checkpointed, the results so far and the progress bar."""
+    they are at, the last step checkpointed, the results so far, the progress bar and
+    the caller's ``on_log``."""
 
-    def __init__(self, members: list[_Member], progress: bool) -> None:
+    def __init__(self, members: list[_Member], progress: bool, on_log: OnLog | None) -> None:
         self.members = members
         self.progress = progress
+        self.on_log = on_log
         self.step = members[0].step
         self.train_cfg, self.task_cfg = members[0].config.train, members[0].config.task
         self.target = members[0].config.model.target
@@ -481,7 +491,7 @@ class _StackTraining:
         """``member``'s training time: before this call and since it started."""
         return member.wall_before + time.perf_counter() - self.started
 
-    def train_step(self, on_log: Callable[[int], None] | None, interrupt: StepBoundaryInterrupt) -> bool:
+    def train_step(self, interrupt: StepBoundaryInterrupt) -> bool:
         """One step of every member of the stack; False when none continues."""
         stack, train_cfg = self.stack, self.train_cfg
         assert stack is not None  # called only while members are training
@@ -497,8 +507,6 @@ class _StackTraining:
         finished = self._record(batches, data_states, loss_values, linf_values)
         if self.step % train_cfg.checkpoint_every == 0:
             self.last_checkpoint = self.step
-        if on_log is not None and self.step % train_cfg.log_every == 0:
-            on_log(self.step)
         continuing = [k for k in range(len(stack.members)) if k not in finished]
         if not continuing:
             return False
@@ -562,7 +570,9 @@ class _StackTraining:
             converged = linf_k < train_cfg.stop_linf
             if step % train_cfg.log_every == 0 or converged or step >= train_cfg.max_steps:
                 self.stack.sync_member(k)
-                _log(member, step, loss_k, linf_k, batches[k])
+                record = _log(member, step, loss_k, linf_k, batches[k])
+                if self.on_log is not None:
+                    self.on_log(step, {**record, "run": str(member.run_dir)})
             if converged or step >= train_cfg.max_steps:
                 self._finish(k, "converged" if converged else "max_steps", loss_k, linf_k, data_states[k])
                 finished.add(k)
@@ -592,14 +602,14 @@ class _StackTraining:
 
 
 def _train_stack(
-    members: list[_Member], progress: bool, on_log: Callable[[int], None] | None, interrupt: StepBoundaryInterrupt
+    members: list[_Member], progress: bool, on_log: OnLog | None, interrupt: StepBoundaryInterrupt
 ) -> list[TrainResult]:
     """Train members that start at the same step until each converges, reaches
     ``max_steps`` or diverges; one result per member."""
-    training = _StackTraining(members, progress)
+    training = _StackTraining(members, progress, on_log)
     try:
         while training.stack is not None:
-            if not training.train_step(on_log, interrupt):
+            if not training.train_step(interrupt):
                 break
     finally:
         training.bar.close()
@@ -621,12 +631,13 @@ def _checkpoint(member: _Member, step: int, data_state: torch.Tensor, wall: floa
     )
 
 
-def _log(member: _Member, step: int, loss: float, linf: float, batch: TaskBatch) -> None:
+def _log(member: _Member, step: int, loss: float, linf: float, batch: TaskBatch) -> dict:
+    """Append this step's metrics line to ``member``'s metrics.jsonl; returns the line."""
     names = {pattern_hook(layer) for layer in range(member.config.model.n_layers)}
     with torch.no_grad():
         _, cache = member.model.run_with_cache(batch.tokens, names_filter=lambda name: name in names)
     default, trigger = head_anchor_masses(member.model, batch, dict(cache.items()))
-    append_metrics(
+    return append_metrics(
         member.run_dir,
         {
             "step": step,
