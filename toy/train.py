@@ -60,6 +60,7 @@ from toy.run_dir import (
     write_train_result,
 )
 from toy.task import TaskBatch, sample_batch
+from toy.tracking import RunTrackers, TrackingConfig
 
 DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one seed
 
@@ -323,10 +324,11 @@ def train(
     on_log: OnLog | None = None,
     threads: int = TRAIN_THREADS,
     device: str | torch.device = "cpu",
+    tracking: TrackingConfig | None = None,
 ) -> TrainResult:
     """Train one toy model into ``run_dir`` and return how it ended (``train_seeds`` with
     K = 1; the arguments are the same)."""
-    return train_seeds([config], [run_dir], resume, progress, on_log, threads, device)[0]
+    return train_seeds([config], [run_dir], resume, progress, on_log, threads, device, tracking)[0]
 
 
 def train_seeds(
@@ -337,6 +339,7 @@ def train_seeds(
     on_log: OnLog | None = None,
     threads: int = TRAIN_THREADS,
     device: str | torch.device = "cpu",
+    tracking: TrackingConfig | None = None,
 ) -> list[TrainResult]:
     """Train ``configs`` (identical but for ``train.seed``) together, one run directory
     each; one result per config, in order.
@@ -354,8 +357,12 @@ def train_seeds(
     ``run`` added, ``str(Path(run_dir))`` of the run it belongs to. ``threads``: torch
     intra-op threads while training (restored after; ``TRAIN_THREADS`` by default). ``device``: ``cpu``, ``cuda[:N]`` or ``auto``;
     batches are drawn there, reproducible per seed on a given kind of device.
+    ``tracking``: log each run that trains to W&B and/or TensorBoard (``toy.tracking``);
+    not part of the run's config, so a run resumes with it on or off.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
     """
+    if tracking is not None:
+        tracking.check()  # a missing package: one line before any directory is touched
     paths = [Path(run_dir) for run_dir in run_dirs]
     _check_stackable(configs, paths)
     target_device = resolve_device(device)
@@ -372,15 +379,31 @@ def train_seeds(
                 results[index] = opened
             else:
                 members[index] = opened
+        # runs that train now are tracked (one finished earlier has nothing new to log);
+        # opened once every directory is accepted, so a refused call leaves no tracked run
+        trackers = held.enter_context(RunTrackers(tracking, [(m.run_dir, m.config) for m in members.values()]))
+        log = _both(on_log, trackers.on_log if tracking is not None else None)
         for start in sorted({member.step for member in members.values()}):
             group = [index for index, member in members.items() if member.step == start]
-            trained = _train_stack([members[index] for index in group], progress, on_log, interrupt)
+            trained = _train_stack([members[index] for index in group], progress, log, interrupt)
             results.update(zip(group, trained))
     ordered = [results[index] for index in range(len(configs))]
     diverged = [result for result in ordered if result.status == "diverged"]
     if diverged:
         raise TrainingDiverged(_diverged_message(diverged), field="lr")
     return ordered
+
+
+def _both(first: OnLog | None, second: OnLog | None) -> OnLog | None:
+    """One callback calling ``first`` then ``second`` (either may be None)."""
+    if first is None or second is None:
+        return first or second
+
+    def both(step: int, record: dict) -> None:
+        first(step, record)
+        second(step, record)
+
+    return both
 
 
 def _diverged_message(diverged: list[TrainResult]) -> str:
