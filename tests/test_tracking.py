@@ -4,11 +4,14 @@ logged to TensorBoard and to Weights & Biases (offline, read back from its own f
 from __future__ import annotations
 
 import json
+import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import wandb
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from interp.codec import encode
@@ -19,7 +22,7 @@ from toy.run_dir import RunConfig, TrainConfig, read_metrics
 from toy.sweep import SweepConfig, sweep
 from toy.task import TaskConfig
 from toy.tracking import TrackingConfig, scalars
-from toy.train import train, train_seeds
+from toy.train import TrainingDiverged, train, train_seeds
 from wandb_offline import offline_runs
 
 
@@ -68,14 +71,17 @@ def _text(events: EventAccumulator, tag: str) -> str:
 
 
 @pytest.fixture()
-def offline_wandb(tmp_path, monkeypatch) -> Path:
+def offline_wandb(tmp_path, monkeypatch) -> Iterator[Path]:
     """W&B offline, its files under tmp_path/wandb-files (the variables reach spawned workers too)."""
     where = tmp_path / "wandb-files"
     where.mkdir()
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(where))
     monkeypatch.setenv("WANDB_SILENT", "true")
-    return where
+    yield where
+    # wandb reads its variables once per process (its setup singleton): the next test's
+    # WANDB_DIR would be ignored without starting over
+    wandb.teardown()
 
 
 def test_tensorboard_gets_each_stacked_run_in_its_own_directory(tmp_path):
@@ -121,6 +127,17 @@ def test_a_run_resumes_with_tracking_turned_on(tmp_path):
     # the step-10 checkpoint holds the state before step 10's batch: step 10 is trained again
     assert [e.step for e in events.Scalars("loss")] == [10, 20, 23]
     assert [line["step"] for line in read_metrics(tmp_path / "run")] == [0, 10, 20, 23]
+
+
+def test_a_diverged_run_is_tracked_as_failed_with_its_status(tmp_path, offline_wandb):
+    tracking = TrackingConfig(wandb_project="sinks-test", tensorboard_dir=tmp_path / "tb")
+    with pytest.raises(TrainingDiverged):
+        train(_config(0, lr=1e20), tmp_path / "run", progress=False, tracking=tracking)
+    (run,) = offline_runs(offline_wandb).values()
+    assert run.exit_code == 1 and run.summary["result/status"] == "diverged"
+    assert run.summary["result/loss"] is None  # NaN: W&B writes JSON null, as result.json does
+    events = _tensorboard(tmp_path / "tb" / "run")
+    assert _text(events, "result/status") == "diverged" and math.isnan(events.Scalars("result/loss")[0].value)
 
 
 def test_toy_train_logs_to_tensorboard_from_the_command_line(tmp_path, capsys):

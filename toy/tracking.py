@@ -235,6 +235,7 @@ class RunTrackers:
     def __enter__(self) -> RunTrackers:
         if self.tracking is None:
             return self
+        self.tracking.check()  # in a unit's worker too: a node without the package is one line, not a traceback
         try:
             for run_dir, config in self.runs:
                 self.trackers[str(run_dir)] = (run_dir, RunTracker(self.tracking, run_dir.name, config))
