@@ -71,9 +71,9 @@ DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one
 TRAIN_THREADS = 1
 
 # on_log(step, record): ``record`` is the line just written to one run's metrics.jsonl
-# (step, loss, linf_error, anchor_mass_default, anchor_mass_trigger) with ``run``, that
-# run's directory as passed, added: the members of a stack log the same steps, and the
-# directory is what tells them apart (and what a caller already holds for each run).
+# (step, loss, linf_error, anchor_mass_default, anchor_mass_trigger) with ``run`` added,
+# ``str(Path(run_dir))``: the members of a stack log the same steps, and the directory is
+# what tells them apart (and what a caller already holds for each run).
 OnLog = Callable[[int, dict], None]
 
 
