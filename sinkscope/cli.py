@@ -16,11 +16,15 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sinkscope
 from execution.units import UnitsFailed
 from interp.codec import encode
 from interp.errors import InputError, RunFailed, SinkscopeError
+
+if TYPE_CHECKING:  # toy loads torch; the command line checks its arguments first
+    from toy.tracking import TrackingConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -37,12 +41,14 @@ TOY_TRAIN_EXAMPLES = """examples:
   sinkscope toy train --attention relu --layers 2 --heads 2 --seed 1 --out runs/relu-2x2
   sinkscope toy train --attention sigmoid --layer-norm --mlp --out runs/sigmoid-ln-mlp
   sinkscope toy train --out runs/softmax-1x1 --resume      # continue an interrupted run
+  sinkscope toy train --out runs/softmax-1x1 --tensorboard tb   # log to TensorBoard: tensorboard --logdir tb
 """
 
 TOY_REPRODUCE_EXAMPLES = """examples:
   sinkscope toy reproduce --quick --out sinkscope-out/toy-quick   # ~4 min on 2 cores
   sinkscope toy reproduce --seeds 1 --out sinkscope-out/toy       # the paper's six models
   sinkscope toy reproduce --seeds 3 --out sinkscope-out/toy3      # three seeds each
+  WANDB_MODE=offline sinkscope toy reproduce --quick --out sinkscope-out/toy-quick --wandb sinks  # W&B, no network
 """
 
 TOY_PROBE_EXAMPLES = """examples:
@@ -208,14 +214,44 @@ def _add_executor(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_tracking(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wandb",
+        metavar="PROJECT",
+        default=None,
+        help="log every model trained to this Weights & Biases project (pip install 'sinkscope[tracking]'; "
+        "WANDB_MODE=offline logs without a network)",
+    )
+    parser.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        default=None,
+        help="log every model trained to TensorBoard, one subdirectory of DIR per model",
+    )
+
+
+def _tracking(args: argparse.Namespace) -> TrackingConfig | None:
+    """``--wandb``/``--tensorboard`` as a ``TrackingConfig`` (None without either), its
+    packages checked before anything is trained or written."""
+    if args.wandb is None and args.tensorboard is None:
+        return None
+    from toy.tracking import TrackingConfig
+
+    tracking = TrackingConfig(wandb_project=args.wandb, tensorboard_dir=args.tensorboard)
+    tracking.check()
+    return tracking
+
+
 def _experiment_options(args: argparse.Namespace) -> dict:
-    """How ``toy reproduce`` and ``toy sweep`` run: overwrite, progress, device, executor."""
+    """How ``toy reproduce`` and ``toy sweep`` run: overwrite, progress, device, executor,
+    tracking."""
     return {
         "overwrite": args.overwrite,
         "progress": not args.no_progress,
         "device": args.device,
         "executor": args.executor,
         "ray_address": args.ray_address,
+        "tracking": _tracking(args),
     }
 
 
@@ -309,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="steps between checkpoints; an interrupted run resumes from the last one (default 2000)",
     )
     _add_device(train)
+    _add_tracking(train)
     _add_common_output(train)
 
     reproduce = toy_commands.add_parser(
@@ -326,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_executor(reproduce)
     reproduce.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
     _add_device(reproduce)
+    _add_tracking(reproduce)
     _add_common_output(reproduce)
 
     probe = toy_commands.add_parser(
@@ -390,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_executor(sweep)
     sweep.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
     _add_device(sweep)
+    _add_tracking(sweep)
     _add_common_output(sweep)
 
     tradeoff = toy_commands.add_parser(
@@ -569,6 +608,7 @@ def _toy_train(args: argparse.Namespace) -> dict:
     from toy.task import TaskConfig
     from toy.train import train
 
+    tracking = _tracking(args)
     residual = {"auto": None, "yes": True, "no": False}[args.residual]
     max_steps = args.max_steps
     if max_steps is None:
@@ -597,7 +637,7 @@ def _toy_train(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     if holds_files(out) and not args.resume:
         raise InputError(f"{out} already exists; pass --resume to continue it or choose another --out")
-    result = train(config, out, resume=True, progress=not args.no_progress, device=args.device)
+    result = train(config, out, resume=True, progress=not args.no_progress, device=args.device, tracking=tracking)
     if not args.json:
         print(
             f"{result.status} after {result.steps} steps ({result.wall_seconds:.1f} s), "
@@ -996,6 +1036,8 @@ FIELD_DESTS = {
     "n_heads": "heads",
     "out_dir": "out",
     "run_dir": "out",  # toy train's run directory; probe and patch take RUN_DIR as an argument
+    "wandb_project": "wandb",
+    "tensorboard_dir": "tensorboard",
 }
 
 

@@ -20,7 +20,9 @@ def test_training_runs_on_one_thread_and_restores_the_callers_setting(tmp_path):
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        train(config, tmp_path / "run", progress=False, on_log=lambda step: seen.append(torch.get_num_threads()))
+        train(
+            config, tmp_path / "run", progress=False, on_log=lambda step, record: seen.append(torch.get_num_threads())
+        )
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
@@ -41,7 +43,7 @@ def test_training_is_bit_identical_when_the_thread_count_changes_mid_run(tmp_pat
         train(config, tmp_path / "one-thread", progress=False)
         switches: list[int] = []
 
-        def alternate(step: int) -> None:
+        def alternate(step: int, record: dict) -> None:
             threads = 2 if torch.get_num_threads() == 1 else 1
             torch.set_num_threads(threads)
             switches.append(threads)

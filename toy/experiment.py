@@ -25,6 +25,7 @@ from toy.evaluate import ToyDefaultState, evaluate_run
 from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from toy.progress import ExperimentProgress
 from toy.run_dir import RunConfig, TrainResult
+from toy.tracking import RunTrackers, TrackingConfig
 from toy.train import train_seeds
 
 SUMMARY_FILE = "summary.json"  # an experiment's result (reproduce, sweep)
@@ -109,30 +110,58 @@ def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tu
 
 
 def train_and_evaluate(
-    group: list[tuple[str, RunConfig]], out_dir: str, n_sequences: int, device: str = "cpu"
+    group: list[tuple[str, RunConfig]],
+    out_dir: str,
+    n_sequences: int,
+    device: str = "cpu",
+    tracking: TrackingConfig | None = None,
 ) -> list[ModelSummary]:
     """One unit of an experiment: train (or resume) ``out_dir/name`` for each job of
     ``group`` (one config, or seeds of one config trained together) on ``device``,
     evaluate each (on the CPU) and write its ``evaluation.json``, the mark of a finished
-    run that a re-run skips."""
+    run that a re-run skips. ``tracking``: each run is a tracked run, opened here (in the
+    unit's own process), with its evaluation (``evaluation_values``) beside its result."""
     names, configs = [name for name, _ in group], [config for _, config in group]
     run_dirs = [Path(out_dir) / name for name in names]
-    results = train_seeds(configs, run_dirs, progress=False, device=device)
-    summaries = [
-        _evaluate(name, config, result, Path(out_dir), n_sequences)
-        for name, config, result in zip(names, configs, results)
-    ]
-    for run_dir, summary in zip(run_dirs, summaries):
-        write_result(run_dir / EVALUATION_FILE, summary)
+    with RunTrackers(tracking, list(zip(run_dirs, configs))) as trackers:
+        results = train_seeds(configs, run_dirs, progress=False, device=device, on_log=trackers.on_log)
+        summaries = [
+            _evaluate(name, config, result, Path(out_dir), n_sequences)
+            for name, config, result in zip(names, configs, results)
+        ]
+        for run_dir, summary in zip(run_dirs, summaries):
+            trackers.summary(run_dir, evaluation_values(summary))
+            write_result(run_dir / EVALUATION_FILE, summary)
     return summaries
 
 
-def _unit(group: list[tuple[str, RunConfig]], out_dir: Path, n_sequences: int, device: str) -> Unit:
+def evaluation_values(summary: ModelSummary) -> dict[str, float | str]:
+    """What a tracked run gets from its evaluation, under ``eval/``: held-out errors, the
+    number of sink heads and each head's anchor mass (``eval/anchor_mass/L{layer}H{head}``)."""
+    values: dict[str, float | str] = {
+        "eval/heldout_linf_error": summary.heldout_linf_error,
+        "eval/heldout_mse": summary.heldout_mse,
+        "eval/n_sink_heads": float(summary.n_sink_heads),
+    }
+    if summary.default_mse is not None:
+        values["eval/default_mse"] = summary.default_mse
+    for row in summary.heads_table:
+        values[f"eval/anchor_mass/L{row.layer}H{row.head}"] = row.anchor_mass
+    return values
+
+
+def _unit(
+    group: list[tuple[str, RunConfig]],
+    out_dir: Path,
+    n_sequences: int,
+    device: str,
+    tracking: TrackingConfig | None,
+) -> Unit:
     """A seed group as a unit: a CPU each, a GPU each when training on CUDA."""
     return Unit(
         name="+".join(name for name, _ in group),
         function=train_and_evaluate,
-        args=(group, str(out_dir), n_sequences, device),
+        args=(group, str(out_dir), n_sequences, device, tracking),
         gpus=1 if device.startswith("cuda") else 0,
     )
 
@@ -181,6 +210,7 @@ def run_jobs(
     device: str = "cpu",
     executor: str = "local",
     ray_address: str | None = None,
+    tracking: TrackingConfig | None = None,
 ) -> dict[str, ModelSummary]:
     """Train and evaluate every ``(run name, config)`` job as units (``execution``): seeds
     of one config train together (``seed_groups``), one unit per group, on ``workers``
@@ -189,10 +219,11 @@ def run_jobs(
     that finished in an earlier invocation are read back, not rerun; a failed unit stops
     no other, and the failures are one ``UnitsFailed`` at the end. Pass the costliest
     jobs first so the workers finish together. ``progress``: one line per running model
-    on stderr (``toy.progress``)."""
+    on stderr (``toy.progress``). ``tracking``: each unit logs its runs there (give it
+    the experiment's group and absolute paths: ``TrackingConfig.for_units``)."""
     groups = seed_groups(jobs, workers)
     # absolute paths: a Ray worker on another node has its own working directory
-    units = [_unit(group, out_dir.resolve(), n_sequences, device) for group in groups]
+    units = [_unit(group, out_dir.resolve(), n_sequences, device, tracking) for group in groups]
     done = {unit.name: _evaluated(group, out_dir) for unit, group in zip(units, groups)}
     with ExperimentProgress(out_dir, jobs, enabled=progress):
         report = run_units(

@@ -27,6 +27,7 @@ from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_datafra
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
+from toy.tracking import TrackingConfig
 from toy.tradeoff import write_tradeoff
 from toy.train import unit_device
 
@@ -220,17 +221,31 @@ def reproduce(
     device: str = "cpu",
     executor: str = "local",
     ray_address: str | None = None,
+    tracking: TrackingConfig | None = None,
 ) -> ReproduceSummary:
     """Train and evaluate every model of ``config`` into ``out_dir``; write the summaries.
     ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``); evaluation
-    runs on the CPU. ``executor``/``ray_address``: where the units run (``run_jobs``)."""
+    runs on the CPU. ``executor``/``ray_address``: where the units run (``run_jobs``).
+    ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
+    ``out_dir``'s name (``toy.tracking``); not a resume setting."""
     out_dir = Path(out_dir)
     target_device = unit_device(device, executor)  # before anything is written
+    if tracking is not None:
+        tracking.check()
+        tracking = tracking.for_units(out_dir)  # grouped by this directory's name, not a staging one's
     with experiment_directory(out_dir, REPRODUCE_FILE, config, "a reproduction", overwrite) as work_dir:
         jobs = config.run_configs()
         started = time.perf_counter()
         by_name = run_jobs(
-            jobs, work_dir, config.workers, config.n_sequences, progress, str(target_device), executor, ray_address
+            jobs,
+            work_dir,
+            config.workers,
+            config.n_sequences,
+            progress,
+            str(target_device),
+            executor,
+            ray_address,
+            tracking,
         )
         models = [by_name[name] for name, _ in sorted(jobs, key=_job_order)]
         one_layer_softmax = [work_dir / m.name for m in models if (m.layers, m.heads, m.attention) == (1, 1, "softmax")]

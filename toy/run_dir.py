@@ -166,9 +166,13 @@ def read_train_result(run_dir: str | os.PathLike) -> TrainResult:
     return read_result(Path(run_dir) / RESULT_FILE, TrainResult, "delete it and resume the run")
 
 
-def append_metrics(run_dir: Path, record: dict) -> None:
+def append_metrics(run_dir: Path, record: dict) -> dict:
+    """Append ``record`` as one line of metrics.jsonl; returns the line as written (what
+    ``read_metrics`` reads back)."""
+    line = encode(record)
     with open(run_dir / METRICS_FILE, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(encode(record), allow_nan=False) + "\n")  # NaN as null: standard JSON
+        handle.write(json.dumps(line, allow_nan=False) + "\n")  # NaN as null: standard JSON
+    return line
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict]:

@@ -32,6 +32,7 @@ from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_datafra
 from toy.model import ToyModelConfig
 from toy.run_dir import RunConfig, TrainConfig
 from toy.task import TaskConfig
+from toy.tracking import TrackingConfig
 from toy.train import unit_device
 
 SWEEP_FILE = "sweep.json"
@@ -431,13 +432,19 @@ def sweep(
     device: str = "cpu",
     executor: str = "local",
     ray_address: str | None = None,
+    tracking: TrackingConfig | None = None,
 ) -> SweepResult:
     """Train and evaluate the grid into ``out_dir``; writes ``summary.json``, ``summary.md``
     and plots. Re-running with the same settings resumes: finished seed groups are read
     back. ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``);
-    ``executor``/``ray_address``: where the units run (``toy.experiment.run_jobs``)."""
+    ``executor``/``ray_address``: where the units run (``toy.experiment.run_jobs``).
+    ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
+    ``out_dir``'s name (``toy.tracking``); not a resume setting."""
     out_dir = Path(out_dir)
     target_device = unit_device(device, executor)  # before anything is written
+    if tracking is not None:
+        tracking.check()
+        tracking = tracking.for_units(out_dir)  # grouped by this directory's name, not a staging one's
     with experiment_directory(out_dir, SWEEP_FILE, config, "a sweep", overwrite) as work_dir:
         started = time.perf_counter()
         by_name = run_jobs(
@@ -449,6 +456,7 @@ def sweep(
             str(target_device),
             executor,
             ray_address,
+            tracking,
         )
         rows = aggregate(config, by_name)
         models = [by_name[name] for name in sorted(by_name)]

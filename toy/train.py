@@ -60,6 +60,7 @@ from toy.run_dir import (
     write_train_result,
 )
 from toy.task import TaskBatch, sample_batch
+from toy.tracking import RunTrackers, TrackingConfig
 
 DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one seed
 
@@ -68,6 +69,12 @@ DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one
 # on each other at every op). More cores go to more training processes instead
 # (benchmarks/bench_under_load.py measures both).
 TRAIN_THREADS = 1
+
+# on_log(step, record): ``record`` is the line just written to one run's metrics.jsonl
+# (step, loss, linf_error, anchor_mass_default, anchor_mass_trigger) with ``run`` added,
+# ``str(Path(run_dir))``: the members of a stack log the same steps, and the directory is
+# what tells them apart (and what a caller already holds for each run).
+OnLog = Callable[[int, dict], None]
 
 
 @contextmanager
@@ -314,13 +321,14 @@ def train(
     run_dir: str | os.PathLike,
     resume: bool = True,
     progress: bool = True,
-    on_log: Callable[[int], None] | None = None,
+    on_log: OnLog | None = None,
     threads: int = TRAIN_THREADS,
     device: str | torch.device = "cpu",
+    tracking: TrackingConfig | None = None,
 ) -> TrainResult:
     """Train one toy model into ``run_dir`` and return how it ended (``train_seeds`` with
     K = 1; the arguments are the same)."""
-    return train_seeds([config], [run_dir], resume, progress, on_log, threads, device)[0]
+    return train_seeds([config], [run_dir], resume, progress, on_log, threads, device, tracking)[0]
 
 
 def train_seeds(
@@ -328,9 +336,10 @@ def train_seeds(
     run_dirs: Sequence[str | os.PathLike],
     resume: bool = True,
     progress: bool = True,
-    on_log: Callable[[int], None] | None = None,
+    on_log: OnLog | None = None,
     threads: int = TRAIN_THREADS,
     device: str | torch.device = "cpu",
+    tracking: TrackingConfig | None = None,
 ) -> list[TrainResult]:
     """Train ``configs`` (identical but for ``train.seed``) together, one run directory
     each; one result per config, in order.
@@ -342,12 +351,18 @@ def train_seeds(
     that resume from different steps train in separate stacks, one after another. Any
     other difference is refused rather than overwritten. A run whose loss becomes NaN
     stops with its last good checkpoint kept; the others continue, and
-    ``TrainingDiverged`` is raised at the end naming it. ``on_log(step)`` is called every
-    ``log_every`` steps. ``threads``: torch intra-op threads while training (restored
-    after; ``TRAIN_THREADS`` by default). ``device``: ``cpu``, ``cuda[:N]`` or ``auto``;
+    ``TrainingDiverged`` is raised at the end naming it. ``on_log(step, record)`` is called
+    for every line written to a run's ``metrics.jsonl`` (every ``log_every`` steps and at
+    a run's last step), once per run of the stack: ``record`` is that line (a dict) with
+    ``run`` added, ``str(Path(run_dir))`` of the run it belongs to. ``threads``: torch
+    intra-op threads while training (restored after; ``TRAIN_THREADS`` by default). ``device``: ``cpu``, ``cuda[:N]`` or ``auto``;
     batches are drawn there, reproducible per seed on a given kind of device.
+    ``tracking``: log each run that trains to W&B and/or TensorBoard (``toy.tracking``);
+    not part of the run's config, so a run resumes with it on or off.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
     """
+    if tracking is not None:
+        tracking.check()  # a missing package: one line before any directory is touched
     paths = [Path(run_dir) for run_dir in run_dirs]
     _check_stackable(configs, paths)
     target_device = resolve_device(device)
@@ -364,15 +379,31 @@ def train_seeds(
                 results[index] = opened
             else:
                 members[index] = opened
+        # runs that train now are tracked (one finished earlier has nothing new to log);
+        # opened once every directory is accepted, so a refused call leaves no tracked run
+        trackers = held.enter_context(RunTrackers(tracking, [(m.run_dir, m.config) for m in members.values()]))
+        log = _both(on_log, trackers.on_log if tracking is not None else None)
         for start in sorted({member.step for member in members.values()}):
             group = [index for index, member in members.items() if member.step == start]
-            trained = _train_stack([members[index] for index in group], progress, on_log, interrupt)
+            trained = _train_stack([members[index] for index in group], progress, log, interrupt)
             results.update(zip(group, trained))
     ordered = [results[index] for index in range(len(configs))]
     diverged = [result for result in ordered if result.status == "diverged"]
     if diverged:
         raise TrainingDiverged(_diverged_message(diverged), field="lr")
     return ordered
+
+
+def _both(first: OnLog | None, second: OnLog | None) -> OnLog | None:
+    """One callback calling ``first`` then ``second`` (either may be None)."""
+    if first is None or second is None:
+        return first or second
+
+    def both(step: int, record: dict) -> None:
+        first(step, record)
+        second(step, record)
+
+    return both
 
 
 def _diverged_message(diverged: list[TrainResult]) -> str:
@@ -453,11 +484,13 @@ class _Stack:
 
 class _StackTraining:
     """One ``_train_stack`` call under way: the stack of members still training, the step
-    they are at, the last step checkpointed, the results so far and the progress bar."""
+    they are at, the last step checkpointed, the results so far, the progress bar and
+    the caller's ``on_log``."""
 
-    def __init__(self, members: list[_Member], progress: bool) -> None:
+    def __init__(self, members: list[_Member], progress: bool, on_log: OnLog | None) -> None:
         self.members = members
         self.progress = progress
+        self.on_log = on_log
         self.step = members[0].step
         self.train_cfg, self.task_cfg = members[0].config.train, members[0].config.task
         self.target = members[0].config.model.target
@@ -481,7 +514,7 @@ class _StackTraining:
         """``member``'s training time: before this call and since it started."""
         return member.wall_before + time.perf_counter() - self.started
 
-    def train_step(self, on_log: Callable[[int], None] | None, interrupt: StepBoundaryInterrupt) -> bool:
+    def train_step(self, interrupt: StepBoundaryInterrupt) -> bool:
         """One step of every member of the stack; False when none continues."""
         stack, train_cfg = self.stack, self.train_cfg
         assert stack is not None  # called only while members are training
@@ -497,8 +530,6 @@ class _StackTraining:
         finished = self._record(batches, data_states, loss_values, linf_values)
         if self.step % train_cfg.checkpoint_every == 0:
             self.last_checkpoint = self.step
-        if on_log is not None and self.step % train_cfg.log_every == 0:
-            on_log(self.step)
         continuing = [k for k in range(len(stack.members)) if k not in finished]
         if not continuing:
             return False
@@ -562,7 +593,9 @@ class _StackTraining:
             converged = linf_k < train_cfg.stop_linf
             if step % train_cfg.log_every == 0 or converged or step >= train_cfg.max_steps:
                 self.stack.sync_member(k)
-                _log(member, step, loss_k, linf_k, batches[k])
+                record = _log(member, step, loss_k, linf_k, batches[k])
+                if self.on_log is not None:
+                    self.on_log(step, {**record, "run": str(member.run_dir)})
             if converged or step >= train_cfg.max_steps:
                 self._finish(k, "converged" if converged else "max_steps", loss_k, linf_k, data_states[k])
                 finished.add(k)
@@ -592,14 +625,14 @@ class _StackTraining:
 
 
 def _train_stack(
-    members: list[_Member], progress: bool, on_log: Callable[[int], None] | None, interrupt: StepBoundaryInterrupt
+    members: list[_Member], progress: bool, on_log: OnLog | None, interrupt: StepBoundaryInterrupt
 ) -> list[TrainResult]:
     """Train members that start at the same step until each converges, reaches
     ``max_steps`` or diverges; one result per member."""
-    training = _StackTraining(members, progress)
+    training = _StackTraining(members, progress, on_log)
     try:
         while training.stack is not None:
-            if not training.train_step(on_log, interrupt):
+            if not training.train_step(interrupt):
                 break
     finally:
         training.bar.close()
@@ -621,12 +654,13 @@ def _checkpoint(member: _Member, step: int, data_state: torch.Tensor, wall: floa
     )
 
 
-def _log(member: _Member, step: int, loss: float, linf: float, batch: TaskBatch) -> None:
+def _log(member: _Member, step: int, loss: float, linf: float, batch: TaskBatch) -> dict:
+    """Append this step's metrics line to ``member``'s metrics.jsonl; returns the line."""
     names = {pattern_hook(layer) for layer in range(member.config.model.n_layers)}
     with torch.no_grad():
         _, cache = member.model.run_with_cache(batch.tokens, names_filter=lambda name: name in names)
     default, trigger = head_anchor_masses(member.model, batch, dict(cache.items()))
-    append_metrics(
+    return append_metrics(
         member.run_dir,
         {
             "step": step,
