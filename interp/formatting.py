@@ -4,12 +4,17 @@ numbers in findings' prose."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 Cell = str | int | float | bool | None
 
 
-def format_cell(value: Cell, fmt: str = "") -> str:
-    """Display text of a cell: None/NaN as an en dash, booleans as yes/no."""
+def format_cell(value: Cell | Any, fmt: str = "") -> str:
+    """Display text of a cell: None/NaN as an en dash, booleans as yes/no; numpy and
+    torch scalars format as the Python numbers they hold."""
+    item = getattr(value, "item", None)
+    if callable(item) and not isinstance(value, (str, bool, int, float)):
+        value = item()
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "\u2013"
     if isinstance(value, bool):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 
 from interp.formatting import Cell, format_cell
@@ -65,7 +66,7 @@ def table(
     for row in rows:
         cells = []
         for (_, fmt), value in zip(columns, row):
-            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            numeric = isinstance(value, numbers.Real) and not isinstance(value, bool)
             css = ' class="num"' if numeric else ""
             cells.append(f"<td{css}>{escape(format_cell(value, fmt))}</td>")
         body.append(f"<tr>{''.join(cells)}</tr>")

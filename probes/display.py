@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from interp.formatting import sig
 from interp.inline_html import escape, format_cell, fragment, heat_grid, table
 
 if TYPE_CHECKING:
@@ -111,7 +112,8 @@ def default_state_table(result: DefaultStateResult, what: str) -> str:
             row.error_before,
             row.error_after_remove,
             row.error_after_control,
-            f"{row.remove_increase.mean:+.3g} ({row.remove_increase.ci_low:.3g} to {row.remove_increase.ci_high:.3g})",
+            f"{sig(row.remove_increase.mean, 3)} ({sig(row.remove_increase.ci_low, 3)} to "
+            f"{sig(row.remove_increase.ci_high, 3)})",
             row.control_increase.mean,
         )
         for row in result.rows
@@ -140,7 +142,13 @@ def patching_html(result: PatchingResult) -> str:
             )
         )
     top = sorted(result.rows, key=lambda row: -_sortable(abs(row.normalised_effect)))[:20]
-    columns = (("layer", ""), ("head", ""), ("position", ""), ("normalised effect", ".3f"), ("patched metric", ".4g"))
+    columns = (
+        ("layer", ""),
+        ("head", ""),
+        ("position (0-indexed)", ""),
+        ("normalised effect", ".3f"),
+        ("patched metric", ".4g"),
+    )
     rows = [(row.layer, row.head, row.position, row.normalised_effect, row.patched) for row in top]
     parts.append(table(columns, rows, caption=f"The {len(top)} sites with the largest effects"))
     subtitle = (

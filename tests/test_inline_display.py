@@ -73,7 +73,15 @@ def test_an_audit_shows_its_numbers_and_escapes_what_users_wrote(audits):
     for head in result.probe.heads:
         assert cells[head.layer][head.head] == f"{head.anchor_mass:.2f}"
     assert result.sink_heads() == [(0, 0)]
-    assert re.search(r'<td class="sink"[^>]*>[^<]*</td>', markup).group(0).count("sink") == 1
+    grid = re.search(r'<table class="grid">.*?</table>', markup, re.S).group(0)
+    rows = re.findall(r"<tr>(.*?)</tr>", grid.split("<tbody>")[1])
+    outlined = [
+        (layer, head)
+        for layer, row in enumerate(rows)
+        for head, cell in enumerate(re.findall(r"<td[^>]*>", row))
+        if 'class="sink"' in cell
+    ]
+    assert outlined == result.sink_heads()
     assert f"{result.ablation.base_loss:.4f}" in markup
     for finding in audit_findings(result):
         assert html.escape(finding) in markup
@@ -103,7 +111,9 @@ def test_toy_results_show_the_papers_checks_and_every_head(reproduction):
     assert len(rows) == sum(m.layers for m in reproduction.models)
     shown = [float(cell) for row in rows for cell in row if cell != "\u2013"]
     assert shown == [round(h.anchor_mass, 2) for m in reproduction.models for h in m.heads_table]
-    assert reproduction.models[0]._repr_html_().count("<tr>") >= 2
+    first = reproduction.models[0]
+    rows = grid_cells(first._repr_html_(), "BOS mass over non-trigger queries")
+    assert [float(cell) for row in rows for cell in row] == [round(h.anchor_mass, 2) for h in first.heads_table]
 
 
 def test_an_evaluated_run_shows_its_heads(reproduction, reproduction_dir):
@@ -160,3 +170,19 @@ def test_the_displays_render_in_a_browser_without_scripts(audits, reproduction, 
         for kind in fragments:
             height = page.evaluate(f"document.querySelector(\"section[data-kind='{kind}']\").offsetHeight")
             assert height > 60, kind
+
+
+def test_cells_format_numpy_and_torch_scalars_as_numbers():
+    import numpy as np
+    import torch
+
+    from interp.formatting import format_cell
+    from interp.inline_html import table
+
+    assert [format_cell(v, ".3f") for v in (np.float32("nan"), np.float32(0.5), torch.tensor(2.0))] == [
+        "\u2013",
+        "0.500",
+        "2.000",
+    ]
+    assert format_cell(np.bool_(True)) == "yes"
+    assert '<td class="num">0.25</td>' in table((("a", ".2f"),), [(np.float64(0.25),)])
