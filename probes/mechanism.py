@@ -17,12 +17,17 @@ Gathering ``ProbeResult``s from directories (toy runs, audits) is the top packag
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from interp.codec import read_result
 from interp.errors import InputError
 from interp.frames import dataframe, row_of
+from probes.mechanism_display import mechanism_html
+from probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
 from probes.probe import ProbeResult
 from probes.sink_metrics import is_sink_head
 
@@ -30,14 +35,6 @@ if TYPE_CHECKING:
     import pandas
 
 MECHANISM_FILE = "mechanism.json"
-KINDS = ("toy", "pretrained")
-# a sink head "writes the anchor's value" when at least half of its output norm comes from
-# the anchor: above it the anchor's value dominates what the head writes, below it the
-# other keys do although the anchor holds >= 1 - sink_eps of the attention
-WRITES_ANCHOR_SHARE = 0.5
-# the layers "cancel" when the norm of their summed output is under half the sum of their
-# norms: most of what they write is undone by other layers at the same positions
-CANCELS_BELOW = 0.5
 
 
 @dataclass(frozen=True)
@@ -141,8 +138,6 @@ class MechanismComparison:
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: the findings, one row per model, every sink head."""
-        from probes.mechanism_display import mechanism_html  # the findings import this module
-
         return mechanism_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
@@ -250,3 +245,8 @@ def compare_mechanisms(
         models.append(model)
         heads.extend(model_heads)
     return MechanismComparison(models=tuple(models), heads=tuple(heads), notes=tuple(notes))
+
+
+def read_mechanism(directory: str | os.PathLike) -> MechanismComparison:
+    """``directory/mechanism.json`` read back."""
+    return read_result(Path(directory) / MECHANISM_FILE, MechanismComparison, "regenerate it with sinkscope compare")

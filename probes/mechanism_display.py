@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from interp.inline_html import bullets, fragment, table
-from probes.mechanism import KINDS
 from probes.mechanism_findings import mechanism_findings
+from probes.mechanism_rules import KINDS
 
 if TYPE_CHECKING:
     from probes.mechanism import MechanismComparison

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from interp.formatting import sig
-from probes.mechanism import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE, MechanismComparison, MechanismModel
+from probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
+
+if TYPE_CHECKING:
+    from probes.mechanism import MechanismComparison, MechanismModel
 
 
 def _names(models: Sequence[MechanismModel]) -> str:

@@ -16,15 +16,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
-from interp.codec import read_result
-from probes.mechanism import (
-    CANCELS_BELOW,
-    KINDS,
-    MECHANISM_FILE,
-    WRITES_ANCHOR_SHARE,
-    MechanismComparison,
-)
+from probes.mechanism import MECHANISM_FILE, MechanismComparison, read_mechanism
 from probes.mechanism_findings import mechanism_findings
+from probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
 from reports.document import Column, Figure, KeyValues, Paragraph, ReportDocument, Section, Table, format_cell
 from reports.markdown import md_escape
 from reports.plots import LABEL_PT, PAGE_WIDTH_IN, SMALL_PT, TICK_PT, TITLE_PT, save_figure
@@ -36,11 +30,6 @@ MARKERS = {"toy": "o", "pretrained": "^"}
 KIND_COLOURS = {"toy": "C0", "pretrained": "C3"}
 MAX_COLOURED_SOURCES = 10  # beyond this, colours cannot be told apart: colour by kind
 MAX_BAR_LABELS = 30  # bar labels that fit under the axes at TICK_PT
-
-
-def read_mechanism(directory: str | os.PathLike) -> MechanismComparison:
-    """``directory/mechanism.json`` read back."""
-    return read_result(Path(directory) / MECHANISM_FILE, MechanismComparison, "regenerate it with sinkscope compare")
 
 
 HEAD_COLUMNS = (

@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     # toy models and pretrained models side by side
     "compare_mechanism": "sinkscope.mechanism",
     "write_mechanism": "sinkscope.mechanism",
-    "read_mechanism": "sinkscope.mechanism",
+    "read_mechanism": "probes.mechanism",
     "MechanismComparison": "probes.mechanism",
     "MechanismSource": "probes.mechanism",
     "LoadSpec": "pretrained_analysis.loading",
@@ -68,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "ReproduceConfig": "toy.reproduce",
     "sweep": "toy.sweep",
     "SweepConfig": "toy.sweep",
+    "TrackingConfig": "toy.tracking",
     # results on disk and reports
     "read_result": "interp.codec",
     "write_result": "interp.codec",

@@ -33,15 +33,12 @@ from pretrained_analysis.audit import AUDIT_FILE, AuditResult, read_audit
 from pretrained_analysis.compare import COMPARISON_JSON, read_comparison
 from probes.mechanism import MECHANISM_FILE, MechanismComparison, MechanismSource, compare_mechanisms
 from probes.probe import ProbeResult
-from reports.mechanism import MECHANISM_FIGURE, MECHANISM_MD, mechanism_figure, mechanism_markdown, read_mechanism
+from reports.mechanism import MECHANISM_FIGURE, MECHANISM_MD, mechanism_figure, mechanism_markdown
 from toy.experiment import SUMMARY_FILE
 from toy.probe_run import DEFAULT_STATE_FILE, PROBE_FILE, probe_of_run
 from toy.reproduce import REPRODUCE_FILE, ReproduceSummary
 from toy.run_dir import CONFIG_FILE, FINAL_WEIGHTS, RESULT_FILE, RunConfig, read_config
 from toy.sweep import SWEEP_FILE, SweepResult
-
-# read_mechanism lives with the report that reads it back; it is re-exported here
-__all__ = ["compare_mechanism", "is_audit_directory", "read_mechanism", "sources_of_directory", "write_mechanism"]
 
 READ_PROBE = "probe.json read (sinkscope toy probe)"
 COMPUTED_PROBE = "computed here on the run's model (the run had no probe/probe.json)"

@@ -18,11 +18,11 @@ from browser import Chromium, find_chromium
 from interp.codec import encode, read_result
 from interp.errors import InputError
 from pretrained_analysis.audit import read_audit
-from probes.mechanism import MechanismComparison, MechanismSource
+from probes.mechanism import MechanismComparison, MechanismSource, read_mechanism
 from probes.mechanism_findings import mechanism_findings
 from probes.probe import ProbeResult
 from sinkscope.cli import main
-from sinkscope.mechanism import COMPUTED_PROBE, READ_AUDIT, READ_PROBE, compare_mechanism, read_mechanism
+from sinkscope.mechanism import COMPUTED_PROBE, READ_AUDIT, READ_PROBE, compare_mechanism
 from toy.experiment import EVALUATION_FILE, ModelSummary
 from toy.probe_run import probe_run
 from toy.reproduce import ReproduceConfig, reproduce

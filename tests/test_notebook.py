@@ -12,6 +12,22 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "examples" / "tutorial.ipynb"
 
 
+# what the tutorial's prose says its cells show, checked on its own variables
+CLAIMS = """
+assert softmax_probe.sink_heads() == [(0, 0)] and relu_probe.sink_heads() == []
+assert max(row.row_mass for row in relu_probe.heads) < 0.01  # the ReLU head attends to nothing off-trigger
+removal = sinkscope.default_state_test(softmax_model, batch.tokens, softmax_probe.sink_heads(), default_error).rows[-1]
+assert removal.error_after_remove > 1000 * removal.error_before  # without its sink the model fails
+assert removal.error_after_control < 10 * removal.error_before  # the matched control does not
+effect = patching.positions.matrix()[0]
+trigger = softmax_config.task.eval_trigger_position
+assert abs(effect[trigger] - 1) < 1e-3 and float(effect.abs().sum() - effect[trigger].abs()) < 1e-3
+deep = side_by_side.model("softmax-2x2")
+assert deep.writes_anchor and deep.layers_cancel  # the toy mechanism: the anchor's value, cancelled
+assert side_by_side.model(minilm.model.label).writes_anchor is False  # MiniLM: its [CLS] value is small
+"""
+
+
 def _html_outputs(notebook) -> list[str]:
     return [
         output["data"]["text/html"]
@@ -35,7 +51,10 @@ def test_the_tutorial_notebook_runs_offline(tmp_path, monkeypatch):
     client = NotebookClient(
         notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     )
+    n_tutorial = len(notebook.cells)
+    notebook.cells.append(nbformat.v4.new_code_cell(CLAIMS))  # run in the tutorial's own kernel
     client.execute()  # raises CellExecutionError, with the cell and its traceback, on any error
+    notebook.cells = notebook.cells[:n_tutorial]
     html = _html_outputs(notebook)
     titles = ["Toy model softmax-1x1", "Attention-sink probe", "Default-state test", "Activation patching"]
     titles += ["Attention-sink audit: ", "Attention-sink audit: SmolLM2", "Attention-sink comparison"]
