@@ -494,6 +494,11 @@ def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
         help="sink heads have anchor mass >= 1 - EPS in every model (implies --mechanism; default: each "
         "probe's own, 0.1 unless audited otherwise; real LMs' heads rarely reach 0.9)",
     )
+    compare.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="probe toy runs that are still training or diverged (noted in the comparison) instead of refusing them",
+    )
     compare.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     _add_common_output(compare)
 
@@ -828,7 +833,12 @@ def _compare_mechanism(args: argparse.Namespace, out: Path) -> dict:
     from sinkscope.mechanism import compare_mechanism, write_mechanism
 
     with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an input to compare"):
-        comparison = compare_mechanism(args.directories, n_sequences=args.sequences, sink_eps=args.sink_eps)
+        comparison = compare_mechanism(
+            args.directories,
+            n_sequences=args.sequences,
+            sink_eps=args.sink_eps,
+            allow_unfinished=args.allow_unfinished,
+        )
         write_mechanism(comparison, out, overwrite=args.overwrite)
     if not args.json:
         from reports.mechanism import mechanism_markdown

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from reports.mechanism import MECHANISM_FIGURE, MECHANISM_MD, mechanism_figure, 
 from toy.experiment import SUMMARY_FILE
 from toy.probe_run import DEFAULT_STATE_FILE, PROBE_FILE, probe_of_run
 from toy.reproduce import REPRODUCE_FILE, ReproduceSummary
-from toy.run_dir import CONFIG_FILE, FINAL_WEIGHTS, RESULT_FILE, RunConfig, read_config
+from toy.run_dir import CONFIG_FILE, FINAL_WEIGHTS, RESULT_FILE, RunConfig, read_config, unfinished_reason
 from toy.sweep import SWEEP_FILE, SweepResult
 
 READ_PROBE = "probe.json read (sinkscope toy probe)"
@@ -70,7 +71,16 @@ def _is_toy_run(path: Path) -> bool:
     return (path / CONFIG_FILE).is_file() and ((path / FINAL_WEIGHTS).is_file() or (path / RESULT_FILE).is_file())
 
 
-def _toy_run_source(run_dir: Path, n_sequences: int, label: str | None = None) -> MechanismSource:
+@dataclass(frozen=True)
+class ToyProbing:
+    """How a toy run without a saved probe is probed here: on ``n_sequences`` figure-set
+    sequences; an unfinished or diverged run only with ``allow_unfinished``."""
+
+    n_sequences: int = DEFAULT_SEQUENCES
+    allow_unfinished: bool = False
+
+
+def _toy_run_source(run_dir: Path, probing: ToyProbing, label: str | None = None) -> MechanismSource:
     """A toy run's probe: ``probe/probe.json`` when it exists, else computed (not written)."""
     config = read_config(run_dir)
     written = run_dir / "probe" / PROBE_FILE
@@ -78,7 +88,8 @@ def _toy_run_source(run_dir: Path, n_sequences: int, label: str | None = None) -
         probe = read_result(written, ProbeResult, "regenerate it with sinkscope toy probe")
         origin = READ_PROBE
     else:
-        probe, origin = probe_of_run(run_dir, n_sequences), COMPUTED_PROBE
+        probe = probe_of_run(run_dir, probing.n_sequences, probing.allow_unfinished)
+        origin = COMPUTED_PROBE
     return MechanismSource(label or run_dir.name, "toy", _toy_model(config), probe, origin, str(run_dir))
 
 
@@ -92,7 +103,7 @@ def _toy_probe_source(probe_dir: Path) -> MechanismSource:
     return MechanismSource(label, kind, model, probe, READ_PROBE, str(probe_dir))
 
 
-def _experiment_sources(directory: Path) -> list[MechanismSource]:
+def _experiment_sources(directory: Path, probing: ToyProbing) -> list[MechanismSource]:
     """Every run of a toy reproduction or sweep, in its summary's order."""
     summary: ReproduceSummary | SweepResult
     if (directory / REPRODUCE_FILE).is_file():
@@ -104,7 +115,7 @@ def _experiment_sources(directory: Path) -> list[MechanismSource]:
         run_dir = directory / model.name
         if not _is_toy_run(run_dir):
             raise InputError(f"{run_dir} (listed in {directory / SUMMARY_FILE}) is missing; restore the run directory")
-        sources.append(_toy_run_source(run_dir, summary.config.n_sequences))
+        sources.append(_toy_run_source(run_dir, replace(probing, n_sequences=summary.config.n_sequences)))
     return sources
 
 
@@ -123,7 +134,7 @@ def _comparison_sources(directory: Path) -> list[MechanismSource]:
     return sources
 
 
-def sources_of_directory(directory: str | os.PathLike, n_sequences: int = DEFAULT_SEQUENCES) -> list[MechanismSource]:
+def sources_of_directory(directory: str | os.PathLike, probing: ToyProbing | None = None) -> list[MechanismSource]:
     """The models a result directory holds (see the module docstring for the kinds)."""
     path = Path(directory)
     if not path.is_dir():
@@ -133,18 +144,18 @@ def sources_of_directory(directory: str | os.PathLike, n_sequences: int = DEFAUL
     if (path / COMPARISON_JSON).is_file():
         return _comparison_sources(path)
     if (path / SUMMARY_FILE).is_file() and ((path / REPRODUCE_FILE).is_file() or (path / SWEEP_FILE).is_file()):
-        return _experiment_sources(path)
+        return _experiment_sources(path, probing or ToyProbing())
     if (path / PROBE_FILE).is_file() and (path / DEFAULT_STATE_FILE).is_file():
         return [_toy_probe_source(path)]
     if _is_toy_run(path):
-        return [_toy_run_source(path, n_sequences)]
+        return [_toy_run_source(path, probing or ToyProbing())]
     raise InputError(
         f"{path} is neither a toy run, toy probe, reproduction or sweep nor an audit or audit comparison; "
         "pass directories written by sinkscope toy or sinkscope audit"
     )
 
 
-def _sources_of(item: Any, n_sequences: int) -> list[MechanismSource]:
+def _sources_of(item: Any, probing: ToyProbing) -> list[MechanismSource]:
     if isinstance(item, MechanismSource):
         return [item]
     if isinstance(item, AuditResult):
@@ -156,7 +167,7 @@ def _sources_of(item: Any, n_sequences: int) -> list[MechanismSource]:
     if isinstance(item, ProbeResult):
         raise InputError("a ProbeResult needs a label: pass (label, probe) or a MechanismSource")
     if isinstance(item, (str, os.PathLike)):
-        return sources_of_directory(item, n_sequences)
+        return sources_of_directory(item, probing)
     raise InputError(
         f"cannot compare a {type(item).__name__}; pass result directories, AuditResults, (label, ProbeResult) "
         "pairs or MechanismSources"
@@ -164,29 +175,40 @@ def _sources_of(item: Any, n_sequences: int) -> list[MechanismSource]:
 
 
 def compare_mechanism(
-    inputs: Sequence[MechanismInput], n_sequences: int = DEFAULT_SEQUENCES, sink_eps: float | None = None
+    inputs: Sequence[MechanismInput],
+    n_sequences: int = DEFAULT_SEQUENCES,
+    sink_eps: float | None = None,
+    allow_unfinished: bool = False,
 ) -> MechanismComparison:
     """Toy runs and audits side by side: one row per sink head of every model.
     ``n_sequences``: figure-set sequences for a toy run probed here (reproductions and
     sweeps use their own); ``sink_eps``: one sink-head threshold for every model (None:
-    each probe's own, see ``probes.mechanism.compare_mechanisms``)."""
+    each probe's own, see ``probes.mechanism.compare_mechanisms``); ``allow_unfinished``:
+    probe a run that is still training or diverged (its probe says so in its notes)
+    instead of refusing it."""
     if isinstance(inputs, (str, os.PathLike, AuditResult, MechanismSource)):
         inputs = [inputs]
     if n_sequences < 1:
         raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
     if sink_eps is not None and not 0.0 <= sink_eps < 1.0:  # before any toy run is probed
         raise InputError(f"sink_eps must lie in [0, 1), got {sink_eps}", field="sink_eps")
-    sources = [source for item in inputs for source in _sources_of(item, n_sequences)]
-    computed = [source.label for source in sources if source.origin == COMPUTED_PROBE]
+    probing = ToyProbing(n_sequences, allow_unfinished)
+    sources = [source for item in inputs for source in _sources_of(item, probing)]
+    computed = [source for source in sources if source.origin == COMPUTED_PROBE]
     notes = (
         (
             f"{len(computed)} toy run(s) had no probe.json, so their probe was computed on the run's model "
-            f"(nothing was written into the runs): {', '.join(computed)}.",
+            f"(nothing was written into the runs): {', '.join(source.label for source in computed)}.",
         )
         if computed
         else ()
     )
-    return compare_mechanisms(sources, notes, sink_eps)
+    unfinished = [
+        f"{source.label} was probed although {reason.split(' ', 1)[1]} (allow_unfinished)."
+        for source in computed
+        if source.directory and (reason := unfinished_reason(source.directory))
+    ]
+    return compare_mechanisms(sources, (*notes, *unfinished), sink_eps)
 
 
 def write_mechanism(comparison: MechanismComparison, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:

@@ -216,3 +216,17 @@ def test_an_unmeasured_cancellation_is_not_reported_as_none(inputs):
     assert model.writes_anchor and model.layers_cancel is None
     findings = " ".join(mechanism_findings(comparison))
     assert "was not measured" in findings and "do not cancel" not in findings
+
+
+def test_a_diverged_run_is_refused_naming_the_flag_or_probed_with_it(inputs, tmp_path, capsys):
+    run = tmp_path / "diverged-run"
+    shutil.copytree(inputs["reproduction"] / "softmax-1x1-seed0", run)
+    result = json.loads((run / "result.json").read_text())
+    (run / "result.json").write_text(json.dumps({**result, "status": "diverged"}))
+    code, _, err = _run(["compare", str(run), str(inputs["audit"]), "--out", str(tmp_path / "refused")], capsys)
+    assert code == 2 and "diverged" in err and "(--allow-unfinished)" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "refused").exists()
+    argv = ["compare", str(run), str(inputs["audit"]), "--out", str(tmp_path / "allowed"), "--allow-unfinished"]
+    assert _run(argv, capsys)[0] == 0
+    notes = read_mechanism(tmp_path / "allowed").notes
+    assert any(note.startswith("diverged-run was probed although") and "diverged" in note for note in notes)
