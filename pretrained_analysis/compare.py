@@ -111,7 +111,7 @@ class Comparison:
             "model",
             "layers x heads",
             "params",
-            *[f"sink rate eps={eps} (%)" for eps in self.epsilons()],
+            *[f"sink rate ε={eps} (%)" for eps in self.epsilons()],
             "sink heads",
             "mean anchor mass",
             "loss",
@@ -136,7 +136,7 @@ class Comparison:
         note = (
             f"Prompts: up to {self.prompts.n_prompts} from {markdown_escape(self.prompt_location)}, "
             f"at most {self.prompts.max_len} tokens, {bos}. "
-            f"Sink heads: {self.sink_head_rule}. Sink rate: Gu et al.'s Sink_1^eps."
+            f"Sink heads: {self.sink_head_rule}. Sink rate: Gu et al.'s Sink_1^ε at sink-rate threshold ε."
         )
         return "# Attention-sink comparison\n\n" + "\n".join(lines) + "\n\n" + note + "\n"
 
