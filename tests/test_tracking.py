@@ -194,3 +194,13 @@ def test_tracking_settings_are_checked():
         TrackingConfig(wandb_project="team/project")
     with pytest.raises(InputError, match="tensorboard_dir"):
         TrackingConfig(tensorboard_dir=" ")
+
+
+@pytest.mark.parametrize("command", [["toy", "train"], ["toy", "sweep"]])
+def test_a_tensorboard_dir_that_is_a_file_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tb").write_text("not a directory")
+    assert main([*command, "--out", "out", "--tensorboard", "tb", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file" in err and "(--tensorboard)" in err, err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tb"]  # nothing written

@@ -59,8 +59,9 @@ class TrackingConfig:
             raise InputError(f"group must be a name (no '/'), got {self.group!r}", field="group")
 
     def check(self) -> None:
-        """One line naming the extra to install when a logger's package is missing; called
-        before any work, so a long run does not fail at its first log line."""
+        """One line naming the fix when a logger's package is missing or the TensorBoard
+        directory is a file; called before any work, so a long run does not fail at its
+        first log line."""
         for setting, package in (("wandb_project", "wandb"), ("tensorboard_dir", "tensorboard")):
             if getattr(self, setting) is None:
                 continue
@@ -68,6 +69,12 @@ class TrackingConfig:
                 __import__(package)
             except ImportError:
                 raise InputError(f"{setting} needs the {package} package: {TRACKING_INSTALL}", field=setting) from None
+        if self.tensorboard_dir is not None and Path(self.tensorboard_dir).exists():
+            if not Path(self.tensorboard_dir).is_dir():
+                raise InputError(
+                    f"tensorboard_dir {self.tensorboard_dir} is a file, not a directory; choose a directory",
+                    field="tensorboard_dir",
+                )
 
     def for_units(self, out_dir: Path) -> TrackingConfig:
         """This config for an experiment's units: the group defaults to ``out_dir``'s name,
