@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from interp.formatting import sig
-from interp.inline_html import escape, format_cell, fragment, heat_grid, table
+from interp.formatting import format_cell, sig
+from interp.inline_html import escape, fragment, heat_grid, table
 
 if TYPE_CHECKING:
     from probes.default_state import DefaultStateResult

@@ -483,7 +483,7 @@ def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
     )
     compare.add_argument(
         "--sequences",
-        type=int,
+        type=POSITIVE,
         default=1000,
         help="figure-set sequences for a toy run probed here (no probe/probe.json; default 1000)",
     )
