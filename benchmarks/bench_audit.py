@@ -13,7 +13,7 @@ sharing 3 key/value heads, head size 64, SwiGLU intermediate 1536, RMSNorm eps 1
 on every head with theta 100,000, vocabulary 49,152, 8,192 positions, unembedding tied to the
 embedding, 135M parameters). Random weights (seed 0), saved to a
 temporary directory with the tests' byte-level tokenizer and loaded as ``sinkscope audit``
-loads it (``pretrained_analysis.loading.load_model``: ``TransformerBridge``, raw weights).
+loads it (``sinkscope.pretrained_analysis.loading.load_model``: ``TransformerBridge``, raw weights).
 The prompts: N random-token prompts of T tokens, BOS first (default 16 x 64, batches of 16).
 
 Four ways to run the same prompts, one CPU thread, all under ``torch.no_grad``, the order
@@ -23,7 +23,7 @@ rotating between repeats, each figure the median over the repeats:
   logits included;
 - ``bare trunk``: the same forward ended after the last block's ``hook_resid_post`` (the
   point where the audit stops), so without the final layer norm and the unembedding;
-- ``audit``: ``pretrained_analysis.audit.audit`` without figures (``n_examples=0``):
+- ``audit``: ``sinkscope.pretrained_analysis.audit.audit`` without figures (``n_examples=0``):
   tokenizing, every probe metric (values and residual statistics included), batch by batch
   (grouped by length; all prompts here have the same length). The audit's probe passes run
   under ``torch.inference_mode`` and stop after the last block: the final layer norm and
@@ -73,9 +73,15 @@ sys.path.insert(0, str(ROOT / "tests"))  # tiny_models: the tests' offline token
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from pretrained_analysis.audit import AuditConfig, audit, write_audit  # noqa: E402
-from pretrained_analysis.loading import LoadedModel, LoadSpec, load_model  # noqa: E402
-from pretrained_analysis.prompts import PromptSet, PromptSpec, TokenizedPrompts, load_prompt_set, tokenize_prompts  # noqa: E402
+from sinkscope.pretrained_analysis.audit import AuditConfig, audit, write_audit  # noqa: E402
+from sinkscope.pretrained_analysis.loading import LoadedModel, LoadSpec, load_model  # noqa: E402
+from sinkscope.pretrained_analysis.prompts import (  # noqa: E402
+    PromptSet,
+    PromptSpec,
+    TokenizedPrompts,
+    load_prompt_set,
+    tokenize_prompts,
+)
 
 MODES = ("bare hf", "bare bridge", "bare trunk", "audit", "full cache")
 MiB = 2**20
@@ -354,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(results))
     print(f"write_audit (JSON, CSV, map, per-layer plot, 2 example heatmaps): {write_seconds:.2f} s, once")
     if args.json is not None:
-        from interp.atomic_io import atomic_write_json
+        from sinkscope.infra.atomic_io import atomic_write_json
 
         atomic_write_json(
             args.json,

@@ -12,7 +12,7 @@ Two 12-layer models, each on N prompts x T tokens (default 64 x 64) in one batch
 Three ways to run each, same process, one CPU thread, the order rotating between
 repeats, each time the median over the repeats:
 - ``bare``: ``model(inputs)`` under ``torch.inference_mode``: the reference;
-- ``probe``: ``probes.probe.probe_model`` with every metric (values and residual
+- ``probe``: ``sinkscope.probes.probe.probe_model`` with every metric (values and residual
   statistics included), the whole set as one batch;
 - ``cache``: ``run_with_cache`` keeping every layer's ``hook_pattern``, under
   ``torch.inference_mode``, what a probe that caches patterns first would hold.
@@ -56,8 +56,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # tiny_models: the tests' offline GPT-2 builder
 
-from interp.hooked_model import HookedModel  # noqa: E402
-from probes.probe import ProbeConfig, probe_model  # noqa: E402
+from sinkscope.interp.hooked_model import HookedModel  # noqa: E402
+from sinkscope.probes.probe import ProbeConfig, probe_model  # noqa: E402
 
 MODES = ("bare", "probe", "cache")
 CASES = ("toy 12x4", "gpt2 12x4")
@@ -97,8 +97,8 @@ class CaseResult:
 def build(setup: Setup) -> tuple[HookedModel, torch.Tensor]:
     """The hooked model and its inputs: toy tokens ``[n, pos, d_model]`` or token ids ``[n, pos]``."""
     if setup.case == "toy 12x4":
-        from toy.model import ToyModelConfig, ToyTransformer
-        from toy.task import TaskConfig, eval_batch
+        from sinkscope.toy.model import ToyModelConfig, ToyTransformer
+        from sinkscope.toy.task import TaskConfig, eval_batch
 
         torch.manual_seed(0)
         config = ToyModelConfig(
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(format_table(results, args.prompts, args.tokens))
     if args.json is not None:
-        from interp.atomic_io import atomic_write_json
+        from sinkscope.infra.atomic_io import atomic_write_json
 
         atomic_write_json(
             args.json,

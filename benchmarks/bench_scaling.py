@@ -7,7 +7,7 @@ The model is small so the sweep stays fast: a random GPT-2 (6 layers, 8 heads, d
 512 positions, the tests' byte-level tokenizer of ~300 tokens), saved to a temporary
 directory and loaded as ``sinkscope audit`` loads it. Two sweeps of random-token prompts:
 the number of prompts at ``--fixed-tokens`` tokens, and the tokens per prompt at
-``--fixed-prompts`` prompts, batches of 16. At each point ``pretrained_analysis.audit.audit``
+``--fixed-prompts`` prompts, batches of 16. At each point ``sinkscope.pretrained_analysis.audit.audit``
 (every probe metric, no figures) and the bridge's bare forward on the same batches are
 timed, one CPU thread, alternating, after a warm-up; each time is the median over the
 repeats. The exponent is the slope of a least-squares line through (log size, log time):
@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # tiny_models: the tests' offline token
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from pretrained_analysis.audit import AuditConfig, audit  # noqa: E402
-from pretrained_analysis.loading import LoadedModel, LoadSpec, load_model  # noqa: E402
-from pretrained_analysis.prompts import PromptSpec, load_prompt_set, tokenize_prompts  # noqa: E402
+from sinkscope.pretrained_analysis.audit import AuditConfig, audit  # noqa: E402
+from sinkscope.pretrained_analysis.loading import LoadedModel, LoadSpec, load_model  # noqa: E402
+from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set, tokenize_prompts  # noqa: E402
 
 N_LAYERS, N_HEADS, D_MODEL, N_CTX = 6, 8, 256, 512
 BATCH_SIZE = 16
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_sweep(result))
         print(explain(result))
     if args.json is not None:
-        from interp.atomic_io import atomic_write_json
+        from sinkscope.infra.atomic_io import atomic_write_json
 
         atomic_write_json(
             args.json,

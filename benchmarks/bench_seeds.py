@@ -7,15 +7,15 @@ the seed (0 .. K-1), each ``TrainConfig(max_steps=N, stop_linf=1e-12)`` so no ru
 early and both ways do exactly N steps per seed, with the trainer's defaults otherwise
 (batches of 128, metrics logged every 100 steps, a checkpoint and the final weights
 written at the end):
-- ``sequential``: ``toy.train.train(config, run_dir)`` for each seed in turn;
-- ``batched``: ``toy.train.train_seeds(configs, run_dirs)``, one call.
+- ``sequential``: ``sinkscope.toy.train.train(config, run_dir)`` for each seed in turn;
+- ``batched``: ``sinkscope.toy.train.train_seeds(configs, run_dirs)``, one call.
 Every run writes into a fresh temporary directory (an existing one would resume). One CPU
 thread, both ways in one process after a short warm-up of each, the order alternating
 between repeats; each time is the median over the repeats. The ratio is sequential time
 over batched time (target >= 3). The last repeat's results are compared seed by seed:
 status, steps, and the largest relative difference in final loss and L-inf error.
 
-When ``toy.train.train_seeds`` cannot be imported the benchmark reports it as not available.
+When ``sinkscope.toy.train.train_seeds`` cannot be imported the benchmark reports it as not available.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from sinkscope.toy.model import ToyModelConfig
+from sinkscope.toy.run_dir import RunConfig, TrainConfig, TrainResult
+from sinkscope.toy.task import TaskConfig
+from sinkscope.toy.train import train
 
-from interp.codec import encode
-from toy.model import ToyModelConfig
-from toy.run_dir import RunConfig, TrainConfig, TrainResult
-from toy.task import TaskConfig
-from toy.train import train
+from sinkscope.infra.codec import encode
 
 CASES: dict[str, ToyModelConfig] = {
     "1x1": ToyModelConfig(n_layers=1, n_heads=1, attention="softmax"),
@@ -49,12 +49,12 @@ BatchedTrainer = Callable[..., list[TrainResult]]
 
 
 def load_batched_trainer() -> tuple[BatchedTrainer | None, str]:
-    """``toy.train.train_seeds``, or None and why it is not available."""
+    """``sinkscope.toy.train.train_seeds``, or None and why it is not available."""
     try:
-        from toy.train import train_seeds as train_batched
+        from sinkscope.toy.train import train_seeds as train_batched
     except Exception as error:  # ImportError, or a module that fails while importing
-        return None, f"toy.train.train_seeds is not available ({type(error).__name__}: {error})"
-    return train_batched, "toy.train.train_seeds"
+        return None, f"sinkscope.toy.train.train_seeds is not available ({type(error).__name__}: {error})"
+    return train_batched, "sinkscope.toy.train.train_seeds"
 
 
 def seed_configs(model: ToyModelConfig, k: int, steps: int) -> list[RunConfig]:
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = min(r["speedup"] for r in results)
     print(f"worst speedup {worst:.2f}x (target >= 3x): {'ok' if worst >= 3 else 'NOT MET'}")
     if args.json is not None:
-        from interp.atomic_io import atomic_write_json
+        from sinkscope.infra.atomic_io import atomic_write_json
 
         atomic_write_json(
             args.json,

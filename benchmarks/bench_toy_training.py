@@ -2,12 +2,12 @@
 
     python benchmarks/bench_toy_training.py [--steps N] [--repeats R] [--json PATH]
 
-Both models run the trainer's inner step (``toy.train``): a fresh batch from
-``toy.task.sample_batch``, forward, MSE loss, the batch L-inf error, backward and an Adam
-step with the trainer's optimiser (`toy.train.paper_adam`: fused Adam, betas 0.9/0.95, no weight decay, the paper's lr for the
+Both models run the trainer's inner step (``sinkscope.toy.train``): a fresh batch from
+``sinkscope.toy.task.sample_batch``, forward, MSE loss, the batch L-inf error, backward and an Adam
+step with the trainer's optimiser (`sinkscope.toy.train.paper_adam`: fused Adam, betas 0.9/0.95, no weight decay, the paper's lr for the
 architecture). The plain model below has the same parameters (names and shapes) and the
 same operations in the same order, only without ``HookPoint``s, so the ratio measures
-what the hooks cost. Both run the circuit order of ``interp.attention`` (what training
+what the hooks cost. Both run the circuit order of ``sinkscope.toy.attention`` (what training
 runs); a third way, ``per head``, is the hooked model with a no-op hook on every
 ``hook_z``, which forces the per-head order (q, k, v, z materialised): the ratio
 ``circuits speedup`` = per-head time / circuit time is what the circuit order buys. Metric logging (``run_with_cache`` every ``log_every`` steps) and
@@ -28,25 +28,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
-
-from interp.attention_kinds import (
+from sinkscope.interp.attention_kinds import (
     causal_mask,
     fixed_row_scale,
     score_scale,
     scores_to_pattern,
 )
-from interp.hook_names import attn_hook
-from toy.model import ToyModelConfig, ToyTransformer
-from toy.run_dir import RunConfig, TrainConfig
-from toy.task import TaskConfig, sample_batch
-from toy.train import DATA_SEED_OFFSET, paper_adam
+from sinkscope.interp.hook_names import attn_hook
+from sinkscope.toy.model import ToyModelConfig, ToyTransformer
+from sinkscope.toy.run_dir import RunConfig, TrainConfig
+from sinkscope.toy.task import TaskConfig, sample_batch
+from sinkscope.toy.train import DATA_SEED_OFFSET, paper_adam
+from torch import nn
 
 SEED = 0
 
 
 class PlainAttention(nn.Module):
-    """``interp.attention.HookedAttention``'s circuit order (what training runs) without
+    """``sinkscope.toy.attention.HookedAttention``'s circuit order (what training runs) without
     hook points: the same ops in the same order."""
 
     def __init__(self, config: ToyModelConfig) -> None:
@@ -246,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = min(r["ratio_hooked_over_plain"] for r in results)
     print(f"worst hooked/plain ratio {worst:.3f} (target >= 0.9): {'ok' if worst >= 0.9 else 'BELOW TARGET'}")
     if args.json is not None:
-        from interp.atomic_io import atomic_write_json
+        from sinkscope.infra.atomic_io import atomic_write_json
 
         atomic_write_json(
             args.json,

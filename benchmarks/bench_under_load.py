@@ -8,7 +8,7 @@ stops early; a fresh run directory each time) is timed twice in one session: on 
 machine and beside H busy-looping processes (``--hogs``, default 1). Speed is steps over
 the trainer's own wall time (``TrainResult.wall_seconds``), so process start-up is not
 counted. The ways:
-- ``api, 1 thread``: ``toy.train.train(config, run_dir)``, sinkscope's policy
+- ``api, 1 thread``: ``sinkscope.toy.train.train(config, run_dir)``, sinkscope's policy
   (``TRAIN_THREADS``);
 - ``api, 2 threads``: ``train(..., threads=2)``: torch's default on a 2-core machine,
   what training used before the policy, the baseline;
@@ -32,11 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-
-from toy.model import ToyModelConfig
-from toy.run_dir import RunConfig, TrainConfig, read_result
-from toy.task import TaskConfig
-from toy.train import train
+from sinkscope.toy.model import ToyModelConfig
+from sinkscope.toy.run_dir import RunConfig, TrainConfig, read_result
+from sinkscope.toy.task import TaskConfig
+from sinkscope.toy.train import train
 
 CASES = {"1x1": (1, 1), "2x2": (2, 2), "4x4": (4, 4)}
 WAYS = ("api, 1 thread", "api, 2 threads", "cli")

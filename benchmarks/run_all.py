@@ -9,7 +9,7 @@ own imports), each reusing the benchmark module named in brackets:
   of the same math (``bench_toy_training``); target hooked/plain >= 0.9 in every case;
 - ``seeds``: K=8 seeds trained as one vectorised computation against 8 runs one after
   another (``bench_seeds``); target >= 3x faster; reported as not available when
-  ``toy.train.train_seeds`` cannot be imported;
+  ``sinkscope.toy.train.train_seeds`` cannot be imported;
 - ``audit``: the audit against the bare forward pass and against caching every hook, on a
   GPT-2-small-shaped (124M), a Pythia-160m-shaped (162M) and a SmolLM2-135M-shaped model
   (Llama with grouped-query attention, 9 query heads on 3 key/value heads, 135M), random
@@ -194,7 +194,7 @@ def section_seeds(p: dict, profile: str) -> dict:
     if train_batched is None:
         return {
             "rows": [target_row(label, None, f">= {SEEDS_TARGET:g}x", None, status="not available")],
-            "details": f"Not available: {source}. The benchmark runs as soon as `toy.train` provides "
+            "details": f"Not available: {source}. The benchmark runs as soon as `sinkscope.toy.train` provides "
             "`train_seeds(configs, run_dirs, progress=False) -> list[TrainResult]`.",
             "profiles": [],
             "raw": {"available": False, "reason": source},
@@ -217,7 +217,7 @@ def section_seeds(p: dict, profile: str) -> dict:
     details = (
         f"K={p['k']} configs identical except the seed, `TrainConfig(max_steps={p['steps']}, stop_linf=1e-12)` (no early "
         f"stop; trainer defaults otherwise: metrics every 100 steps, final checkpoint and weights written), fresh run "
-        f"directories: `toy.train.train` once per seed vs one `{source}` call. {p['repeats']} repeats alternating the "
+        f"directories: `sinkscope.toy.train.train` once per seed vs one `{source}` call. {p['repeats']} repeats alternating the "
         f"order, medians; 1 thread; torch {torch.__version__}.\n\n{code_block(bench_seeds.format_table(results))}\n\n"
         "Batched vs one-by-one results (last repeat):\n" + "\n".join(agreement_notes)
     )
@@ -371,12 +371,12 @@ def section_audit(p: dict, profile: str) -> dict:
 
 def section_scaling(p: dict, profile: str) -> dict:
     import torch
+    from sinkscope.pretrained_analysis.audit import AuditConfig, audit
+    from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
+    from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set
 
     import bench_scaling
     import profiling
-    from pretrained_analysis.audit import AuditConfig, audit
-    from pretrained_analysis.loading import LoadSpec, load_model
-    from pretrained_analysis.prompts import PromptSpec, load_prompt_set
 
     with tempfile.TemporaryDirectory(prefix="bench_scaling_") as model_dir:
         n_params = bench_scaling.build_model(model_dir)
@@ -454,7 +454,7 @@ def section_load(p: dict, profile: str) -> dict:
     details = (
         f"The same training run (softmax, {budgets}; a fresh run "
         f"directory each time) on the idle machine and beside {p['hogs']} busy-looping process, steps over the trainer's "
-        "own wall time. `api, 1 thread` is `toy.train.train` with sinkscope's one-thread policy, `cli` is `sinkscope toy "
+        "own wall time. `api, 1 thread` is `sinkscope.toy.train.train` with sinkscope's one-thread policy, `cli` is `sinkscope toy "
         "train` in a subprocess (same policy), `api, 2 threads` is `train(..., threads=2)`, torch's default on this "
         f"machine and what training used before: the baseline. torch {torch.__version__}. The 2-thread row has no "
         "target; it shows why the policy exists.\n\n"
@@ -765,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(preset, machine, found_versions, loads, started, wall_s, sections)
     print(text)
     sys.path.insert(0, str(ROOT))
-    from interp.atomic_io import atomic_write_json, atomic_write_text
+    from sinkscope.infra.atomic_io import atomic_write_json, atomic_write_text
 
     atomic_write_text(out, text)
     log(f"wrote {out}")

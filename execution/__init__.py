@@ -2,8 +2,8 @@
 run once each, in this process, in a local process pool, or on Ray. Above ``interp``,
 below ``toy`` and ``pretrained_analysis``: it imports ``interp`` only."""
 
-from execution.executors import run_units
-from execution.units import Unit, UnitFailure, UnitsFailed, UnitsReport, finished, skip_finished, units_failed
+from sinkscope.execution.executors import run_units
+from sinkscope.execution.units import Unit, UnitFailure, UnitsFailed, UnitsReport, finished, skip_finished, units_failed
 
 __all__ = [
     "Unit",

@@ -3,7 +3,7 @@ nothing else, and the caller gets one ``UnitsReport``.
 
 ``run_units(units, executor="local", workers=1)`` runs the units in this process
 (``workers=1``) or in a pool of ``workers`` spawned processes (the pool of
-``toy.experiment.run_jobs``: a worker interrupted by Ctrl-C exits quietly, and the pool
+``sinkscope.toy.experiment.run_jobs``: a worker interrupted by Ctrl-C exits quietly, and the pool
 is closed and joined at the end so no worker is killed holding a lock).
 
 ``executor="ray"`` runs each unit as a Ray task needing ``unit.cpus`` CPUs and
@@ -29,8 +29,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from execution.units import Unit, UnitFailure, UnitsReport
-from interp.errors import InputError, RunFailed
+from sinkscope.execution.units import Unit, UnitFailure, UnitsReport
+
+from sinkscope.infra.errors import InputError, RunFailed
 
 EXECUTORS = ("local", "ray")
 RAY_INSTALL = "pip install 'sinkscope[ray]'"

@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from execution.units import UnitsFailed
-from interp.atomic_io import (
+from sinkscope.execution.units import UnitsFailed
+
+from sinkscope.infra.atomic_io import (
     atomic_directory,
     atomic_write_json,
     check_output_directory,
@@ -26,8 +27,8 @@ from interp.atomic_io import (
     locked_directory,
     refuse_output_directory,
 )
-from interp.codec import Persisted, read_result, write_result
-from interp.errors import InputError, RunFailed
+from sinkscope.infra.codec import Persisted, read_result, write_result
+from sinkscope.infra.errors import InputError, RunFailed
 
 
 @contextmanager

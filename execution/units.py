@@ -6,10 +6,10 @@ safe as a directory name (callers give each unit its own output directory of tha
 local executor's spawned workers and Ray's workers unpickle it by reference.
 
 Resumability is the unit function's own: it builds its output directory atomically
-(``interp.atomic_io.atomic_directory``) and returns early when that directory already
+(``sinkscope.infra.atomic_io.atomic_directory``) and returns early when that directory already
 exists, so Ctrl-C or a crash loses only the units in flight. ``finished`` is the test
 such a function and its caller share, and ``skip_finished`` turns it into the ``skip``
-predicate of ``execution.executors.run_units``, which then counts finished units as
+predicate of ``sinkscope.execution.executors.run_units``, which then counts finished units as
 skipped without scheduling them.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interp.errors import InputError, RunFailed
+from sinkscope.infra.errors import InputError, RunFailed
 
 # letters, digits and . _ - = + , @ (a sweep cell "softmax_L2_H2_seed=3", an audit
 # "EleutherAI--pythia-70m@step1000"); not "." or ".."

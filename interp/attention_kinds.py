@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 
-from interp.errors import InputError
+from sinkscope.infra.errors import InputError
 
 AttentionKind = Literal["softmax", "relu", "relu_prefix", "sigmoid"]
 ATTENTION_KINDS: tuple[str, ...] = ("softmax", "relu", "relu_prefix", "sigmoid")

@@ -9,7 +9,7 @@ Shapes (TransformerLens conventions):
 
 from __future__ import annotations
 
-from interp.errors import InputError
+from sinkscope.infra.errors import InputError
 
 ATTN_HOOKS = ("q", "k", "v", "z", "attn_scores", "pattern")
 BLOCK_HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")

@@ -3,7 +3,7 @@
 Probes and interventions run on two kinds of models:
 - toy models: ``transformer_lens.HookedRootModule`` subclasses whose blocks are
   ``blocks[l].attn`` with ``W_O [head, d_head, d_model]``, ``n_heads`` and ``d_head``
-  attributes (``interp.attention.HookedAttention``); they take float tokens
+  attributes (``sinkscope.toy.attention.HookedAttention``); they take float tokens
   ``[batch, pos, d_model]`` and have no padding;
 - ``TransformerBridge`` models (GPT-2, GPT-NeoX/Pythia, BERT, ...): they take strings or
   token ids ``[batch, pos]`` plus an ``attention_mask``.
@@ -29,11 +29,11 @@ from typing import Any, TypeAlias, cast, overload
 
 import torch
 from jaxtyping import Bool, Float, Int, Shaped
+from sinkscope.interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
+from sinkscope.interp.hook_names import attn_hook, block_hook
 from transformer_lens import HookedRootModule
 
-from interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
-from interp.errors import InputError
-from interp.hook_names import attn_hook, block_hook
+from sinkscope.infra.errors import InputError
 
 HookFn = Callable[..., Any]
 KV_HOOKS: frozenset[str] = frozenset({"k", "v", "rot_k"})
@@ -223,7 +223,7 @@ class HookedModel:
             if blocks is None or len(blocks) == 0 or not hasattr(blocks[0], "attn"):
                 raise InputError(
                     f"{type(model).__name__} has no blocks[l].attn; toy models must stack "
-                    "interp.attention.HookedAttention layers under .blocks"
+                    "sinkscope.toy.attention.HookedAttention layers under .blocks"
                 )
             attn = blocks[0].attn
             self.spec = ModelSpec(

@@ -1,7 +1,7 @@
 """The audit of one pretrained model: probes over a prompt set, optional ablations, figures.
 
 ``audit(model, prompts, config)`` loads the model (or takes a loaded one), tokenizes the
-prompts, streams them through ``probes.probe.probe_batches`` in batches grouped by
+prompts, streams them through ``sinkscope.probes.probe.probe_batches`` in batches grouped by
 length (only the hooks the probes read, one layer at a time, nothing cached, no logits),
 and returns an ``AuditResult``.
 ``write_audit(result, directory)`` writes ``audit.json``, ``heads.csv`` and the figures,
@@ -11,7 +11,7 @@ The anchor is each prompt's first real token: the BOS token when it is prepended
 for BERT-family encoders. ``--ablate`` (causal models only) measures the next-token loss
 (per prompt: mean cross-entropy over its predicted tokens; then averaged over prompts):
 for each sink head and all of them together, with ``remove_sink`` and its matched
-control ``mask_random_key`` (``probes.default_state``, bootstrap intervals over prompts),
+control ``mask_random_key`` (``sinkscope.probes.default_state``, bootstrap intervals over prompts),
 and with the anchor evicted from every head (StreamingLLM-style ``evict_anchor``).
 """
 
@@ -29,15 +29,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
-
-from interp.codec import read_result, write_result
-from interp.errors import InputError, RunFailed
-from interp.frames import dataframe, row_of
-from interp.hook_names import attn_hook
-from interp.hooked_model import HookedModel, PreparedBatch
-from pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model, wrap_model
-from pretrained_analysis.prompts import (
+from sinkscope.interp.hook_names import attn_hook
+from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
+from sinkscope.pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model, wrap_model
+from sinkscope.pretrained_analysis.prompts import (
     PromptError,
     PromptSet,
     PromptSpec,
@@ -46,13 +41,18 @@ from pretrained_analysis.prompts import (
     load_prompt_set,
     tokenize_prompts,
 )
-from pretrained_analysis.prompts import (
+from sinkscope.pretrained_analysis.prompts import (
     prompt_set as make_prompt_set,
 )
-from probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
-from probes.interventions import Intervention, evict_anchor, intervention_hooks
-from probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, iterate_batches, probe_batches
-from reports.plots import attention_grid, layer_head_map, line_chart
+from sinkscope.probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
+from sinkscope.probes.interventions import Intervention, evict_anchor, intervention_hooks
+from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, iterate_batches, probe_batches
+from sinkscope.reports.frames import dataframe, row_of
+from sinkscope.reports.plots import attention_grid, layer_head_map, line_chart
+from tqdm.auto import tqdm
+
+from sinkscope.infra.codec import read_result, write_result
+from sinkscope.infra.errors import InputError, RunFailed
 
 if TYPE_CHECKING:
     import pandas
@@ -139,7 +139,7 @@ class AblationResult:
 
 @dataclass(frozen=True)
 class AuditResult:
-    """Everything one audit measured; persisted as ``audit.json`` (``interp.codec``).
+    """Everything one audit measured; persisted as ``audit.json`` (``sinkscope.infra.codec``).
 
     figures: the PNG files ``write_audit`` draws; examples: the attention patterns drawn
     as heatmaps, kept in memory only (an audit read back from disk has none);
@@ -182,7 +182,7 @@ class AuditResult:
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: findings, sink map, per-head table, ablations."""
-        from pretrained_analysis.display import audit_html  # loads the report phrases only when shown
+        from sinkscope.pretrained_analysis.display import audit_html  # loads the report phrases only when shown
 
         return audit_html(self)
 

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+from sinkscope.pretrained_analysis.audit import AuditResult, plot_text
+from sinkscope.pretrained_analysis.prompts import PromptSpec
+from sinkscope.reports.frames import dataframe
+from sinkscope.reports.plots import line_chart
 
-from interp.atomic_io import atomic_write_text
-from interp.codec import read_result, write_result
-from interp.errors import InputError
-from interp.frames import dataframe
-from pretrained_analysis.audit import AuditResult, plot_text
-from pretrained_analysis.prompts import PromptSpec
-from reports.plots import line_chart
+from sinkscope.infra.atomic_io import atomic_write_text
+from sinkscope.infra.codec import read_result, write_result
+from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas
@@ -60,7 +60,7 @@ class ComparisonRow:
 @dataclass(frozen=True)
 class Comparison:
     """Rows in the given order, plus what every audit shared; persisted as
-    ``comparison.json`` (``interp.codec``)."""
+    ``comparison.json`` (``sinkscope.infra.codec``)."""
 
     SCHEMA: ClassVar[str] = "comparison"
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -98,7 +98,7 @@ class Comparison:
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: findings, the table, anchor mass per layer."""
-        from pretrained_analysis.display import comparison_html  # loads the report phrases only when shown
+        from sinkscope.pretrained_analysis.display import comparison_html  # loads the report phrases only when shown
 
         return comparison_html(self)
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from interp.inline_html import bullets, escape, fragment, heat_grid, table
-from pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
-from probes.display import default_state_table, probe_parts
+from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
+from sinkscope.probes.display import default_state_table, probe_parts
+from sinkscope.reports.inline_html import bullets, escape, fragment, heat_grid, table
 
 if TYPE_CHECKING:
-    from pretrained_analysis.audit import AuditResult
-    from pretrained_analysis.compare import Comparison
+    from sinkscope.pretrained_analysis.audit import AuditResult
+    from sinkscope.pretrained_analysis.compare import Comparison
 
 
 def audit_html(result: AuditResult) -> str:

@@ -1,19 +1,19 @@
 """The findings of an audit and of a comparison of audits: sentences made from the
-numbers, shared by the report (``pretrained_analysis.report``) and the inline notebook
-display (``pretrained_analysis.display``)."""
+numbers, shared by the report (``sinkscope.pretrained_analysis.report``) and the inline notebook
+display (``sinkscope.pretrained_analysis.display``)."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
-from probes.probe import LayerProbe
-from reports.document import percent, sig
-from reports.sections import default_state_finding, sink_head_phrase, sink_rate_phrase, value_share_phrase
+from sinkscope.probes.probe import LayerProbe
+from sinkscope.reports.document import percent, sig
+from sinkscope.reports.sections import default_state_finding, sink_head_phrase, sink_rate_phrase, value_share_phrase
 
 if TYPE_CHECKING:
-    from pretrained_analysis.audit import AuditResult
-    from pretrained_analysis.compare import Comparison
+    from sinkscope.pretrained_analysis.audit import AuditResult
+    from sinkscope.pretrained_analysis.compare import Comparison
 
 LOSS = "next-token loss"
 

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from safetensors import SafetensorError
 
-from interp.errors import InputError
+from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
-    from interp.hooked_model import ModelSpec
+    from sinkscope.interp.hooked_model import ModelSpec
 
 PYTHIA_SIZES: tuple[str, ...] = ("14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")
 PYTHIA_DEDUPED_SIZES: tuple[str, ...] = ("70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")
@@ -459,9 +459,8 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
     """Boot ``spec`` through ``TransformerBridge.boot_transformers`` (raw weights, eager attention)."""
     resolved = resolved or resolve_model(spec.name, spec.revision)
     import torch
+    from sinkscope.interp.hooked_model import HookedModel
     from transformer_lens.model_bridge import TransformerBridge
-
-    from interp.hooked_model import HookedModel
 
     if not progress:
         _hide_download_bars()
@@ -581,7 +580,7 @@ def wrap_model(model: Any, tokenizer: Any = None, name: str | None = None) -> Lo
     measurement needs; call ``.train()`` on it afterwards to continue training."""
     if isinstance(model, LoadedModel):
         return model
-    from interp.hooked_model import HookedModel
+    from sinkscope.interp.hooked_model import HookedModel
 
     bridge = model if hasattr(model, "original_model") and hasattr(model, "cfg") else _boot_in_memory(model, tokenizer)
     bridge.eval()

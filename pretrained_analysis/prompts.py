@@ -29,12 +29,11 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.errors import InputError
+from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import torch
-
-    from pretrained_analysis.loading import LoadedModel
+    from sinkscope.pretrained_analysis.loading import LoadedModel
 
 BUILTIN_SOURCE = "default"
 RANDOM_SOURCE = "random"
@@ -179,7 +178,7 @@ def check_context(spec: PromptSpec, n_ctx: int, model_label: str) -> None:
 
 
 def _builtin_path() -> Path:
-    return Path(str(resources.files("pretrained_analysis") / "data" / "default_prompts.txt"))
+    return Path(str(resources.files("sinkscope.pretrained_analysis") / "data" / "default_prompts.txt"))
 
 
 def _read_file(path: Path, text_column: str) -> tuple[list[Any], str]:
@@ -233,8 +232,7 @@ def _check_text_file(path: Path) -> None:
 
 def _read_hub(spec: PromptSpec) -> list[Any]:
     import datasets
-
-    from pretrained_analysis.loading import hub_offline
+    from sinkscope.pretrained_analysis.loading import hub_offline
 
     datasets.disable_progress_bars()
     dataset_id, _, config = spec.source.partition(":")

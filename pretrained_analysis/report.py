@@ -7,13 +7,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from interp.errors import InputError
-from pretrained_analysis.audit import AUDIT_FILE, LAYER_FIGURE, MAP_FIGURE, AblationResult, AuditResult, read_audit
-from pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, Comparison, read_comparison
-from pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
-from pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
-from pretrained_analysis.prompts import PromptSummary
-from reports.document import (
+from sinkscope.pretrained_analysis.audit import (
+    AUDIT_FILE,
+    LAYER_FIGURE,
+    MAP_FIGURE,
+    AblationResult,
+    AuditResult,
+    read_audit,
+)
+from sinkscope.pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, Comparison, read_comparison
+from sinkscope.pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
+from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
+from sinkscope.pretrained_analysis.prompts import PromptSummary
+from sinkscope.reports.document import (
     Block,
     Column,
     Figure,
@@ -24,14 +30,16 @@ from reports.document import (
     Table,
     config_block,
 )
-from reports.sections import (
+from sinkscope.reports.sections import (
     default_state_change_chart,
     default_state_table,
     head_table,
     layer_table,
     sink_head_threshold,
 )
-from reports.write import ReportKind
+from sinkscope.reports.write import ReportKind
+
+from sinkscope.infra.errors import InputError
 
 
 def _figures(directory: Path, names_and_captions: list[tuple[str, str]]) -> list[Block]:

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
+from sinkscope.probes.display import default_state_html
+from sinkscope.probes.interventions import HeadRef, Intervention, intervention_hooks, mask_random_key, remove_sink
+from sinkscope.reports.frames import dataframe
 
-from interp.errors import InputError
-from interp.frames import dataframe
-from interp.hooked_model import HookedModel, PreparedBatch
-from probes.display import default_state_html
-from probes.interventions import HeadRef, Intervention, intervention_hooks, mask_random_key, remove_sink
+from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas

@@ -1,18 +1,18 @@
 """A probe's inline notebook display: its key numbers, the layer x head sink map and
-the per-head table, as ``interp.inline_html`` parts that the audit's display reuses."""
+the per-head table, as ``sinkscope.reports.inline_html`` parts that the audit's display reuses."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
-from interp.formatting import format_cell, sig
-from interp.inline_html import escape, fragment, heat_grid, table
+from sinkscope.reports.formatting import format_cell, sig
+from sinkscope.reports.inline_html import escape, fragment, heat_grid, table
 
 if TYPE_CHECKING:
-    from probes.default_state import DefaultStateResult
-    from probes.patching import PatchingResult
-    from probes.probe import ProbeResult
+    from sinkscope.probes.default_state import DefaultStateResult
+    from sinkscope.probes.patching import PatchingResult
+    from sinkscope.probes.probe import ProbeResult
 
 HEAD_COLUMNS = (
     ("layer", ""),

@@ -1,6 +1,6 @@
 """Interventions on attention heads, for any set of (layer, head), on any hooked model.
 
-Kinds (DESIGN.md):
+Kinds (docs/metrics.md):
 - ``remove_sink``: zero A[i, a] for every query after the anchor and renormalise the
   rest of the row (softmax heads; other kinds are only zeroed, since their rows are not
   normalised). A row left with no mass becomes zero: the head writes nothing.
@@ -31,10 +31,10 @@ from typing import Any, Literal
 
 import torch
 from jaxtyping import Bool, Float, Int, Shaped
+from sinkscope.interp.hook_names import attn_hook
+from sinkscope.interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
 
-from interp.errors import InputError
-from interp.hook_names import attn_hook
-from interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
+from sinkscope.infra.errors import InputError
 
 InterventionKind = Literal[
     "remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key", "zero_head", "mean_ablate_head"

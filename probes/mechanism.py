@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from interp.codec import read_result
-from interp.errors import InputError
-from interp.frames import dataframe, row_of
-from probes.mechanism_display import mechanism_html
-from probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
-from probes.probe import ProbeResult
-from probes.sink_metrics import is_sink_head
+from sinkscope.probes.mechanism_display import mechanism_html
+from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
+from sinkscope.probes.probe import ProbeResult
+from sinkscope.probes.sink_metrics import is_sink_head
+from sinkscope.reports.frames import dataframe, row_of
+
+from sinkscope.infra.codec import read_result
+from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas
@@ -120,7 +121,7 @@ class MechanismModel:
 @dataclass(frozen=True)
 class MechanismComparison:
     """Toy and pretrained models' sink heads side by side; persisted as ``mechanism.json``
-    (``interp.codec``). ``models`` in the order given; ``heads``: every sink head of every
+    (``sinkscope.infra.codec``). ``models`` in the order given; ``heads``: every sink head of every
     model, in that order."""
 
     SCHEMA: ClassVar[str] = "mechanism"

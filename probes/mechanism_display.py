@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from interp.inline_html import bullets, fragment, table
-from probes.mechanism_findings import mechanism_findings
-from probes.mechanism_rules import KINDS
+from sinkscope.probes.mechanism_findings import mechanism_findings
+from sinkscope.probes.mechanism_rules import KINDS
+from sinkscope.reports.inline_html import bullets, fragment, table
 
 if TYPE_CHECKING:
-    from probes.mechanism import MechanismComparison
+    from sinkscope.probes.mechanism import MechanismComparison
 
 MODEL_COLUMNS = (
     ("source", ""),

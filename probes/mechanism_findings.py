@@ -1,6 +1,6 @@
 """The side-by-side comparison in words: what was compared, what each kind's sink heads
 write, whether the layers cancel, and which mechanism holds where. Shared by the report
-(``reports.mechanism``) and the inline display (``probes.mechanism_display``)."""
+(``sinkscope.reports.mechanism``) and the inline display (``sinkscope.probes.mechanism_display``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from interp.formatting import sig
-from probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
+from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
+from sinkscope.reports.formatting import sig
 
 if TYPE_CHECKING:
-    from probes.mechanism import MechanismComparison, MechanismModel
+    from sinkscope.probes.mechanism import MechanismComparison, MechanismModel
 
 
 def _names(models: Sequence[MechanismModel]) -> str:

@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from sinkscope.probes.display import patching_html
+from sinkscope.probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
+from sinkscope.reports.frames import dataframe, row_of
 from tqdm.auto import tqdm
 
-from interp.errors import InputError
-from interp.frames import dataframe, row_of
-from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
-from probes.display import patching_html
-from probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
+from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas
@@ -78,7 +78,7 @@ class PatchingResult:
 
     fixed_heads / fixed_positions: the heads / positions every site covers along an
     axis that ``per`` does not iterate (None: all of them). Persisted with
-    ``interp.codec`` (a NaN normalised effect is null in the file).
+    ``sinkscope.infra.codec`` (a NaN normalised effect is null in the file).
     """
 
     SCHEMA: ClassVar[str] = "patching"
@@ -323,7 +323,7 @@ def activation_patching(
     ``[n, pos, d_model]``, token ids ``[n, pos]`` or strings that tokenize to equal
     lengths; attention_mask: ``[n, pos]``, shared by both (token ids only).
     hook: a short hook name (``"z"``, ``"pattern"``, ``"resid_pre"``, ``"attn_out"``, ...;
-    see ``probes.patch_hooks``); for ``pattern``/``attn_scores`` a position is a query row.
+    see ``sinkscope.probes.patch_hooks``); for ``pattern``/``attn_scores`` a position is a query row.
     metric_fn(output, context) -> ``[batch]`` or a scalar (the batch mean): output is the
     model output (toy ``[batch, pos, d_model]`` or logits ``[batch, pos, vocab]``).
     per: the axes to iterate. Heads are query heads, except for ``k`` and ``v`` on

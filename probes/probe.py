@@ -1,7 +1,7 @@
-"""The probe runner: every sink metric of DESIGN.md for every (layer, head), in one pass.
+"""The probe runner: every sink metric of docs/metrics.md for every (layer, head), in one pass.
 
 ``probe_model(model, inputs, ...)`` works on toy models and ``TransformerBridge``
-models alike (see ``interp.hooked_model``). It caches nothing: forward hooks reduce
+models alike (see ``sinkscope.interp.hooked_model``). It caches nothing: forward hooks reduce
 each layer's tensors to per-head sums and counts as they fire and drop them, so at
 most one layer's pattern (and that layer's values) is alive at a time, and batches
 accumulate without keeping earlier patterns. Only the hooks a measurement reads are
@@ -30,14 +30,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-
-from interp.atomic_io import atomic_write_text
-from interp.errors import InputError
-from interp.frames import dataframe, row_of
-from interp.hook_names import attn_hook, block_hook
-from interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
-from probes.display import probe_html
-from probes.sink_metrics import (
+from sinkscope.interp.hook_names import attn_hook, block_hook
+from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from sinkscope.probes.display import probe_html
+from sinkscope.probes.sink_metrics import (
     SINK_EPS,
     SINK_RATE_EPSILONS,
     alpha_k,
@@ -52,6 +48,10 @@ from probes.sink_metrics import (
     row_mass_sums,
     value_weighted_anchor_share_sums,
 )
+from sinkscope.reports.frames import dataframe, row_of
+
+from sinkscope.infra.atomic_io import atomic_write_text
+from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas
@@ -110,7 +110,7 @@ class HeadProbe:
     the other real queries after it (for the toy task: non-trigger / trigger queries);
     row_mass: mean total weight of the selected queries' rows (1 under softmax; under
     ReLU-family kinds, whether the head attends at all there); the other metrics are
-    DESIGN.md's."""
+    defined in docs/metrics.md."""
 
     layer: int
     head: int
@@ -161,7 +161,7 @@ class ProbeResult:
     """All probe measurements. ``attn_out_norm_of_sum`` vs ``attn_out_sum_of_norms``:
     mean over selected queries of ||sum_l attn_out_l|| and sum_l ||attn_out_l||; the
     first far below the second means the layers cancel each other. Persisted as
-    ``probe.json`` (``interp.codec``)."""
+    ``probe.json`` (``sinkscope.infra.codec``)."""
 
     SCHEMA: ClassVar[str] = "probe"
     SCHEMA_VERSION: ClassVar[int] = 1

@@ -20,7 +20,7 @@ from typing import overload
 import torch
 from jaxtyping import Bool, Float, Int
 
-from interp.errors import InputError
+from sinkscope.infra.errors import InputError
 
 SINK_RATE_EPSILONS: tuple[float, ...] = (0.3, 0.8)
 SINK_EPS = 0.1  # a sink head has anchor mass >= 1 - SINK_EPS (0.9), as the paper reads its heatmaps

@@ -1,7 +1,7 @@
 """The report document: what a report says, independent of how it is rendered.
 
-Content builders (``toy.report``, ``pretrained_analysis.report``) turn a result
-directory into a ``ReportDocument``; ``reports.html`` and ``reports.markdown``
+Content builders (``sinkscope.toy.report``, ``sinkscope.pretrained_analysis.report``) turn a result
+directory into a ``ReportDocument``; ``sinkscope.reports.html`` and ``sinkscope.reports.markdown``
 render it. Every string in a document is plain text: renderers escape it, so text that
 came from a prompt, a tokenizer or a file name can never become markup.
 """
@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 
-from interp.errors import InputError
-
 # re-exported: reports, tables, findings and inline displays format numbers one way
-from interp.formatting import Cell as Cell
-from interp.formatting import format_cell as format_cell
-from interp.formatting import percent as percent
-from interp.formatting import sig as sig
+from sinkscope.reports.formatting import Cell as Cell
+from sinkscope.reports.formatting import format_cell as format_cell
+from sinkscope.reports.formatting import percent as percent
+from sinkscope.reports.formatting import sig as sig
+
+from sinkscope.infra.errors import InputError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

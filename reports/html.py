@@ -13,7 +13,7 @@ import base64
 import hashlib
 import html
 
-from reports.document import (
+from sinkscope.reports.document import (
     Block,
     Bullets,
     Figure,

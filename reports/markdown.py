@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from reports.document import Block, Bullets, Figure, KeyValues, Paragraph, ReportDocument, Table, format_cell
+from sinkscope.reports.document import Block, Bullets, Figure, KeyValues, Paragraph, ReportDocument, Table, format_cell
 
 MARKDOWN_SPECIAL = "\\`*_[]{}()#+!|~"
 

@@ -1,5 +1,5 @@
 """Report content for the side-by-side comparison of toy and pretrained models
-(``mechanism.json``, ``probes.mechanism``): its findings, tables, figure and Markdown.
+(``mechanism.json``, ``sinkscope.probes.mechanism``): its findings, tables, figure and Markdown.
 
 The findings answer the paper's mechanism question from the numbers: where the sink
 heads' output comes mostly from the anchor (value-weighted anchor share >= 0.5) and where
@@ -15,14 +15,13 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
-
-from probes.mechanism import MECHANISM_FILE, MechanismComparison, read_mechanism
-from probes.mechanism_findings import mechanism_findings
-from probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
-from reports.document import Column, Figure, KeyValues, Paragraph, ReportDocument, Section, Table, format_cell
-from reports.markdown import md_escape
-from reports.plots import LABEL_PT, PAGE_WIDTH_IN, SMALL_PT, TICK_PT, TITLE_PT, save_figure
-from reports.write import ReportKind
+from sinkscope.probes.mechanism import MECHANISM_FILE, MechanismComparison, read_mechanism
+from sinkscope.probes.mechanism_findings import mechanism_findings
+from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
+from sinkscope.reports.document import Column, Figure, KeyValues, Paragraph, ReportDocument, Section, Table, format_cell
+from sinkscope.reports.markdown import md_escape
+from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, SMALL_PT, TICK_PT, TITLE_PT, save_figure
+from sinkscope.reports.write import ReportKind
 
 MECHANISM_FIGURE = "mechanism.png"
 MECHANISM_MD = "mechanism.md"

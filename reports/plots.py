@@ -20,8 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 
-from interp.atomic_io import atomic_path
-from interp.errors import InputError
+from sinkscope.infra.atomic_io import atomic_path
+from sinkscope.infra.errors import InputError
 
 DPI = 110
 # A report's column is 1130 px wide (reports/html.py); a figure drawn at most this wide is

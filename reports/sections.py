@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from sinkscope.probes.default_state import DefaultStateRow
+from sinkscope.probes.patching import PatchingResult, PatchingRow
+from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
+from sinkscope.reports.document import Column, Figure, KeyValues, Table, config_block, percent, sig
+from sinkscope.reports.plots import bar_chart
 
-from interp.provenance import PROVENANCE_FILE, Provenance
-from probes.default_state import DefaultStateRow
-from probes.patching import PatchingResult, PatchingRow
-from probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
-from reports.document import Column, Figure, KeyValues, Table, config_block, percent, sig
-from reports.plots import bar_chart
+from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
 
 HEAD_COLUMNS = (
     Column("layer", numeric=True),

@@ -13,70 +13,133 @@ The public API, importable from here (each name loads its module on first use, s
 from __future__ import annotations
 
 from importlib import import_module, metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = metadata.version("sinkscope")
 except metadata.PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
 
-# public name -> the module that defines it
+# What type checkers and IDEs see (names in __all__ are re-exported); at run time
+# __getattr__ loads each name's module on first use, so importing sinkscope stays cheap.
+if TYPE_CHECKING:
+    from sinkscope.infra.codec import read_result, write_result
+    from sinkscope.infra.errors import (
+        InputError,
+        RunFailed,
+        SinkscopeError,
+    )
+    from sinkscope.mechanism import compare_mechanism, write_mechanism
+    from sinkscope.pretrained_analysis.audit import (
+        AuditConfig,
+        AuditResult,
+        audit,
+        read_audit,
+        write_audit,
+    )
+    from sinkscope.pretrained_analysis.compare import (
+        compare_audits,
+        read_comparison,
+        write_comparison,
+    )
+    from sinkscope.pretrained_analysis.loading import (
+        LoadSpec,
+        load_model,
+        wrap_model,
+    )
+    from sinkscope.pretrained_analysis.prompts import PromptSpec, prompt_set
+    from sinkscope.pretrained_analysis.suite import (
+        AuditSuite,
+        audit_suite,
+        compare_directories,
+    )
+    from sinkscope.probes.default_state import default_state_test
+    from sinkscope.probes.interventions import (
+        evict_anchor,
+        mask_random_key,
+        remove_sink,
+        run_with_intervention,
+        zero_head,
+    )
+    from sinkscope.probes.mechanism import (
+        MechanismComparison,
+        MechanismSource,
+        read_mechanism,
+    )
+    from sinkscope.probes.patching import activation_patching
+    from sinkscope.probes.probe import (
+        ProbeConfig,
+        ProbeResult,
+        probe_model,
+    )
+    from sinkscope.reporting import report
+    from sinkscope.toy.evaluate import evaluate_run
+    from sinkscope.toy.model import ToyModelConfig
+    from sinkscope.toy.reproduce import ReproduceConfig, reproduce
+    from sinkscope.toy.run_dir import RunConfig, TrainConfig
+    from sinkscope.toy.sweep import SweepConfig, sweep
+    from sinkscope.toy.task import TaskConfig
+    from sinkscope.toy.tracking import TrackingConfig
+    from sinkscope.toy.train import train, train_seeds
+
+# public name -> the module that defines it (tests/package/test_public_api.py checks that
+# the two lists agree)
 _EXPORTS: dict[str, str] = {
     # pretrained models
-    "audit": "pretrained_analysis.audit",
-    "write_audit": "pretrained_analysis.audit",
-    "read_audit": "pretrained_analysis.audit",
-    "AuditConfig": "pretrained_analysis.audit",
-    "AuditResult": "pretrained_analysis.audit",
-    "compare_audits": "pretrained_analysis.compare",
-    "compare_directories": "pretrained_analysis.suite",
-    "audit_suite": "pretrained_analysis.suite",
-    "AuditSuite": "pretrained_analysis.suite",
-    "wrap_model": "pretrained_analysis.loading",
-    "prompt_set": "pretrained_analysis.prompts",
-    "write_comparison": "pretrained_analysis.compare",
-    "read_comparison": "pretrained_analysis.compare",
+    "audit": "sinkscope.pretrained_analysis.audit",
+    "write_audit": "sinkscope.pretrained_analysis.audit",
+    "read_audit": "sinkscope.pretrained_analysis.audit",
+    "AuditConfig": "sinkscope.pretrained_analysis.audit",
+    "AuditResult": "sinkscope.pretrained_analysis.audit",
+    "compare_audits": "sinkscope.pretrained_analysis.compare",
+    "compare_directories": "sinkscope.pretrained_analysis.suite",
+    "audit_suite": "sinkscope.pretrained_analysis.suite",
+    "AuditSuite": "sinkscope.pretrained_analysis.suite",
+    "wrap_model": "sinkscope.pretrained_analysis.loading",
+    "prompt_set": "sinkscope.pretrained_analysis.prompts",
+    "write_comparison": "sinkscope.pretrained_analysis.compare",
+    "read_comparison": "sinkscope.pretrained_analysis.compare",
     # toy models and pretrained models side by side
     "compare_mechanism": "sinkscope.mechanism",
     "write_mechanism": "sinkscope.mechanism",
-    "read_mechanism": "probes.mechanism",
-    "MechanismComparison": "probes.mechanism",
-    "MechanismSource": "probes.mechanism",
-    "LoadSpec": "pretrained_analysis.loading",
-    "load_model": "pretrained_analysis.loading",
-    "PromptSpec": "pretrained_analysis.prompts",
+    "read_mechanism": "sinkscope.probes.mechanism",
+    "MechanismComparison": "sinkscope.probes.mechanism",
+    "MechanismSource": "sinkscope.probes.mechanism",
+    "LoadSpec": "sinkscope.pretrained_analysis.loading",
+    "load_model": "sinkscope.pretrained_analysis.loading",
+    "PromptSpec": "sinkscope.pretrained_analysis.prompts",
     # probes and interventions, on any hooked model
-    "probe_model": "probes.probe",
-    "ProbeConfig": "probes.probe",
-    "ProbeResult": "probes.probe",
-    "run_with_intervention": "probes.interventions",
-    "remove_sink": "probes.interventions",
-    "evict_anchor": "probes.interventions",
-    "mask_random_key": "probes.interventions",
-    "zero_head": "probes.interventions",
-    "default_state_test": "probes.default_state",
-    "activation_patching": "probes.patching",
+    "probe_model": "sinkscope.probes.probe",
+    "ProbeConfig": "sinkscope.probes.probe",
+    "ProbeResult": "sinkscope.probes.probe",
+    "run_with_intervention": "sinkscope.probes.interventions",
+    "remove_sink": "sinkscope.probes.interventions",
+    "evict_anchor": "sinkscope.probes.interventions",
+    "mask_random_key": "sinkscope.probes.interventions",
+    "zero_head": "sinkscope.probes.interventions",
+    "default_state_test": "sinkscope.probes.default_state",
+    "activation_patching": "sinkscope.probes.patching",
     # toy models
-    "train": "toy.train",
-    "train_seeds": "toy.train",
-    "RunConfig": "toy.run_dir",
-    "TrainConfig": "toy.run_dir",
-    "ToyModelConfig": "toy.model",
-    "TaskConfig": "toy.task",
-    "evaluate_run": "toy.evaluate",
-    "reproduce": "toy.reproduce",
-    "ReproduceConfig": "toy.reproduce",
-    "sweep": "toy.sweep",
-    "SweepConfig": "toy.sweep",
-    "TrackingConfig": "toy.tracking",
+    "train": "sinkscope.toy.train",
+    "train_seeds": "sinkscope.toy.train",
+    "RunConfig": "sinkscope.toy.run_dir",
+    "TrainConfig": "sinkscope.toy.run_dir",
+    "ToyModelConfig": "sinkscope.toy.model",
+    "TaskConfig": "sinkscope.toy.task",
+    "evaluate_run": "sinkscope.toy.evaluate",
+    "reproduce": "sinkscope.toy.reproduce",
+    "ReproduceConfig": "sinkscope.toy.reproduce",
+    "sweep": "sinkscope.toy.sweep",
+    "SweepConfig": "sinkscope.toy.sweep",
+    "TrackingConfig": "sinkscope.toy.tracking",
     # results on disk and reports
-    "read_result": "interp.codec",
-    "write_result": "interp.codec",
+    "read_result": "sinkscope.infra.codec",
+    "write_result": "sinkscope.infra.codec",
     "report": "sinkscope.reporting",
     # errors
-    "SinkscopeError": "interp.errors",
-    "InputError": "interp.errors",
-    "RunFailed": "interp.errors",
+    "SinkscopeError": "sinkscope.infra.errors",
+    "InputError": "sinkscope.infra.errors",
+    "RunFailed": "sinkscope.infra.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sinkscope
-from execution.units import UnitsFailed
-from interp.codec import encode
-from interp.errors import InputError, RunFailed, SinkscopeError
+from sinkscope.execution.units import UnitsFailed
+from sinkscope.infra.codec import encode
+from sinkscope.infra.errors import InputError, RunFailed, SinkscopeError
 
 if TYPE_CHECKING:  # toy loads torch; the command line checks its arguments first
-    from toy.tracking import TrackingConfig
+    from sinkscope.toy.tracking import TrackingConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -235,7 +235,7 @@ def _tracking(args: argparse.Namespace) -> TrackingConfig | None:
     packages checked before anything is trained or written."""
     if args.wandb is None and args.tensorboard is None:
         return None
-    from toy.tracking import TrackingConfig
+    from sinkscope.toy.tracking import TrackingConfig
 
     tracking = TrackingConfig(wandb_project=args.wandb, tensorboard_dir=args.tensorboard)
     tracking.check()
@@ -261,7 +261,7 @@ def _check_executor(args: argparse.Namespace) -> None:
     if args.ray_address is not None and args.executor != "ray":
         raise InputError("--ray-address is for --executor ray; pass both or neither")
     if args.executor == "ray":
-        from execution.executors import check_ray_address, import_ray
+        from sinkscope.execution.executors import check_ray_address, import_ray
 
         import_ray()
         if args.ray_address is not None:
@@ -504,8 +504,8 @@ def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_audit_parser(commands: argparse._SubParsersAction) -> None:
-    from pretrained_analysis.loading import DTYPES
-    from pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
+    from sinkscope.pretrained_analysis.loading import DTYPES
+    from sinkscope.pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
 
     audit = commands.add_parser(
         "audit",
@@ -608,16 +608,16 @@ def _add_audit_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _toy_train(args: argparse.Namespace) -> dict:
-    from toy.model import ToyModelConfig
-    from toy.run_dir import RunConfig, TrainConfig
-    from toy.task import TaskConfig
-    from toy.train import train
+    from sinkscope.toy.model import ToyModelConfig
+    from sinkscope.toy.run_dir import RunConfig, TrainConfig
+    from sinkscope.toy.task import TaskConfig
+    from sinkscope.toy.train import train
 
     tracking = _tracking(args)
     residual = {"auto": None, "yes": True, "no": False}[args.residual]
     max_steps = args.max_steps
     if max_steps is None:
-        from toy.run_dir import CONFIG_FILE, read_config
+        from sinkscope.toy.run_dir import CONFIG_FILE, read_config
 
         resuming = args.resume and (Path(args.out) / CONFIG_FILE).is_file()
         max_steps = read_config(args.out).train.max_steps if resuming else 50_000
@@ -637,7 +637,7 @@ def _toy_train(args: argparse.Namespace) -> dict:
         task=TaskConfig(d_model=args.d_model, seq_len=args.seq_len, eval_trigger_position=min(7, args.seq_len - 1)),
         train=TrainConfig(seed=args.seed, lr=args.lr, max_steps=max_steps, checkpoint_every=args.checkpoint_every),
     )
-    from interp.atomic_io import holds_files
+    from sinkscope.infra.atomic_io import holds_files
 
     out = Path(args.out)
     if holds_files(out) and not args.resume:
@@ -653,7 +653,7 @@ def _toy_train(args: argparse.Namespace) -> dict:
 
 def _toy_reproduce(args: argparse.Namespace) -> dict:
     _check_executor(args)
-    from toy.reproduce import ReproduceConfig, reproduce
+    from sinkscope.toy.reproduce import ReproduceConfig, reproduce
 
     overrides = {"n_sequences": args.sequences, "workers": args.workers}
     if args.seeds is not None:
@@ -663,8 +663,8 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
     config = ReproduceConfig.quick(**overrides) if args.quick else ReproduceConfig(**overrides)
     summary = reproduce(config, args.out, **_experiment_options(args))
     if not args.json:
-        from reports.markdown import markdown_table
-        from toy.reproduce import OVERVIEW_HEADER, overview_rows
+        from sinkscope.reports.markdown import markdown_table
+        from sinkscope.toy.reproduce import OVERVIEW_HEADER, overview_rows
 
         print(
             markdown_table(
@@ -682,7 +682,7 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
 
 
 def _toy_probe(args: argparse.Namespace) -> dict:
-    from toy.probe_run import probe_run
+    from sinkscope.toy.probe_run import probe_run
 
     report = probe_run(
         args.run_dir, args.out, args.sequences, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
@@ -707,7 +707,7 @@ def _toy_probe(args: argparse.Namespace) -> dict:
 
 
 def _toy_patch(args: argparse.Namespace) -> dict:
-    from toy.patching import patch_run
+    from sinkscope.toy.patching import patch_run
 
     result, files = patch_run(
         args.run_dir, args.out, args.inputs, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
@@ -727,11 +727,11 @@ def _toy_patch(args: argparse.Namespace) -> dict:
 
 def _toy_sweep(args: argparse.Namespace) -> dict:
     _check_executor(args)
-    from toy.sweep import sweep
+    from sinkscope.toy.sweep import sweep
 
     result = sweep(_sweep_config(args), args.out, **_experiment_options(args))
     if not args.json:
-        from reports.markdown import markdown_table
+        from sinkscope.reports.markdown import markdown_table
 
         header = [
             "configuration",
@@ -762,7 +762,7 @@ def _toy_sweep(args: argparse.Namespace) -> dict:
 
 def _sweep_config(args: argparse.Namespace):
     """The grid the flags ask for: the axes given, over the defaults or the phase preset."""
-    from toy.sweep import SweepConfig, phase_diagram
+    from sinkscope.toy.sweep import SweepConfig, phase_diagram
 
     axes = {
         "seq_lens": args.seq_len,
@@ -777,7 +777,7 @@ def _sweep_config(args: argparse.Namespace):
     chosen = {name: value for name, value in axes.items() if value is not None}
     common = {"max_steps": args.max_steps, "n_sequences": args.sequences, "workers": args.workers}
     if args.preset == "phase":
-        from toy.train import resolve_device
+        from sinkscope.toy.train import resolve_device
 
         device_type = "cuda" if args.executor == "ray" and args.device.startswith("cuda") else None
         preset = phase_diagram(device_type or resolve_device(args.device).type, **common)
@@ -786,8 +786,8 @@ def _sweep_config(args: argparse.Namespace):
 
 
 def _toy_tradeoff(args: argparse.Namespace) -> dict:
-    from interp.atomic_io import atomic_directory, claim_output_directory
-    from toy.tradeoff import write_tradeoff
+    from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
+    from sinkscope.toy.tradeoff import write_tradeoff
 
     with claim_output_directory(args.out, args.overwrite, args.run, "the run"):
         with atomic_directory(args.out, replace=args.overwrite) as tmp:
@@ -809,7 +809,7 @@ def _report(args: argparse.Namespace) -> dict:
 
 
 def _compare(args: argparse.Namespace) -> dict:
-    from interp.atomic_io import claim_output_directory
+    from sinkscope.infra.atomic_io import claim_output_directory
     from sinkscope.mechanism import is_audit_directory
 
     out = Path(args.out)
@@ -818,7 +818,7 @@ def _compare(args: argparse.Namespace) -> dict:
     if mechanism or not all(is_audit_directory(d) for d in args.directories):
         return _compare_mechanism(args, out)
     with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an audit to compare"):
-        from pretrained_analysis.suite import compare_directories
+        from sinkscope.pretrained_analysis.suite import compare_directories
 
         comparison = compare_directories(args.directories, out, overwrite=args.overwrite)
     if not args.json:
@@ -829,7 +829,7 @@ def _compare(args: argparse.Namespace) -> dict:
 
 def _compare_mechanism(args: argparse.Namespace, out: Path) -> dict:
     """Toy and pretrained side by side (``sinkscope.mechanism``): mechanism.json in ``out``."""
-    from interp.atomic_io import claim_output_directory
+    from sinkscope.infra.atomic_io import claim_output_directory
     from sinkscope.mechanism import compare_mechanism, write_mechanism
 
     with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an input to compare"):
@@ -841,7 +841,7 @@ def _compare_mechanism(args: argparse.Namespace, out: Path) -> dict:
         )
         write_mechanism(comparison, out, overwrite=args.overwrite)
     if not args.json:
-        from reports.mechanism import mechanism_markdown
+        from sinkscope.reports.mechanism import mechanism_markdown
 
         print(mechanism_markdown(comparison))
         print(f"wrote {out / 'mechanism.md'}, {out / 'mechanism.json'} and {out / 'mechanism.png'}")
@@ -862,8 +862,8 @@ def _audit_line(result) -> str:
 
 def _audit(args: argparse.Namespace) -> dict:
     _check_executor(args)
-    from pretrained_analysis.loading import LoadSpec, context_length, resolve_model
-    from pretrained_analysis.prompts import PromptSpec, check_context
+    from sinkscope.pretrained_analysis.loading import LoadSpec, context_length, resolve_model
+    from sinkscope.pretrained_analysis.prompts import PromptSpec, check_context
 
     revisions = args.revision or [None]
     if len(args.models) > 1 and len(revisions) > 1:
@@ -889,7 +889,7 @@ def _audit(args: argparse.Namespace) -> dict:
         n_ctx = context_length(where)
         if n_ctx is not None:
             check_context(prompt_spec, n_ctx, where.label)
-    from pretrained_analysis.suite import unique_slugs
+    from sinkscope.pretrained_analysis.suite import unique_slugs
 
     slugs = unique_slugs([where.label for where in resolved])
     out = Path(args.out or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
@@ -898,14 +898,14 @@ def _audit(args: argparse.Namespace) -> dict:
         inputs.append(Path(prompt_spec.source))
     if len(specs) > 1:
         return _audit_suite(args, out, specs, resolved, slugs, prompt_spec, inputs)
-    from interp.atomic_io import claim_output_directory
+    from sinkscope.infra.atomic_io import claim_output_directory
 
     with claim_output_directory(out, args.overwrite, inputs, "this audit's own input"):
         return _audit_one(args, out, specs[0], resolved[0], prompt_spec)
 
 
 def _audit_config(args: argparse.Namespace):
-    from pretrained_analysis.audit import AuditConfig
+    from sinkscope.pretrained_analysis.audit import AuditConfig
 
     return AuditConfig(
         batch_size=args.batch_size,
@@ -920,18 +920,18 @@ def _audit_config(args: argparse.Namespace):
 
 def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec) -> dict:
     """One model into ``out``, once it is checked and locked."""
-    from pretrained_analysis.prompts import load_prompt_set
+    from sinkscope.pretrained_analysis.prompts import load_prompt_set
 
     prompt_set = load_prompt_set(prompt_spec)  # before torch loads: a bad prompt file fails in about a second
 
-    from interp.atomic_io import atomic_directory
-    from pretrained_analysis.audit import audit, write_audit
-    from pretrained_analysis.loading import load_model
+    from sinkscope.infra.atomic_io import atomic_directory
+    from sinkscope.pretrained_analysis.audit import audit, write_audit
+    from sinkscope.pretrained_analysis.loading import load_model
 
     progress = not args.no_progress
     if args.executor == "ray":  # one unit, written by the Ray worker (out must be on a disk the node shares)
-        from execution import run_units, units_failed
-        from pretrained_analysis.suite import unit_of
+        from sinkscope.execution import run_units, units_failed
+        from sinkscope.pretrained_analysis.suite import unit_of
 
         unit = unit_of(_absolute(spec, resolved), _absolute_prompts(prompt_spec), _audit_config(args), out.resolve())
         report = run_units([unit], "ray", 1, args.ray_address)
@@ -953,13 +953,13 @@ def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec)
 def _audit_suite(
     args: argparse.Namespace, out: Path, specs: list, resolved: list, slugs: tuple[str, ...], prompt_spec, inputs
 ) -> dict:
-    """Several models or revisions: one unit each, resumable (``pretrained_analysis.suite``)."""
-    from pretrained_analysis.prompts import load_prompt_set
+    """Several models or revisions: one unit each, resumable (``sinkscope.pretrained_analysis.suite``)."""
+    from sinkscope.pretrained_analysis.prompts import load_prompt_set
 
     load_prompt_set(prompt_spec)  # a bad prompt file fails here, in about a second, before any unit
 
-    from interp.atomic_io import refuse_output_directory
-    from pretrained_analysis.suite import AuditSuite, audit_suite
+    from sinkscope.infra.atomic_io import refuse_output_directory
+    from sinkscope.pretrained_analysis.suite import AuditSuite, audit_suite
 
     refuse_output_directory(out, True, inputs, "this audit's own input")  # overwriting out would delete an input
     suite = AuditSuite(
@@ -1127,7 +1127,7 @@ def main(argv: list[str] | None = None) -> int:
         if not _out_of_memory(error):
             raise  # any other exception is a bug in sinkscope or below it: its traceback shows
         # a count too large for this machine: the input, not the code
-        from pretrained_analysis.loading import first_line
+        from sinkscope.pretrained_analysis.loading import first_line
 
         print(
             f"sinkscope: error: out of memory ({first_line(error)}); lower the sizes and counts "

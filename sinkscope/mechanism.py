@@ -1,7 +1,7 @@
 """Toy runs and audits compared with the same probes (``sinkscope compare`` on toy inputs).
 
 ``compare_mechanism(inputs)`` gathers one ``ProbeResult`` per model from each input and
-builds ``probes.mechanism.MechanismComparison``; ``write_mechanism`` writes
+builds ``sinkscope.probes.mechanism.MechanismComparison``; ``write_mechanism`` writes
 ``mechanism.json``, ``mechanism.md`` and ``mechanism.png``. An input is a directory or an
 in-memory result:
 
@@ -26,20 +26,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from interp.atomic_io import atomic_directory, atomic_write_text
-from interp.codec import read_result, write_result
-from interp.errors import InputError
-from interp.provenance import write_provenance
-from pretrained_analysis.audit import AUDIT_FILE, AuditResult, read_audit
-from pretrained_analysis.compare import COMPARISON_JSON, read_comparison
-from probes.mechanism import MECHANISM_FILE, MechanismComparison, MechanismSource, compare_mechanisms
-from probes.probe import ProbeResult
-from reports.mechanism import MECHANISM_FIGURE, MECHANISM_MD, mechanism_figure, mechanism_markdown
-from toy.experiment import SUMMARY_FILE
-from toy.probe_run import DEFAULT_STATE_FILE, PROBE_FILE, probe_of_run
-from toy.reproduce import REPRODUCE_FILE, ReproduceSummary
-from toy.run_dir import CONFIG_FILE, FINAL_WEIGHTS, RESULT_FILE, RunConfig, read_config, unfinished_reason
-from toy.sweep import SWEEP_FILE, SweepResult
+from sinkscope.infra.atomic_io import atomic_directory, atomic_write_text
+from sinkscope.infra.codec import read_result, write_result
+from sinkscope.infra.errors import InputError
+from sinkscope.infra.provenance import write_provenance
+from sinkscope.pretrained_analysis.audit import AUDIT_FILE, AuditResult, read_audit
+from sinkscope.pretrained_analysis.compare import COMPARISON_JSON, read_comparison
+from sinkscope.probes.mechanism import MECHANISM_FILE, MechanismComparison, MechanismSource, compare_mechanisms
+from sinkscope.probes.probe import ProbeResult
+from sinkscope.reports.mechanism import MECHANISM_FIGURE, MECHANISM_MD, mechanism_figure, mechanism_markdown
+from sinkscope.toy.experiment import SUMMARY_FILE
+from sinkscope.toy.probe_run import DEFAULT_STATE_FILE, PROBE_FILE, probe_of_run
+from sinkscope.toy.reproduce import REPRODUCE_FILE, ReproduceSummary
+from sinkscope.toy.run_dir import CONFIG_FILE, FINAL_WEIGHTS, RESULT_FILE, RunConfig, read_config, unfinished_reason
+from sinkscope.toy.sweep import SWEEP_FILE, SweepResult
 
 READ_PROBE = "probe.json read (sinkscope toy probe)"
 COMPUTED_PROBE = "computed here on the run's model (the run had no probe/probe.json)"
@@ -183,7 +183,7 @@ def compare_mechanism(
     """Toy runs and audits side by side: one row per sink head of every model.
     ``n_sequences``: figure-set sequences for a toy run probed here (reproductions and
     sweeps use their own); ``sink_eps``: one sink-head threshold for every model (None:
-    each probe's own, see ``probes.mechanism.compare_mechanisms``); ``allow_unfinished``:
+    each probe's own, see ``sinkscope.probes.mechanism.compare_mechanisms``); ``allow_unfinished``:
     probe a run that is still training or diverged (its probe says so in its notes)
     instead of refusing it."""
     if isinstance(inputs, (str, os.PathLike, AuditResult, MechanismSource)):

@@ -1,9 +1,9 @@
 """``report(result_dir)``: any sinkscope result directory as ``report.html`` (one
 self-contained page) and ``report.md``.
 
-The kind of directory is recognised by its files (``toy.report.REPORT_KINDS``,
-``pretrained_analysis.report.REPORT_KINDS``, ``reports.mechanism.REPORT_KINDS``); the kind's builder makes the document and
-``reports.write`` renders and writes it.
+The kind of directory is recognised by its files (``sinkscope.toy.report.REPORT_KINDS``,
+``sinkscope.pretrained_analysis.report.REPORT_KINDS``, ``sinkscope.reports.mechanism.REPORT_KINDS``); the kind's builder makes the document and
+``sinkscope.reports.write`` renders and writes it.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from interp.errors import InputError
-from interp.provenance import package_version
-from pretrained_analysis.report import REPORT_KINDS as PRETRAINED_KINDS
-from reports.mechanism import REPORT_KINDS as MECHANISM_KINDS
-from reports.write import ReportKind, write_report
-from toy.report import REPORT_KINDS as TOY_KINDS
-from toy.run_dir import CONFIG_FILE, RESULT_FILE
+from sinkscope.infra.errors import InputError
+from sinkscope.infra.provenance import package_version
+from sinkscope.pretrained_analysis.report import REPORT_KINDS as PRETRAINED_KINDS
+from sinkscope.reports.mechanism import REPORT_KINDS as MECHANISM_KINDS
+from sinkscope.reports.write import ReportKind, write_report
+from sinkscope.toy.report import REPORT_KINDS as TOY_KINDS
+from sinkscope.toy.run_dir import CONFIG_FILE, RESULT_FILE
 
 REPORT_KINDS: tuple[ReportKind, ...] = PRETRAINED_KINDS + TOY_KINDS + MECHANISM_KINDS
 

@@ -1,4 +1,4 @@
-"""Unit functions for tests/test_executors.py, at module level so that spawned pool workers
+"""Unit functions for tests/execution/test_executors.py, at module level so that spawned pool workers
 and Ray workers import them by name (tests/ is on the Ray nodes' PYTHONPATH).
 
 Each writes its own output directory ``out_dir/name`` atomically and returns early when
@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import torch
+from sinkscope.execution import Unit, run_units, skip_finished
+from sinkscope.execution.units import finished
 
-from execution import Unit, run_units, skip_finished
-from execution.units import finished
-from interp.atomic_io import atomic_directory, atomic_write_json, read_json
+from sinkscope.infra.atomic_io import atomic_directory, atomic_write_json, read_json
 
 RESULT = "result.json"
 

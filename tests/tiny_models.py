@@ -236,7 +236,7 @@ def toy_sink_model():
     """A 2-layer x 2-head toy model (d_model 8) whose head (0, 0) sends every query to BOS
     (BOS-flag key x bias-coordinate/trigger-flag query); the other heads stay random.
     """
-    from toy.model import ToyModelConfig, ToyTransformer
+    from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 
     torch.manual_seed(0)
     model = ToyTransformer(ToyModelConfig(n_layers=2, n_heads=2, d_model=8, seq_len=8))

@@ -1,4 +1,4 @@
-"""Explicit weights that solve the single-layer trigger task (PAPER.md, Theorems 1 and 3).
+"""Explicit weights that solve the single-layer trigger task (Ran-Milo 2026, Theorems 1 and 3; docs/toy-task.md).
 
 Both constructions are one layer, one full-width head (d_head = d_model), no residual,
 with weights in TransformerLens layout (``W_Q/W_K/W_V [head, d_model, d_head]``,
@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 
 import torch
+from sinkscope.toy.model import ToyModelConfig, ToyTransformer
+from sinkscope.toy.task import BOS_FLAG, TRIGGER_FLAG, TaskConfig
 
-from interp.errors import InputError
-from toy.model import ToyModelConfig, ToyTransformer
-from toy.task import BOS_FLAG, TRIGGER_FLAG, TaskConfig
+from sinkscope.infra.errors import InputError
 
 _HEAD = 0  # the single head
 _SCORE = 0  # the single head coordinate that carries the query-key match

@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from interp.inline_html import bullets, fragment, heat_grid, table
-from probes.sink_metrics import SINK_EPS
+from sinkscope.probes.sink_metrics import SINK_EPS
+from sinkscope.reports.inline_html import bullets, fragment, heat_grid, table
 
 if TYPE_CHECKING:
-    from probes.probe import HeadProbe
-    from toy.evaluate import ModelEvaluation
-    from toy.experiment import ModelSummary
-    from toy.reproduce import ReproduceSummary
-    from toy.sweep import SweepResult
+    from sinkscope.probes.probe import HeadProbe
+    from sinkscope.toy.evaluate import ModelEvaluation
+    from sinkscope.toy.experiment import ModelSummary
+    from sinkscope.toy.reproduce import ReproduceSummary
+    from sinkscope.toy.sweep import SweepResult
 
 MODEL_COLUMNS = (
     ("model", ""),

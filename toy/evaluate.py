@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
+from sinkscope.interp.attention_kinds import NORMALISED_KINDS
+from sinkscope.interp.hook_names import pattern_hook
+from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test
+from sinkscope.probes.probe import HeadProbe, ProbeConfig, probe_model
+from sinkscope.reports.frames import dataframe, row_of
+from sinkscope.reports.plots import attention_grid
+from sinkscope.toy.display import evaluation_html
+from sinkscope.toy.model import ToyTransformer
+from sinkscope.toy.run_dir import RunConfig, load_model, read_config
+from sinkscope.toy.task import TaskBatch, eval_batch, sample_batch
 
-from interp.attention_kinds import NORMALISED_KINDS
-from interp.errors import InputError
-from interp.frames import dataframe, row_of
-from interp.hook_names import pattern_hook
-from probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test
-from probes.probe import HeadProbe, ProbeConfig, probe_model
-from reports.plots import attention_grid
-from toy.display import evaluation_html
-from toy.model import ToyTransformer
-from toy.run_dir import RunConfig, load_model, read_config
-from toy.task import TaskBatch, eval_batch, sample_batch
+from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas
@@ -41,7 +41,7 @@ STD_FIGURE = "attention_std.png"
 
 @dataclass
 class ToyDefaultState:
-    """The default-state hypothesis test on the figure set (see ``probes.default_state``).
+    """The default-state hypothesis test on the figure set (see ``sinkscope.probes.default_state``).
 
     Errors are the mean squared error at default (non-trigger) positions over the test
     inputs: before, after removing every sink head's sink at once, and after the matched

@@ -5,7 +5,7 @@ Each job trains one model into its own run directory (resumable) and evaluates i
 way the paper's figures do; seeds of one configuration train together as one unit
 (``execution``), which writes each run's ``evaluation.json`` when it finishes, so a
 re-run skips it. Units run in worker processes (or Ray tasks) with one torch thread each
-(``toy.train.TRAIN_THREADS``): the models are tiny, so more processes beat more threads
+(``sinkscope.toy.train.TRAIN_THREADS``): the models are tiny, so more processes beat more threads
 per process, and a unit keeps its speed when other work shares the machine.
 """
 
@@ -16,17 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from execution import Unit, run_units, units_failed
-from interp.codec import read_result, write_result
-from interp.frames import dataframe, row_of
-from probes.probe import HeadProbe
-from toy.display import model_html
-from toy.evaluate import ToyDefaultState, evaluate_run
-from toy.paper_reference import PAPER_SINK_HEADS, paper_reference
-from toy.progress import ExperimentProgress
-from toy.run_dir import RunConfig, TrainResult
-from toy.tracking import RunTrackers, TrackingConfig
-from toy.train import train_seeds
+from sinkscope.execution import Unit, run_units, units_failed
+from sinkscope.probes.probe import HeadProbe
+from sinkscope.reports.frames import dataframe, row_of
+from sinkscope.toy.display import model_html
+from sinkscope.toy.evaluate import ToyDefaultState, evaluate_run
+from sinkscope.toy.paper_reference import PAPER_SINK_HEADS, paper_reference
+from sinkscope.toy.progress import ExperimentProgress
+from sinkscope.toy.run_dir import RunConfig, TrainResult
+from sinkscope.toy.tracking import RunTrackers, TrackingConfig
+from sinkscope.toy.train import train_seeds
+
+from sinkscope.infra.codec import read_result, write_result
 
 SUMMARY_FILE = "summary.json"  # an experiment's result (reproduce, sweep)
 EVALUATION_FILE = "evaluation.json"  # a run's ModelSummary, written when its unit finishes
@@ -96,7 +97,7 @@ def heads_dataframe(
 
 def seed_groups(jobs: list[tuple[str, RunConfig]], workers: int) -> list[list[tuple[str, RunConfig]]]:
     """Jobs whose configs differ only in ``train.seed``, in groups trained as one batched
-    computation (``toy.train.train_seeds``): at most ceil(seeds / workers) seeds a group, so
+    computation (``sinkscope.toy.train.train_seeds``): at most ceil(seeds / workers) seeds a group, so
     every worker gets a share of the costliest configuration. Order is kept (groups
     follow their first job), so costliest-first stays costliest-first."""
     by_key: dict[RunConfig, list[tuple[str, RunConfig]]] = {}
@@ -219,7 +220,7 @@ def run_jobs(
     that finished in an earlier invocation are read back, not rerun; a failed unit stops
     no other, and the failures are one ``UnitsFailed`` at the end. Pass the costliest
     jobs first so the workers finish together. ``progress``: one line per running model
-    on stderr (``toy.progress``). ``tracking``: each unit logs its runs there (give it
+    on stderr (``sinkscope.toy.progress``). ``tracking``: each unit logs its runs there (give it
     the experiment's group and absolute paths: ``TrackingConfig.for_units``)."""
     groups = seed_groups(jobs, workers)
     # absolute paths: a Ray worker on another node has its own working directory

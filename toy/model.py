@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from typing import cast
 
 import torch
+from sinkscope.interp.attention_kinds import validate_attention_kind
+from sinkscope.toy.attention import HookedAttention
+from sinkscope.toy.layer_norm import HookedLayerNorm
+from sinkscope.toy.mlp import HookedMLP
+from sinkscope.toy.task import TargetKind
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from interp.attention import HookedAttention
-from interp.attention_kinds import validate_attention_kind
-from interp.errors import InputError
-from interp.layer_norm import HookedLayerNorm
-from interp.mlp import HookedMLP
-from toy.task import TargetKind
+from sinkscope.infra.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class ToyModelConfig:
 
     @property
     def target(self) -> TargetKind:
-        """Which task target this architecture is trained on (see ``toy.task``)."""
+        """Which task target this architecture is trained on (see ``sinkscope.toy.task``)."""
         return "residual" if self.has_residual else "single"
 
 

@@ -1,4 +1,4 @@
-"""What the paper's figures show (PAPER.md, read off the published heatmaps, +-0.02),
+"""What the paper's figures show (Ran-Milo 2026, docs/toy-task.md; read off the published heatmaps, +-0.02),
 kept as data so reports can print them next to our numbers."""
 
 from __future__ import annotations

@@ -18,15 +18,15 @@ from typing import ClassVar
 
 import numpy as np
 import torch
+from sinkscope.probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
+from sinkscope.reports.plots import heatmap
+from sinkscope.toy.model import ToyTransformer
+from sinkscope.toy.run_dir import load_model, read_config, require_finished
+from sinkscope.toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
 
-from interp.atomic_io import atomic_directory, claim_output_directory
-from interp.codec import write_result
-from interp.errors import InputError
-from probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
-from reports.plots import heatmap
-from toy.model import ToyTransformer
-from toy.run_dir import load_model, read_config, require_finished
-from toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
+from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
+from sinkscope.infra.codec import write_result
+from sinkscope.infra.errors import InputError
 
 PATCHING_FILE = "patching.json"
 HEADS_FILE = "patching_heads.json"

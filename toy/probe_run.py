@@ -14,17 +14,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from sinkscope.probes.default_state import default_state_test
+from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, probe_model
+from sinkscope.reports.plots import layer_head_map
+from sinkscope.toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
+from sinkscope.toy.run_dir import load_model, read_config, require_finished
+from sinkscope.toy.task import eval_batch
 
-from interp.atomic_io import atomic_directory, claim_output_directory
-from interp.codec import write_result
-from interp.errors import InputError
-from interp.provenance import PROVENANCE_FILE, write_provenance
-from probes.default_state import default_state_test
-from probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, probe_model
-from reports.plots import layer_head_map
-from toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
-from toy.run_dir import load_model, read_config, require_finished
-from toy.task import eval_batch
+from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
+from sinkscope.infra.codec import write_result
+from sinkscope.infra.errors import InputError
+from sinkscope.infra.provenance import PROVENANCE_FILE, write_provenance
 
 PROBE_FILE = "probe.json"
 DEFAULT_STATE_FILE = "default_state.json"
@@ -45,7 +45,7 @@ def _figure_set_probe(
     model: torch.nn.Module, tokens: torch.Tensor, default_mask: torch.Tensor, unfinished: str | None
 ) -> ProbeResult:
     """The toy probe: every shared probe over the default (non-trigger) queries; the
-    same call as ``toy.evaluate``'s, so a run's heads equal its ``evaluation.json`` rows
+    same call as ``sinkscope.toy.evaluate``'s, so a run's heads equal its ``evaluation.json`` rows
     on the same number of sequences."""
     probe = probe_model(model, tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
     return probe if unfinished is None else replace(probe, notes=(*probe.notes, unfinished))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from toy.run_dir import METRICS_FILE, RESULT_FILE, RunConfig, read_metrics
+from sinkscope.toy.run_dir import METRICS_FILE, RESULT_FILE, RunConfig, read_metrics
 
 TERMINAL_INTERVAL_S = 1.0
 LOG_INTERVAL_S = 15.0

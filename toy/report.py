@@ -11,12 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
-from interp.codec import read_result
-from interp.provenance import read_provenance
-from probes.probe import ProbeResult
-from probes.sink_metrics import SINK_EPS
-from reports.document import (
+from sinkscope.probes.probe import ProbeResult
+from sinkscope.probes.sink_metrics import SINK_EPS
+from sinkscope.reports.document import (
     Block,
     Column,
     Figure,
@@ -28,8 +25,8 @@ from reports.document import (
     config_block,
     sig,
 )
-from reports.plots import layer_head_maps
-from reports.sections import (
+from sinkscope.reports.plots import layer_head_maps
+from sinkscope.reports.sections import (
     default_state_chart,
     default_state_finding,
     default_state_table,
@@ -43,10 +40,10 @@ from reports.sections import (
     sink_rate_phrase,
     value_share_phrase,
 )
-from reports.write import ReportKind
-from toy.evaluate import MEAN_FIGURE, STD_FIGURE, ToyDefaultState
-from toy.experiment import SUMMARY_FILE, ModelSummary
-from toy.patching import (
+from sinkscope.reports.write import ReportKind
+from sinkscope.toy.evaluate import MEAN_FIGURE, STD_FIGURE, ToyDefaultState
+from sinkscope.toy.experiment import SUMMARY_FILE, ModelSummary
+from sinkscope.toy.patching import (
     HEADS_FIGURE,
     HEADS_FILE,
     PATCHING_FILE,
@@ -55,12 +52,12 @@ from toy.patching import (
     TRIGGER_METRIC,
     TriggerPatching,
 )
-from toy.probe_run import ANCHOR_MASS_FIGURE, DEFAULT_STATE_FILE, PROBE_FILE, SHARE_FIGURE
-from toy.reproduce import REPRODUCE_FILE, ReproduceConfig, ReproduceSummary
-from toy.run_dir import CONFIG_FILE, RunConfig, read_config
-from toy.sweep import SWEEP_COLUMNS, SWEEP_FILE, SweepResult, sweep_table_cells
-from toy.task import TaskConfig
-from toy.tradeoff import (
+from sinkscope.toy.probe_run import ANCHOR_MASS_FIGURE, DEFAULT_STATE_FILE, PROBE_FILE, SHARE_FIGURE
+from sinkscope.toy.reproduce import REPRODUCE_FILE, ReproduceConfig, ReproduceSummary
+from sinkscope.toy.run_dir import CONFIG_FILE, RunConfig, read_config
+from sinkscope.toy.sweep import SWEEP_COLUMNS, SWEEP_FILE, SweepResult, sweep_table_cells
+from sinkscope.toy.task import TaskConfig
+from sinkscope.toy.tradeoff import (
     CONSTRUCTION_SERIES,
     RELU_SERIES,
     RUN_SERIES_SUFFIX,
@@ -68,6 +65,9 @@ from toy.tradeoff import (
     TRADEOFF_FILE,
     TradeoffResult,
 )
+
+from sinkscope.infra.codec import read_result
+from sinkscope.infra.provenance import read_provenance
 
 WHAT = "default-position MSE"
 RUN_FIGURES = (

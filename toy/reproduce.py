@@ -2,9 +2,9 @@
 ReLU) over several seeds, evaluate each like the paper's figures, and write
 ``summary.json``, ``summary.md`` and per-model heatmaps.
 
-Runs are independent, so they train in parallel worker processes (``toy.experiment``):
+Runs are independent, so they train in parallel worker processes (``sinkscope.toy.experiment``):
 the seeds of one architecture train together as one batched computation
-(``toy.train.train_seeds``), split across the workers. Every run lives in its own run directory, so an interrupted reproduction resumes
+(``sinkscope.toy.train.train_seeds``), split across the workers. Every run lives in its own run directory, so an interrupted reproduction resumes
 where it stopped.
 """
 
@@ -16,20 +16,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from execution.outputs import experiment_directory
-from interp.atomic_io import atomic_write_text
-from interp.codec import write_result
-from interp.errors import InputError
-from interp.provenance import write_provenance
-from reports.markdown import markdown_table
-from toy.display import reproduction_html
-from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_dataframe, run_jobs
-from toy.model import ToyModelConfig
-from toy.run_dir import RunConfig, TrainConfig
-from toy.task import TaskConfig
-from toy.tracking import TrackingConfig
-from toy.tradeoff import write_tradeoff
-from toy.train import unit_device
+from sinkscope.execution.outputs import experiment_directory
+from sinkscope.reports.markdown import markdown_table
+from sinkscope.toy.display import reproduction_html
+from sinkscope.toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_dataframe, run_jobs
+from sinkscope.toy.model import ToyModelConfig
+from sinkscope.toy.run_dir import RunConfig, TrainConfig
+from sinkscope.toy.task import TaskConfig
+from sinkscope.toy.tracking import TrackingConfig
+from sinkscope.toy.tradeoff import write_tradeoff
+from sinkscope.toy.train import unit_device
+
+from sinkscope.infra.atomic_io import atomic_write_text
+from sinkscope.infra.codec import write_result
+from sinkscope.infra.errors import InputError
+from sinkscope.infra.provenance import write_provenance
 
 PAPER_ARCHITECTURES: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (4, 4))
 PAPER_ATTENTIONS: tuple[str, ...] = ("softmax", "relu")
@@ -227,7 +228,7 @@ def reproduce(
     ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``); evaluation
     runs on the CPU. ``executor``/``ray_address``: where the units run (``run_jobs``).
     ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
-    ``out_dir``'s name (``toy.tracking``); not a resume setting."""
+    ``out_dir``'s name (``sinkscope.toy.tracking``); not a resume setting."""
     out_dir = Path(out_dir)
     target_device = unit_device(device, executor)  # before anything is written
     if tracking is not None:

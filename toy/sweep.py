@@ -16,24 +16,24 @@ from statistics import mean
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+from sinkscope.execution.outputs import experiment_directory
+from sinkscope.interp.attention_kinds import validate_attention_kind
+from sinkscope.reports.document import Cell as TableCell
+from sinkscope.reports.document import format_cell
+from sinkscope.reports.markdown import markdown_table
+from sinkscope.reports.plots import bar_chart, heatmap
+from sinkscope.toy.display import sweep_html
+from sinkscope.toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_dataframe, run_jobs
+from sinkscope.toy.model import ToyModelConfig
+from sinkscope.toy.run_dir import RunConfig, TrainConfig
+from sinkscope.toy.task import TaskConfig
+from sinkscope.toy.tracking import TrackingConfig
+from sinkscope.toy.train import unit_device
 
-from execution.outputs import experiment_directory
-from interp.atomic_io import atomic_write_text
-from interp.attention_kinds import validate_attention_kind
-from interp.codec import write_result
-from interp.errors import InputError
-from interp.provenance import write_provenance
-from reports.document import Cell as TableCell
-from reports.document import format_cell
-from reports.markdown import markdown_table
-from reports.plots import bar_chart, heatmap
-from toy.display import sweep_html
-from toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_dataframe, run_jobs
-from toy.model import ToyModelConfig
-from toy.run_dir import RunConfig, TrainConfig
-from toy.task import TaskConfig
-from toy.tracking import TrackingConfig
-from toy.train import unit_device
+from sinkscope.infra.atomic_io import atomic_write_text
+from sinkscope.infra.codec import write_result
+from sinkscope.infra.errors import InputError
+from sinkscope.infra.provenance import write_provenance
 
 SWEEP_FILE = "sweep.json"
 
@@ -437,9 +437,9 @@ def sweep(
     """Train and evaluate the grid into ``out_dir``; writes ``summary.json``, ``summary.md``
     and plots. Re-running with the same settings resumes: finished seed groups are read
     back. ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``);
-    ``executor``/``ray_address``: where the units run (``toy.experiment.run_jobs``).
+    ``executor``/``ray_address``: where the units run (``sinkscope.toy.experiment.run_jobs``).
     ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
-    ``out_dir``'s name (``toy.tracking``); not a resume setting."""
+    ``out_dir``'s name (``sinkscope.toy.tracking``); not a resume setting."""
     out_dir = Path(out_dir)
     target_device = unit_device(device, executor)  # before anything is written
     if tracking is not None:

@@ -1,4 +1,4 @@
-"""The continuous-token trigger-conditional task of Ran-Milo (2026), as in PAPER.md.
+"""The continuous-token trigger-conditional task of Ran-Milo (2026), as docs/toy-task.md restates it.
 
 Each token is a vector in R^n (n = d_model). Coordinates, 0-indexed:
 - 0: BOS flag (1 on the BOS token at position 0 only)
@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 
-from interp.errors import InputError
+from sinkscope.infra.errors import InputError
 
 BOS_FLAG = 0
 TRIGGER_FLAG = 1

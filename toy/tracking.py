@@ -27,9 +27,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from interp.codec import encode
-from interp.errors import InputError
-from toy.run_dir import RESULT_FILE, RunConfig, read_train_result
+from sinkscope.toy.run_dir import RESULT_FILE, RunConfig, read_train_result
+
+from sinkscope.infra.codec import encode
+from sinkscope.infra.errors import InputError
 
 TRACKING_INSTALL = "pip install 'sinkscope[tracking]'"
 

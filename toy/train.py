@@ -10,7 +10,7 @@ and one Adam steps them all. Adam is elementwise and each model's loss depends o
 its own slice, so every model follows its own trajectory (up to float rounding in
 batched matmuls). A model that converges, reaches ``max_steps`` or diverges is written
 out and leaves the stack without changing the others. Every model has its own run
-directory (``toy.run_dir`` format), so any of them can be resumed or inspected alone.
+directory (``sinkscope.toy.run_dir`` format), so any of them can be resumed or inspected alone.
 """
 
 from __future__ import annotations
@@ -27,24 +27,18 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from torch.func import functional_call, stack_module_state, vmap
-from tqdm.auto import tqdm
-
-from interp.atomic_io import atomic_write_text, holds_files, locked_directory, read_json
-from interp.checkpoint import (
+from sinkscope.interp.hook_names import pattern_hook
+from sinkscope.probes.sink_metrics import anchor_mass
+from sinkscope.toy.checkpoint import (
     load_tensors,
     optimizer_from_tensors,
     optimizer_to_tensors,
     save_tensors,
 )
-from interp.codec import encode
-from interp.errors import InputError, RunFailed
-from interp.hook_names import pattern_hook
-from probes.sink_metrics import anchor_mass
-from toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
-from toy.model import ToyTransformer
-from toy.progress import LOG_INTERVAL_S, TERMINAL_INTERVAL_S
-from toy.run_dir import (
+from sinkscope.toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
+from sinkscope.toy.model import ToyTransformer
+from sinkscope.toy.progress import LOG_INTERVAL_S, TERMINAL_INTERVAL_S
+from sinkscope.toy.run_dir import (
     FINAL_WEIGHTS,
     METRICS_FILE,
     RESULT_FILE,
@@ -59,8 +53,14 @@ from toy.run_dir import (
     write_config,
     write_train_result,
 )
-from toy.task import TaskBatch, sample_batch
-from toy.tracking import RunTrackers, TrackingConfig
+from sinkscope.toy.task import TaskBatch, sample_batch
+from sinkscope.toy.tracking import RunTrackers, TrackingConfig
+from torch.func import functional_call, stack_module_state, vmap
+from tqdm.auto import tqdm
+
+from sinkscope.infra.atomic_io import atomic_write_text, holds_files, locked_directory, read_json
+from sinkscope.infra.codec import encode
+from sinkscope.infra.errors import InputError, RunFailed
 
 DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one seed
 
@@ -357,7 +357,7 @@ def train_seeds(
     ``run`` added, ``str(Path(run_dir))`` of the run it belongs to. ``threads``: torch
     intra-op threads while training (restored after; ``TRAIN_THREADS`` by default). ``device``: ``cpu``, ``cuda[:N]`` or ``auto``;
     batches are drawn there, reproducible per seed on a given kind of device.
-    ``tracking``: log each run that trains to W&B and/or TensorBoard (``toy.tracking``);
+    ``tracking``: log each run that trains to W&B and/or TensorBoard (``sinkscope.toy.tracking``);
     not part of the run's config, so a run resumes with it on or off.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
     """
@@ -595,7 +595,12 @@ class _StackTraining:
                 self.stack.sync_member(k)
                 record = _log(member, step, loss_k, linf_k, batches[k])
                 if self.on_log is not None:
+                    threads = torch.get_num_threads()
                     self.on_log(step, {**record, "run": str(member.run_dir)})
+                    # a callback may change torch's thread count; on some CPUs 2 threads sum in
+                    # another order than 1, so the trainer's own count holds for its steps
+                    if torch.get_num_threads() != threads:
+                        torch.set_num_threads(threads)
             if converged or step >= train_cfg.max_steps:
                 self._finish(k, "converged" if converged else "max_steps", loss_k, linf_k, data_states[k])
                 finished.add(k)

@@ -1,0 +1,134 @@
+"""Sink metrics on hand-built patterns, checked against values computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from sinkscope.probes.sink_metrics import (
+    alpha_k,
+    anchor_mass,
+    is_sink_head,
+    massive_activations,
+    output_gram,
+    projected_value_norms,
+    row_entropy_sums,
+    sink_rate,
+    value_weighted_anchor_share_sums,
+)
+
+torch.set_num_threads(1)
+
+# one input, two heads, three causal positions
+HEAD_A = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]
+HEAD_B = [[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.95, 0.03, 0.02]]
+PATTERN = torch.tensor([[HEAD_A, HEAD_B]])
+
+
+def test_gu_alpha_k_and_sink_rate_match_hand_computation():
+    alpha0 = alpha_k(PATTERN, k=0)
+    assert alpha0.shape == (1, 2)
+    assert alpha0[0, 0].item() == pytest.approx((1.0 + 0.5 + 0.2) / 3)
+    assert alpha0[0, 1].item() == pytest.approx((1.0 + 0.9 + 0.95) / 3)
+    alpha1 = alpha_k(PATTERN, k=1)
+    assert alpha1[0, 0].item() == pytest.approx((0.5 + 0.3) / 2)
+    assert sink_rate(alpha0, 0.3) == pytest.approx(100.0)
+    assert sink_rate(alpha0, 0.8) == pytest.approx(50.0)
+    assert sink_rate(alpha1, 0.3) == pytest.approx(50.0)
+
+
+def test_anchor_mass_excludes_anchor_row_and_respects_query_mask():
+    assert anchor_mass(PATTERN).tolist() == pytest.approx([(0.5 + 0.2) / 2, (0.9 + 0.95) / 2])
+    only_last = torch.tensor([[False, False, True]])
+    assert anchor_mass(PATTERN, 0, only_last).tolist() == pytest.approx([0.2, 0.95])
+    assert is_sink_head(anchor_mass(PATTERN), eps=0.1).tolist() == [False, True]
+
+
+def test_per_row_anchor_for_left_padding():
+    # row 1 is left-padded by one position: its anchor is position 1
+    padded = torch.zeros(1, 2, 4, 4)
+    padded[0, :, 1:, 1:] = PATTERN[0]
+    pattern = torch.cat([torch.nn.functional.pad(PATTERN, (0, 1, 0, 1)), padded])
+    real = torch.tensor([[True, True, True, False], [False, True, True, True]])
+    anchor = torch.tensor([0, 1])
+    assert anchor_mass(pattern, anchor, real).tolist() == pytest.approx(anchor_mass(PATTERN).tolist())
+    assert alpha_k(pattern, 0, anchor, real)[1].tolist() == pytest.approx(alpha_k(PATTERN)[0].tolist())
+
+
+def test_value_weighted_share_by_hand():
+    pattern = torch.tensor([[[[1.0, 0.0], [0.8, 0.2]]]])
+    v = torch.tensor([[[[1.0]], [[3.0]]]])  # [batch, pos, head, d_head]
+    w_o = torch.tensor([[[2.0, 0.0]]])  # [head, d_head, d_model]
+    norms = projected_value_norms(v, output_gram(w_o))
+    assert norms.tolist() == [[[2.0, 6.0]]]
+    sums, counts = value_weighted_anchor_share_sums(pattern, norms)
+    assert counts.tolist() == [1]
+    assert sums.item() == pytest.approx(0.8 * 2 / (0.8 * 2 + 0.2 * 6))
+
+
+def test_row_entropy_normalised_by_visible_keys():
+    visible = torch.tril(torch.ones(3, 3, dtype=torch.bool)).unsqueeze(0)
+    sums, counts = row_entropy_sums(PATTERN, visible)
+    # rows with one visible key are skipped
+    assert counts.tolist() == [2, 2]
+    expected_a = 1.0 + (-(0.2 * math.log(0.2) + 0.3 * math.log(0.3) + 0.5 * math.log(0.5)) / math.log(3))
+    assert sums[0].item() == pytest.approx(expected_a, rel=1e-5)
+
+
+def test_massive_activations_counts_anchor_outliers():
+    resid = torch.full((1, 4, 8), 0.05)
+    resid[0, 0, 3] = 500.0
+    resid[0, 2, 1] = 90.0
+    stats = massive_activations(resid, torch.ones(1, 4, dtype=torch.bool), torch.tensor([0]))
+    assert (stats.count, stats.at_anchor) == (1, 1)
+    assert stats.max_abs == pytest.approx(500.0)
+
+
+def test_massive_activations_use_each_prompts_own_median():
+    resid = torch.full((2, 3, 4), 0.01)
+    resid[1] = 1.0  # a loud prompt: its 150s are not 1000x its median
+    resid[:, 1, 0] = 150.0
+    resid[0, 2] = 7.0  # padding: ignored by the median and the counts
+    real = torch.tensor([[True, True, False], [True, True, True]])
+    stats = massive_activations(resid, real, torch.tensor([0, 0]))
+    assert stats.median_abs.tolist() == pytest.approx([0.01, 1.0])  # torch.median: the lower middle value
+    assert (stats.count, stats.at_anchor, stats.max_abs) == (1, 0, 150.0)
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="k=5"):
+        alpha_k(PATTERN, k=5)
+    with pytest.raises(ValueError, match="eps"):
+        is_sink_head(torch.tensor([0.5]), eps=1.5)
+    with pytest.raises(ValueError, match="at least one alpha"):
+        sink_rate(torch.tensor([float("nan")]))
+
+
+def test_head_output_norms_match_the_explicit_projection():
+    """The Gram-matrix shortcut equals ||x_h W_O[h]|| computed the long way."""
+    from sinkscope.probes.sink_metrics import head_output_norms
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 4, 8, generator=generator, dtype=torch.float64)
+    w_o = torch.randn(4, 8, 32, generator=generator, dtype=torch.float64)
+    explicit = torch.einsum("bphd,hdm->bphm", x, w_o).norm(dim=-1)
+    assert torch.allclose(head_output_norms(x, output_gram(w_o)), explicit, rtol=1e-10)
+    x32, w32 = x.float(), w_o.float()
+    assert torch.allclose(head_output_norms(x32, output_gram(w32)), explicit.float(), rtol=1e-4)
+
+
+def test_massive_activations_without_padding_match_the_per_prompt_median():
+    """The batched median (no padding) equals each prompt's own median taken row by row."""
+    generator = torch.Generator().manual_seed(1)
+    resid = torch.randn(3, 5, 8, generator=generator)
+    resid[1, 2, 3] = 5000.0
+    real = torch.ones(3, 5, dtype=torch.bool)
+    stats = massive_activations(resid, real, torch.zeros(3, dtype=torch.long))
+    assert stats.median_abs.tolist() == [float(resid[row].abs().median()) for row in range(3)]
+    assert (stats.count, stats.max_abs) == (1, 5000.0)
+    padded = real.clone()
+    padded[0, 4] = False  # the row-by-row path: row 0's median over its 4 real tokens only
+    assert float(massive_activations(resid, padded, torch.zeros(3, dtype=torch.long)).median_abs[0]) == float(
+        resid[0, :4].abs().median()
+    )

@@ -1,0 +1,81 @@
+"""Training progress a person can read: one line per running model, an honest estimate,
+and a log that stays small when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from sinkscope.toy.model import ToyModelConfig
+from sinkscope.toy.progress import ExperimentProgress, RunLine, duration_text
+from sinkscope.toy.run_dir import METRICS_FILE, RESULT_FILE, RunConfig, TrainConfig
+from sinkscope.toy.task import TaskConfig
+
+
+def _config(max_steps: int) -> RunConfig:
+    return RunConfig(ToyModelConfig(), TaskConfig(), TrainConfig(max_steps=max_steps))
+
+
+def test_a_line_says_step_error_threshold_speed_and_the_longest_it_can_take():
+    line = RunLine("softmax-4x4-seed0", 12_400, 50_000, 0.0123, 5e-3, 61.0).text()
+    assert line == (
+        "softmax-4x4-seed0: step 12,400/50,000, L-inf 1.2e-02 (stops below 0.005), 61 steps/s, at most 10m16s more"
+    )
+    assert "steps/s" not in RunLine("x", 0, 100, None, 5e-3, None).text()
+    assert [duration_text(s) for s in (5, 65, 7325)] == ["5s", "1m05s", "2h02m"]
+
+
+def test_snapshot_reads_running_and_finished_models_from_their_run_directories(tmp_path):
+    import os
+
+    jobs = [("done", _config(100)), ("running", _config(1000)), ("waiting", _config(1000)), ("stale", _config(1000))]
+    (tmp_path / "stale").mkdir()
+    (tmp_path / "stale" / METRICS_FILE).write_text(json.dumps({"step": 700, "linf_error": 0.1}) + "\n")
+    os.utime(tmp_path / "stale" / METRICS_FILE, (1_000_000, 1_000_000))  # an interrupted run from long ago
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / RESULT_FILE).write_text("{}")
+    (tmp_path / "running").mkdir()
+    metrics = tmp_path / "running" / METRICS_FILE
+    metrics.write_text(json.dumps({"step": 100, "linf_error": 0.5}) + "\n")
+    progress = ExperimentProgress(tmp_path, jobs, stream=io.StringIO())
+    finished, lines = progress.snapshot()
+    assert finished == 1 and [line.name for line in lines] == ["running"]
+    assert lines[0].step == 100 and lines[0].steps_per_s is None
+    with metrics.open("a") as handle:
+        handle.write(json.dumps({"step": 300, "linf_error": 0.25}) + "\n")
+    _, lines = progress.snapshot()
+    assert lines[0].step == 300 and lines[0].linf_error == 0.25 and lines[0].steps_per_s > 0
+
+
+def test_a_logged_reproduction_writes_a_few_lines_not_redraws(tmp_path):
+    """The --quick reproduction cut to 300 steps a model, progress on, stderr a file: a
+    block every LOG_INTERVAL_S seconds and the final count, no carriage-return redraws."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sinkscope.cli",
+                "toy",
+                "reproduce",
+                "--quick",
+                "--max-steps",
+                "300",
+                "--sequences",
+                "16",
+                "--workers",
+                "2",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    text = log.read_text()
+    assert done.returncode == 0, text
+    assert "\r" not in text and len(text) < 4000, text
+    assert text.strip().splitlines()[-1].startswith("models: 6/6 finished"), text
