@@ -4,7 +4,7 @@
 
 Both models run the trainer's inner step (``sinkscope.toy.train``): a fresh batch from
 ``sinkscope.toy.task.sample_batch``, forward, MSE loss, the batch L-inf error, backward and an Adam
-step with the trainer's optimiser (`sinkscope.toy.train.paper_adam`: fused Adam, betas 0.9/0.95, no weight decay, the paper's lr for the
+step with the trainer's optimiser (`sinkscope.toy.run_member.paper_adam`: fused Adam, betas 0.9/0.95, no weight decay, the paper's lr for the
 architecture). The plain model below has the same parameters (names and shapes) and the
 same operations in the same order, only without ``HookPoint``s, so the ratio measures
 what the hooks cost. Both run the circuit order of ``sinkscope.toy.attention`` (what training
@@ -37,8 +37,8 @@ from sinkscope.interp.attention_kinds import (
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.run_dir import RunConfig, TrainConfig
+from sinkscope.toy.run_member import DATA_SEED_OFFSET, paper_adam
 from sinkscope.toy.task import TaskConfig, sample_batch
-from sinkscope.toy.train import DATA_SEED_OFFSET, paper_adam
 from torch import nn
 
 SEED = 0

@@ -8,7 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import sinkscope.toy.train as train_module
+import sinkscope.toy.run_member as run_member
+import sinkscope.toy.seed_stack as seed_stack
 import torch
 from safetensors.torch import load_file
 from sinkscope.probes.sink_metrics import anchor_mass
@@ -22,8 +23,9 @@ from sinkscope.toy.run_dir import (
     read_metrics,
     read_train_result,
 )
+from sinkscope.toy.run_member import RunDirectoryError
 from sinkscope.toy.task import TaskConfig, eval_batch
-from sinkscope.toy.train import RunDirectoryError, TrainingDiverged, train
+from sinkscope.toy.train import TrainingDiverged, train
 
 from sinkscope.infra.codec import encode
 
@@ -48,14 +50,14 @@ def _assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
 def captured_models(monkeypatch):
     """The in-memory models the trainer builds, in order."""
     models = []
-    original = train_module._build
+    original = run_member.build_member_state
 
     def build(config, device):
         built = original(config, device)
         models.append(built[0])
         return built
 
-    monkeypatch.setattr(train_module, "_build", build)
+    monkeypatch.setattr(run_member, "build_member_state", build)
     return models
 
 
@@ -136,7 +138,7 @@ def test_interrupted_run_resumes_bitwise(tmp_path, monkeypatch):
     train(config, tmp_path / "full", progress=False)
 
     calls = {"n": 0}
-    original = train_module.sample_batch
+    original = seed_stack.sample_batch
 
     def interrupt_at_step_50(*args, **kwargs):
         if calls["n"] == 50:  # the batch of step 50: after checkpoint 40, before 60
@@ -144,11 +146,11 @@ def test_interrupted_run_resumes_bitwise(tmp_path, monkeypatch):
         calls["n"] += 1
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(train_module, "sample_batch", interrupt_at_step_50)
+    monkeypatch.setattr(seed_stack, "sample_batch", interrupt_at_step_50)
     run = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         train(config, run, progress=False)
-    monkeypatch.setattr(train_module, "sample_batch", original)
+    monkeypatch.setattr(seed_stack, "sample_batch", original)
 
     assert not (run / "result.json").exists() and not (run / "model.safetensors").exists()
     assert [p.name for p in checkpoint_dirs(run)] == ["step-00000020", "step-00000040"]
