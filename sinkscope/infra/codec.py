@@ -12,8 +12,10 @@ e.g. ``"audit"``) and ``SCHEMA_VERSION``; ``write_result(path, obj)`` writes
 - unknown keys are refused by name, a missing key takes the field's default or is refused;
 - a field with ``metadata={"persist": False}`` (in-memory only, e.g. arrays drawn as
   figures) is not written and reads back as its default;
-- a file of another schema version is refused in one line naming both versions; a file
-  without one predates the codec and is read if its layout still matches.
+- a file of an older schema version is upgraded step by step through the class's
+  ``UPGRADES`` (``{v: fields of version v -> fields of version v + 1}``) where it has them,
+  and refused in one line naming the versions otherwise; a file without a version
+  predates the codec and is read if its layout still matches.
 
 Adding a field to a result is one line in its dataclass (with a default, so that older
 files still read).
@@ -26,6 +28,7 @@ import math
 import os
 import types
 import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar, Union
 
@@ -36,6 +39,8 @@ SCHEMA_KEY = "schema"
 VERSION_KEY = "schema_version"
 _FILE_KEYS = {SCHEMA_KEY, VERSION_KEY}  # a file's own keys, beside its top-level object's fields
 T = TypeVar("T")
+# one step of a persisted class's UPGRADES: version v's fields -> version v + 1's
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class Persisted(Protocol):
@@ -177,7 +182,11 @@ def write_result(path: str | os.PathLike, result: Persisted) -> None:
 
 def read_result(path: str | os.PathLike, cls: type[T], remedy: str = "") -> T:
     """Read ``path`` (written by ``write_result``) into ``cls``. ``remedy`` ends the
-    message of a refused file (e.g. "regenerate it with sinkscope audit")."""
+    message of a refused file (e.g. "regenerate it with sinkscope audit").
+
+    A file of an older schema version is read when ``cls.UPGRADES`` holds every step from
+    its version to the current one (``UPGRADES[v]`` turns version v's fields into version
+    v + 1's), so result directories written by earlier releases keep working."""
     path = Path(path)
     data = read_json(path)
     suffix = f"; {remedy}" if remedy else ""
@@ -186,12 +195,8 @@ def read_result(path: str | os.PathLike, cls: type[T], remedy: str = "") -> T:
     schema, version = data.get(SCHEMA_KEY, cls.SCHEMA), data.get(VERSION_KEY)  # type: ignore[attr-defined]
     if schema != cls.SCHEMA:  # type: ignore[attr-defined]
         raise SchemaError(f"{path} is a {schema!r} file, not {cls.SCHEMA!r}{suffix}")  # type: ignore[attr-defined]
-    if version is not None and (type(version) is not int or version != cls.SCHEMA_VERSION):  # type: ignore[attr-defined]
-        newer = type(version) is int and version > cls.SCHEMA_VERSION  # type: ignore[attr-defined]
-        raise SchemaError(
-            f"{path} has {cls.SCHEMA} schema version {version!r}; this sinkscope reads version "  # type: ignore[attr-defined]
-            f"{cls.SCHEMA_VERSION}; " + ("upgrade sinkscope" if newer else (remedy or "regenerate it"))  # type: ignore[attr-defined]
-        )
+    if version is not None:
+        data = _upgraded(path, cls, data, version, remedy)
     try:
         return _decode_dataclass(cls, data, "", top_level=True)
     except SchemaError as error:
@@ -199,5 +204,30 @@ def read_result(path: str | os.PathLike, cls: type[T], remedy: str = "") -> T:
             raise SchemaError(
                 f"{path} predates {cls.SCHEMA} schema version {cls.SCHEMA_VERSION} (it has no schema_version) "  # type: ignore[attr-defined]
                 f"and does not match it: {error}{suffix}"
-            ) from None
-        raise SchemaError(f"{path}: {error}{suffix}", field=error.field) from None
+            ) from error
+        raise SchemaError(f"{path}: {error}{suffix}", field=error.field) from error
+
+
+def _upgraded(path: Path, cls: type, data: dict[str, Any], version: Any, remedy: str) -> dict[str, Any]:
+    """``data`` of schema ``version`` brought to ``cls.SCHEMA_VERSION`` through
+    ``cls.UPGRADES``, or one ``SchemaError`` naming both versions."""
+    current = cls.SCHEMA_VERSION  # type: ignore[attr-defined]
+    upgrades: Mapping[int, Upgrade] = getattr(cls, "UPGRADES", {})
+    readable = type(version) is int and version <= current and all(v in upgrades for v in range(version, current))
+    if not readable:
+        newer = type(version) is int and version > current
+        raise SchemaError(
+            f"{path} has {cls.SCHEMA} schema version {version!r}; this sinkscope reads version "  # type: ignore[attr-defined]
+            f"{_readable_versions(current, upgrades)}; "
+            + ("upgrade sinkscope" if newer else (remedy or "regenerate it"))
+        )
+    for step in range(version, current):
+        data = {**upgrades[step]({key: value for key, value in data.items() if key not in _FILE_KEYS})}
+    return data
+
+
+def _readable_versions(current: int, upgrades: Mapping[int, Upgrade]) -> str:
+    oldest = current
+    while oldest - 1 in upgrades:
+        oldest -= 1
+    return str(current) if oldest == current else f"{oldest} to {current}"

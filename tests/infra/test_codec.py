@@ -85,6 +85,40 @@ def test_schema_versions_and_files_from_before_them(tmp_path):
         read_result(path, Outer)
 
 
+@dataclass(frozen=True)
+class Renamed:
+    """Version 3 of a result whose field ``n`` became ``n_heads`` (v1 -> v2) and which
+    gained ``note`` (v2 -> v3)."""
+
+    SCHEMA: ClassVar[str] = "renamed"
+    SCHEMA_VERSION: ClassVar[int] = 3
+    UPGRADES: ClassVar[dict] = {
+        1: lambda old: {("n_heads" if key == "n" else key): value for key, value in old.items()},
+        2: lambda old: {**old, "note": "upgraded"},
+    }
+    n_heads: int
+    note: str
+
+
+def test_older_schema_versions_are_upgraded_step_by_step_and_others_refused(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema": "renamed", "schema_version": 1, "n": 4}))
+    assert read_result(path, Renamed) == Renamed(n_heads=4, note="upgraded")
+    path.write_text(json.dumps({"schema": "renamed", "schema_version": 2, "n_heads": 5}))
+    assert read_result(path, Renamed) == Renamed(n_heads=5, note="upgraded")
+    write_result(path, Renamed(6, "kept"))
+    assert json.loads(path.read_text())["schema_version"] == 3 and read_result(path, Renamed) == Renamed(6, "kept")
+    path.write_text(json.dumps({"schema": "renamed", "schema_version": 0, "n": 4}))
+    with pytest.raises(SchemaError, match="version 0; this sinkscope reads version 1 to 3; regenerate it"):
+        read_result(path, Renamed)
+    path.write_text(json.dumps({"schema": "renamed", "schema_version": 4, "n_heads": 4}))
+    with pytest.raises(SchemaError, match="version 4; this sinkscope reads version 1 to 3; upgrade sinkscope"):
+        read_result(path, Renamed)
+    path.write_text(json.dumps({"schema": "renamed", "schema_version": 1, "n": 4, "stray": 1}))
+    with pytest.raises(SchemaError, match=r"unknown fields \['stray'\]"):  # an upgrade validates like any read
+        read_result(path, Renamed)
+
+
 def test_an_unknown_type_is_a_bug_not_bad_input():
     with pytest.raises(TypeError, match="no JSON form for object"):
         encode(object())
