@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import wandb
 from wandb.proto import wandb_internal_pb2
 
 HEADER = struct.Struct("<4sHB")
@@ -80,6 +81,11 @@ def read_offline_run(run_dir: Path) -> OfflineRun:
 
 
 def offline_runs(wandb_dir: Path) -> dict[str, OfflineRun]:
-    """Every offline run under ``wandb_dir`` (``WANDB_DIR``), by run name."""
+    """Every offline run under ``wandb_dir`` (``WANDB_DIR``), by run name.
+
+    W&B's service process (wandb-core) writes the transaction logs; ``run.finish()`` can
+    return before it has flushed them, and a busy machine showed it (a log still empty
+    when read). Shutting the service down first makes it write everything out."""
+    wandb.teardown()
     runs = [read_offline_run(path) for path in sorted(wandb_dir.glob("wandb/offline-run-*"))]
     return {run.name: run for run in runs}
