@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
-from sinkscope.probes.display import probe_html
 from sinkscope.probes.sink_metrics import (
     SINK_EPS,
     SINK_RATE_EPSILONS,
@@ -217,6 +216,8 @@ class ProbeResult:
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: key numbers, the sink map, the per-head table."""
+        from sinkscope.probes.display import probe_html  # the display imports this module's types for typing only
+
         return probe_html(self)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from sinkscope.probes.default_state import default_state_test
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, probe_model
+from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.plots import layer_head_map
 from sinkscope.toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
 from sinkscope.toy.run_dir import load_model, read_config, require_finished
@@ -97,11 +98,11 @@ def probe_run(
             write_result(tmp / PROBE_FILE, probe)
             probe.write_heads_csv(str(tmp / HEADS_CSV))
             write_result(tmp / DEFAULT_STATE_FILE, state)
+            sink_map = anchor_mass_map(
+                probe, f"{run_dir.name}: BOS mass at non-trigger queries", "mean attention on BOS (anchor mass)"
+            )
             layer_head_map(
-                probe.anchor_mass_matrix().numpy(),
-                tmp / ANCHOR_MASS_FIGURE,
-                f"{run_dir.name}: BOS mass at non-trigger queries",
-                "mean attention on BOS (anchor mass)",
+                np.array(sink_map.panels[0][1]), tmp / ANCHOR_MASS_FIGURE, sink_map.title, sink_map.colorbar_label
             )
             share = probe.matrix("value_weighted_anchor_share").numpy()
             layer_head_map(
