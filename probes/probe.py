@@ -22,8 +22,6 @@ anchor mass over the remaining real queries after the anchor (the trigger positi
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -47,7 +45,9 @@ from sinkscope.probes.sink_metrics import (
     row_mass_sums,
     value_weighted_anchor_share_sums,
 )
+from sinkscope.reports.document import records_table
 from sinkscope.reports.frames import dataframe, row_of
+from sinkscope.reports.text import table_csv
 
 from sinkscope.infra.atomic_io import atomic_write_text
 from sinkscope.infra.errors import InputError
@@ -205,11 +205,8 @@ class ProbeResult:
         return dataframe(row_of(row) for row in self.heads)
 
     def heads_csv(self) -> str:
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(HeadProbe)])
-        writer.writeheader()
-        writer.writerows(self.head_table())
-        return buffer.getvalue()
+        """``heads.csv``: one line per (layer, head), every ``HeadProbe`` field at full precision."""
+        return table_csv(records_table("", self.heads, HeadProbe))
 
     def write_heads_csv(self, path: str) -> None:
         atomic_write_text(path, self.heads_csv())

@@ -105,12 +105,11 @@ def default_state_definition(what: str) -> TableDefinition[DefaultStateRow]:
             Column(f"{what} before", ".3g", numeric=True),
             Column("after sink removal", ".3g", numeric=True),
             Column("after control", ".3g", numeric=True),
-            Column("remove: increase", ".3g", numeric=True),
-            Column("remove: 95% CI low", ".3g", numeric=True),
-            Column("remove: 95% CI high", ".3g", numeric=True),
-            Column("control: increase", ".3g", numeric=True),
-            Column("control: 95% CI low", ".3g", numeric=True),
-            Column("control: 95% CI high", ".3g", numeric=True),
+            *[
+                Column(f"{change}: {estimate}", ".3g", numeric=True)
+                for change in ("remove", "control")
+                for estimate in ("increase", "95% CI low", "95% CI high")
+            ],
             Column("Cohen's d", ".2f", numeric=True),
         ),
         lambda row: (

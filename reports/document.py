@@ -193,6 +193,17 @@ class ReportDocument:
     sections: tuple[Section, ...]
 
 
+def records_table(caption: str, records: Iterable[Any], record_type: type) -> Table:
+    """Dataclass records as a table of their raw fields, one column per field named as
+    the field (e.g. ``heads.csv``: every ``HeadProbe`` metric at full precision)."""
+    names = [item.name for item in fields(record_type)]
+    return Table(
+        caption,
+        tuple(Column(name) for name in names),
+        tuple(tuple(getattr(record, name) for name in names) for record in records),
+    )
+
+
 def sort_key(value: Cell) -> str:
     """Machine-readable sort value of a cell ("" for missing)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
