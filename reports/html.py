@@ -227,7 +227,7 @@ def head_maps_html(maps: HeadMaps) -> str:
         marked.update((len(values) + layer, head) for layer, head in outlined)
         labels += [f"{name} L{layer}" if len(maps.panels) > 1 else str(layer) for layer in range(len(rows))]
         values += rows
-    caption = f"{maps.title} (outlined: {maps.marked_label})" if maps.marked_label else maps.title
+    caption = f"{maps.title}; outlined: {maps.marked_label}" if maps.marked_label else maps.title
     row_name = "model, layer" if len(maps.panels) > 1 else "layer"
     return heat_grid(values, caption, row_name, "head", frozenset(marked), maps.vmin, maps.vmax, labels)
 
