@@ -47,8 +47,9 @@ from sinkscope.pretrained_analysis.prompts import (
 from sinkscope.probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
 from sinkscope.probes.interventions import Intervention, evict_anchor, intervention_hooks
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, iterate_batches, probe_batches
+from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.frames import dataframe, row_of
-from sinkscope.reports.plots import attention_grid, layer_head_map, line_chart
+from sinkscope.reports.plots import attention_grid, draw_head_maps, line_chart
 from tqdm.auto import tqdm
 
 from sinkscope.infra.codec import read_result, write_result
@@ -461,8 +462,9 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     label = plot_text(result.model.label)
     mass = result.probe.anchor_mass_matrix().numpy()
-    layer_head_map(
-        mass, directory / MAP_FIGURE, f"{label}: anchor mass (mean A[i, anchor], queries i > anchor)", "anchor mass"
+    draw_head_maps(
+        anchor_mass_map(result.probe, f"{label}: anchor mass (mean A[i, anchor], queries i > anchor)"),
+        directory / MAP_FIGURE,
     )
     n_heads = result.model.n_heads
     line_chart(

@@ -9,7 +9,6 @@ depth, else against relative depth layer / (n_layers - 1)).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,10 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 from sinkscope.pretrained_analysis.audit import AuditResult, plot_text
 from sinkscope.pretrained_analysis.prompts import PromptSpec
+from sinkscope.pretrained_analysis.tables import comparison_definition
+from sinkscope.reports.document import Table
 from sinkscope.reports.frames import dataframe
+from sinkscope.reports.markdown import md_escape, table_markdown
 from sinkscope.reports.plots import line_chart
 
 from sinkscope.infra.atomic_io import atomic_write_text
@@ -32,7 +34,6 @@ COMPARISON_JSON = "comparison.json"
 COMPARISON_MD = "comparison.md"
 SINK_RATE_FIGURE = "comparison_sink_rate.png"
 LAYER_FIGURE = "comparison_anchor_mass_by_layer.png"
-MARKDOWN_SPECIAL = "\\`*_[]<>|&#"
 
 
 @dataclass(frozen=True)
@@ -106,51 +107,19 @@ class Comparison:
     def sink_head_rule(self) -> str:
         return f"anchor mass >= {1.0 - self.sink_eps:g}"
 
+    def table(self) -> Table:
+        """The comparison's one table (``sinkscope.pretrained_analysis.tables``)."""
+        return comparison_definition(self.epsilons()).table(self.rows)
+
     def to_markdown(self) -> str:
-        header = [
-            "model",
-            "layers x heads",
-            "params",
-            *[f"sink rate ε={eps} (%)" for eps in self.epsilons()],
-            "sink heads",
-            "mean anchor mass",
-            "loss",
-            "loss change: all sinks removed",
-            "loss change: anchor evicted",
-        ]
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for row in self.rows:
-            cells = [
-                markdown_escape(row.label),
-                f"{row.n_layers} x {row.n_heads}",
-                f"{row.n_params:,}",
-                *[_number(row.sink_rate[eps], 1) for eps in self.epsilons()],
-                str(row.n_sink_heads),
-                _number(row.mean_anchor_mass, 3),
-                _number(row.base_loss, 3),
-                _number(row.all_sink_heads_loss_delta, 4, signed=True),
-                _number(row.evict_anchor_loss_delta, 4, signed=True),
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
+        """``comparison.md``: the table, then what every audit shared."""
         bos = "with BOS prepended" if self.prompts.prepend_bos else "without BOS"
-        note = (
-            f"Prompts: up to {self.prompts.n_prompts} from {markdown_escape(self.prompt_location)}, "
+        shared = md_escape(
+            f"Prompts: up to {self.prompts.n_prompts} from {self.prompt_location}, "
             f"at most {self.prompts.max_len} tokens, {bos}. "
             f"Sink heads: {self.sink_head_rule}. Sink rate: Gu et al.'s Sink_1^ε at sink-rate threshold ε."
         )
-        return "# Attention-sink comparison\n\n" + "\n".join(lines) + "\n\n" + note + "\n"
-
-
-def markdown_escape(text: str) -> str:
-    """Backslash-escape Markdown/HTML specials and flatten newlines (names come from users and tokenizers)."""
-    flat = " ".join(text.split())
-    return "".join("\\" + ch if ch in MARKDOWN_SPECIAL else ch for ch in flat)
-
-
-def _number(value: float | None, digits: int, signed: bool = False) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+        return "# Attention-sink comparison\n\n" + table_markdown(self.table()) + "\n\n" + shared + "\n"
 
 
 def _row(result: AuditResult, directory: str | None) -> ComparisonRow:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
+from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
 from sinkscope.probes.display import default_state_table, probe_parts
-from sinkscope.reports.inline_html import bullets, escape, fragment, heat_grid, table
+from sinkscope.reports.html import bullets_html, escape, fragment, heat_grid, inline_table
 
 if TYPE_CHECKING:
     from sinkscope.pretrained_analysis.audit import AuditResult
@@ -22,7 +23,7 @@ def audit_html(result: AuditResult) -> str:
         f"{model.n_layers} layers x {model.heads_text}; {result.prompts.n_prompts} prompts; "
         f"anchor: {result.anchor}"
     )
-    parts = [bullets(audit_findings(result)), *probe_parts(result.probe)]
+    parts = [bullets_html(audit_findings(result)), *probe_parts(result.probe)]
     if result.examples:  # in memory only: an audit read back from disk has none
         example = result.examples[0]
         parts.append(
@@ -31,46 +32,12 @@ def audit_html(result: AuditResult) -> str:
         )
     if result.ablation is not None:
         ablation = result.ablation
-        parts.append(
-            table(
-                (("ablation", ""), (LOSS, ".4f")),
-                [
-                    ("none", ablation.base_loss),
-                    ("anchor evicted from every head", ablation.evict_anchor_loss),
-                ],
-            )
-        )
+        parts.append(inline_table(ABLATION_TABLE.table(ablation_rows(ablation))))
         parts.append(default_state_table(ablation.sink_heads, LOSS))
     return fragment(f"Attention-sink audit: {model.label}", subtitle, parts)
 
 
 def comparison_html(comparison: Comparison) -> str:
-    epsilons = comparison.epsilons()
-    columns = (
-        ("model", ""),
-        ("revision", ""),
-        ("layers x heads", ""),
-        *[(f"sink rate \u03b5 = {eps} (%)", ".1f") for eps in epsilons],
-        ("sink heads", ""),
-        ("mean anchor mass", ".3f"),
-        (LOSS, ".3f"),
-        ("loss change: all sinks removed", "+.4f"),
-        ("loss change: anchor evicted", "+.4f"),
-    )
-    rows = [
-        (
-            row.label,
-            row.revision,
-            f"{row.n_layers} x {row.n_heads}",
-            *[row.sink_rate[eps] for eps in epsilons],
-            row.n_sink_heads,
-            row.mean_anchor_mass,
-            row.base_loss,
-            row.all_sink_heads_loss_delta,
-            row.evict_anchor_loss_delta,
-        )
-        for row in comparison.rows
-    ]
     layer_map = heat_grid(
         [list(row.layer_anchor_mass) for row in comparison.rows],
         "Anchor mass per layer (mean over heads)",
@@ -78,5 +45,5 @@ def comparison_html(comparison: Comparison) -> str:
         column_name="layer",
         row_labels=[f"{row.label} @ {row.revision}" if row.revision else row.label for row in comparison.rows],
     )
-    parts = [bullets(comparison_findings(comparison)), table(columns, rows), layer_map]
+    parts = [bullets_html(comparison_findings(comparison)), inline_table(comparison.table()), layer_map]
     return fragment("Attention-sink comparison", f"{len(comparison.rows)} audits", parts)

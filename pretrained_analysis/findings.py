@@ -7,15 +7,19 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from sinkscope.pretrained_analysis.tables import LOSS
 from sinkscope.probes.probe import LayerProbe
+from sinkscope.probes.report_sections import (
+    default_state_finding,
+    sink_head_phrase,
+    sink_rate_phrase,
+    value_share_phrase,
+)
 from sinkscope.reports.document import percent, sig
-from sinkscope.reports.sections import default_state_finding, sink_head_phrase, sink_rate_phrase, value_share_phrase
 
 if TYPE_CHECKING:
     from sinkscope.pretrained_analysis.audit import AuditResult
     from sinkscope.pretrained_analysis.compare import Comparison
-
-LOSS = "next-token loss"
 
 
 def _layer_phrase(layers: tuple[LayerProbe, ...]) -> str:

@@ -19,24 +19,15 @@ from sinkscope.pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIG
 from sinkscope.pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
 from sinkscope.pretrained_analysis.prompts import PromptSummary
-from sinkscope.reports.document import (
-    Block,
-    Column,
-    Figure,
-    KeyValues,
-    Paragraph,
-    ReportDocument,
-    Section,
-    Table,
-    config_block,
-)
-from sinkscope.reports.sections import (
+from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
+from sinkscope.probes.report_sections import (
     default_state_change_chart,
     default_state_table,
     head_table,
     layer_table,
     sink_head_threshold,
 )
+from sinkscope.reports.document import Block, Figure, KeyValues, Paragraph, ReportDocument, Section, config_block
 from sinkscope.reports.write import ReportKind
 
 from sinkscope.infra.errors import InputError
@@ -154,18 +145,7 @@ def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) ->
                 f"{label}: removing sinks vs the matched control",
             )
         )
-    blocks.append(
-        KeyValues(
-            "Loss",
-            (
-                (LOSS, f"{ablation.base_loss:.4f}"),
-                (
-                    "anchor evicted from every head",
-                    f"{ablation.evict_anchor_loss:.4f} ({ablation.evict_anchor_delta:+.4f})",
-                ),
-            ),
-        )
-    )
+    blocks.append(ABLATION_TABLE.table(ablation_rows(ablation)))
     if rows:
         blocks.append(default_state_table(rows, LOSS, "Sink removal per head and for all sink heads"))
     else:
@@ -215,47 +195,6 @@ def _check_audit_directories(source: Path, comparison: Comparison) -> None:
             )
 
 
-def _comparison_table(comparison: Comparison) -> Table:
-    rows, epsilons = comparison.rows, comparison.epsilons()
-    columns = [
-        Column("model"),
-        Column("revision"),
-        Column("layers", numeric=True),
-        Column("heads", numeric=True),
-        Column("parameters", ",d", numeric=True),
-        *[Column(f"sink rate ε={eps} (%)", ".1f", numeric=True) for eps in epsilons],
-        Column("sink heads", numeric=True),
-        Column("mean anchor mass", ".3f", numeric=True),
-        Column(LOSS, ".3f", numeric=True),
-        Column("loss change: all sinks removed", "+.4f", numeric=True),
-        Column("loss change: anchor evicted", "+.4f", numeric=True),
-        Column("audit directory"),
-    ]
-    table_rows = tuple(
-        (
-            row.label,
-            row.revision,
-            row.n_layers,
-            row.n_heads,
-            row.n_params,
-            *[row.sink_rate[eps] for eps in epsilons],
-            row.n_sink_heads,
-            row.mean_anchor_mass,
-            row.base_loss,
-            row.all_sink_heads_loss_delta,
-            row.evict_anchor_loss_delta,
-            row.directory,
-        )
-        for row in rows
-    )
-    return Table(
-        "Audits compared",
-        tuple(columns),
-        table_rows,
-        "Run `sinkscope report` on an audit directory for its full report.",
-    )
-
-
 def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
     comparison = read_comparison(source)
     _check_audit_directories(source, comparison)
@@ -272,7 +211,7 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
     sections = [
         Section(
             "Models",
-            (_comparison_table(comparison),),
+            (comparison.table(),),
         ),
         Section(
             "Sink rate and anchor mass",

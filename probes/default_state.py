@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 import torch
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
-from sinkscope.probes.display import default_state_html
 from sinkscope.probes.interventions import HeadRef, Intervention, intervention_hooks, mask_random_key, remove_sink
 from sinkscope.reports.frames import dataframe
 
@@ -96,6 +95,10 @@ class DefaultStateResult:
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: the table of removals beside their controls."""
+        from sinkscope.probes.display import (
+            default_state_html,  # the display imports this module's types for typing only
+        )
+
         return default_state_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:

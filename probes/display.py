@@ -1,30 +1,22 @@
 """A probe's inline notebook display: its key numbers, the layer x head sink map and
-the per-head table, as ``sinkscope.reports.inline_html`` parts that the audit's display reuses."""
+the per-head table, as ``sinkscope.reports.html`` parts that the audit's display reuses;
+the tables are the ones the reports show (``sinkscope.probes.tables``)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sinkscope.reports.formatting import format_cell, sig
-from sinkscope.reports.inline_html import escape, fragment, heat_grid, table
+from sinkscope.probes.tables import HEAD_TABLE, anchor_mass_map, default_state_definition, patching_definition
+from sinkscope.reports.document import Column, Table
+from sinkscope.reports.formatting import format_cell
+from sinkscope.reports.html import escape, fragment, head_maps_html, heat_grid, inline_table
 
 if TYPE_CHECKING:
     from sinkscope.probes.default_state import DefaultStateResult
     from sinkscope.probes.patching import PatchingResult
     from sinkscope.probes.probe import ProbeResult
-
-HEAD_COLUMNS = (
-    ("layer", ""),
-    ("head", ""),
-    ("anchor mass", ".3f"),
-    ("sink head", ""),
-    ("value-weighted anchor share", ".3f"),
-    ("anchor value norm", ".3g"),
-    ("row entropy", ".3f"),
-    ("dormant", ""),
-    ("head output norm", ".3g"),
-)
 
 
 def key_numbers(result: ProbeResult) -> str:
@@ -46,34 +38,15 @@ def key_numbers(result: ProbeResult) -> str:
         ),
         ("inputs / queries measured", f"{result.n_inputs:,} / {result.n_queries:,}"),
     ]
-    return table((("measure", ""), ("value", "")), rows)
+    return inline_table(Table("", (Column("measure"), Column("value")), tuple(rows)))
 
 
 def sink_map(result: ProbeResult) -> str:
-    matrix = result.anchor_mass_matrix().tolist()
-    return heat_grid(
-        matrix,
-        f"Anchor mass per head (outlined: sink heads, anchor mass \u2265 {1.0 - result.config.sink_eps:g})",
-        marked=frozenset(result.sink_heads()),
-    )
+    return head_maps_html(anchor_mass_map(result, "Anchor mass per head"))
 
 
 def head_table(result: ProbeResult) -> str:
-    rows = [
-        (
-            row.layer,
-            row.head,
-            row.anchor_mass,
-            row.is_sink_head,
-            row.value_weighted_anchor_share,
-            row.anchor_value_norm,
-            row.row_entropy,
-            row.dormant,
-            row.head_out_norm,
-        )
-        for row in sorted(result.heads, key=lambda row: (-_sortable(row.anchor_mass), row.layer, row.head))
-    ]
-    return table(HEAD_COLUMNS, rows, caption="Per head, by anchor mass", scroll=True)
+    return inline_table(HEAD_TABLE.table(result.heads).without_empty_columns())
 
 
 def probe_parts(result: ProbeResult) -> list[str]:
@@ -89,36 +62,13 @@ def probe_html(result: ProbeResult) -> str:
     return fragment("Attention-sink probe", subtitle, probe_parts(result))
 
 
-def _sortable(value: float) -> float:
-    return -math.inf if math.isnan(value) else value
-
-
 def default_state_table(result: DefaultStateResult, what: str) -> str:
     """The default-state test: ``what`` (e.g. "next-token loss") before and after each
     removal, beside its matched control."""
     if not result.rows:
         return f"<p>{escape(result.note)}</p>"
-    columns = (
-        ("heads", ""),
-        (f"{what} before", ".4g"),
-        ("sink removed", ".4g"),
-        ("matched control", ".4g"),
-        ("change: sink removed (95% CI)", ""),
-        ("change: control", "+.3g"),
-    )
-    rows = [
-        (
-            "all sink heads" if row.label == "all_sink_heads" else row.label,
-            row.error_before,
-            row.error_after_remove,
-            row.error_after_control,
-            f"{sig(row.remove_increase.mean, 3)} ({sig(row.remove_increase.ci_low, 3)} to "
-            f"{sig(row.remove_increase.ci_high, 3)})",
-            row.control_increase.mean,
-        )
-        for row in result.rows
-    ]
-    return table(columns, rows, caption=f"Default-state test on {result.n_inputs} inputs")
+    definition = default_state_definition(what)
+    return inline_table(definition.table(result.rows, f"Default-state test on {result.n_inputs} inputs"))
 
 
 def default_state_html(result: DefaultStateResult) -> str:
@@ -141,16 +91,8 @@ def patching_html(result: PatchingResult) -> str:
                 column_name=result.per[1],
             )
         )
-    top = sorted(result.rows, key=lambda row: -_sortable(abs(row.normalised_effect)))[:20]
-    columns = (
-        ("layer", ""),
-        ("head", ""),
-        ("position (0-indexed)", ""),
-        ("normalised effect", ".3f"),
-        ("patched metric", ".4g"),
-    )
-    rows = [(row.layer, row.head, row.position, row.normalised_effect, row.patched) for row in top]
-    parts.append(table(columns, rows, caption=f"The {len(top)} sites with the largest effects"))
+    sites = patching_definition(result.per).table(result.rows, limit=20)
+    parts.append(inline_table(replace(sites, caption=f"The {len(sites.rows)} sites with the largest effects")))
     subtitle = (
         f"hook {result.hook}, per {' x '.join(result.per)}, {result.n_inputs} inputs; metric: "
         f"source {result.source_metric:.4g}, target {result.target_metric:.4g}"

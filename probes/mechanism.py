@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from sinkscope.probes.mechanism_display import mechanism_html
 from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
 from sinkscope.probes.probe import ProbeResult
 from sinkscope.probes.sink_metrics import is_sink_head
@@ -137,8 +136,15 @@ class MechanismComparison:
                 return row
         raise InputError(f"no source {source!r} in this comparison; choose one of {[m.source for m in self.models]}")
 
+    def head_pairs(self) -> list[tuple[MechanismHead, MechanismModel]]:
+        """Every sink head beside the model it belongs to, in order."""
+        by_source = {row.source: row for row in self.models}
+        return [(head, by_source[head.source]) for head in self.heads]
+
     def _repr_html_(self) -> str:
         """Inline display in a notebook: the findings, one row per model, every sink head."""
+        from sinkscope.probes.mechanism_display import mechanism_html  # the display imports this module's types
+
         return mechanism_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:

@@ -1,6 +1,6 @@
 """The side-by-side comparison in words: what was compared, what each kind's sink heads
 write, whether the layers cancel, and which mechanism holds where. Shared by the report
-(``sinkscope.reports.mechanism``) and the inline display (``sinkscope.probes.mechanism_display``)."""
+(``sinkscope.probes.mechanism_report``) and the inline display (``sinkscope.probes.mechanism_display``)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
-from sinkscope.probes.display import patching_html
 from sinkscope.probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
 from sinkscope.reports.frames import dataframe, row_of
 from tqdm.auto import tqdm
@@ -111,6 +110,8 @@ class PatchingResult:
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: the effect map and the largest effects."""
+        from sinkscope.probes.display import patching_html  # the display imports this module's types for typing only
+
         return patching_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:

@@ -22,8 +22,6 @@ anchor mass over the remaining real queries after the anchor (the trigger positi
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -32,7 +30,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
-from sinkscope.probes.display import probe_html
 from sinkscope.probes.sink_metrics import (
     SINK_EPS,
     SINK_RATE_EPSILONS,
@@ -48,7 +45,9 @@ from sinkscope.probes.sink_metrics import (
     row_mass_sums,
     value_weighted_anchor_share_sums,
 )
+from sinkscope.reports.document import records_table
 from sinkscope.reports.frames import dataframe, row_of
+from sinkscope.reports.text import table_csv
 
 from sinkscope.infra.atomic_io import atomic_write_text
 from sinkscope.infra.errors import InputError
@@ -206,17 +205,16 @@ class ProbeResult:
         return dataframe(row_of(row) for row in self.heads)
 
     def heads_csv(self) -> str:
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(HeadProbe)])
-        writer.writeheader()
-        writer.writerows(self.head_table())
-        return buffer.getvalue()
+        """``heads.csv``: one line per (layer, head), every ``HeadProbe`` field at full precision."""
+        return table_csv(records_table("", self.heads, HeadProbe))
 
     def write_heads_csv(self, path: str) -> None:
         atomic_write_text(path, self.heads_csv())
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: key numbers, the sink map, the per-head table."""
+        from sinkscope.probes.display import probe_html  # the display imports this module's types for typing only
+
         return probe_html(self)
 
 

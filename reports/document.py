@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 # re-exported: reports, tables, findings and inline displays format numbers one way
 from sinkscope.reports.formatting import Cell as Cell
@@ -23,6 +24,7 @@ from sinkscope.reports.formatting import sig as sig
 from sinkscope.infra.errors import InputError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+Item = TypeVar("Item")
 
 
 @dataclass(frozen=True)
@@ -37,17 +39,23 @@ class Bullets:
 
 @dataclass(frozen=True)
 class Column:
-    """A table column. ``fmt`` is a format spec for numbers (``".3f"``, ``".2e"``);
-    numeric columns sort numerically in the HTML table."""
+    """A table column: ``name`` heads it (with ``unit`` in brackets when given); ``fmt``
+    is a format spec for numbers (``".3f"``, ``".2e"``); numeric columns are
+    right-aligned and sort numerically in the HTML table."""
 
     name: str
     fmt: str = ""
     numeric: bool = False
+    unit: str = ""
+
+    @property
+    def header(self) -> str:
+        return f"{self.name} ({self.unit})" if self.unit else self.name
 
 
 @dataclass(frozen=True)
 class Table:
-    """A table; ``note`` explains the columns under the caption."""
+    """A table, ready to render; ``note`` explains the columns under the caption."""
 
     caption: str
     columns: tuple[Column, ...]
@@ -58,6 +66,66 @@ class Table:
         for row in self.rows:
             if len(row) != len(self.columns):
                 raise ValueError(f"table {self.caption!r}: a row has {len(row)} cells for {len(self.columns)} columns")
+
+    def without_empty_columns(self) -> Table:
+        """The table less every column in which nothing was measured (all cells NaN)."""
+        keep = [
+            index
+            for index in range(len(self.columns))
+            if not self.rows or not all(_missing(row[index]) for row in self.rows)
+        ]
+        return Table(
+            self.caption,
+            tuple(self.columns[k] for k in keep),
+            tuple(tuple(row[k] for k in keep) for row in self.rows),
+            self.note,
+        )
+
+
+def _missing(value: Cell) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+@dataclass(frozen=True)
+class TableDefinition(Generic[Item]):
+    """What one table shows, defined once for every medium: its columns (labels, units,
+    number formats), the cells of one item, its default order, caption and note.
+    ``table(items)`` makes the ``Table`` that every renderer draws (report page,
+    Markdown, inline notebook HTML, CSV, terminal)."""
+
+    caption: str
+    columns: tuple[Column, ...]
+    cells: Callable[[Item], tuple[Cell, ...]]
+    note: str = ""
+    order: Callable[[Item], Any] | None = None  # the default sort key; None keeps the given order
+
+    def rows(self, items: Iterable[Item]) -> tuple[tuple[Cell, ...], ...]:
+        ordered = sorted(items, key=self.order) if self.order is not None else list(items)
+        return tuple(self.cells(item) for item in ordered)
+
+    def table(
+        self, items: Iterable[Item], caption: str | None = None, note: str | None = None, limit: int | None = None
+    ) -> Table:
+        """The items as a table (the first ``limit`` rows in the default order, when given)."""
+        rows = self.rows(items)
+        return Table(
+            self.caption if caption is None else caption,
+            self.columns,
+            rows if limit is None else rows[:limit],
+            self.note if note is None else note,
+        )
+
+    def labelled(self, label: Column) -> TableDefinition[tuple[Cell, Item]]:
+        """The same table over ``(label, item)`` pairs, with ``label`` as its first column
+        (e.g. the model each head belongs to)."""
+        order = self.order
+        return TableDefinition(
+            self.caption,
+            (label, *self.columns),
+            lambda pair: (pair[0], *self.cells(pair[1])),
+            self.note,
+            None if order is None else (lambda pair: order(pair[1])),
+        )
 
 
 @dataclass(frozen=True)
@@ -77,6 +145,24 @@ class Figure:
         """(width, height) in pixels, from the PNG header."""
         width, height = struct.unpack(">II", self.png_bytes()[16:24])
         return width, height
+
+
+@dataclass(frozen=True)
+class HeadMaps:
+    """A layer x head figure defined once for every medium: the report draws it as a PNG
+    (``sinkscope.reports.plots.draw_head_maps``), a notebook as coloured HTML cells with
+    their numbers (``sinkscope.reports.html.head_maps_html``). One panel per ``(name,
+    values[layer][head])`` (e.g. one per model), on one colour scale from vmin to vmax;
+    ``marked[panel]``: the (layer, head) cells to outline, which ``marked_label`` names
+    (e.g. sink heads)."""
+
+    title: str
+    colorbar_label: str
+    panels: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...]
+    marked: tuple[frozenset[tuple[int, int]], ...] = ()
+    marked_label: str = ""
+    vmin: float = 0.0
+    vmax: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +191,17 @@ class ReportDocument:
     subtitle: str
     findings: tuple[str, ...]
     sections: tuple[Section, ...]
+
+
+def records_table(caption: str, records: Iterable[Any], record_type: type) -> Table:
+    """Dataclass records as a table of their raw fields, one column per field named as
+    the field (e.g. ``heads.csv``: every ``HeadProbe`` metric at full precision)."""
+    names = [item.name for item in fields(record_type)]
+    return Table(
+        caption,
+        tuple(Column(name) for name in names),
+        tuple(tuple(getattr(record, name) for name in names) for record in records),
+    )
 
 
 def sort_key(value: Cell) -> str:

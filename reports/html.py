@@ -1,10 +1,20 @@
-"""Render a ``ReportDocument`` as ONE self-contained HTML file.
+"""HTML, the one stack: the table, heat-grid and bullet renderers, the report page's
+shell and the notebook fragment's shell.
 
-Figures are embedded as base64 ``data:`` URIs; the style sheet and the table-sorting
-script are inline; nothing is fetched from the network. Every document string goes
-through ``html.escape``. A Content-Security-Policy allows only the page's own style
-and script (by hash) and ``data:`` images, so even a string that escaped escaping could
-not run.
+``render_html`` draws a ``ReportDocument`` as ONE self-contained file: figures are
+embedded as base64 ``data:`` URIs; the style sheet and the table-sorting script are
+inline; nothing is fetched from the network. A Content-Security-Policy allows only the
+page's own style and script (by hash) and ``data:`` images, so even a string that escaped
+escaping could not run.
+
+``fragment`` wraps the same tables, grids and bullets as one ``<div>`` with its own
+scoped style sheet and no script, for a notebook's inline display (``_repr_html_``): so
+Jupyter, VS Code and a plain browser show it the same way. Heat maps there are HTML
+tables with coloured cells, not images, so their numbers stay readable at any zoom and
+the fragment needs no plotting backend.
+
+Every string goes through ``escape`` (``html.escape``): prompts, tokens and model names
+are user input.
 """
 
 from __future__ import annotations
@@ -12,11 +22,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import math
+from collections.abc import Iterable, Sequence
 
 from sinkscope.reports.document import (
     Block,
     Bullets,
     Figure,
+    HeadMaps,
     KeyValues,
     Paragraph,
     ReportDocument,
@@ -107,31 +120,147 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
+def escape(text: object) -> str:
+    """The one HTML escaper: text (and attribute values) can never become markup."""
+    return html.escape(str(text), quote=True)
 
 
-def _table(table: Table) -> str:
+_e = escape
+
+
+def table_html(table: Table, sortable: bool = True, scroll: bool = False) -> str:
+    """A table: numbers right-aligned; ``sortable`` adds the page script's sort buttons and
+    each number's sort key (a notebook fragment has no script); ``scroll`` caps its height."""
     head = []
     for column in table.columns:
-        numeric = " data-numeric" if column.numeric else ""
-        name = _e(column.name).replace("_", "_<wbr>")  # long metric names may break after an underscore
-        head.append(f'<th scope="col" aria-sort="none"{numeric}><button type="button">{name}</button></th>')
+        name = _e(column.header).replace("_", "_<wbr>")  # long metric names may break after an underscore
+        if sortable:
+            numeric = " data-numeric" if column.numeric else ""
+            head.append(f'<th scope="col" aria-sort="none"{numeric}><button type="button">{name}</button></th>')
+        else:
+            head.append(f'<th scope="col">{name}</th>')
     body = []
     for row in table.rows:
         cells = []
         for column, value in zip(table.columns, row):
             text = _e(format_cell(value, column.fmt))
             if column.numeric:
-                cells.append(f'<td class="num" data-sort="{_e(sort_key(value))}">{text}</td>')
+                sort = f' data-sort="{_e(sort_key(value))}"' if sortable else ""
+                cells.append(f'<td class="num"{sort}>{text}</td>')
             else:
                 cells.append(f"<td>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     note = f'<p class="note">{_e(table.note)}</p>' if table.note else ""
+    caption = f"<caption>{_e(table.caption)}</caption>" if table.caption else ""
+    css = ' class="sortable"' if sortable else ""
+    wrap = "table-wrap scroll" if scroll else "table-wrap"
     return (
-        f'<div class="table-wrap"><table class="sortable"><caption>{_e(table.caption)}</caption>'
+        f'<div class="{wrap}"><table{css}>{caption}'
         f"<thead><tr>{''.join(head)}</tr></thead><tbody>{''.join(body)}</tbody></table>{note}</div>"
     )
+
+
+def bullets_html(items: Iterable[str]) -> str:
+    return "<ul>" + "".join(f"<li>{_e(item)}</li>" for item in items) + "</ul>"
+
+
+# viridis at five stops: dark (low) to yellow (high); text turns dark on the light end
+_STOPS = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+
+
+def colour(value: float, vmin: float = 0.0, vmax: float = 1.0) -> tuple[str, str]:
+    """(background, text) CSS colours of ``value`` on viridis between vmin and vmax;
+    grey for NaN."""
+    if math.isnan(value):
+        return "#e9ecef", "#5b6473"
+    t = min(max((value - vmin) / (vmax - vmin) if vmax > vmin else 0.0, 0.0), 1.0) * (len(_STOPS) - 1)
+    low = min(int(t), len(_STOPS) - 2)
+    frac = t - low
+    rgb = [round(a + (b - a) * frac) for a, b in zip(_STOPS[low], _STOPS[low + 1])]
+    text = "#1d2330" if t > 2.2 else "#ffffff"
+    return "#{:02x}{:02x}{:02x}".format(*rgb), text
+
+
+def heat_grid(
+    values: Sequence[Sequence[float]],
+    caption: str,
+    row_name: str = "layer",
+    column_name: str = "head",
+    marked: frozenset[tuple[int, int]] = frozenset(),
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+    row_labels: Sequence[str] = (),
+) -> str:
+    """``values[row][column]`` as coloured cells with their numbers; ``marked`` cells are
+    outlined (e.g. sink heads); rows are numbered unless ``row_labels`` name them."""
+    n_columns = max((len(row) for row in values), default=0)
+    head = f"<th>{_e(row_name)} \\ {_e(column_name)}</th>" + "".join(
+        f"<th>{column}</th>" for column in range(n_columns)
+    )
+    body = []
+    for r, row in enumerate(values):
+        cells = []
+        for c, value in enumerate(row):
+            background, text = colour(float(value), vmin, vmax)
+            css = ' class="sink"' if (r, c) in marked else ""
+            title = _e(f"{row_name} {r}, {column_name} {c}: {format_cell(float(value), '.4f')}")
+            cells.append(
+                f'<td{css} style="background:{background};color:{text}" title="{title}">'
+                f"{_e(format_cell(float(value), '.2f'))}</td>"
+            )
+        label = row_labels[r] if r < len(row_labels) else str(r)
+        body.append(f"<tr><th>{_e(label)}</th>{''.join(cells)}</tr>")
+    return (
+        f'<table class="grid"><caption>{_e(caption)}</caption><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def head_maps_html(maps: HeadMaps) -> str:
+    """Every panel's rows stacked in one grid (rows named "panel L<layer>" when there are
+    several panels), marked cells outlined."""
+    values: list[tuple[float, ...]] = []
+    labels: list[str] = []
+    marked: set[tuple[int, int]] = set()
+    for index, (name, rows) in enumerate(maps.panels):
+        outlined = maps.marked[index] if index < len(maps.marked) else frozenset()
+        marked.update((len(values) + layer, head) for layer, head in outlined)
+        labels += [f"{name} L{layer}" if len(maps.panels) > 1 else str(layer) for layer in range(len(rows))]
+        values += rows
+    caption = f"{maps.title}; outlined: {maps.marked_label}" if maps.marked_label else maps.title
+    row_name = "model, layer" if len(maps.panels) > 1 else "layer"
+    return heat_grid(values, caption, row_name, "head", frozenset(marked), maps.vmin, maps.vmax, labels)
+
+
+INLINE_STYLE = """
+.sinkscope-inline { font: 13px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; color: #1d2330; max-width: 1100px; }
+.sinkscope-inline h3 { font-size: 16px; margin: 6px 0 2px; }
+.sinkscope-inline h4 { font-size: 14px; margin: 14px 0 4px; }
+.sinkscope-inline p.sub { color: #5b6473; margin: 0 0 8px; overflow-wrap: anywhere; }
+.sinkscope-inline p.note { color: #5b6473; font-size: 12px; margin: 0 0 8px; max-width: 1000px; }
+.sinkscope-inline ul { margin: 4px 0 8px; padding-left: 20px; }
+.sinkscope-inline table { border-collapse: collapse; font-variant-numeric: tabular-nums; margin: 4px 0 8px; }
+.sinkscope-inline th, .sinkscope-inline td { border-bottom: 1px solid #d9dde5; padding: 2px 8px; text-align: left; }
+.sinkscope-inline td.num { text-align: right; white-space: nowrap; }
+.sinkscope-inline thead th { background: #eef1f6; position: sticky; top: 0; }
+.sinkscope-inline .scroll { max-height: 360px; overflow: auto; display: inline-block; }
+.sinkscope-inline table.grid td { width: 44px; min-width: 44px; text-align: center; padding: 3px 2px; border: 1px solid #fff; }
+.sinkscope-inline table.grid td.sink { outline: 2px solid #d9480f; outline-offset: -2px; font-weight: 600; }
+.sinkscope-inline table.grid th { text-align: center; background: none; font-weight: 600; color: #5b6473; }
+.sinkscope-inline caption { text-align: left; font-weight: 600; padding: 2px 0; }
+"""
+
+
+def fragment(title: str, subtitle: str, parts: Iterable[str]) -> str:
+    """The notebook shell: one self-contained ``<div>``, a title, a subtitle, then ``parts``
+    (already HTML: ``table_html(..., sortable=False)``, ``heat_grid``, ``bullets_html``)."""
+    sub = f'<p class="sub">{_e(subtitle)}</p>' if subtitle else ""
+    return f'<div class="sinkscope-inline"><style>{INLINE_STYLE}</style><h3>{_e(title)}</h3>{sub}{"".join(parts)}</div>'
+
+
+def inline_table(table: Table) -> str:
+    """A table in a notebook fragment: no sort script; long tables scroll."""
+    return table_html(table, sortable=False, scroll=len(table.rows) > 12)
 
 
 # A figure wider than half the column (1180 px less 2 x 24 px padding, 24 px gap, 1 px
@@ -158,9 +287,9 @@ def _block(block: Block) -> str:
     if isinstance(block, Paragraph):
         return f"<p>{_e(block.text)}</p>"
     if isinstance(block, Bullets):
-        return "<ul>" + "".join(f"<li>{_e(item)}</li>" for item in block.items) + "</ul>"
+        return bullets_html(block.items)
     if isinstance(block, Table):
-        return _table(block)
+        return table_html(block)
     if isinstance(block, Figure):
         return _figure(block)
     if isinstance(block, KeyValues):
@@ -197,7 +326,7 @@ def render_html(document: ReportDocument, footer: str = "") -> str:
     toc = '<li><a href="#findings">Summary of findings</a></li>' + "".join(
         f'<li><a href="#{anchor}">{_e(section.title)}</a></li>' for section, anchor in zip(document.sections, anchors)
     )
-    findings = "".join(f"<li>{_e(item)}</li>" for item in document.findings)
+    findings = bullets_html(document.findings)
     body = "".join(_section(section, anchor) for section, anchor in zip(document.sections, anchors))
     return (
         "<!DOCTYPE html>\n"
@@ -207,7 +336,7 @@ def render_html(document: ReportDocument, footer: str = "") -> str:
         f"<title>{_e(document.title)}</title><style>{STYLE}</style></head><body>"
         f'<header><h1>{_e(document.title)}</h1><p class="subtitle">{_e(document.subtitle)}</p></header>'
         f'<nav aria-label="sections"><ol>{toc}</ol></nav>'
-        f'<main><section id="findings"><h2>Summary of findings</h2><ul>{findings}</ul></section>{body}</main>'
+        f'<main><section id="findings"><h2>Summary of findings</h2>{findings}</section>{body}</main>'
         f"<footer>{_e(footer)}</footer>"
         f"<script>{SCRIPT}</script></body></html>\n"
     )

@@ -1,10 +1,12 @@
-"""Render a ``ReportDocument`` as Markdown (for a notebook, a pull request or an issue).
+"""Markdown, the one stack: ``render_markdown`` draws a ``ReportDocument`` (for a
+notebook, a pull request or an issue) and ``table_markdown`` one table (also for the
+Markdown files a command writes beside its JSON, e.g. ``comparison.md``).
 
 Same findings, tables and figures as the HTML page; figures are linked by relative
-path instead of embedded. Every document string is escaped: ``&``, ``<`` and ``>``
-become entities (so a prompt such as ``<script>`` stays text in renderers that allow
-HTML) and Markdown's punctuation is backslash-escaped (so a file name cannot open a link
-or break a table).
+path instead of embedded. Every string is escaped by the one Markdown escaper,
+``md_escape``: ``&``, ``<`` and ``>`` become entities (so a prompt such as ``<script>``
+stays text in renderers that allow HTML) and Markdown's punctuation is backslash-escaped
+(so a file name cannot open a link or break a table).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ def _link_target(link: str) -> str:
     return "<" + link.replace("<", "%3C").replace(">", "%3E") + ">"
 
 
-def _table(table: Table) -> str:
-    lines = [f"**{md_escape(table.caption)}**", ""]
-    lines.append("| " + " | ".join(md_escape(column.name) for column in table.columns) + " |")
+def table_markdown(table: Table) -> str:
+    """The table under its bold caption, its note below."""
+    lines = [f"**{md_escape(table.caption)}**", ""] if table.caption else []
+    lines.append("| " + " | ".join(md_escape(column.header) for column in table.columns) + " |")
     lines.append("|" + "".join("---:|" if column.numeric else "---|" for column in table.columns))
     for row in table.rows:
         cells = (md_escape(format_cell(value, column.fmt)) for column, value in zip(table.columns, row))
@@ -47,7 +50,7 @@ def _block(block: Block, link: Callable[[Path], str]) -> str:
     if isinstance(block, Bullets):
         return "\n".join(f"- {md_escape(item)}" for item in block.items)
     if isinstance(block, Table):
-        return _table(block)
+        return table_markdown(block)
     if isinstance(block, Figure):
         return f"![{md_escape(block.caption)}]({_link_target(link(block.path))})"
     if isinstance(block, KeyValues):
@@ -67,9 +70,3 @@ def render_markdown(document: ReportDocument, link: Callable[[Path], str], foote
     if footer:
         parts.append(f"_{md_escape(footer)}_")
     return "\n\n".join(parts) + "\n"
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
+from sinkscope.reports.document import HeadMaps
 
 from sinkscope.infra.atomic_io import atomic_path
 from sinkscope.infra.errors import InputError
@@ -147,18 +148,6 @@ def attention_grid(
     return save_figure(fig, path)
 
 
-def layer_head_map(
-    values: np.ndarray,
-    path: str | os.PathLike,
-    title: str,
-    colorbar_label: str,
-    vmin: float = 0.0,
-    vmax: float = 1.0,
-) -> Figure:
-    """A layer x head heatmap ``values [layer, head]`` with each cell annotated."""
-    return heatmap(values, path, title, colorbar_label, "head", "layer", vmin, vmax)
-
-
 def heatmap(
     values: np.ndarray,
     path: str | os.PathLike,
@@ -244,6 +233,14 @@ def layer_head_maps(
         _colorbar(sub, image, list(axes[: len(row)]), colorbar_label, shrink=0.9)
     fig.suptitle(title, fontsize=TITLE_PT)
     return save_figure(fig, path)
+
+
+def draw_head_maps(maps: HeadMaps, path: str | os.PathLike) -> Figure:
+    """``maps`` as a PNG: one panel as one layer x head heatmap, several side by side."""
+    arrays = [(name, np.array(values, dtype=float).reshape(len(values), -1)) for name, values in maps.panels]
+    if len(arrays) == 1:
+        return heatmap(arrays[0][1], path, maps.title, maps.colorbar_label, "head", "layer", maps.vmin, maps.vmax)
+    return layer_head_maps(arrays, path, maps.title, maps.colorbar_label, maps.vmin, maps.vmax)
 
 
 def _draw_grid(

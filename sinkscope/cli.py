@@ -663,21 +663,16 @@ def _toy_reproduce(args: argparse.Namespace) -> dict:
     config = ReproduceConfig.quick(**overrides) if args.quick else ReproduceConfig(**overrides)
     summary = reproduce(config, args.out, **_experiment_options(args))
     if not args.json:
-        from sinkscope.reports.markdown import markdown_table
-        from sinkscope.toy.reproduce import OVERVIEW_HEADER, overview_rows
+        from sinkscope.reports.text import table_terminal
+        from sinkscope.toy.tables import MODEL_TABLE
 
-        print(
-            markdown_table(
-                OVERVIEW_HEADER,
-                overview_rows(summary.models),
-            )
-        )
+        print(table_terminal(MODEL_TABLE.table(summary.models)))
         failed = [c for c in summary.checks if not c.passed]
         print(
             f"{len(summary.checks) - len(failed)} of {len(summary.checks)} checks against the paper pass"
             + (": failing: " + "; ".join(c.claim for c in failed) if failed else "")
         )
-        print(f"wrote {Path(args.out) / 'summary.md'} and {Path(args.out) / 'summary.json'}")
+        print(f"wrote {Path(args.out) / 'summary.json'}; `sinkscope report {args.out}` writes its report")
     return encode(summary)
 
 
@@ -731,31 +726,13 @@ def _toy_sweep(args: argparse.Namespace) -> dict:
 
     result = sweep(_sweep_config(args), args.out, **_experiment_options(args))
     if not args.json:
-        from sinkscope.reports.markdown import markdown_table
+        from sinkscope.reports.text import table_terminal
+        from sinkscope.toy.tables import SWEEP_TABLE
 
-        header = [
-            "configuration",
-            "converged",
-            "mean steps",
-            "sink fraction",
-            "seeds with a sink",
-            "default-position MSE",
-        ]
-        rows = [
-            [
-                r.label,
-                f"{r.converged}/{r.seeds}",
-                f"{r.mean_steps:.0f}",
-                f"{r.sink_fraction:.2f}",
-                f"{r.seeds_with_sink}/{r.seeds}",
-                "-" if r.mean_default_mse is None else f"{r.mean_default_mse:.1e}",
-            ]
-            for r in result.rows
-        ]
-        print(markdown_table(header, rows))
+        print(table_terminal(SWEEP_TABLE.table(result.rows)))
         print(
-            f"wrote {Path(args.out) / 'summary.md'}, {Path(args.out) / 'summary.json'} and plots "
-            f"({result.wall_seconds:.0f} s)"
+            f"wrote {Path(args.out) / 'summary.json'} and plots ({result.wall_seconds:.0f} s); "
+            f"`sinkscope report {args.out}` writes its report"
         )
     return encode(result)
 
@@ -841,7 +818,7 @@ def _compare_mechanism(args: argparse.Namespace, out: Path) -> dict:
         )
         write_mechanism(comparison, out, overwrite=args.overwrite)
     if not args.json:
-        from sinkscope.reports.mechanism import mechanism_markdown
+        from sinkscope.probes.mechanism_report import mechanism_markdown
 
         print(mechanism_markdown(comparison))
         print(f"wrote {out / 'mechanism.md'}, {out / 'mechanism.json'} and {out / 'mechanism.png'}")

@@ -33,8 +33,8 @@ from sinkscope.infra.provenance import write_provenance
 from sinkscope.pretrained_analysis.audit import AUDIT_FILE, AuditResult, read_audit
 from sinkscope.pretrained_analysis.compare import COMPARISON_JSON, read_comparison
 from sinkscope.probes.mechanism import MECHANISM_FILE, MechanismComparison, MechanismSource, compare_mechanisms
+from sinkscope.probes.mechanism_report import MECHANISM_FIGURE, MECHANISM_MD, mechanism_figure, mechanism_markdown
 from sinkscope.probes.probe import ProbeResult
-from sinkscope.reports.mechanism import MECHANISM_FIGURE, MECHANISM_MD, mechanism_figure, mechanism_markdown
 from sinkscope.toy.experiment import SUMMARY_FILE
 from sinkscope.toy.probe_run import DEFAULT_STATE_FILE, PROBE_FILE, probe_of_run
 from sinkscope.toy.reproduce import REPRODUCE_FILE, ReproduceSummary

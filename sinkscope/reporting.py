@@ -2,7 +2,7 @@
 self-contained page) and ``report.md``.
 
 The kind of directory is recognised by its files (``sinkscope.toy.report.REPORT_KINDS``,
-``sinkscope.pretrained_analysis.report.REPORT_KINDS``, ``sinkscope.reports.mechanism.REPORT_KINDS``); the kind's builder makes the document and
+``sinkscope.pretrained_analysis.report.REPORT_KINDS``, ``sinkscope.probes.mechanism_report.REPORT_KINDS``); the kind's builder makes the document and
 ``sinkscope.reports.write`` renders and writes it.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import package_version
 from sinkscope.pretrained_analysis.report import REPORT_KINDS as PRETRAINED_KINDS
-from sinkscope.reports.mechanism import REPORT_KINDS as MECHANISM_KINDS
+from sinkscope.probes.mechanism_report import REPORT_KINDS as MECHANISM_KINDS
 from sinkscope.reports.write import ReportKind, write_report
 from sinkscope.toy.report import REPORT_KINDS as TOY_KINDS
 from sinkscope.toy.run_dir import CONFIG_FILE, RESULT_FILE

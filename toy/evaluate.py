@@ -23,7 +23,6 @@ from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, 
 from sinkscope.probes.probe import HeadProbe, ProbeConfig, probe_model
 from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.reports.plots import attention_grid
-from sinkscope.toy.display import evaluation_html
 from sinkscope.toy.model import ToyTransformer
 from sinkscope.toy.run_dir import RunConfig, load_model, read_config
 from sinkscope.toy.task import TaskBatch, eval_batch, sample_batch
@@ -130,6 +129,8 @@ class ModelEvaluation:
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: held-out errors and anchor mass per head."""
+        from sinkscope.toy.display import evaluation_html  # the display imports this module's types for typing only
+
         return evaluation_html(self)
 
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sinkscope.execution import Unit, run_units, units_failed
 from sinkscope.probes.probe import HeadProbe
 from sinkscope.reports.frames import dataframe, row_of
-from sinkscope.toy.display import model_html
 from sinkscope.toy.evaluate import ToyDefaultState, evaluate_run
 from sinkscope.toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from sinkscope.toy.progress import ExperimentProgress
@@ -31,7 +30,6 @@ from sinkscope.infra.codec import read_result, write_result
 
 SUMMARY_FILE = "summary.json"  # an experiment's result (reproduce, sweep)
 EVALUATION_FILE = "evaluation.json"  # a run's ModelSummary, written when its unit finishes
-SUMMARY_MD = "summary.md"
 
 if TYPE_CHECKING:
     import pandas
@@ -68,6 +66,8 @@ class ModelSummary:
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: training outcome and anchor mass per head."""
+        from sinkscope.toy.display import model_html  # the display imports this module's types for typing only
+
         return model_html(self)
 
 

@@ -16,7 +16,9 @@ import numpy as np
 import torch
 from sinkscope.probes.default_state import default_state_test
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, probe_model
-from sinkscope.reports.plots import layer_head_map
+from sinkscope.probes.tables import anchor_mass_map
+from sinkscope.reports.document import HeadMaps
+from sinkscope.reports.plots import draw_head_maps
 from sinkscope.toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
 from sinkscope.toy.run_dir import load_model, read_config, require_finished
 from sinkscope.toy.task import eval_batch
@@ -97,18 +99,20 @@ def probe_run(
             write_result(tmp / PROBE_FILE, probe)
             probe.write_heads_csv(str(tmp / HEADS_CSV))
             write_result(tmp / DEFAULT_STATE_FILE, state)
-            layer_head_map(
-                probe.anchor_mass_matrix().numpy(),
+            draw_head_maps(
+                anchor_mass_map(
+                    probe, f"{run_dir.name}: BOS mass at non-trigger queries", "mean attention on BOS (anchor mass)"
+                ),
                 tmp / ANCHOR_MASS_FIGURE,
-                f"{run_dir.name}: BOS mass at non-trigger queries",
-                "mean attention on BOS (anchor mass)",
             )
-            share = probe.matrix("value_weighted_anchor_share").numpy()
-            layer_head_map(
-                np.nan_to_num(share),
+            share = np.nan_to_num(probe.matrix("value_weighted_anchor_share").numpy())
+            draw_head_maps(
+                HeadMaps(
+                    f"{run_dir.name}: value-weighted anchor share",
+                    "share of the head's output norm from BOS",
+                    (("", tuple(tuple(row) for row in share.tolist())),),
+                ),
                 tmp / SHARE_FIGURE,
-                f"{run_dir.name}: value-weighted anchor share",
-                "share of the head's output norm from BOS",
             )
             write_provenance(tmp, "toy probe", source=str(run_dir.resolve()))
     files = [PROBE_FILE, HEADS_CSV, DEFAULT_STATE_FILE, ANCHOR_MASS_FIGURE, SHARE_FIGURE, PROVENANCE_FILE]

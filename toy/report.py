@@ -10,23 +10,8 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 from sinkscope.probes.probe import ProbeResult
-from sinkscope.probes.sink_metrics import SINK_EPS
-from sinkscope.reports.document import (
-    Block,
-    Column,
-    Figure,
-    KeyValues,
-    Paragraph,
-    ReportDocument,
-    Section,
-    Table,
-    config_block,
-    sig,
-)
-from sinkscope.reports.plots import layer_head_maps
-from sinkscope.reports.sections import (
+from sinkscope.probes.report_sections import (
     default_state_chart,
     default_state_finding,
     default_state_table,
@@ -40,7 +25,19 @@ from sinkscope.reports.sections import (
     sink_rate_phrase,
     value_share_phrase,
 )
+from sinkscope.reports.document import (
+    Block,
+    Figure,
+    KeyValues,
+    Paragraph,
+    ReportDocument,
+    Section,
+    config_block,
+    sig,
+)
+from sinkscope.reports.plots import draw_head_maps
 from sinkscope.reports.write import ReportKind
+from sinkscope.toy.display import anchor_mass_maps
 from sinkscope.toy.evaluate import MEAN_FIGURE, STD_FIGURE, ToyDefaultState
 from sinkscope.toy.experiment import SUMMARY_FILE, ModelSummary
 from sinkscope.toy.patching import (
@@ -55,7 +52,8 @@ from sinkscope.toy.patching import (
 from sinkscope.toy.probe_run import ANCHOR_MASS_FIGURE, DEFAULT_STATE_FILE, PROBE_FILE, SHARE_FIGURE
 from sinkscope.toy.reproduce import REPRODUCE_FILE, ReproduceConfig, ReproduceSummary
 from sinkscope.toy.run_dir import CONFIG_FILE, RunConfig, read_config
-from sinkscope.toy.sweep import SWEEP_COLUMNS, SWEEP_FILE, SweepResult, sweep_table_cells
+from sinkscope.toy.sweep import SWEEP_FILE, SweepResult
+from sinkscope.toy.tables import CHECK_TABLE, MODEL_HEAD_TABLE, MODEL_TABLE, SWEEP_TABLE, TRADEOFF_TABLE
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tradeoff import (
     CONSTRUCTION_SERIES,
@@ -156,29 +154,10 @@ def _tradeoff_findings(result: TradeoffResult) -> list[str]:
 
 
 def _tradeoff_blocks(source: Path, result: TradeoffResult) -> list[Block]:
-    columns = (
-        Column("series"),
-        Column("point"),
-        Column("scale", "g", numeric=True),
-        Column("anchor_mass_default", ".4f", numeric=True),
-        Column("default_mse", ".3g", numeric=True),
-        Column("default_linf", ".3g", numeric=True),
-        Column("trigger_mse", ".3g", numeric=True),
-    )
-    rows = tuple(
-        (name, p.label, p.scale, p.anchor_mass_default, p.default_mse, p.default_linf, p.trigger_mse)
-        for name, points in result.series.items()
-        for p in points
-    )
+    points = [(name, point) for name, points in result.series.items() for point in points]
     return [
         *_existing_figures([(source / TRADEOFF_FIGURE, "default-position MSE against BOS mass at default queries")]),
-        Table(
-            "Trade-off points",
-            columns,
-            rows,
-            "anchor_mass_default: mean BOS weight over non-trigger queries; MSE and L-inf at those positions; "
-            "scale: the construction's score scale or the factor on the trained W_Q.",
-        ),
+        TRADEOFF_TABLE.table(points),
     ]
 
 
@@ -220,72 +199,6 @@ def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult |
     if tradeoff is not None:
         findings += _tradeoff_findings(tradeoff)
     return findings
-
-
-def _models_table(models: list[ModelSummary]) -> Table:
-    """One row per trained model: architecture, training outcome, errors, sink heads."""
-    return Table(
-        "One row per trained model",
-        (
-            Column("model"),
-            Column("attention"),
-            Column("layers", numeric=True),
-            Column("heads", numeric=True),
-            Column("seed", numeric=True),
-            Column("converged"),
-            Column("steps", numeric=True),
-            Column("seconds", ".0f", numeric=True),
-            Column("batch L-inf", ".2e", numeric=True),
-            Column("held-out L-inf", ".2e", numeric=True),
-            Column("held-out MSE", ".2e", numeric=True),
-            Column("sink heads", numeric=True),
-            Column("paper sink heads", numeric=True),
-        ),
-        tuple(
-            (
-                m.name,
-                m.attention,
-                m.layers,
-                m.heads,
-                m.seed,
-                m.converged,
-                m.steps,
-                m.wall_seconds,
-                m.linf_error,
-                m.heldout_linf_error,
-                m.heldout_mse,
-                m.n_sink_heads,
-                m.paper_sink_heads,
-            )
-            for m in models
-        ),
-        f"Held-out errors: fresh sequences from the training distribution. Sink head: mean BOS weight over "
-        f"non-trigger queries >= {1 - SINK_EPS:g}.",
-    )
-
-
-def _model_heads_table(models: list[ModelSummary]) -> Table:
-    """One row per head of every model: its BOS masses and whether it sinks."""
-    return Table(
-        "Every head of every model",
-        (
-            Column("model"),
-            Column("layer", numeric=True),
-            Column("head", numeric=True),
-            Column("anchor_mass", ".4f", numeric=True),
-            Column("anchor_mass_other", ".4f", numeric=True),
-            Column("row_mass", ".4f", numeric=True),
-            Column("sink head"),
-        ),
-        tuple(
-            (m.name, r.layer, r.head, r.anchor_mass, r.anchor_mass_other, r.row_mass, r.is_sink_head)
-            for m in models
-            for r in m.heads_table
-        ),
-        "anchor_mass: mean BOS weight over non-trigger queries; anchor_mass_other: BOS weight at the "
-        "trigger query; row_mass: total weight of non-trigger rows (1 for softmax; for ReLU, rows need "
-        "not sum to one and this shows whether the head attends off-trigger at all).",
-    )
 
 
 def _reproduction_default_state(models: list[ModelSummary], figure_dir: Path) -> Section | None:
@@ -362,24 +275,31 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
     )
     models = summary.models
     findings = _reproduction_findings(summary, tradeoff)
-    panels = [(m.name, _head_matrix(m)) for m in models]
     sink_figure = figure_dir / "sink_maps.png"
-    layer_head_maps(panels, sink_figure, "BOS mass at non-trigger queries (layer x head)", "mean attention on BOS")
-    checks = Table(
-        "Each claim and what was measured",
-        (Column("claim"), Column("passed"), Column("measured")),
-        tuple((c.claim, c.passed, c.detail) for c in summary.checks),
-    )
+    draw_head_maps(anchor_mass_maps([(m.name, m.heads_table) for m in models]), sink_figure)
+    checks = CHECK_TABLE.table(summary.checks)
     sections = [
         Section(
             "Models",
             (
-                _models_table(models),
+                MODEL_TABLE.table(models),
                 Figure(sink_figure, "layer x head sink map of every model: mean BOS weight over non-trigger queries"),
             ),
         ),
         Section("Checks against the paper", (checks,)),
-        Section("Heads", (_model_heads_table(models),)),
+        Section(
+            "Heads",
+            (
+                MODEL_HEAD_TABLE.table(
+                    [(m.name, head) for m in models for head in m.heads_table],
+                    "Every head of every model",
+                    "anchor_mass: mean BOS weight over non-trigger queries; anchor_mass_other: BOS weight at the "
+                    "trigger query; row_mass: total weight of non-trigger rows (1 for softmax; for ReLU, rows need "
+                    "not sum to one and this shows whether the head attends off-trigger at all). A metric measured "
+                    "for no head is left out.",
+                ).without_empty_columns(),
+            ),
+        ),
     ]
     default_state = _reproduction_default_state(models, figure_dir)
     if default_state is not None:
@@ -394,13 +314,6 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
         findings=tuple(findings),
         sections=tuple(sections),
     )
-
-
-def _head_matrix(model: ModelSummary) -> np.ndarray:
-    values = np.zeros((model.layers, model.heads))
-    for row in model.heads_table:
-        values[row.layer, row.head] = row.anchor_mass
-    return values
 
 
 # probe ------------------------------------------------------------------------------
@@ -633,14 +546,7 @@ def _sweep_findings(result: SweepResult) -> list[str]:
 
 def sweep_report(source: Path, figure_dir: Path) -> ReportDocument:
     result = read_result(source / SUMMARY_FILE, SweepResult, "regenerate it with sinkscope toy sweep")
-    table = Table(
-        "Configurations (aggregated over seeds)",
-        tuple(Column(name, fmt, fmt != "") for name, fmt in SWEEP_COLUMNS),
-        tuple(sweep_table_cells(result)),
-        note='sink fraction: share of all heads over seeds with anchor_mass_default >= 0.9; "over seeds": the '
-        "smallest and largest value among the seeds; default-position MSE: error at non-trigger positions "
-        "of the test sequences",
-    )
+    table = SWEEP_TABLE.table(result.rows)
     figures = _existing_figures(
         [(source / name, name.removesuffix(".png").replace("_", " ")) for name in result.figures]
     )

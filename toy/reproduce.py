@@ -1,6 +1,7 @@
 """Reproduce the paper: train the six models (1x1, 2x2, 4x4 layers x heads; softmax and
 ReLU) over several seeds, evaluate each like the paper's figures, and write
-``summary.json``, ``summary.md`` and per-model heatmaps.
+``summary.json`` and per-model heatmaps (``sinkscope report`` turns the directory into
+``report.html`` and ``report.md``, the reproduction's one Markdown file).
 
 Runs are independent, so they train in parallel worker processes (``sinkscope.toy.experiment``):
 the seeds of one architecture train together as one batched computation
@@ -17,9 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
-from sinkscope.reports.markdown import markdown_table
-from sinkscope.toy.display import reproduction_html
-from sinkscope.toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_dataframe, run_jobs
+from sinkscope.toy.experiment import SUMMARY_FILE, ModelSummary, heads_dataframe, run_jobs
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import RunConfig, TrainConfig
 from sinkscope.toy.task import TaskConfig
@@ -27,7 +26,6 @@ from sinkscope.toy.tracking import TrackingConfig
 from sinkscope.toy.tradeoff import write_tradeoff
 from sinkscope.toy.train import unit_device
 
-from sinkscope.infra.atomic_io import atomic_write_text
 from sinkscope.infra.codec import write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
@@ -119,6 +117,8 @@ class ReproduceSummary:
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: the paper's checks, the models, the anchor-mass map."""
+        from sinkscope.toy.display import reproduction_html  # the display imports this module's types for typing only
+
         return reproduction_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
@@ -224,7 +224,7 @@ def reproduce(
     ray_address: str | None = None,
     tracking: TrackingConfig | None = None,
 ) -> ReproduceSummary:
-    """Train and evaluate every model of ``config`` into ``out_dir``; write the summaries.
+    """Train and evaluate every model of ``config`` into ``out_dir``; write ``summary.json``.
     ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``); evaluation
     runs on the CPU. ``executor``/``ray_address``: where the units run (``run_jobs``).
     ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
@@ -260,7 +260,6 @@ def reproduce(
             figures=["tradeoff.png"] if one_layer_softmax else [],
         )
         write_result(work_dir / SUMMARY_FILE, summary)
-        atomic_write_text(work_dir / SUMMARY_MD, summary_markdown(summary))
         write_provenance(work_dir, "toy reproduce")
     return summary
 
@@ -273,91 +272,3 @@ def _job_order(job: tuple[str, RunConfig]) -> tuple:
         PAPER_ATTENTIONS.index(model.attention) if model.attention in PAPER_ATTENTIONS else 9,
         job[1].train.seed,
     )
-
-
-OVERVIEW_HEADER = [
-    "model",
-    "converged",
-    "steps",
-    "seconds",
-    "batch L-inf",
-    "held-out L-inf",
-    "held-out MSE",
-    "sink heads",
-    "paper",
-]
-
-
-def overview_rows(models: list[ModelSummary]) -> list[list[str]]:
-    """One row of ``OVERVIEW_HEADER`` per model."""
-    rows = []
-    for m in models:
-        rows.append(
-            [
-                m.name,
-                "yes" if m.converged else "no",
-                str(m.steps),
-                f"{m.wall_seconds:.0f}",
-                f"{m.linf_error:.1e}",
-                f"{m.heldout_linf_error:.1e}",
-                f"{m.heldout_mse:.1e}",
-                f"{m.n_sink_heads}/{len(m.heads_table)}",
-                "-" if m.paper_sink_heads is None else f"{m.paper_sink_heads}/{m.layers * m.heads}",
-            ]
-        )
-    return rows
-
-
-def summary_markdown(summary: ReproduceSummary) -> str:
-    config = summary.config
-    parts = [
-        "# Toy reproduction: trigger-conditional tasks force softmax attention sinks\n",
-        f"{len(summary.models)} models, seeds {config.first_seed}..{config.first_seed + config.seeds - 1}, "
-        f"up to {config.max_steps} steps, evaluated on {config.n_sequences} fresh sequences with the trigger at "
-        f"1-indexed position {config.task.eval_trigger_position + 1}. Training took "
-        f"{sum(m.wall_seconds for m in summary.models):.0f} s summed over models; this invocation took "
-        f"{summary.wall_seconds:.0f} s (finished runs are reused, not retrained).\n",
-        "A head is a sink head when its mean BOS weight over non-trigger queries (`anchor_mass`) is >= 0.9. "
-        "For ReLU attention the weights are relu(S)/max(i,1): rows need not sum to one, and "
-        "`row_mass` shows whether a head attends off-trigger at all.\n",
-        "## Overview\n",
-        markdown_table(
-            OVERVIEW_HEADER,
-            overview_rows(summary.models),
-        ),
-        "## Checks against the paper\n",
-        markdown_table(
-            ["claim", "result", "measured"],
-            [[c.claim, "pass" if c.passed else "FAIL", c.detail] for c in summary.checks],
-        ),
-    ]
-    if summary.figures:
-        parts.append("## Theorem 1's trade-off\n")
-        parts.append(
-            "Off-trigger BOS mass against default-position error for the one-layer softmax runs "
-            "(their query weights rescaled), the softmax construction over its scale and the exact "
-            "ReLU construction (`tradeoff.json`).\n"
-        )
-        parts.append(" ".join(f"![{Path(f).stem}]({f})" for f in summary.figures) + "\n")
-    for m in summary.models:
-        parts.append(f"## {m.name}\n")
-        parts.append(f"Paper: {m.paper}.\n")
-        parts.append(
-            markdown_table(
-                ["layer", "head", "anchor_mass", "anchor_mass_other", "row_mass", "sink head"],
-                [
-                    [
-                        str(r.layer),
-                        str(r.head),
-                        f"{r.anchor_mass:.3f}",
-                        f"{r.anchor_mass_other:.3f}",
-                        f"{r.row_mass:.3f}",
-                        "yes" if r.is_sink_head else "",
-                    ]
-                    for r in m.heads_table
-                ],
-            )
-        )
-        if m.figures:
-            parts.append(" ".join(f"![{Path(f).stem}]({f})" for f in m.figures) + "\n")
-    return "\n".join(parts)

@@ -18,19 +18,14 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 from sinkscope.execution.outputs import experiment_directory
 from sinkscope.interp.attention_kinds import validate_attention_kind
-from sinkscope.reports.document import Cell as TableCell
-from sinkscope.reports.document import format_cell
-from sinkscope.reports.markdown import markdown_table
 from sinkscope.reports.plots import bar_chart, heatmap
-from sinkscope.toy.display import sweep_html
-from sinkscope.toy.experiment import SUMMARY_FILE, SUMMARY_MD, ModelSummary, heads_dataframe, run_jobs
+from sinkscope.toy.experiment import SUMMARY_FILE, ModelSummary, heads_dataframe, run_jobs
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import RunConfig, TrainConfig
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tracking import TrackingConfig
 from sinkscope.toy.train import unit_device
 
-from sinkscope.infra.atomic_io import atomic_write_text
 from sinkscope.infra.codec import write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
@@ -207,6 +202,8 @@ class SweepResult:
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: one row per configuration."""
+        from sinkscope.toy.display import sweep_html  # the display imports this module's types for typing only
+
         return sweep_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
@@ -368,62 +365,6 @@ def _row(
     return next(r for r in rows if (r.attention, r.layers, r.heads, r.d_model, r.seq_len, r.layer_norm, r.mlp) == key)
 
 
-def _range_text(values: tuple[float, float] | None, spec: str) -> str:
-    return "-" if values is None else f"{values[0]:{spec}}..{values[1]:{spec}}"
-
-
-# the per-configuration table: (column, number format); "" is a text column
-SWEEP_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("configuration", ""),
-    ("converged", ""),
-    ("mean steps", ".0f"),
-    ("steps over seeds", ""),
-    ("sink fraction", ".2f"),
-    ("sink fraction over seeds", ""),
-    ("seeds with a sink", ""),
-    ("default-position MSE", ".2e"),
-    ("default MSE over seeds", ""),
-    ("mean anchor_mass_default", ".3f"),
-)
-
-
-def sweep_table_cells(result: SweepResult) -> list[tuple[TableCell, ...]]:
-    """One row of ``SWEEP_COLUMNS`` per configuration: numbers where the column has a
-    format (sortable in the HTML report), text otherwise, None where nothing was measured."""
-    return [
-        (
-            r.label,
-            f"{r.converged}/{r.seeds}",
-            r.mean_steps,
-            _range_text(r.steps_range, ".0f"),
-            r.sink_fraction,
-            _range_text(r.sink_fraction_range, ".2f"),
-            f"{r.seeds_with_sink}/{r.seeds}",
-            r.mean_default_mse,
-            _range_text(r.default_mse_range, ".1e"),
-            r.mean_anchor_mass_default,
-        )
-        for r in result.rows
-    ]
-
-
-def sweep_markdown(result: SweepResult) -> str:
-    table = markdown_table(
-        [name for name, _ in SWEEP_COLUMNS],
-        [[format_cell(cell, fmt) for cell, (_, fmt) in zip(row, SWEEP_COLUMNS)] for row in sweep_table_cells(result)],
-    )
-    return (
-        "# Toy sweep: how often do heads sink?\n\n"
-        f"{len(result.rows)} configurations x {result.config.seeds} seeds, up to {result.config.max_steps} steps; "
-        f"wall time {result.wall_seconds:.0f} s. A head sinks when its BOS mass at non-trigger queries is >= 0.9; "
-        '"over seeds" columns give the smallest and largest value among the seeds.\n\n'
-        + table
-        + "\n"
-        + " ".join(f"![{Path(f).stem}]({f})" for f in result.figures)
-        + "\n"
-    )
-
-
 def sweep(
     config: SweepConfig,
     out_dir: str | os.PathLike,
@@ -434,8 +375,8 @@ def sweep(
     ray_address: str | None = None,
     tracking: TrackingConfig | None = None,
 ) -> SweepResult:
-    """Train and evaluate the grid into ``out_dir``; writes ``summary.json``, ``summary.md``
-    and plots. Re-running with the same settings resumes: finished seed groups are read
+    """Train and evaluate the grid into ``out_dir``; writes ``summary.json`` and plots
+    (``sinkscope report`` turns the directory into ``report.html`` and ``report.md``). Re-running with the same settings resumes: finished seed groups are read
     back. ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``);
     ``executor``/``ray_address``: where the units run (``sinkscope.toy.experiment.run_jobs``).
     ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
@@ -463,6 +404,5 @@ def sweep(
         result = SweepResult(config, rows, models, round(time.perf_counter() - started, 2))
         result.figures = _plots(config, rows, work_dir)
         write_result(work_dir / SUMMARY_FILE, result)
-        atomic_write_text(work_dir / SUMMARY_MD, sweep_markdown(result))
         write_provenance(work_dir, "toy sweep")
     return result

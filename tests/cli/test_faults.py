@@ -203,7 +203,7 @@ def test_toy_overwrite_keeps_the_old_result_until_the_new_one_is_complete(
     out = tmp_path / command
     assert main(["toy", command, str(toy_run), "--out", str(out), "--no-progress", *flags]) == 0
     before = snapshot(out)
-    name = "layer_head_map" if command == "probe" else "heatmap"
+    name = "draw_head_maps" if command == "probe" else "heatmap"
     module = __import__("sinkscope.toy.probe_run" if command == "probe" else "sinkscope.toy.patching", fromlist=[name])
     calls = []
 

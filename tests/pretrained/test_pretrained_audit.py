@@ -14,9 +14,10 @@ import pandas
 import pytest
 import torch
 from sinkscope.pretrained_analysis.audit import AuditConfig, AuditResult, audit, read_audit
-from sinkscope.pretrained_analysis.compare import markdown_escape, read_comparison
+from sinkscope.pretrained_analysis.compare import read_comparison
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set, tokenize_prompts
+from sinkscope.reports.markdown import md_escape
 
 from round_trip import assert_json_files_round_trip
 from sinkscope.cli import main
@@ -266,7 +267,7 @@ def test_python_api_is_reproducible(tiny_gpt2):
 
 
 def test_markdown_escape_neutralises_table_and_html():
-    assert markdown_escape("a|b <img> *x*\nnext") == "a\\|b \\<img\\> \\*x\\* next"
+    assert md_escape("a|b <img> *x*\nnext") == "a\\|b &lt;img&gt; \\*x\\* next"  # the one Markdown escaper
 
 
 def test_audit_help_shows_examples(capsys):

@@ -132,9 +132,9 @@ def test_the_comparison_shows_itself_in_a_notebook(inputs):
     markup = comparison._repr_html_()
     for finding in mechanism_findings(comparison):
         assert html.escape(finding) in markup
-    head_rows = re.findall(r"<caption>Every sink head</caption>.*?<tbody>(.*?)</tbody>", markup, re.S)[0]
+    head_rows = re.findall(r"<caption>Sink heads, toy and pretrained</caption>.*?<tbody>(.*?)</tbody>", markup, re.S)[0]
     shown = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", head_rows)]
-    assert [(row[0], int(row[1]), int(row[2]), row[4]) for row in shown] == [
+    assert [(row[0], int(row[3]), int(row[4]), row[6]) for row in shown] == [
         (html.escape(h.source), h.layer, h.head, f"{h.value_weighted_anchor_share:.3f}") for h in comparison.heads
     ]
 

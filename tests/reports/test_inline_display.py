@@ -175,8 +175,9 @@ def test_the_displays_render_in_a_browser_without_scripts(audits, reproduction, 
 def test_cells_format_numpy_and_torch_scalars_as_numbers():
     import numpy as np
     import torch
+    from sinkscope.reports.document import Column, Table
     from sinkscope.reports.formatting import format_cell
-    from sinkscope.reports.inline_html import table
+    from sinkscope.reports.html import inline_table
 
     assert [format_cell(v, ".3f") for v in (np.float32("nan"), np.float32(0.5), torch.tensor(2.0))] == [
         "\u2013",
@@ -184,4 +185,6 @@ def test_cells_format_numpy_and_torch_scalars_as_numbers():
         "2.000",
     ]
     assert format_cell(np.bool_(True)) == "yes"
-    assert '<td class="num">0.25</td>' in table((("a", ".2f"),), [(np.float64(0.25),)])
+    assert '<td class="num">0.25</td>' in inline_table(
+        Table("", (Column("a", ".2f", numeric=True),), ((np.float64(0.25),),))
+    )

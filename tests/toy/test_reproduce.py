@@ -11,6 +11,7 @@ from sinkscope.toy.train import train
 
 from round_trip import assert_json_files_round_trip
 from sinkscope.infra.errors import InputError
+from sinkscope.reporting import report
 
 REQUIRED_MODEL_KEYS = {
     "layers",
@@ -56,9 +57,11 @@ def test_outputs_have_the_documented_layout(tmp_path):
         ):
             assert (run_dir / name).is_file(), name
         assert model["steps"] == 25 and not model["converged"]
-    markdown = (out / "summary.md").read_text()
+    assert not (out / "summary.md").exists()  # the reproduction's one Markdown file is its report's
+    markdown = report(out).markdown.read_text()
     assert "0.92, 1.00, 0.93, 1.00" in markdown  # the paper's 2x2 numbers sit next to ours
-    assert "FAIL" in markdown  # 25 steps cannot converge, and the checks say so
+    failed = [line for line in markdown.splitlines() if line.startswith("|") and "reaches L-inf" in line]
+    assert failed and all("| no |" in line for line in failed)  # 25 steps cannot converge, and the checks say so
     assert len(summary.checks) == len(data["checks"])
     assert data["figures"] == ["tradeoff.png"] and (out / "tradeoff.png").is_file()
     assert "softmax-1x1-seed0 (W_Q x factor)" in json.loads((out / "tradeoff.json").read_text())["series"]

@@ -1,7 +1,8 @@
 """Report content for the probes' results, shared by toy and pretrained reports: the
-per-head and per-layer tables of a probe, the sentences that summarise them, the
-default-state test's table, chart and one-sentence finding, and the table and finding
-of an activation-patching result."""
+per-head and per-layer tables of a probe (defined in ``sinkscope.probes.tables``), the
+sentences that summarise them, the default-state test's table, chart and one-sentence
+finding, and the table and finding of an activation-patching result. Made here, above
+the presentation layer (``sinkscope.reports``), which never imports the probes."""
 
 from __future__ import annotations
 
@@ -11,90 +12,22 @@ from pathlib import Path
 
 import numpy as np
 from sinkscope.probes.default_state import DefaultStateRow
-from sinkscope.probes.patching import PatchingResult, PatchingRow
+from sinkscope.probes.patching import PatchingResult
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
-from sinkscope.reports.document import Column, Figure, KeyValues, Table, config_block, percent, sig
+from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
+from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
 from sinkscope.reports.plots import bar_chart
 
 from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
 
-HEAD_COLUMNS = (
-    Column("layer", numeric=True),
-    Column("head", numeric=True),
-    Column("anchor_mass", ".3f", numeric=True),
-    Column("anchor_mass_other", ".3f", numeric=True),
-    Column("alpha", ".3f", numeric=True),
-    Column("sink head"),
-    Column("value_weighted_anchor_share", ".3f", numeric=True),
-    Column("anchor_value_norm", ".3g", numeric=True),
-    Column("row_entropy", ".3f", numeric=True),
-    Column("dormant"),
-    Column("head_out_norm", ".3g", numeric=True),
-)
-
 
 def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
     """One row per head; a metric that was measured for no head (all NaN) is left out."""
-    rows = [
-        (
-            h.layer,
-            h.head,
-            h.anchor_mass,
-            h.anchor_mass_other,
-            h.alpha,
-            h.is_sink_head,
-            h.value_weighted_anchor_share,
-            h.anchor_value_norm,
-            h.row_entropy,
-            h.dormant,
-            h.head_out_norm,
-        )
-        for h in heads
-    ]
-    keep = [
-        index
-        for index in range(len(HEAD_COLUMNS))
-        if not all(isinstance(row[index], float) and math.isnan(row[index]) for row in rows)
-    ]
-    return Table(
-        caption, tuple(HEAD_COLUMNS[k] for k in keep), tuple(tuple(row[k] for k in keep) for row in rows), note
-    )
+    return HEAD_TABLE.table(heads, caption, note).without_empty_columns()
 
 
 def layer_table(layers: Sequence[LayerProbe]) -> Table:
-    columns = (
-        Column("layer", numeric=True),
-        Column("mean anchor_mass", ".3f", numeric=True),
-        Column("sink heads", numeric=True),
-        Column("attn_out_norm", ".3g", numeric=True),
-        Column("head_out_norm_sum", ".3g", numeric=True),
-        Column("anchor_resid_norm", ".3g", numeric=True),
-        Column("massive activations", numeric=True),
-        Column("massive at anchor", numeric=True),
-        Column("max |resid|", ".3g", numeric=True),
-        Column("median |resid|", ".3g", numeric=True),
-    )
-    rows = tuple(
-        (
-            layer.layer,
-            layer.anchor_mass,
-            layer.sink_heads,
-            layer.attn_out_norm,
-            layer.head_out_norm_sum,
-            layer.anchor_resid_norm,
-            layer.massive_count,
-            layer.massive_at_anchor,
-            layer.max_abs_resid,
-            layer.median_abs_resid,
-        )
-        for layer in layers
-    )
-    note = (
-        "Norms are means over the selected queries; attn_out_norm (norm of the summed heads) far below "
-        "head_out_norm_sum means the heads cancel. Massive activations: |x| > 100 and > 1000 x the layer's "
-        "median |x| in the residual stream after the layer."
-    )
-    return Table("Per layer", columns, rows, note)
+    return LAYER_TABLE.table(layers)
 
 
 def sink_rate_phrase(rates: Sequence[SinkRate]) -> str:
@@ -183,41 +116,7 @@ def value_share_phrase(sinks: Sequence[HeadProbe], anchor: str) -> str:
 def default_state_table(
     rows: Sequence[DefaultStateRow], what: str, caption: str = "Per sink head and for all sink heads together"
 ) -> Table:
-    columns = (
-        Column("heads"),
-        Column(f"{what} before", ".3g", numeric=True),
-        Column("after sink removal", ".3g", numeric=True),
-        Column("after control", ".3g", numeric=True),
-        Column("remove: increase", ".3g", numeric=True),
-        Column("remove: 95% CI low", ".3g", numeric=True),
-        Column("remove: 95% CI high", ".3g", numeric=True),
-        Column("control: increase", ".3g", numeric=True),
-        Column("control: 95% CI low", ".3g", numeric=True),
-        Column("control: 95% CI high", ".3g", numeric=True),
-        Column("Cohen's d", ".2f", numeric=True),
-    )
-    body = tuple(
-        (
-            row.label,
-            row.error_before,
-            row.error_after_remove,
-            row.error_after_control,
-            row.remove_increase.mean,
-            row.remove_increase.ci_low,
-            row.remove_increase.ci_high,
-            row.control_increase.mean,
-            row.control_increase.ci_low,
-            row.control_increase.ci_high,
-            row.cohens_d,
-        )
-        for row in rows
-    )
-    note = (
-        "Sink removal (remove_sink) zeroes each head's attention to the anchor and renormalises the row; the matched control "
-        "masks one random visible non-anchor key per query instead. Intervals are bootstrap intervals over "
-        "inputs; Cohen's d is of the paired difference (removal increase minus control increase)."
-    )
-    return Table(caption, columns, body, note)
+    return default_state_definition(what).table(rows, caption)
 
 
 def default_state_chart(
@@ -261,12 +160,6 @@ def default_state_change_chart(
 # activation patching ------------------------------------------------------------------
 
 
-def patch_site(row: PatchingRow) -> str:
-    """e.g. ``L1H0``, ``L0@7`` (layer, head, position)."""
-    head = "" if row.head is None else f"H{row.head}"
-    return f"L{row.layer}{head}" + ("" if row.position is None else f"@{row.position}")
-
-
 def patching_finding(result: PatchingResult) -> str:
     """The sites with the largest effects, in one sentence."""
     value = "normalised_effect" if any(not math.isnan(row.normalised_effect) for row in result.rows) else "effect"
@@ -286,32 +179,7 @@ def patching_finding(result: PatchingResult) -> str:
 
 def patching_table(result: PatchingResult, caption: str) -> Table:
     """One row per patched site (columns for the axes ``per`` iterates)."""
-    # positions are counted from 0 here, as in the site names (L0@7) and the patching figure
-    axes = [Column("position (0-indexed)" if axis == "position" else axis, numeric=True) for axis in result.per]
-    columns = (
-        Column("site"),
-        *axes,
-        Column("patched", ".4g", numeric=True),
-        Column("effect", ".4g", numeric=True),
-        Column("normalised_effect", ".3f", numeric=True),
-    )
-    rows = tuple(
-        (
-            patch_site(row),
-            *[{"layer": row.layer, "head": row.head, "position": row.position}[axis] for axis in result.per],
-            row.patched,
-            row.effect,
-            row.normalised_effect,
-        )
-        for row in result.rows
-    )
-    return Table(
-        caption,
-        columns,
-        rows,
-        "effect: the patched metric minus the target's; normalised_effect: effect / (source - target): 1 means "
-        "the site alone carries the whole difference, 0 none of it.",
-    )
+    return patching_definition(result.per).table(result.rows, caption)
 
 
 def provenance_block(provenance: Provenance | None) -> KeyValues:

@@ -1,5 +1,6 @@
 """Report content for the side-by-side comparison of toy and pretrained models
-(``mechanism.json``, ``sinkscope.probes.mechanism``): its findings, tables, figure and Markdown.
+(``mechanism.json``, ``sinkscope.probes.mechanism``): its findings, tables
+(``sinkscope.probes.tables``), figure and Markdown.
 
 The findings answer the paper's mechanism question from the numbers: where the sink
 heads' output comes mostly from the anchor (value-weighted anchor share >= 0.5) and where
@@ -18,8 +19,9 @@ from matplotlib.figure import Figure as MplFigure
 from sinkscope.probes.mechanism import MECHANISM_FILE, MechanismComparison, read_mechanism
 from sinkscope.probes.mechanism_findings import mechanism_findings
 from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
-from sinkscope.reports.document import Column, Figure, KeyValues, Paragraph, ReportDocument, Section, Table, format_cell
-from sinkscope.reports.markdown import md_escape
+from sinkscope.probes.tables import MECHANISM_HEAD_TABLE, MECHANISM_MODEL_TABLE
+from sinkscope.reports.document import Figure, KeyValues, Paragraph, ReportDocument, Section
+from sinkscope.reports.markdown import md_escape, table_markdown
 from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, SMALL_PT, TICK_PT, TITLE_PT, save_figure
 from sinkscope.reports.write import ReportKind
 
@@ -29,102 +31,6 @@ MARKERS = {"toy": "o", "pretrained": "^"}
 KIND_COLOURS = {"toy": "C0", "pretrained": "C3"}
 MAX_COLOURED_SOURCES = 10  # beyond this, colours cannot be told apart: colour by kind
 MAX_BAR_LABELS = 30  # bar labels that fit under the axes at TICK_PT
-
-
-HEAD_COLUMNS = (
-    Column("source"),
-    Column("kind"),
-    Column("model"),
-    Column("layer", numeric=True),
-    Column("head", numeric=True),
-    Column("anchor_mass", ".3f", numeric=True),
-    Column("value_weighted_anchor_share", ".3f", numeric=True),
-    Column("anchor_value_norm", ".3g", numeric=True),
-    Column("head_out_norm", ".3g", numeric=True),
-    Column("dormant"),
-    Column("layer attn_out_norm", ".3g", numeric=True),
-    Column("layer head_out_norm_sum", ".3g", numeric=True),
-    Column("model attn_out_norm_of_sum", ".3g", numeric=True),
-    Column("model attn_out_sum_of_norms", ".3g", numeric=True),
-    Column("cancellation", ".3f", numeric=True),
-)
-
-
-def head_rows(comparison: MechanismComparison) -> tuple[tuple, ...]:
-    """One row of ``HEAD_COLUMNS`` per sink head."""
-    by_source = {model.source: model for model in comparison.models}
-    return tuple(
-        (
-            head.source,
-            head.kind,
-            by_source[head.source].model,
-            head.layer,
-            head.head,
-            head.anchor_mass,
-            head.value_weighted_anchor_share,
-            head.anchor_value_norm,
-            head.head_out_norm,
-            head.dormant,
-            head.layer_attn_out_norm,
-            head.layer_head_out_norm_sum,
-            by_source[head.source].attn_out_norm_of_sum,
-            by_source[head.source].attn_out_sum_of_norms,
-            by_source[head.source].cancellation,
-        )
-        for head in comparison.heads
-    )
-
-
-def head_table(comparison: MechanismComparison) -> Table:
-    note = (
-        "One row per sink head. value_weighted_anchor_share: ||A[i,a] v_a W_O|| / sum_j ||A[i,j] v_j W_O||; "
-        "anchor_value_norm: ||v_a|| of the head's value (before W_O); layer attn_out_norm vs layer "
-        "head_out_norm_sum: the head's layer (far apart: its heads cancel); model attn_out_norm_of_sum vs "
-        "attn_out_sum_of_norms: all layers (cancellation = their ratio; far below 1: the layers cancel). "
-        "Means over the probe's selected queries (toy: non-trigger positions)."
-    )
-    return Table("Sink heads, toy and pretrained", HEAD_COLUMNS, head_rows(comparison), note)
-
-
-def models_table(comparison: MechanismComparison) -> Table:
-    columns = (
-        Column("source"),
-        Column("kind"),
-        Column("model"),
-        Column("attention"),
-        Column("layers", numeric=True),
-        Column("heads", numeric=True),
-        Column("inputs", numeric=True),
-        Column("sink heads", numeric=True),
-        Column("dormant sink heads", numeric=True),
-        Column("mean value_weighted_anchor_share", ".3f", numeric=True),
-        Column("attn_out_norm_of_sum", ".3g", numeric=True),
-        Column("attn_out_sum_of_norms", ".3g", numeric=True),
-        Column("cancellation", ".3f", numeric=True),
-        Column("probe"),
-        Column("directory"),
-    )
-    rows = tuple(
-        (
-            m.source,
-            m.kind,
-            m.model,
-            m.attention_kind,
-            m.n_layers,
-            m.n_heads,
-            m.n_inputs,
-            m.n_sink_heads,
-            m.n_dormant_sink_heads,
-            m.sink_value_weighted_anchor_share,
-            m.attn_out_norm_of_sum,
-            m.attn_out_sum_of_norms,
-            m.cancellation,
-            m.origin,
-            m.directory,
-        )
-        for m in comparison.models
-    )
-    return Table("Models compared", columns, rows, "Models without sink heads are listed here only.")
 
 
 def mechanism_figure(comparison: MechanismComparison, path: str | os.PathLike) -> MplFigure:
@@ -191,17 +97,9 @@ def mechanism_figure(comparison: MechanismComparison, path: str | os.PathLike) -
 
 def mechanism_markdown(comparison: MechanismComparison) -> str:
     """The findings and the sink-head table as Markdown (every name escaped)."""
-    rows = head_rows(comparison)
-    header = [column.name for column in HEAD_COLUMNS]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
-        cells = [
-            md_escape(format_cell(value, column.fmt)) if isinstance(value, str) else format_cell(value, column.fmt)
-            for value, column in zip(row, HEAD_COLUMNS)
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
     findings = "\n".join(f"- {md_escape(finding)}" for finding in mechanism_findings(comparison))
-    return "# Toy and pretrained sink heads side by side\n\n" + findings + "\n\n" + "\n".join(lines) + "\n"
+    table = table_markdown(MECHANISM_HEAD_TABLE.table(comparison.head_pairs()))
+    return "# Toy and pretrained sink heads side by side\n\n" + findings + "\n\n" + table + "\n"
 
 
 def mechanism_report(source: Path, figure_dir: Path) -> ReportDocument:
@@ -213,10 +111,10 @@ def mechanism_report(source: Path, figure_dir: Path) -> ReportDocument:
             "Sink heads",
             (
                 Figure(figure, "anchor mass vs value-weighted anchor share per sink head; cancellation per model"),
-                head_table(comparison),
+                MECHANISM_HEAD_TABLE.table(comparison.head_pairs()),
             ),
         ),
-        Section("Models", (models_table(comparison),)),
+        Section("Models", (MECHANISM_MODEL_TABLE.table(comparison.models),)),
         Section(
             "How to read it",
             (

@@ -1,0 +1,275 @@
+"""The probes' tables and sink map, each defined once (columns, labels, formats, order, caption, note)
+for every medium: the report page and its Markdown, the inline notebook display, CSV and
+the terminal. Per head, per layer, the default-state test, activation patching, and the
+side-by-side comparison of toy and pretrained sink heads and models."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sinkscope.reports.document import Column, HeadMaps, TableDefinition
+
+if TYPE_CHECKING:
+    from sinkscope.probes.default_state import DefaultStateRow
+    from sinkscope.probes.mechanism import MechanismHead, MechanismModel
+    from sinkscope.probes.patching import PatchingRow
+    from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeResult
+
+LAYER = Column("layer", numeric=True)
+HEAD = Column("head", numeric=True)
+ANCHOR_MASS = Column("anchor_mass", ".4f", numeric=True)
+VALUE_SHARE = Column("value_weighted_anchor_share", ".3f", numeric=True)
+ANCHOR_VALUE_NORM = Column("anchor_value_norm", ".3g", numeric=True)
+HEAD_OUT_NORM = Column("head_out_norm", ".3g", numeric=True)
+DORMANT = Column("dormant")
+CANCELLATION = Column("cancellation", ".3f", numeric=True)
+
+HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
+    "Per head",
+    (
+        LAYER,
+        HEAD,
+        ANCHOR_MASS,
+        Column("anchor_mass_other", ".4f", numeric=True),
+        Column("alpha", ".3f", numeric=True),
+        Column("sink head"),
+        VALUE_SHARE,
+        ANCHOR_VALUE_NORM,
+        Column("row_entropy", ".3f", numeric=True),
+        Column("row_mass", ".4f", numeric=True),
+        DORMANT,
+        HEAD_OUT_NORM,
+    ),
+    lambda h: (
+        h.layer,
+        h.head,
+        h.anchor_mass,
+        h.anchor_mass_other,
+        h.alpha,
+        h.is_sink_head,
+        h.value_weighted_anchor_share,
+        h.anchor_value_norm,
+        h.row_entropy,
+        h.row_mass,
+        h.dormant,
+        h.head_out_norm,
+    ),
+    "anchor_mass: mean attention on the anchor over the selected queries; anchor_mass_other: over the "
+    "other queries; alpha: Gu et al.'s alpha_0 (mean over all queries); value_weighted_anchor_share: share "
+    "of the head's output norm coming from the anchor; row_entropy: normalised by log(#visible keys); "
+    "row_mass: total weight of the selected queries' rows (1 under softmax); dormant: low entropy with mass "
+    "on the anchor. A metric measured for no head is left out.",
+)
+
+LAYER_TABLE: TableDefinition[LayerProbe] = TableDefinition(
+    "Per layer",
+    (
+        LAYER,
+        Column("mean anchor_mass", ".3f", numeric=True),
+        Column("sink heads", numeric=True),
+        Column("attn_out_norm", ".3g", numeric=True),
+        Column("head_out_norm_sum", ".3g", numeric=True),
+        Column("anchor_resid_norm", ".3g", numeric=True),
+        Column("massive activations", numeric=True),
+        Column("massive at anchor", numeric=True),
+        Column("max |resid|", ".3g", numeric=True),
+        Column("median |resid|", ".3g", numeric=True),
+    ),
+    lambda layer: (
+        layer.layer,
+        layer.anchor_mass,
+        layer.sink_heads,
+        layer.attn_out_norm,
+        layer.head_out_norm_sum,
+        layer.anchor_resid_norm,
+        layer.massive_count,
+        layer.massive_at_anchor,
+        layer.max_abs_resid,
+        layer.median_abs_resid,
+    ),
+    "Norms are means over the selected queries; attn_out_norm (norm of the summed heads) far below "
+    "head_out_norm_sum means the heads cancel. Massive activations: |x| > 100 and > 1000 x the layer's "
+    "median |x| in the residual stream after the layer.",
+)
+
+
+def default_state_definition(what: str) -> TableDefinition[DefaultStateRow]:
+    """The default-state test: ``what`` (e.g. "next-token loss") before and after each
+    removal, beside its matched control, one row per tested head set."""
+    return TableDefinition(
+        "Per sink head and for all sink heads together",
+        (
+            Column("heads"),
+            Column(f"{what} before", ".3g", numeric=True),
+            Column("after sink removal", ".3g", numeric=True),
+            Column("after control", ".3g", numeric=True),
+            *[
+                Column(f"{change}: {estimate}", ".3g", numeric=True)
+                for change in ("remove", "control")
+                for estimate in ("increase", "95% CI low", "95% CI high")
+            ],
+            Column("Cohen's d", ".2f", numeric=True),
+        ),
+        lambda row: (
+            row.label,
+            row.error_before,
+            row.error_after_remove,
+            row.error_after_control,
+            row.remove_increase.mean,
+            row.remove_increase.ci_low,
+            row.remove_increase.ci_high,
+            row.control_increase.mean,
+            row.control_increase.ci_low,
+            row.control_increase.ci_high,
+            row.cohens_d,
+        ),
+        "Sink removal (remove_sink) zeroes each head's attention to the anchor and renormalises the row; the "
+        "matched control masks one random visible non-anchor key per query instead. Intervals are bootstrap "
+        "intervals over inputs; Cohen's d is of the paired difference (removal increase minus control increase).",
+    )
+
+
+def patch_site(row: PatchingRow) -> str:
+    """e.g. ``L1H0``, ``L0@7`` (layer, head, position)."""
+    head = "" if row.head is None else f"H{row.head}"
+    return f"L{row.layer}{head}" + ("" if row.position is None else f"@{row.position}")
+
+
+def _strength(row: PatchingRow) -> float:
+    """Largest normalised effect first; sites without one last."""
+    return math.inf if math.isnan(row.normalised_effect) else -abs(row.normalised_effect)
+
+
+def patching_definition(per: Sequence[str]) -> TableDefinition[PatchingRow]:
+    """One row per patched site (a column for each axis ``per`` iterates), the largest
+    normalised effect first."""
+    # positions are counted from 0 here, as in the site names (L0@7) and the patching figure
+    axes = [Column("position (0-indexed)" if axis == "position" else axis, numeric=True) for axis in per]
+    return TableDefinition(
+        "Patched sites",
+        (
+            Column("site"),
+            *axes,
+            Column("patched", ".4g", numeric=True),
+            Column("effect", ".4g", numeric=True),
+            Column("normalised_effect", ".3f", numeric=True),
+        ),
+        lambda row: (
+            patch_site(row),
+            *[{"layer": row.layer, "head": row.head, "position": row.position}[axis] for axis in per],
+            row.patched,
+            row.effect,
+            row.normalised_effect,
+        ),
+        "effect: the patched metric minus the target's; normalised_effect: effect / (source - target): 1 means "
+        "the site alone carries the whole difference, 0 none of it.",
+        order=_strength,
+    )
+
+
+# toy and pretrained side by side -------------------------------------------------------
+
+MECHANISM_HEAD_TABLE: TableDefinition[tuple[MechanismHead, MechanismModel]] = TableDefinition(
+    "Sink heads, toy and pretrained",
+    (
+        Column("source"),
+        Column("kind"),
+        Column("model"),
+        LAYER,
+        HEAD,
+        ANCHOR_MASS,
+        VALUE_SHARE,
+        ANCHOR_VALUE_NORM,
+        HEAD_OUT_NORM,
+        DORMANT,
+        Column("layer attn_out_norm", ".3g", numeric=True),
+        Column("layer head_out_norm_sum", ".3g", numeric=True),
+        Column("model attn_out_norm_of_sum", ".3g", numeric=True),
+        Column("model attn_out_sum_of_norms", ".3g", numeric=True),
+        CANCELLATION,
+    ),
+    lambda pair: (
+        pair[0].source,
+        pair[0].kind,
+        pair[1].model,
+        pair[0].layer,
+        pair[0].head,
+        pair[0].anchor_mass,
+        pair[0].value_weighted_anchor_share,
+        pair[0].anchor_value_norm,
+        pair[0].head_out_norm,
+        pair[0].dormant,
+        pair[0].layer_attn_out_norm,
+        pair[0].layer_head_out_norm_sum,
+        pair[1].attn_out_norm_of_sum,
+        pair[1].attn_out_sum_of_norms,
+        pair[1].cancellation,
+    ),
+    "One row per sink head. value_weighted_anchor_share: ||A[i,a] v_a W_O|| / sum_j ||A[i,j] v_j W_O||; "
+    "anchor_value_norm: ||v_a|| of the head's value (before W_O); layer attn_out_norm vs layer "
+    "head_out_norm_sum: the head's layer (far apart: its heads cancel); model attn_out_norm_of_sum vs "
+    "attn_out_sum_of_norms: all layers (cancellation = their ratio; far below 1: the layers cancel). "
+    "Means over the probe's selected queries (toy: non-trigger positions).",
+)
+
+MECHANISM_MODEL_TABLE: TableDefinition[MechanismModel] = TableDefinition(
+    "Models compared",
+    (
+        Column("source"),
+        Column("kind"),
+        Column("model"),
+        Column("attention"),
+        Column("layers", numeric=True),
+        Column("heads", numeric=True),
+        Column("inputs", numeric=True),
+        Column("sink heads", numeric=True),
+        Column("dormant sink heads", numeric=True),
+        Column("mean value_weighted_anchor_share", ".3f", numeric=True),
+        Column("mean anchor_value_norm", ".3g", numeric=True),
+        Column("attn_out_norm_of_sum", ".3g", numeric=True),
+        Column("attn_out_sum_of_norms", ".3g", numeric=True),
+        CANCELLATION,
+        Column("writes the anchor's value"),
+        Column("layers cancel"),
+        Column("probe"),
+        Column("directory"),
+    ),
+    lambda m: (
+        m.source,
+        m.kind,
+        m.model,
+        m.attention_kind,
+        m.n_layers,
+        m.n_heads,
+        m.n_inputs,
+        m.n_sink_heads,
+        m.n_dormant_sink_heads,
+        m.sink_value_weighted_anchor_share,
+        m.sink_anchor_value_norm,
+        m.attn_out_norm_of_sum,
+        m.attn_out_sum_of_norms,
+        m.cancellation,
+        m.writes_anchor,
+        m.layers_cancel,
+        m.origin,
+        m.directory,
+    ),
+    "Means over each model's sink heads; models without sink heads are listed here only.",
+)
+
+
+# figures ------------------------------------------------------------------------------
+
+
+def anchor_mass_map(probe: ProbeResult, title: str, colorbar_label: str = "anchor mass") -> HeadMaps:
+    """The sink map: a probe's anchor mass per (layer, head), sink heads outlined; the
+    report's PNG and the notebook's grid both draw it."""
+    return HeadMaps(
+        title,
+        colorbar_label,
+        (("", tuple(tuple(row) for row in probe.anchor_mass_matrix().tolist())),),
+        (frozenset(probe.sink_heads()),),
+        f"sink heads, anchor mass \u2265 {1.0 - probe.config.sink_eps:g}",
+    )
