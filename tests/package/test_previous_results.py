@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sinkscope.probes.tables import ANCHOR_MASS, HEAD_TABLE, VALUE_SHARE
 from sinkscope.reports.formatting import format_cell, sig
 
 from sinkscope.cli import main
@@ -43,6 +44,12 @@ PERSISTED_MODULES = (
     "sinkscope.pretrained_analysis.audit",
     "sinkscope.pretrained_analysis.compare",
     "sinkscope.pretrained_analysis.suite",
+)
+
+
+# the per-head numbers are formatted as the one per-head table definition formats them
+ANCHOR_MASS_OTHER, ALPHA = (
+    next(c for c in HEAD_TABLE.columns if c.name == name) for name in ("anchor_mass_other", "alpha")
 )
 
 
@@ -75,8 +82,8 @@ def toy_probe_numbers(directory: Path) -> list[str]:
     expected = [f"{n_sink} of {len(heads)} heads", f"{probe['n_inputs']} test sequences"]
     expected += [f"{format_cell(rate['percent'], '.1f')}% at ε = {rate['eps']}" for rate in probe["sink_rates"]]
     expected += [
-        f"| {head['layer']} | {head['head']} | {format_cell(head['anchor_mass'], '.3f')} "
-        f"| {format_cell(head['anchor_mass_other'], '.3f')} | {format_cell(head['alpha'], '.3f')} |"
+        f"| {head['layer']} | {head['head']} | {format_cell(head['anchor_mass'], ANCHOR_MASS.fmt)} "
+        f"| {format_cell(head['anchor_mass_other'], ANCHOR_MASS_OTHER.fmt)} | {format_cell(head['alpha'], ALPHA.fmt)} |"
         for head in heads
     ]
     default_state = load(directory / "default_state.json")
@@ -157,7 +164,8 @@ def audit_numbers(directory: Path) -> list[str]:
     expected.append(f"{n_sink} of {len(heads)} heads" if n_sink else f"None of the {len(heads)} heads is a sink head")
     expected += [f"{format_cell(rate['percent'], '.1f')}% at ε = {rate['eps']}" for rate in probe["sink_rates"]]
     expected += [
-        f"| {head['layer']} | {head['head']} | {format_cell(head['anchor_mass'], '.3f')} | {format_cell(head['alpha'], '.3f')} |"
+        f"| {head['layer']} | {head['head']} | {format_cell(head['anchor_mass'], ANCHOR_MASS.fmt)} "
+        f"| {format_cell(head['alpha'], ALPHA.fmt)} |"
         for head in heads
     ]
     ablation = audit["ablation"]
@@ -184,7 +192,8 @@ def mechanism_numbers(directory: Path) -> list[str]:
     expected = [f"{len(mechanism['models'])} models compared with the same probes", f"{n_sink} sink heads in all"]
     expected += [
         f"| {head['source']} | {head['kind']} | {model} | {head['layer']} | {head['head']} "
-        f"| {format_cell(head['anchor_mass'], '.3f')} | {format_cell(head['value_weighted_anchor_share'], '.3f')} |"
+        f"| {format_cell(head['anchor_mass'], ANCHOR_MASS.fmt)} "
+        f"| {format_cell(head['value_weighted_anchor_share'], VALUE_SHARE.fmt)} |"
         for head in mechanism["heads"]
         for model in [next(m["model"] for m in mechanism["models"] if m["source"] == head["source"])]
     ]
