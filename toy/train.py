@@ -60,6 +60,7 @@ from tqdm.auto import tqdm
 
 from sinkscope.infra.atomic_io import atomic_write_text, holds_files, locked_directory, read_json
 from sinkscope.infra.codec import encode
+from sinkscope.infra.devices import resolve_device
 from sinkscope.infra.errors import InputError, RunFailed
 
 DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one seed
@@ -98,32 +99,6 @@ class RunDirectoryError(InputError):
     """The run directory cannot be used as asked (exists with another config, etc.)."""
 
 
-DEVICES = ("cpu", "cuda", "auto")
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (cuda when this machine has it, else cpu)
-    as a device this machine has; anything else is one ``ValueError`` naming the choices."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise InputError(f"unknown device {device!r}; pass cpu, cuda, cuda:N or auto", field="device") from None
-    if resolved.type not in ("cpu", "cuda"):
-        raise InputError(
-            f"toy training runs on cpu or cuda, not {resolved.type}; pass cpu, cuda or auto", field="device"
-        )
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError(
-                f"this machine has no CUDA device for {device!r}; use device cpu (or auto)", field="device"
-            )
-        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise InputError(f"{device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)", field="device")
-    return resolved
-
-
 def unit_device(device: str, executor: str) -> str:
     """Where a unit trains. Locally: ``resolve_device`` on this machine. On Ray, ``cuda``
     or ``cuda:N`` is plain ``cuda``, checked on the GPU node the unit lands on (Ray gives
@@ -131,8 +106,8 @@ def unit_device(device: str, executor: str) -> str:
     if executor != "ray" or device == "auto":
         return str(resolve_device(device))
     kind = str(device).split(":")[0]
-    if kind not in ("cpu", "cuda"):
-        resolve_device(device)  # the one-line refusal naming the choices
+    if kind != "cuda":
+        return str(resolve_device(device))  # cpu, mps here; anything else: the one-line refusal
     return kind
 
 
