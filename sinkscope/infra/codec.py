@@ -152,7 +152,7 @@ def _decode_dataclass(cls: type, data: Any, where: str, top_level: bool = False)
     try:
         return cls(**values)
     except ValueError as error:  # the class's own validation (InputError), e.g. a count out of range
-        raise SchemaError(f"{_at(where)}: {error}", field=getattr(error, "field", None)) from None
+        raise SchemaError(f"{_at(where)}: {error}", field=getattr(error, "field", None)) from error
 
 
 def _at(where: str) -> str:
@@ -199,5 +199,5 @@ def read_result(path: str | os.PathLike, cls: type[T], remedy: str = "") -> T:
             raise SchemaError(
                 f"{path} predates {cls.SCHEMA} schema version {cls.SCHEMA_VERSION} (it has no schema_version) "  # type: ignore[attr-defined]
                 f"and does not match it: {error}{suffix}"
-            ) from None
-        raise SchemaError(f"{path}: {error}{suffix}", field=error.field) from None
+            ) from error
+        raise SchemaError(f"{path}: {error}{suffix}", field=error.field) from error
