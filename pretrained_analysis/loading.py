@@ -40,6 +40,7 @@ from sinkscope.pretrained_analysis.resolve import (
     resolve_model,
 )
 
+from sinkscope.infra.devices import check_device_name
 from sinkscope.infra.errors import InputError
 
 __all__ = [
@@ -74,8 +75,9 @@ class LoadSpec:
     """What to load and how.
 
     name: short name, Hugging Face id or local directory; revision: hub branch/tag/commit
-    (Pythia training checkpoints are ``step0`` ... ``step143000``); device: e.g. ``cpu``,
-    ``cuda:0`` (None: TransformerLens picks); dtype: one of ``DTYPES``; device_map /
+    (Pythia training checkpoints are ``step0`` ... ``step143000``); device: ``cpu``, ``cuda``,
+    ``cuda:N``, ``mps`` or ``auto`` (``sinkscope.infra.devices``; None: TransformerLens
+    picks); dtype: one of ``DTYPES``; device_map /
     n_devices: passed through to ``boot_transformers`` to split a large model across
     devices (exclusive with ``device``).
     """
@@ -95,6 +97,8 @@ class LoadSpec:
             )
         if self.dtype not in DTYPES:
             raise InputError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}", field="dtype")
+        if self.device is not None:
+            check_device_name(str(self.device))  # the spelling now; whether this machine has it, at load
         if self.device is not None and (self.device_map is not None or self.n_devices is not None):
             raise InputError("device is exclusive with device_map and n_devices; pass one placement", field="device")
         if self.n_devices is not None and self.n_devices < 1:

@@ -106,6 +106,9 @@ def test_load_spec_validates_placement():
     with pytest.raises(ValueError, match="choose one of float32"):
         LoadSpec("gpt2", dtype="int8")
     assert LoadSpec("gpt2", revision="step1").label == "gpt2@step1"
+    with pytest.raises(ValueError, match="unknown device 'banana'; pass cpu, cuda, cuda:N, mps or auto"):
+        LoadSpec("gpt2", device="banana")
+    assert LoadSpec("gpt2", device="auto").device == "auto"  # resolved on this machine when it loads
 
 
 def test_offline_gpt2_exits_2_fast_without_traceback(tmp_path):
