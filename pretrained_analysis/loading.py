@@ -33,7 +33,7 @@ from sinkscope.pretrained_analysis.resolve import (
     ModelNotAvailableError,
     ResolvedModel,
     UnknownModelError,
-    _cached_file,
+    cached_file,
     directory_label,
     first_line,
     hub_offline,
@@ -124,7 +124,7 @@ def context_length(resolved: ResolvedModel) -> int | None:
     if resolved.is_local:
         config_path: str | None = str(Path(resolved.location) / CONFIG_FILE)
     else:
-        config_path = _cached_file(resolved.location, CONFIG_FILE, resolved.revision)
+        config_path = cached_file(resolved.location, CONFIG_FILE, resolved.revision)
     if config_path is None:
         return None
     fix = (

@@ -129,7 +129,9 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
-def _cached_file(repo_id: str, filename: str, revision: str | None) -> str | None:
+def cached_file(repo_id: str, filename: str, revision: str | None) -> str | None:
+    """The path of ``filename`` of a hub repository in the local Hugging Face cache (None
+    when it is not cached); asks no server."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
@@ -140,8 +142,8 @@ def _cached_file(repo_id: str, filename: str, revision: str | None) -> str | Non
 
 
 def _is_cached(repo_id: str, revision: str | None) -> bool:
-    return _cached_file(repo_id, CONFIG_FILE, revision) is not None and any(
-        _cached_file(repo_id, weights, revision) is not None for weights in WEIGHT_FILES
+    return cached_file(repo_id, CONFIG_FILE, revision) is not None and any(
+        cached_file(repo_id, weights, revision) is not None for weights in WEIGHT_FILES
     )
 
 
