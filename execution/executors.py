@@ -145,8 +145,8 @@ def _run_unit_in_worker(unit: Unit) -> Outcome:
     try:
         _set_threads(unit)
         return run_unit(unit)
-    except KeyboardInterrupt:
-        raise SystemExit(1) from None
+    except KeyboardInterrupt as error:
+        raise SystemExit(1) from error
 
 
 def _run_in_pool(units: list[Unit], workers: int, record: Callable[[str, Outcome], None]) -> None:
@@ -177,8 +177,8 @@ def import_ray() -> Any:
     """The ``ray`` module, or ``InputError`` naming the extra that installs it."""
     try:
         import ray
-    except ImportError:
-        raise InputError(f"the ray executor needs Ray: {RAY_INSTALL}", field="executor") from None
+    except ImportError as error:
+        raise InputError(f"the ray executor needs Ray: {RAY_INSTALL}", field="executor") from error
     return ray
 
 
@@ -235,7 +235,7 @@ def _init_ray(ray: Any, workers: int, address: str | None) -> None:
         raise InputError(
             f"cannot join the Ray cluster at {address} ({error}); start it with `ray start --head` or pass another address",
             field="ray_address",
-        ) from None
+        ) from error
 
 
 def check_ray_address(address: str) -> None:
@@ -255,7 +255,7 @@ def check_ray_address(address: str) -> None:
             f"cannot reach the Ray cluster at {address} ({error.strerror or error}); start it with "
             "`ray start --head` or pass the address it printed",
             field="ray_address",
-        ) from None
+        ) from error
 
 
 def _check_feasible(ray: Any, units: list[Unit]) -> None:

@@ -75,7 +75,7 @@ def experiment_directory(
                     f"{listed} (in this overwriting run, which was discarded with everything it trained; the old "
                     f"result in {out_dir} is kept; running it again starts over)",
                     failures,
-                ) from None
+                ) from error
             _record_final_location(staging, out_dir)
 
 

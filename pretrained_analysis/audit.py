@@ -434,12 +434,12 @@ def audit(
             _ablate(hooked, tokenized, probe, config, info.label, progress) if config.ablate and info.causal else None
         )
         examples = _examples(hooked, loaded, tokenized, config.n_examples)
-    except torch.OutOfMemoryError:
+    except torch.OutOfMemoryError as error:
         raise AuditFailed(
             f"{info.label} ran out of memory on {info.device} at batch_size {config.batch_size}; "
             "lower batch_size, or load the model with dtype bfloat16 or device_map auto",
             field="batch_size",
-        ) from None
+        ) from error
     return AuditResult(
         model=info,
         prompts=tokenized.summary,

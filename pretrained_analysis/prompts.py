@@ -196,19 +196,23 @@ def _read_file(path: Path, text_column: str) -> tuple[list[Any], str]:
         _check_text_file(path)
     column = "text" if builder == "text" else text_column
     import datasets
+    from datasets.exceptions import DatasetsError
+    from pyarrow import ArrowException
 
     datasets.disable_progress_bars()
     verbosity = datasets.logging.get_verbosity()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its parsers log the error we report below
     try:
         dataset = datasets.load_dataset(builder, data_files=str(path), split="train")
-    except Exception as error:  # datasets wraps parser errors in several classes
+    # datasets wraps its parsers' errors (pandas', pyarrow's: ValueError, TypeError) in its
+    # own classes, or lets them through; a file it cannot open is an OSError
+    except (DatasetsError, ArrowException, ValueError, TypeError, OSError) as error:
         cause = error.__cause__ or error
         reason = (str(cause).strip().splitlines() or [""])[0][:200]
         raise PromptError(
             f"cannot read prompts from {path} ({type(cause).__name__}: {reason}); "
             "check that it is an intact file of its format"
-        ) from None
+        ) from error
     finally:
         datasets.logging.set_verbosity(verbosity)
     return _column(dataset, column, str(path)), column
@@ -225,7 +229,7 @@ def _check_text_file(path: Path) -> None:
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise PromptError(f"{path} is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+        raise PromptError(f"{path} is not UTF-8 text (byte {error.start}); save it as UTF-8") from error
     if not raw.strip():
         raise PromptError(f"prompt file {path} is empty; add prompts (one per line for .txt)")
 
@@ -244,10 +248,10 @@ def _read_hub(spec: PromptSpec) -> list[Any]:
             f"dataset {spec.source} is not in the local datasets cache and {where}; pass a local "
             ".txt/.jsonl/.csv/.parquet file, the default prompts, or connect so it downloads once",
             field="source",
-        ) from None
+        ) from error
     except ValueError as error:  # unknown split or config
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise PromptError(f"cannot load dataset {spec.source} split {spec.split!r}: {reason}", field="split") from None
+        raise PromptError(f"cannot load dataset {spec.source} split {spec.split!r}: {reason}", field="split") from error
     return _column(dataset, spec.text_column, spec.source)
 
 

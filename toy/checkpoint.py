@@ -28,7 +28,7 @@ def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except SafetensorError as error:  # cut short or overwritten: the file, not the code, is wrong
-        raise InputError(f"{path} is not a readable safetensors file ({error}); restore it or regenerate it") from None
+        raise InputError(f"{path} is not a readable safetensors file ({error}); restore it or regenerate it") from error
 
 
 def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:

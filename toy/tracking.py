@@ -68,8 +68,8 @@ class TrackingConfig:
                 continue
             try:
                 __import__(package)
-            except ImportError:
-                raise InputError(f"{setting} needs the {package} package: {TRACKING_INSTALL}", field=setting) from None
+            except ImportError as error:
+                raise InputError(f"{setting} needs the {package} package: {TRACKING_INSTALL}", field=setting) from error
         if self.tensorboard_dir is not None and Path(self.tensorboard_dir).exists():
             if not Path(self.tensorboard_dir).is_dir():
                 raise InputError(

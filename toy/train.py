@@ -32,6 +32,7 @@ from sinkscope.toy.seed_stack import OnLog, train_stack
 from sinkscope.toy.tracking import RunTrackers, TrackingConfig
 
 from sinkscope.infra.atomic_io import locked_directory
+from sinkscope.infra.devices import resolve_device
 from sinkscope.infra.errors import InputError, RunFailed
 
 # A toy step is a few 16-wide matmuls: a second intra-op thread gains little on an idle
@@ -58,32 +59,6 @@ class TrainingDiverged(RunFailed):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
-DEVICES = ("cpu", "cuda", "auto")
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (cuda when this machine has it, else cpu)
-    as a device this machine has; anything else is one ``ValueError`` naming the choices."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise InputError(f"unknown device {device!r}; pass cpu, cuda, cuda:N or auto", field="device") from None
-    if resolved.type not in ("cpu", "cuda"):
-        raise InputError(
-            f"toy training runs on cpu or cuda, not {resolved.type}; pass cpu, cuda or auto", field="device"
-        )
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError(
-                f"this machine has no CUDA device for {device!r}; use device cpu (or auto)", field="device"
-            )
-        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise InputError(f"{device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)", field="device")
-    return resolved
-
-
 def unit_device(device: str, executor: str) -> str:
     """Where a unit trains. Locally: ``resolve_device`` on this machine. On Ray, ``cuda``
     or ``cuda:N`` is plain ``cuda``, checked on the GPU node the unit lands on (Ray gives
@@ -91,8 +66,8 @@ def unit_device(device: str, executor: str) -> str:
     if executor != "ray" or device == "auto":
         return str(resolve_device(device))
     kind = str(device).split(":")[0]
-    if kind not in ("cpu", "cuda"):
-        resolve_device(device)  # the one-line refusal naming the choices
+    if kind != "cuda":
+        return str(resolve_device(device))  # cpu, mps here; anything else: the one-line refusal
     return kind
 
 

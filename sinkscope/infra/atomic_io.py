@@ -68,7 +68,7 @@ def _temporary(make: Callable[..., Any], path: Path) -> Any:
     except OSError as error:
         raise OutputError(
             f"cannot write in {path.parent} ({error.strerror}); choose a writable output location"
-        ) from None
+        ) from error
 
 
 def inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
@@ -139,23 +139,23 @@ def _make_directory(path: Path) -> bool:
     try:
         path.mkdir(parents=True)
         return True
-    except FileExistsError:
+    except FileExistsError as error:
         if not path.is_dir():  # a file, or a broken symbolic link, at path or above it
             raise OutputError(
                 f"cannot create {path}: it, or a folder above it, is a file or a broken symbolic "
                 "link; choose another output directory"
-            ) from None
+            ) from error
         return False
     except OSError as error:
-        raise OutputError(f"cannot create {path} ({error.strerror}); choose a writable output location") from None
+        raise OutputError(f"cannot create {path} ({error.strerror}); choose a writable output location") from error
 
 
 def _open_directory(path: Path) -> int | None:
     """A read-only descriptor of the directory ``path``; None when it was removed meanwhile."""
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except NotADirectoryError:
-        raise OutputError(f"{path} exists and is not a directory; choose another output directory") from None
+    except NotADirectoryError as error:
+        raise OutputError(f"{path} exists and is not a directory; choose another output directory") from error
     except FileNotFoundError:
         return None  # removed between mkdir and open: make it again
 
@@ -166,11 +166,11 @@ def _flock_still_path(path: Path, descriptor: int) -> bool:
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held, now = os.fstat(descriptor), os.stat(path)
-    except BlockingIOError:
+    except BlockingIOError as error:
         os.close(descriptor)
         raise OutputError(
             f"{path} is being written by another sinkscope run; wait for it to finish or choose another output directory"
-        ) from None
+        ) from error
     except FileNotFoundError:
         os.close(descriptor)
         return False  # removed after the lock was taken: start again
@@ -270,7 +270,7 @@ def atomic_directory(path: str | os.PathLike, replace: bool = True) -> Iterator[
                 raise OutputError(
                     f"{path} was filled by another run while this one worked; it was kept and this result "
                     "discarded; choose another output directory"
-                ) from None
+                ) from error
         else:
             # the old result moves to a fresh, uniquely named directory: no existing name is reused
             trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
@@ -290,7 +290,7 @@ def read_json(path: str | os.PathLike) -> Any:
     path = Path(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path} does not exist") from None
+    except FileNotFoundError as error:
+        raise InputError(f"{path} does not exist") from error
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path} is not valid JSON ({error}); delete or regenerate it") from None
+        raise InputError(f"{path} is not valid JSON ({error}); delete or regenerate it") from error

@@ -157,7 +157,7 @@ def _decode_dataclass(cls: type, data: Any, where: str, top_level: bool = False)
     try:
         return cls(**values)
     except ValueError as error:  # the class's own validation (InputError), e.g. a count out of range
-        raise SchemaError(f"{_at(where)}: {error}", field=getattr(error, "field", None)) from None
+        raise SchemaError(f"{_at(where)}: {error}", field=getattr(error, "field", None)) from error
 
 
 def _at(where: str) -> str:

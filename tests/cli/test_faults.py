@@ -145,7 +145,9 @@ def test_cuda_on_a_machine_without_it_is_one_line(model_dir, prompts, tmp_path, 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the refusal is for machines without it")
     one_line_exit_2(
-        capsys, audit_argv(model_dir, prompts, tmp_path / "out", "--device", "cuda"), "use device cpu (--device)"
+        capsys,
+        audit_argv(model_dir, prompts, tmp_path / "out", "--device", "cuda"),
+        "use device cpu or auto (--device)",
     )
     assert not (tmp_path / "out").exists()
 

@@ -106,6 +106,9 @@ def test_load_spec_validates_placement():
     with pytest.raises(ValueError, match="choose one of float32"):
         LoadSpec("gpt2", dtype="int8")
     assert LoadSpec("gpt2", revision="step1").label == "gpt2@step1"
+    with pytest.raises(ValueError, match="unknown device 'banana'; pass cpu, cuda, cuda:N, mps or auto"):
+        LoadSpec("gpt2", device="banana")
+    assert LoadSpec("gpt2", device="auto").device == "auto"  # resolved on this machine when it loads
 
 
 def test_offline_gpt2_exits_2_fast_without_traceback(tmp_path):
@@ -127,3 +130,39 @@ def test_offline_gpt2_exits_2_fast_without_traceback(tmp_path):
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
         assert fragment in done.stderr
         assert not (tmp_path / "out").exists()
+
+
+def test_out_of_memory_while_booting_propagates_as_itself(tiny_dir, monkeypatch):
+    """Running out of memory says nothing about the architecture: it is not turned into a
+    ModelLoadError ("pass a model of an architecture TransformerLens supports")."""
+    import torch
+    from sinkscope.pretrained_analysis.loading import load_model
+    from transformer_lens.model_bridge import TransformerBridge
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(TransformerBridge, "boot_transformers", out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError):
+        load_model(LoadSpec(str(tiny_dir)), progress=False)
+
+    def cpu_out_of_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(TransformerBridge, "boot_transformers", cpu_out_of_memory)
+    with pytest.raises(RuntimeError, match="can't allocate memory") as caught:
+        load_model(LoadSpec(str(tiny_dir)), progress=False)
+    assert not isinstance(caught.value, ModelLoadError)
+
+
+def test_a_model_that_fails_to_boot_chains_the_cause(tiny_dir, monkeypatch):
+    from sinkscope.pretrained_analysis.loading import load_model
+    from transformer_lens.model_bridge import TransformerBridge
+
+    def unsupported(*args, **kwargs):
+        raise NotImplementedError("no adapter for FancyForCausalLM")
+
+    monkeypatch.setattr(TransformerBridge, "boot_transformers", unsupported)
+    with pytest.raises(ModelLoadError, match="architecture TransformerLens supports") as caught:
+        load_model(LoadSpec(str(tiny_dir)), progress=False)
+    assert isinstance(caught.value.__cause__, NotImplementedError)

@@ -1,0 +1,106 @@
+"""GGUF checkpoints (llama.cpp's format): their metadata, and the dequantised model.
+
+transformers' GGUF support (the optional ``gguf`` package, ``pip install
+'sinkscope[gguf]'``) dequantises every tensor to ``LoadSpec.dtype``; the model and its
+tokenizer (from the file's metadata) are then handed to the bridge, and ``ModelInfo``
+records the file and its quantisation type.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sinkscope.pretrained_analysis.resolve import GGUF_INSTALL, ModelLoadError, ResolvedModel, first_line
+
+if TYPE_CHECKING:
+    from sinkscope.pretrained_analysis.loading import LoadSpec
+
+
+def gguf_reader(resolved: ResolvedModel):
+    """A memory-mapped ``gguf.GGUFReader`` over the checkpoint (reads metadata only)."""
+    try:
+        import gguf
+    except ImportError as error:
+        raise ModelLoadError(f"reading {resolved.gguf_file} needs the gguf package; {GGUF_INSTALL}") from error
+    if not hasattr(gguf.ReaderField, "contents"):
+        raise ModelLoadError(
+            f"reading {resolved.gguf_file} needs gguf >= 0.16 (found an older one); {GGUF_INSTALL} --upgrade"
+        )
+    try:
+        return gguf.GGUFReader(Path(resolved.location) / str(resolved.gguf_file))
+    except (ValueError, OSError, KeyError, IndexError) as error:
+        raise ModelLoadError(
+            f"{resolved.gguf_file} is not a readable GGUF file ({first_line(error)}); pass an intact .gguf checkpoint"
+        ) from error
+
+
+def gguf_field(reader: Any, key: str) -> Any:
+    """A metadata value of a GGUF file (None when absent)."""
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def gguf_quantization(resolved: ResolvedModel) -> str:
+    """The checkpoint's quantisation type as llama.cpp names it (``Q4_1``, ``Q8_0``, ``F16``, ...),
+    from ``general.file_type``; when that is absent, the most common tensor type."""
+    reader = gguf_reader(resolved)  # names the install command when gguf is missing
+    import gguf
+
+    file_type = gguf_field(reader, "general.file_type")
+    if file_type is not None:
+        try:
+            return gguf.LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        except ValueError:
+            pass
+    counts: dict[str, int] = {}
+    for tensor in reader.tensors:
+        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+    return max(counts, key=lambda name: counts[name]) if counts else "unknown"
+
+
+def gguf_context_length(resolved: ResolvedModel) -> int | None:
+    """The context length in a GGUF file's metadata (None when it records none)."""
+    reader = gguf_reader(resolved)
+    architecture = gguf_field(reader, "general.architecture")
+    value = gguf_field(reader, f"{architecture}.context_length") if architecture else None
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[str, Any]:
+    """The dequantised model and its tokenizer from a GGUF file, as ``boot_transformers``'
+    ``hf_model`` / ``tokenizer`` arguments (eager attention, as the bridge needs), placed on
+    ``spec.device`` or by ``spec.device_map``."""
+    import functools
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    # transformers' dequantisation bar is a bare tqdm with no switch of its own
+    bar = gguf_utils.tqdm
+    if not progress:
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            resolved.location,
+            gguf_file=resolved.gguf_file,
+            dtype=getattr(torch, spec.dtype),
+            attn_implementation="eager",
+            device_map=spec.device_map,
+        )
+        tokenizer = AutoTokenizer.from_pretrained(resolved.location, gguf_file=resolved.gguf_file)
+    except ImportError as error:  # transformers checks the gguf version itself
+        raise ModelLoadError(
+            f"transformers could not read {resolved.gguf_file}: {first_line(error)}; {GGUF_INSTALL}"
+        ) from error
+    except (ValueError, KeyError, NotImplementedError, OSError) as error:
+        raise ModelLoadError(
+            f"transformers could not read {resolved.gguf_file}: {first_line(error)}; "
+            "pass a GGUF of an architecture transformers can dequantise (llama, mistral, qwen2, gemma, ...)"
+        ) from error
+    finally:
+        gguf_utils.tqdm = bar
+    if spec.device is not None:
+        hf_model = hf_model.to(spec.device)  # type: ignore[arg-type]  # transformers' stub takes a dtype only
+    return {"hf_model": hf_model.eval(), "tokenizer": tokenizer}

@@ -1,0 +1,5 @@
+import sys
+
+from sinkscope.cli.entry import main
+
+sys.exit(main())

@@ -1,0 +1,198 @@
+"""What every command shares: argument types checked while parsing (before torch loads,
+so a bad value is one line in a fraction of a second), the common flags (output,
+device, executor, tracking) and the parser class that makes usage errors one line."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from sinkscope.infra.devices import check_device_name
+from sinkscope.infra.errors import InputError
+
+if TYPE_CHECKING:  # toy loads torch; the command line checks its arguments first
+    from sinkscope.toy.tracking import TrackingConfig
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def add_common_output(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_debug(parser, default=argparse.SUPPRESS)  # accepted after the command too
+
+
+def add_debug(parser: argparse.ArgumentParser, default: object = False) -> None:
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=default,
+        help="on an error, print the full traceback with its chained causes instead of one line "
+        "(or set SINKSCOPE_DEBUG=1)",
+    )
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 8,16,32, got {text!r}") from error
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1 such as 8,16,32, got {text!r}")
+    return values
+
+
+def at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum``, checked while parsing, before torch
+    loads, so a bad count is one line in a fraction of a second."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from error
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+POSITIVE, NON_NEGATIVE = at_least(1), at_least(0)
+
+
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from error
+
+
+def positive_float(text: str) -> float:
+    value = number(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = number(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1), got {text}")
+    return value
+
+
+def device_name(text: str) -> str:
+    """A device name of ``sinkscope.infra.devices``' vocabulary, checked while parsing
+    (whether this machine has the device is checked once torch loads, before anything is
+    written)."""
+    try:
+        return check_device_name(text)
+    except InputError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def add_device(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        type=device_name,
+        default="cpu",
+        help="where the models train: cpu, cuda, cuda:N, mps, or auto (cuda, else mps, when available) (default cpu)",
+    )
+
+
+def add_executor(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where the units run: local processes, or Ray (pip install 'sinkscope[ray]') (default local)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="with --executor ray: auto (join the running cluster) or HOST:PORT of its head "
+        "(default: a local Ray instance started for this run)",
+    )
+
+
+def add_tracking(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wandb",
+        metavar="PROJECT",
+        default=None,
+        help="log every model trained to this Weights & Biases project (pip install 'sinkscope[tracking]'; "
+        "WANDB_MODE=offline logs without a network)",
+    )
+    parser.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        default=None,
+        help="log every model trained to TensorBoard, one subdirectory of DIR per model",
+    )
+
+
+def tracking_config(args: argparse.Namespace) -> TrackingConfig | None:
+    """``--wandb``/``--tensorboard`` as a ``TrackingConfig`` (None without either), its
+    packages checked before anything is trained or written."""
+    if args.wandb is None and args.tensorboard is None:
+        return None
+    from sinkscope.toy.tracking import TrackingConfig
+
+    tracking = TrackingConfig(wandb_project=args.wandb, tensorboard_dir=args.tensorboard)
+    tracking.check()
+    return tracking
+
+
+def experiment_options(args: argparse.Namespace) -> dict:
+    """How ``toy reproduce`` and ``toy sweep`` run: overwrite, progress, device, executor,
+    tracking."""
+    return {
+        "overwrite": args.overwrite,
+        "progress": not args.no_progress,
+        "device": args.device,
+        "executor": args.executor,
+        "ray_address": args.ray_address,
+        "tracking": tracking_config(args),
+    }
+
+
+def check_executor(args: argparse.Namespace) -> None:
+    """A Ray address without the Ray executor, or the Ray executor without Ray: one line,
+    before anything is loaded or written."""
+    if args.ray_address is not None and args.executor != "ray":
+        raise InputError("--ray-address is for --executor ray; pass both or neither")
+    if args.executor == "ray":
+        from sinkscope.execution.executors import check_ray_address, import_ray
+
+        import_ray()
+        if args.ray_address is not None:
+            check_ray_address(args.ray_address)
+
+
+def switch_list(text: str) -> tuple[bool, ...]:
+    values = {"off": False, "on": True}
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or any(part not in values for part in parts):
+        raise argparse.ArgumentTypeError(f"expected off, on or off,on, got {text!r}")
+    return tuple(dict.fromkeys(values[part] for part in parts))
+
+
+def str_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line naming ``--help`` (exit 2), not a usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def units_bar(total: int, what: str, enabled: bool):
+    """One overall bar: units done of ``total`` (finished ones from an earlier run count
+    once the run reads them back)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=what, unit="unit", disable=not enabled, leave=False)

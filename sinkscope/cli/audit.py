@@ -1,0 +1,313 @@
+"""`sinkscope audit`: pretrained models audited for attention sinks, one or several."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from sinkscope.cli.args import (
+    NON_NEGATIVE,
+    POSITIVE,
+    add_common_output,
+    add_executor,
+    at_least,
+    check_executor,
+    device_name,
+    fraction,
+    units_bar,
+)
+from sinkscope.infra.codec import encode
+from sinkscope.infra.errors import InputError
+
+EXAMPLES = """examples:
+  sinkscope audit gpt2 --out sinkscope-out/audit/gpt2
+  sinkscope audit gpt2 --prompts random --n-prompts 100 --ablate --out sinkscope-out/audit/gpt2-random
+  sinkscope audit gpt2 gpt2-medium distilgpt2 --prompts my_prompts.txt --out sinkscope-out/audit/gpt2-family
+  sinkscope audit pythia-160m --revision step0 --revision step1000 --revision step143000 \\
+      --out sinkscope-out/audit/pythia-160m-sweep
+  sinkscope audit ./my-checkpoint --prompts data.csv --text-column body --no-prepend-bos --out out/mine
+  sinkscope audit EleutherAI/pythia-1b --dtype bfloat16 --device-map auto \\
+      --prompts Salesforce/wikitext:wikitext-2-raw-v1 --split "test[:2000]" --out out/pythia-1b
+  sinkscope audit ./SmolLM2-135M-Instruct.Q4_1.gguf --ablate --ablate-prompts 16 --out out/smollm2
+
+MODEL: a short name (gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, pythia-14m ... pythia-12b,
+pythia-70m-deduped ...), a Hugging Face id (org/name), a directory written by save_pretrained, or
+a GGUF file (or a directory holding exactly one; needs pip install 'sinkscope[gguf]').
+Several models, or several --revision values of one model, also write comparison.json/.md and
+plots. Offline (HF_HUB_OFFLINE=1), hub models must already be in the local Hugging Face cache.
+"""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    audit = commands.add_parser(
+        "audit",
+        help="audit pretrained models (GPT-2, Pythia, any Hugging Face model) for attention sinks",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    audit.add_argument(
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help="short name, Hugging Face id, local directory, or a GGUF file (or a directory holding one)",
+    )
+    _add_input_flags(audit)
+    _add_ablation_flags(audit)
+    _add_placement_flags(audit)
+    add_common_output(audit)
+
+
+def _add_input_flags(audit: argparse.ArgumentParser) -> None:
+    """The prompts, where results go, and how the prompts are cut and batched."""
+    from sinkscope.pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
+
+    audit.add_argument(
+        "--prompts",
+        default="default",
+        help="default (built-in English prompts), random (random tokens), a .txt (one prompt per "
+        "line)/.jsonl/.csv/.parquet file, or a Hugging Face dataset ID[:CONFIG] (default: default)",
+    )
+    audit.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default sinkscope-out/audit/<model>); refused if it exists and is not "
+        "empty, unless --overwrite",
+    )
+    audit.add_argument(
+        "--revision",
+        action="append",
+        default=None,
+        help="hub revision, e.g. a Pythia checkpoint step1000 (repeatable: a checkpoint sweep)",
+    )
+    audit.add_argument(
+        "--max-len",
+        type=at_least(2),
+        default=DEFAULT_MAX_LEN,
+        help=f"T: most tokens per prompt, BOS included; longer prompts are truncated (default {DEFAULT_MAX_LEN})",
+    )
+    audit.add_argument(
+        "--n-prompts",
+        type=POSITIVE,
+        default=DEFAULT_N_PROMPTS,
+        help=f"number of prompts; a seeded subset when the source holds more (default {DEFAULT_N_PROMPTS})",
+    )
+    audit.add_argument(
+        "--seed", type=NON_NEGATIVE, default=0, help="seed for random prompts, subsets and ablation controls"
+    )
+    audit.add_argument("--batch-size", type=POSITIVE, default=16, help="prompts per forward pass (default 16)")
+    audit.add_argument(
+        "--prepend-bos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put the tokenizer's BOS ([CLS] for encoders) first; it is the anchor (default: yes)",
+    )
+    audit.add_argument("--text-column", default="text", help="text column of .jsonl/.csv/.parquet files and datasets")
+    audit.add_argument(
+        "--split", default="train", help="dataset split, slicing allowed, e.g. 'test[:500]' (default train)"
+    )
+
+
+def _add_ablation_flags(audit: argparse.ArgumentParser) -> None:
+    """The ablations, the sink-head threshold and the heatmap examples."""
+    audit.add_argument(
+        "--ablate",
+        action="store_true",
+        help="loss change when each sink head's sink is removed, all together, and the anchor evicted",
+    )
+    audit.add_argument(
+        "--ablate-heads",
+        type=NON_NEGATIVE,
+        default=16,
+        help="sink heads ablated one by one, strongest first; all are ablated together too (default 16)",
+    )
+    audit.add_argument(
+        "--ablate-prompts",
+        type=POSITIVE,
+        default=None,
+        help="run the ablations on the first N prompts only (default: all)",
+    )
+    audit.add_argument("--sink-eps", type=fraction, default=0.1, help="sink head: anchor mass >= 1 - eps (default 0.1)")
+    audit.add_argument(
+        "--examples", type=NON_NEGATIVE, default=2, help="prompts drawn as attention heatmaps (default 2)"
+    )
+
+
+def _add_placement_flags(audit: argparse.ArgumentParser) -> None:
+    """Where and how the models load and run: device, workers, executor, dtype, splitting."""
+    from sinkscope.pretrained_analysis.loading import DTYPES
+
+    audit.add_argument(
+        "--device",
+        type=device_name,
+        default=None,
+        help="cpu, cuda, cuda:1, mps or auto (default: TransformerLens picks)",
+    )
+    audit.add_argument(
+        "--workers",
+        type=POSITIVE,
+        default=1,
+        help="with several models or revisions: audits at once (local processes, or the CPUs of a local Ray "
+        "instance) (default 1)",
+    )
+    add_executor(audit)
+    audit.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="weights dtype; for GGUF files, the dtype they are dequantised to (default float32)",
+    )
+    audit.add_argument("--device-map", default=None, help="split a large model across devices, e.g. auto")
+    audit.add_argument("--n-devices", type=POSITIVE, default=None, help="split a large model across this many GPUs")
+    audit.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
+
+
+def run(args: argparse.Namespace) -> dict:
+    check_executor(args)
+    from sinkscope.pretrained_analysis.loading import LoadSpec, context_length, resolve_model
+    from sinkscope.pretrained_analysis.prompts import PromptSpec, check_context
+
+    revisions = args.revision or [None]
+    if len(args.models) > 1 and len(revisions) > 1:
+        raise InputError(
+            "pass several models or several --revision values, not both (one --revision applies to every model)"
+        )
+    specs = [
+        LoadSpec(name, revision, args.device, args.dtype, args.device_map, args.n_devices)
+        for name in args.models
+        for revision in revisions
+    ]
+    resolved = [resolve_model(spec.name, spec.revision) for spec in specs]
+    prompt_spec = PromptSpec(
+        source=args.prompts,
+        max_len=args.max_len,
+        n_prompts=args.n_prompts,
+        seed=args.seed,
+        prepend_bos=args.prepend_bos,
+        text_column=args.text_column,
+        split=args.split,
+    )
+    for where in resolved:
+        n_ctx = context_length(where)
+        if n_ctx is not None:
+            check_context(prompt_spec, n_ctx, where.label)
+    from sinkscope.pretrained_analysis.suite import unique_slugs
+
+    slugs = unique_slugs([where.label for where in resolved])
+    out = Path(args.out or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
+    inputs = [Path(where.location) for where in resolved if where.is_local]
+    if prompt_spec.kind == "file":
+        inputs.append(Path(prompt_spec.source))
+    if len(specs) > 1:
+        return _audit_suite(args, out, specs, resolved, slugs, prompt_spec, inputs)
+    from sinkscope.infra.atomic_io import claim_output_directory
+
+    with claim_output_directory(out, args.overwrite, inputs, "this audit's own input"):
+        return _audit_one(args, out, specs[0], resolved[0], prompt_spec)
+
+
+def _audit_line(result) -> str:
+    line = (
+        f"{result.model.label}: {result.model.n_layers} layers x {result.model.heads_text}; sink rate "
+        + ", ".join(f"{rate.percent:.1f}% (eps {rate.eps})" for rate in result.sink_rates)
+        + f"; {len(result.sink_heads())} sink heads (anchor mass >= {1 - result.config.sink_eps:g})"
+    )
+    if result.ablation is not None:
+        ablation = result.ablation
+        line += f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_delta:+.3f}"
+    return line
+
+
+def _audit_config(args: argparse.Namespace):
+    from sinkscope.pretrained_analysis.audit import AuditConfig
+
+    return AuditConfig(
+        batch_size=args.batch_size,
+        sink_eps=args.sink_eps,
+        ablate=args.ablate,
+        ablate_heads=args.ablate_heads,
+        ablate_prompts=args.ablate_prompts,
+        n_examples=args.examples,
+        seed=args.seed,
+    )
+
+
+def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec) -> dict:
+    """One model into ``out``, once it is checked and locked."""
+    from sinkscope.pretrained_analysis.prompts import load_prompt_set
+
+    prompt_set = load_prompt_set(prompt_spec)  # before torch loads: a bad prompt file fails in about a second
+
+    from sinkscope.infra.atomic_io import atomic_directory
+    from sinkscope.pretrained_analysis.audit import audit, write_audit
+    from sinkscope.pretrained_analysis.loading import load_model
+
+    progress = not args.no_progress
+    if args.executor == "ray":  # one unit, written by the Ray worker (out must be on a disk the node shares)
+        from sinkscope.execution import run_units, units_failed
+        from sinkscope.pretrained_analysis.suite import unit_of
+
+        unit = unit_of(_absolute(spec, resolved), _absolute_prompts(prompt_spec), _audit_config(args), out.resolve())
+        report = run_units([unit], "ray", 1, args.ray_address)
+        if report.failed:
+            raise units_failed(report.failed, 1, "audit")
+        (result,) = report.finished.values()
+    else:
+        with atomic_directory(out, replace=args.overwrite) as tmp:
+            loaded = load_model(spec, resolved, progress=progress)
+            result = audit(loaded, prompt_set, _audit_config(args), progress=progress)
+            del loaded
+            write_audit(result, tmp)
+    if not args.json:
+        print(_audit_line(result))
+        print(f"wrote {out / 'audit.json'} and figures")
+    return encode(result)
+
+
+def _audit_suite(
+    args: argparse.Namespace, out: Path, specs: list, resolved: list, slugs: tuple[str, ...], prompt_spec, inputs
+) -> dict:
+    """Several models or revisions: one unit each, resumable (``sinkscope.pretrained_analysis.suite``)."""
+    from sinkscope.pretrained_analysis.prompts import load_prompt_set
+
+    load_prompt_set(prompt_spec)  # a bad prompt file fails here, in about a second, before any unit
+
+    from sinkscope.infra.atomic_io import refuse_output_directory
+    from sinkscope.pretrained_analysis.suite import AuditSuite, audit_suite
+
+    refuse_output_directory(out, True, inputs, "this audit's own input")  # overwriting out would delete an input
+    suite = AuditSuite(
+        tuple(_absolute(spec, where) for spec, where in zip(specs, resolved)),
+        slugs,
+        _absolute_prompts(prompt_spec),
+        _audit_config(args),
+    )
+    bar = units_bar(len(specs), "audits", not args.no_progress)
+    if not args.json:
+        bar.write(f"{len(specs)} audits into {out}: " + ", ".join(slugs))
+
+    def done(result) -> None:
+        bar.update(1)
+        if not args.json:
+            bar.write(_audit_line(result))
+
+    with bar:
+        comparison = audit_suite(suite, out, args.overwrite, done, args.executor, args.workers, args.ray_address)
+    if not args.json:
+        print(comparison.to_markdown())
+        print(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and one audit directory per model")
+    return {"out": str(out), "comparison": encode(comparison)}
+
+
+def _absolute(spec, where):
+    """A local model by its absolute path (a unit may run in another working directory)."""
+    if not where.is_local:
+        return spec
+    location = Path(where.location) / where.gguf_file if where.gguf_file else Path(where.location)
+    return dataclasses.replace(spec, name=str(location))
+
+
+def _absolute_prompts(prompt_spec):
+    if prompt_spec.kind != "file":
+        return prompt_spec
+    return dataclasses.replace(prompt_spec, source=str(Path(prompt_spec.source).expanduser().resolve()))

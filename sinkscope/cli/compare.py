@@ -1,0 +1,106 @@
+"""`sinkscope compare`: audits side by side, or toy runs and audits by sink head."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sinkscope.cli.args import POSITIVE, add_common_output
+from sinkscope.infra.codec import encode
+
+EXAMPLES = """examples:
+  sinkscope compare runs/a/pythia-70m-step1000 runs/b/pythia-70m-step143000 --out sinkscope-out/pythia-70m-steps
+  sinkscope compare cluster-out/*/ --out sinkscope-out/all --overwrite && sinkscope report sinkscope-out/all
+
+  sinkscope compare sinkscope-out/toy-quick sinkscope-out/audit/minilm --sink-eps 0.5 --out sinkscope-out/toy-vs-minilm
+  sinkscope compare sinkscope-out/audit/gpt2 sinkscope-out/audit/pythia-70m --mechanism --out sinkscope-out/mech
+
+When every DIR is an audit directory (audit.json), they must share their prompts and --sink-eps;
+the audits are copied into --out (comparison.json), so the comparison and its report stand alone.
+With a toy directory among them (a run, `toy probe` output, reproduction or sweep), an audit
+comparison directory, or --mechanism, --out gets mechanism.json instead: every sink head of every
+model with the shared probes (anchor mass, value-weighted anchor share, anchor value norm, dormant,
+layer output norms and cancellation); --sink-eps implies it. A toy run without probe/probe.json
+is probed here (nothing is written into it).
+"""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    compare = commands.add_parser(
+        "compare",
+        help="compare audits written separately, or toy runs and audits side by side (shared probes per sink head)",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    compare.add_argument(
+        "directories",
+        nargs="+",
+        metavar="DIR",
+        help="audit directories (audit.json), audit comparisons, toy runs, toy probes, reproductions or sweeps",
+    )
+    compare.add_argument("--out", required=True, help="the comparison directory to write")
+    compare.add_argument(
+        "--mechanism",
+        action="store_true",
+        help="write the toy-vs-pretrained sink-head comparison (mechanism.json) even when every DIR is an audit",
+    )
+    compare.add_argument(
+        "--sequences",
+        type=POSITIVE,
+        default=1000,
+        help="figure-set sequences for a toy run probed here (no probe/probe.json; default 1000)",
+    )
+    compare.add_argument(
+        "--sink-eps",
+        type=float,
+        default=None,
+        help="sink heads have anchor mass >= 1 - EPS in every model (implies --mechanism; default: each "
+        "probe's own, 0.1 unless audited otherwise; real LMs' heads rarely reach 0.9)",
+    )
+    compare.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="probe toy runs that are still training or diverged (noted in the comparison) instead of refusing them",
+    )
+    compare.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    add_common_output(compare)
+
+
+def run(args: argparse.Namespace) -> dict:
+    from sinkscope.infra.atomic_io import claim_output_directory
+    from sinkscope.mechanism import is_audit_directory
+
+    out = Path(args.out)
+    # --sink-eps only means something side by side, so it asks for that comparison too
+    mechanism = args.mechanism or args.sink_eps is not None
+    if mechanism or not all(is_audit_directory(d) for d in args.directories):
+        return _compare_mechanism(args, out)
+    with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an audit to compare"):
+        from sinkscope.pretrained_analysis.suite import compare_directories
+
+        comparison = compare_directories(args.directories, out, overwrite=args.overwrite)
+    if not args.json:
+        print(comparison.to_markdown())
+        print(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and a copy of each audit")
+    return {"out": str(out), "comparison": encode(comparison)}
+
+
+def _compare_mechanism(args: argparse.Namespace, out: Path) -> dict:
+    """Toy and pretrained side by side (``sinkscope.mechanism``): mechanism.json in ``out``."""
+    from sinkscope.infra.atomic_io import claim_output_directory
+    from sinkscope.mechanism import compare_mechanism, write_mechanism
+
+    with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an input to compare"):
+        comparison = compare_mechanism(
+            args.directories,
+            n_sequences=args.sequences,
+            sink_eps=args.sink_eps,
+            allow_unfinished=args.allow_unfinished,
+        )
+        write_mechanism(comparison, out, overwrite=args.overwrite)
+    if not args.json:
+        from sinkscope.probes.mechanism_report import mechanism_markdown
+
+        print(mechanism_markdown(comparison))
+        print(f"wrote {out / 'mechanism.md'}, {out / 'mechanism.json'} and {out / 'mechanism.png'}")
+    return {"out": str(out), "mechanism": encode(comparison)}

@@ -1,0 +1,165 @@
+"""``main``: parse, run the command, and turn the errors sinkscope means into one line.
+
+Exit codes: 0 ok, 1 the run failed (``RunFailed``, e.g. training diverged), 2 bad usage
+or input (``InputError``, argparse's own errors, out of memory). Any other exception is a
+bug and shows its traceback. With ``--debug`` or ``SINKSCOPE_DEBUG=1`` an error that is
+otherwise one line shows its full traceback with its chained causes instead (same exit
+code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+
+from sinkscope.cli.args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from sinkscope.cli.parser import build_parser, handler
+from sinkscope.execution.units import UnitsFailed
+from sinkscope.infra.devices import is_out_of_memory
+from sinkscope.infra.errors import InputError, RunFailed, SinkscopeError
+
+DEBUG_VARIABLE = "SINKSCOPE_DEBUG"
+OUT_OF_MEMORY_FIX = (
+    "lower the sizes and counts (--sequences, --inputs, --heads, --d-model, --batch-size, --n-prompts, "
+    "--max-len), or pass --device cpu when a GPU's memory ran out"
+)
+
+
+INTERRUPTED = {
+    "toy": "training checkpointed the step it stopped at: re-run toy train with --resume, or reproduce "
+    "and sweep with the same settings, to continue; an --overwrite run (and probe, patch, tradeoff) "
+    "left the old result as it was",
+    "audit": "one model: nothing was written; several: the finished audits are kept, run the same command to "
+    "continue; any old result is as it was",
+    "report": "files already replaced are complete; re-run with --overwrite",
+    "compare": "nothing was written; any old comparison is as it was",
+}
+
+
+# library settings whose command-line flag has another name: field -> argparse dest
+FIELD_DESTS = {
+    "n_examples": "examples",
+    "n_sequences": "sequences",
+    "n_inputs": "inputs",
+    "source": "prompts",
+    "seq_lens": "seq_len",
+    "d_models": "d_model",
+    "attentions": "attention",
+    "layer_norms": "layer_norm",
+    "mlps": "mlp",
+    "n_layers": "layers",
+    "n_heads": "heads",
+    "out_dir": "out",
+    "run_dir": "out",  # toy train's run directory; probe and patch take RUN_DIR as an argument
+    "wandb_project": "wandb",
+    "tensorboard_dir": "tensorboard",
+}
+
+
+def _active_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command that ran, e.g. ``toy train``'s."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return _active_parser(action.choices[getattr(args, action.dest)], args)
+    return parser
+
+
+def _with_flag(error: SinkscopeError, parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """``error``'s one line, with the flag of the setting it names (its ``field``) appended:
+    library messages name settings (``max_len``), the command line names flags (``--max-len``)."""
+    message = str(error)
+    if error.field is None:
+        return message
+    actions = {action.dest: action for action in _active_parser(parser, args)._actions}
+    action = actions.get(error.field) or actions.get(FIELD_DESTS.get(error.field, ""))
+    if action is None or not action.option_strings:  # no such flag on this command, or a positional
+        return message
+    return f"{message} ({'/'.join(action.option_strings)})"
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (a scheduler or ``kill``) ends a run as Ctrl-C does: temporaries removed,
+    finished checkpoints and results kept."""
+    raise KeyboardInterrupt
+
+
+def _terminated_after_the_work(signum: int, frame: object) -> None:
+    """SIGTERM once the result is complete (printing it, or the interpreter shutting down):
+    one line and exit 1 at once, instead of the default silent death (exit 143)."""
+    try:
+        sys.stdout.flush()  # what was printed (a --json result, a table) still reaches its reader
+    finally:
+        sys.stderr.write("sinkscope: interrupted after the result was complete; it is kept\n")
+        sys.stderr.flush()
+        os._exit(EXIT_FAILED)
+
+
+def debugging(args: argparse.Namespace) -> bool:
+    """Whether errors show their full chained traceback: ``--debug`` or ``SINKSCOPE_DEBUG=1``."""
+    from_environment = os.environ.get(DEBUG_VARIABLE, "").strip().lower() in {"1", "true", "yes", "on"}
+    return bool(getattr(args, "debug", False)) or from_environment
+
+
+def _fail(error: BaseException, line: str, code: int, args: argparse.Namespace) -> int:
+    """``line`` on stderr (``sinkscope: ...``), or under ``--debug`` the traceback of
+    ``error`` with every chained cause; ``code`` either way."""
+    if debugging(args):
+        traceback.print_exception(error, file=sys.stderr)
+    else:
+        print(f"sinkscope: {line}", file=sys.stderr)
+    return code
+
+
+def _units_failed(error: UnitsFailed, parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    for failure in error.failures:  # a bug in a unit shows its traceback, as it would here
+        if failure.kind == "bug":
+            print(f"sinkscope: unit {failure.name} raised:\n{failure.traceback.rstrip()}", file=sys.stderr)
+    if error.field is not None:  # every unit failed on the same bad setting: bad input
+        return _fail(error, f"error: {_with_flag(error, parser, args)}", EXIT_USAGE, args)
+    return _fail(error, f"run failed: {error}", EXIT_FAILED, args)
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The command's run function, its result printed; an error sinkscope means is one line."""
+    try:
+        result = handler(args)(args)
+        if args.json:
+            print(json.dumps(result, indent=2))
+    except UnitsFailed as error:
+        return _units_failed(error, parser, args)
+    except InputError as error:
+        return _fail(error, f"error: {_with_flag(error, parser, args)}", EXIT_USAGE, args)
+    except RunFailed as error:
+        return _fail(error, f"run failed: {_with_flag(error, parser, args)}", EXIT_FAILED, args)
+    except KeyboardInterrupt:
+        print(f"sinkscope: interrupted; {INTERRUPTED[args.command]}", file=sys.stderr)
+        return EXIT_FAILED
+    except (RuntimeError, MemoryError) as error:
+        if not is_out_of_memory(error):
+            raise  # any other exception is a bug in sinkscope or below it: its traceback shows
+        # a count too large for this machine: the input, not the code
+        from sinkscope.pretrained_analysis.resolve import first_line
+
+        return _fail(error, f"error: out of memory ({first_line(error)}); {OUT_OF_MEMORY_FIX}", EXIT_USAGE, args)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script (``argv=None``: the process's arguments) or an in-process call
+    (tests); an in-process caller gets its own SIGTERM handler back at the end."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
+    try:
+        return _run(parser, args)
+    finally:
+        if in_main_thread:
+            # the console script keeps a SIGTERM handler through the interpreter's shutdown;
+            # an in-process caller (tests) gets its own back
+            signal.signal(signal.SIGTERM, _terminated_after_the_work if argv is None else previous)

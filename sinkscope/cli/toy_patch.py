@@ -1,0 +1,52 @@
+"""`sinkscope toy patch`: activation patching on a trained run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sinkscope.cli.args import POSITIVE, add_common_output
+from sinkscope.infra.codec import encode
+
+EXAMPLES = """examples:
+  sinkscope toy patch sinkscope-out/toy-quick/softmax-2x2-seed0
+  sinkscope toy patch runs/softmax-1x1 --out patches/softmax-1x1 --inputs 128 --json
+"""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    patch = commands.add_parser(
+        "patch",
+        help="activation patching: triggered -> untriggered inputs, per head and per position",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    patch.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
+    patch.add_argument("--out", default=None, help="output directory (default RUN_DIR/patch)")
+    patch.add_argument("--inputs", type=POSITIVE, default=256, help="paired inputs (default 256)")
+    patch.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
+    patch.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="patch an interrupted or diverged run's latest weights anyway (the result says so)",
+    )
+    add_common_output(patch)
+
+
+def run(args: argparse.Namespace) -> dict:
+    from sinkscope.toy.patching import patch_run
+
+    result, files = patch_run(
+        args.run_dir, args.out, args.inputs, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
+    )
+    if not args.json:
+        heads = result.heads.matrix()
+        print("z patched per (layer, head), normalised effect (1 = carries the trigger):")
+        for layer, row in enumerate(heads.tolist()):
+            print(f"  layer {layer}: " + "  ".join(f"{value:+.2f}" for value in row))
+        positions = result.positions.matrix()
+        strongest = int(positions.nan_to_num().abs().amax(dim=0).argmax())
+        print(f"resid_pre: the trigger lives at position {strongest} (trigger at {result.trigger_position})")
+        out = args.out or str(Path(args.run_dir) / "patch")
+        print(f"wrote {', '.join(files)} in {out}")
+    return encode(result)

@@ -1,0 +1,57 @@
+"""`sinkscope toy probe`: sink probes and the default-state test on a trained run."""
+
+from __future__ import annotations
+
+import argparse
+
+from sinkscope.cli.args import POSITIVE, add_common_output
+from sinkscope.infra.codec import encode
+
+EXAMPLES = """examples:
+  sinkscope toy probe sinkscope-out/toy-quick/softmax-2x2-seed0
+  sinkscope toy probe runs/relu-1x1 --out probes/relu-1x1 --sequences 500 --json
+"""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    probe = commands.add_parser(
+        "probe",
+        help="sink probes and the default-state test on a trained toy run",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    probe.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
+    probe.add_argument("--out", default=None, help="output directory (default RUN_DIR/probe)")
+    probe.add_argument("--sequences", type=POSITIVE, default=1000, help="test sequences (default 1000)")
+    probe.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
+    probe.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="probe an interrupted or diverged run's latest weights anyway (the result says so)",
+    )
+    add_common_output(probe)
+
+
+def run(args: argparse.Namespace) -> dict:
+    from sinkscope.toy.probe_run import probe_run
+
+    report = probe_run(
+        args.run_dir, args.out, args.sequences, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
+    )
+    if not args.json:
+        state = report.default_state
+        print(
+            f"sink heads: {len(report.probe.sink_heads())} of {len(report.probe.heads)}; "
+            f"layer outputs: norm of sum {report.probe.attn_out_norm_of_sum:.3g} vs sum of norms "
+            f"{report.probe.attn_out_sum_of_norms:.3g}"
+        )
+        if state.default_error_before is not None:
+            print(
+                f"default-state test: default-position MSE {state.default_error_before:.2e} -> "
+                f"{state.default_error_after_remove:.2e} with the sinks removed, "
+                f"{state.default_error_after_control:.2e} with the matched control"
+            )
+        else:
+            print(f"default-state test: {state.note}")
+        print(f"wrote {', '.join(report.files)} in {report.out_dir}")
+    return encode(report)

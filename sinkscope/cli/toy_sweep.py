@@ -1,0 +1,102 @@
+"""`sinkscope toy sweep`: the trigger task over a grid of configurations."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from sinkscope.cli.args import (
+    POSITIVE,
+    add_common_output,
+    add_device,
+    add_executor,
+    add_tracking,
+    check_executor,
+    experiment_options,
+    int_list,
+    str_list,
+    switch_list,
+)
+from sinkscope.infra.codec import encode
+
+EXAMPLES = """examples:
+  sinkscope toy sweep --out sinkscope-out/sweep      # seq_len 8,16,32 x d_model 8,16,32, softmax+relu, 3 seeds
+  sinkscope toy sweep --layers 1,2 --heads 1,2 --seq-len 16 --d-model 16 --seeds 5 --out sinkscope-out/sweep-arch
+  sinkscope toy sweep --attention softmax,relu,relu_prefix,sigmoid --seq-len 16 --d-model 16 --out sinkscope-out/kinds
+"""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    sweep = commands.add_parser(
+        "sweep",
+        help="the trigger task over a grid of seq_len, d_model, heads, layers and attention kinds",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sweep.add_argument("--out", required=True, help="output directory (re-running resumes it)")
+    sweep.add_argument(
+        "--preset",
+        choices=("phase",),
+        default=None,
+        help="phase: the sink phase diagram, every attention kind x layers x heads x LayerNorm x MLP "
+        "(1,024 models with --device cuda, 64 on a CPU); flags below narrow or widen it",
+    )
+    sweep.add_argument("--seq-len", type=int_list, default=None, help="comma-separated (default 8,16,32)")
+    sweep.add_argument("--d-model", type=int_list, default=None, help="comma-separated (default 8,16,32)")
+    sweep.add_argument("--heads", type=int_list, default=None, help="comma-separated (default 1)")
+    sweep.add_argument("--layers", type=int_list, default=None, help="comma-separated (default 1)")
+    sweep.add_argument("--attention", type=str_list, default=None, help="comma-separated (default softmax,relu)")
+    sweep.add_argument("--layer-norm", type=switch_list, default=None, help="off, on or off,on (default off)")
+    sweep.add_argument("--mlp", type=switch_list, default=None, help="off, on or off,on (default off)")
+    sweep.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per configuration (default 3)")
+    sweep.add_argument("--max-steps", type=POSITIVE, default=20_000, help="step cap per model (default 20,000)")
+    sweep.add_argument("--sequences", type=POSITIVE, default=500, help="test sequences per model (default 500)")
+    sweep.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
+    add_executor(sweep)
+    sweep.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
+    add_device(sweep)
+    add_tracking(sweep)
+    add_common_output(sweep)
+
+
+def run(args: argparse.Namespace) -> dict:
+    check_executor(args)
+    from sinkscope.toy.sweep import sweep
+
+    result = sweep(_sweep_config(args), args.out, **experiment_options(args))
+    if not args.json:
+        from sinkscope.reports.text import table_terminal
+        from sinkscope.toy.tables import SWEEP_TABLE
+
+        print(table_terminal(SWEEP_TABLE.table(result.rows)))
+        print(
+            f"wrote {Path(args.out) / 'summary.json'} and plots ({result.wall_seconds:.0f} s); "
+            f"`sinkscope report {args.out}` writes its report"
+        )
+    return encode(result)
+
+
+def _sweep_config(args: argparse.Namespace):
+    """The grid the flags ask for: the axes given, over the defaults or the phase preset."""
+    from sinkscope.toy.sweep import SweepConfig, phase_diagram
+
+    axes = {
+        "seq_lens": args.seq_len,
+        "d_models": args.d_model,
+        "heads": args.heads,
+        "layers": args.layers,
+        "attentions": args.attention,
+        "layer_norms": args.layer_norm,
+        "mlps": args.mlp,
+        "seeds": args.seeds,
+    }
+    chosen = {name: value for name, value in axes.items() if value is not None}
+    common = {"max_steps": args.max_steps, "n_sequences": args.sequences, "workers": args.workers}
+    if args.preset == "phase":
+        from sinkscope.infra.devices import resolve_device
+
+        device_type = "cuda" if args.executor == "ray" and args.device.startswith("cuda") else None
+        preset = phase_diagram(device_type or resolve_device(args.device).type, **common)
+        return dataclasses.replace(preset, **chosen)
+    return SweepConfig(**chosen, **common)

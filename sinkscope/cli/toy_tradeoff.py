@@ -1,0 +1,41 @@
+"""`sinkscope toy tradeoff`: Theorem 1's trade-off made visible."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sinkscope.cli.args import add_common_output
+from sinkscope.infra.codec import encode
+
+EXAMPLES = """examples:
+  sinkscope toy tradeoff --out sinkscope-out/tradeoff
+  sinkscope toy tradeoff --run sinkscope-out/toy/softmax-1x1-seed0 --out sinkscope-out/tradeoff
+"""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    tradeoff = commands.add_parser(
+        "tradeoff",
+        help="Theorem 1 made visible: off-trigger BOS mass vs default-position error",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tradeoff.add_argument("--out", required=True, help="directory for tradeoff.json and tradeoff.png")
+    tradeoff.add_argument(
+        "--run", action="append", default=[], help="a trained single-layer run directory to add (repeatable)"
+    )
+    tradeoff.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
+    add_common_output(tradeoff)
+
+
+def run(args: argparse.Namespace) -> dict:
+    from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
+    from sinkscope.toy.tradeoff import write_tradeoff
+
+    with claim_output_directory(args.out, args.overwrite, args.run, "the run"):
+        with atomic_directory(args.out, replace=args.overwrite) as tmp:
+            result = write_tradeoff(tmp, args.run)
+    if not args.json:
+        print(f"wrote {Path(args.out) / 'tradeoff.png'} and {Path(args.out) / 'tradeoff.json'}")
+    return encode(result)

@@ -1,0 +1,116 @@
+"""`sinkscope toy train`: one toy model into a run directory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sinkscope.cli.args import (
+    NON_NEGATIVE,
+    POSITIVE,
+    add_common_output,
+    add_device,
+    add_tracking,
+    positive_float,
+    tracking_config,
+)
+from sinkscope.infra.codec import encode
+from sinkscope.infra.errors import InputError
+
+EXAMPLES = """examples:
+  sinkscope toy train --out runs/softmax-1x1
+  sinkscope toy train --attention relu --layers 2 --heads 2 --seed 1 --out runs/relu-2x2
+  sinkscope toy train --attention sigmoid --layer-norm --mlp --out runs/sigmoid-ln-mlp
+  sinkscope toy train --out runs/softmax-1x1 --resume      # continue an interrupted run
+  sinkscope toy train --out runs/softmax-1x1 --tensorboard tb   # log to TensorBoard: tensorboard --logdir tb
+"""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser(
+        "train",
+        help="train one toy model into a run directory",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    train.add_argument("--out", required=True, help="run directory to create (or resume with --resume)")
+    train.add_argument(
+        "--attention", default="softmax", help="softmax | relu | relu_prefix | sigmoid (default softmax)"
+    )
+    train.add_argument("--layers", type=POSITIVE, default=1, help="number of layers (default 1)")
+    train.add_argument("--heads", type=POSITIVE, default=1, help="heads per layer (default 1)")
+    train.add_argument("--seed", type=NON_NEGATIVE, default=0)
+    train.add_argument("--d-model", type=POSITIVE, default=16, help="token width n (default 16)")
+    train.add_argument("--seq-len", type=POSITIVE, default=16, help="sequence length L (default 16)")
+    train.add_argument(
+        "--max-steps",
+        type=POSITIVE,
+        default=None,
+        help="step cap (default 50,000; with --resume: the run's own, so a finished run stays finished "
+        "unless you raise it)",
+    )
+    train.add_argument("--lr", type=positive_float, default=None, help="default: 1e-3 for one layer, 1e-4 for several")
+    train.add_argument(
+        "--residual",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="residual stream (auto: none for one layer, as the paper)",
+    )
+    train.add_argument("--layer-norm", action="store_true", help="pre-LayerNorm (beyond the paper)")
+    train.add_argument("--mlp", action="store_true", help="add an MLP per layer (beyond the paper)")
+    train.add_argument("--pos-embed", action="store_true", help="learned positional embeddings (beyond the paper)")
+    train.add_argument("--scale-scores", action="store_true", help="divide scores by sqrt(d_head) (beyond the paper)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    train.add_argument(
+        "--checkpoint-every",
+        type=POSITIVE,
+        default=2_000,
+        help="steps between checkpoints; an interrupted run resumes from the last one (default 2000)",
+    )
+    add_device(train)
+    add_tracking(train)
+    add_common_output(train)
+
+
+def run(args: argparse.Namespace) -> dict:
+    from sinkscope.toy.model import ToyModelConfig
+    from sinkscope.toy.run_dir import RunConfig, TrainConfig
+    from sinkscope.toy.task import TaskConfig
+    from sinkscope.toy.train import train
+
+    tracking = tracking_config(args)
+    residual = {"auto": None, "yes": True, "no": False}[args.residual]
+    max_steps = args.max_steps
+    if max_steps is None:
+        from sinkscope.toy.run_dir import CONFIG_FILE, read_config
+
+        resuming = args.resume and (Path(args.out) / CONFIG_FILE).is_file()
+        max_steps = read_config(args.out).train.max_steps if resuming else 50_000
+    config = RunConfig(
+        model=ToyModelConfig(
+            n_layers=args.layers,
+            n_heads=args.heads,
+            d_model=args.d_model,
+            seq_len=args.seq_len,
+            attention=args.attention,
+            residual=residual,
+            layer_norm=args.layer_norm,
+            mlp=args.mlp,
+            positional_embedding=args.pos_embed,
+            scale_scores=args.scale_scores,
+        ),
+        task=TaskConfig(d_model=args.d_model, seq_len=args.seq_len, eval_trigger_position=min(7, args.seq_len - 1)),
+        train=TrainConfig(seed=args.seed, lr=args.lr, max_steps=max_steps, checkpoint_every=args.checkpoint_every),
+    )
+    from sinkscope.infra.atomic_io import holds_files
+
+    out = Path(args.out)
+    if holds_files(out) and not args.resume:
+        raise InputError(f"{out} already exists; pass --resume to continue it or choose another --out")
+    result = train(config, out, resume=True, progress=not args.no_progress, device=args.device, tracking=tracking)
+    if not args.json:
+        print(
+            f"{result.status} after {result.steps} steps ({result.wall_seconds:.1f} s), "
+            f"batch L-inf error {result.linf_error:.2e}; run directory: {out}"
+        )
+    return encode(result)
