@@ -40,7 +40,7 @@ def audit_html(result: AuditResult) -> str:
                 ],
             )
         )
-        parts.append(default_state_table(ablation.sink_heads, LOSS))
+        parts.append(default_state_table(ablation.default_state, LOSS))
     return fragment(f"Attention-sink audit: {model.label}", subtitle, parts)
 
 

@@ -83,7 +83,7 @@ def probe_parts(result: ProbeResult) -> list[str]:
 def probe_html(result: ProbeResult) -> str:
     spec = result.model
     subtitle = (
-        f"{spec.family} model: {spec.n_layers} layers x {spec.n_heads} heads, {spec.attention_kind} attention; "
+        f"{spec.family} model: {spec.n_layers} layers x {spec.n_heads} heads, {spec.attention} attention; "
         "anchor: each input's first real token"
     )
     return fragment("Attention-sink probe", subtitle, probe_parts(result))
@@ -96,7 +96,7 @@ def _sortable(value: float) -> float:
 def default_state_table(result: DefaultStateResult, what: str) -> str:
     """The default-state test: ``what`` (e.g. "next-token loss") before and after each
     removal, beside its matched control."""
-    if not result.rows:
+    if not result.tested_rows():
         return f"<p>{escape(result.note)}</p>"
     columns = (
         ("heads", ""),
@@ -116,7 +116,7 @@ def default_state_table(result: DefaultStateResult, what: str) -> str:
             f"{sig(row.remove_increase.ci_high, 3)})",
             row.control_increase.mean,
         )
-        for row in result.rows
+        for row in result.tested_rows()
     ]
     return table(columns, rows, caption=f"Default-state test on {result.n_inputs} inputs")
 

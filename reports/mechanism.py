@@ -109,7 +109,7 @@ def models_table(comparison: MechanismComparison) -> Table:
             m.source,
             m.kind,
             m.model,
-            m.attention_kind,
+            m.attention,
             m.n_layers,
             m.n_heads,
             m.n_inputs,

@@ -78,7 +78,7 @@ def layer_table(layers: Sequence[LayerProbe]) -> Table:
         (
             layer.layer,
             layer.anchor_mass,
-            layer.sink_heads,
+            layer.n_sink_heads,
             layer.attn_out_norm,
             layer.head_out_norm_sum,
             layer.anchor_resid_norm,

@@ -37,7 +37,7 @@ def models_table(models: Sequence[ModelSummary]) -> str:
             m.linf_error,
             m.heldout_linf_error,
             m.heldout_mse,
-            f"{m.n_sink_heads} of {m.layers * m.heads}",
+            f"{m.n_sink_heads} of {m.n_layers * m.n_heads}",
         )
         for m in models
     ]
@@ -71,13 +71,13 @@ def anchor_mass_map(models: Sequence[tuple[str, Sequence[HeadProbe]]]) -> str:
 
 
 def model_html(model: ModelSummary) -> str:
-    subtitle = f"{model.attention} attention, {model.layers} layers x {model.heads} heads, seed {model.seed}"
-    parts = [models_table([model]), anchor_mass_map([(model.name, model.heads_table)])]
+    subtitle = f"{model.attention} attention, {model.n_layers} layers x {model.n_heads} heads, seed {model.seed}"
+    parts = [models_table([model]), anchor_mass_map([(model.name, model.heads)])]
     return fragment(f"Toy model {model.name}", subtitle, parts)
 
 
 def evaluation_html(evaluation: ModelEvaluation) -> str:
-    name = f"{evaluation.attention}-{evaluation.layers}x{evaluation.heads}"
+    name = f"{evaluation.attention}-{evaluation.n_layers}x{evaluation.n_heads}"
     errors = table(
         (("held-out L-inf", ".2e"), ("held-out MSE", ".2e"), ("default-position MSE", ".2e"), ("sink heads", "")),
         [
@@ -85,7 +85,7 @@ def evaluation_html(evaluation: ModelEvaluation) -> str:
                 evaluation.heldout_linf_error,
                 evaluation.heldout_mse,
                 evaluation.default_mse,
-                f"{len(evaluation.sink_heads())} of {len(evaluation.heads_table)}",
+                f"{len(evaluation.sink_heads())} of {len(evaluation.heads)}",
             )
         ],
     )
@@ -93,7 +93,7 @@ def evaluation_html(evaluation: ModelEvaluation) -> str:
         f"{evaluation.n_sequences:,} held-out sequences, trigger at 1-indexed position "
         f"{evaluation.trigger_position_1indexed}"
     )
-    return fragment(f"Toy model {name}", subtitle, [errors, anchor_mass_map([(name, evaluation.heads_table)])])
+    return fragment(f"Toy model {name}", subtitle, [errors, anchor_mass_map([(name, evaluation.heads)])])
 
 
 def reproduction_html(summary: ReproduceSummary) -> str:
@@ -105,7 +105,7 @@ def reproduction_html(summary: ReproduceSummary) -> str:
     parts = [
         bullets(findings),
         models_table(summary.models),
-        anchor_mass_map([(m.name, m.heads_table) for m in summary.models]),
+        anchor_mass_map([(m.name, m.heads) for m in summary.models]),
     ]
     return fragment("Toy reproduction", subtitle, parts)
 
