@@ -237,7 +237,7 @@ class SweepResult:
         return sweep_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
-        """One row per (model, layer, head): the grid's axes (attention, layers, heads,
+        """One row per (model, layer, head): the grid's axes (attention, n_layers, n_heads,
         d_model, seq_len, layer_norm, mlp), seed and outcome, every ``HeadProbe`` metric a
         column; the per-configuration aggregates are ``rows``."""
         axes = {

@@ -16,15 +16,18 @@ from typing import Any
 
 import pytest
 from sinkscope.pretrained_analysis.audit import AuditResult
+from sinkscope.probes.default_state import DefaultStateConfig, default_state_test
 from sinkscope.probes.mechanism import MechanismComparison
 from sinkscope.probes.probe import ProbeResult
-from sinkscope.toy.evaluate import ToyDefaultState
+from sinkscope.toy.evaluate import ToyDefaultState, default_position_mse
 from sinkscope.toy.experiment import ModelSummary
 from sinkscope.toy.patching import TriggerPatching
 from sinkscope.toy.reproduce import ReproduceSummary
 from sinkscope.toy.sweep import SweepConfig, SweepResult
+from sinkscope.toy.task import TaskConfig, eval_batch
 
 from sinkscope.infra.codec import encode, read_result, write_result
+from tiny_models import toy_sink_model
 
 V1 = Path(__file__).resolve().parents[1] / "fixtures" / "v1-3107c0e"
 # every version-1 file of the fixtures, with the class that reads it
@@ -171,3 +174,18 @@ def test_patching_and_mechanism_take_the_new_names():
     frame = comparison.to_dataframe()
     assert "attention" in frame.columns and "attention_kind" not in frame.columns
     assert not math.isnan(comparison.model("tiny-gpt2").n_sink_heads)
+
+
+@pytest.mark.parametrize("name, cap", [("default_state_two_heads.json", None), ("default_state_capped.json", 1)])
+def test_today_s_test_gives_the_numbers_version_1_wrote(name, cap):
+    """The fixture's default-state test run again by today's code (same model, inputs and
+    settings as the README's script): the same rows and the same all-sink-heads row, to the bit."""
+    model = toy_sink_model()
+    task = TaskConfig(d_model=8, seq_len=8, eval_trigger_position=5)
+    batch = eval_batch(task, 64, seed=1, target=model.cfg.target)
+    error_fn = default_position_mse(batch.targets, batch.default_query_mask())
+    config = DefaultStateConfig(n_bootstrap=50, max_single_heads=cap)
+    today = ToyDefaultState.from_result(
+        default_state_test(model, batch.tokens, [(0, 0), (1, 1)], error_fn, config=config)
+    )
+    assert same(today, read_result(V1 / name, ToyDefaultState))
