@@ -88,11 +88,12 @@ class DefaultStateRow:
 
 @dataclass(frozen=True)
 class DefaultStateResult:
-    """The test of ``sink_heads`` (``(layer, head)`` pairs, strongest first). ``rows``: each
-    sink head alone, in that order, up to the cap; ``all_sink_heads``: every sink head
-    removed at once, a test of its own when there are several, the one head's row when
-    there is only one (the same test), None when nothing was tested; ``note`` says why
-    (no sink heads) or what the cap left out."""
+    """The test of ``sink_heads`` (``(layer, head)`` pairs in the order given; an audit gives
+    them strongest first). ``rows``: each sink head alone, in that order, up to the cap
+    (``max_single_heads``); ``all_sink_heads``: every sink head removed at once, a test of
+    its own when there are several, the one head's row when there is only one (the same
+    test), None when nothing was tested; ``note`` says why (no sink heads) or what the cap
+    left out."""
 
     sink_heads: tuple[HeadRef, ...]
     n_inputs: int
