@@ -62,7 +62,7 @@ class ModelSpec:
     d_head: int
     d_model: int
     causal: bool
-    attention_kind: str
+    attention: str
     pattern_writable: bool
     prepend_bos: bool | None
     n_kv_heads: int | None = None
@@ -111,7 +111,7 @@ class ModelSpec:
     @property
     def normalised(self) -> bool:
         """Whether attention rows sum to one (softmax); for other kinds they need not."""
-        return self.attention_kind in NORMALISED_KINDS
+        return self.attention in NORMALISED_KINDS
 
     def require_hooks(self, names: Sequence[str], purpose: str) -> None:
         missing = [name for name in names if name not in self.hook_names]
@@ -120,6 +120,13 @@ class ModelSpec:
                 f"{purpose} needs hooks {missing} that this {self.family} model does not expose; "
                 "use a model with TransformerLens-named attention hooks"
             )
+
+
+def upgrade_model_spec_v1(spec: dict[str, Any]) -> dict[str, Any]:
+    """A ``ModelSpec``'s fields as files of schema version 1 hold them, in today's names
+    (``attention_kind`` became ``attention``); the upgrades of the files that nest a spec
+    (probe, audit) call it."""
+    return {("attention" if key == "attention_kind" else key): value for key, value in spec.items()}
 
 
 @dataclass
@@ -212,7 +219,7 @@ class HookedModel:
                 d_head=int(cfg.d_head),
                 d_model=int(cfg.d_model),
                 causal=getattr(cfg, "attention_dir", "causal") != "bidirectional",
-                attention_kind="softmax",
+                attention="softmax",
                 pattern_writable=self._bridge_pattern_writable(),
                 prepend_bos=bool(getattr(cfg, "default_prepend_bos", True)) if prepend_bos is None else prepend_bos,
                 n_kv_heads=int(getattr(cfg, "n_key_value_heads", None) or cfg.n_heads),
@@ -233,7 +240,7 @@ class HookedModel:
                 d_head=int(attn.d_head),
                 d_model=int(attn.d_model),
                 causal=True,
-                attention_kind=validate_attention_kind(getattr(attn, "attention", "softmax")),
+                attention=validate_attention_kind(getattr(attn, "attention", "softmax")),
                 pattern_writable=True,
                 prepend_bos=None,
                 hook_names=hook_names,

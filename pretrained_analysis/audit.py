@@ -44,15 +44,28 @@ from sinkscope.pretrained_analysis.prompts import (
 from sinkscope.pretrained_analysis.prompts import (
     prompt_set as make_prompt_set,
 )
-from sinkscope.probes.default_state import DefaultStateConfig, DefaultStateResult, default_state_test
+from sinkscope.probes.default_state import (
+    DefaultStateConfig,
+    DefaultStateResult,
+    default_state_test,
+    upgrade_default_state_result_v1,
+)
 from sinkscope.probes.interventions import Intervention, evict_anchor, intervention_hooks
-from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, iterate_batches, probe_batches
+from sinkscope.probes.probe import (
+    HEADS_CSV,
+    ProbeConfig,
+    ProbeResult,
+    SinkRate,
+    iterate_batches,
+    probe_batches,
+    upgrade_probe_v1,
+)
 from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.reports.plots import attention_grid, draw_head_maps, line_chart
 from tqdm.auto import tqdm
 
-from sinkscope.infra.codec import read_result, write_result
+from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.infra.errors import InputError, RunFailed
 
 if TYPE_CHECKING:
@@ -111,12 +124,12 @@ class AuditConfig:
 @dataclass(frozen=True)
 class AttentionExample:
     """One prompt's attention for a subset of heads: patterns
-    ``[len(layers), len(heads), query, key]`` over the prompt's real tokens."""
+    ``[len(layer_indices), len(head_indices), query, key]`` over the prompt's real tokens."""
 
     prompt_index: int
     tokens: tuple[str, ...]
-    layers: tuple[int, ...]
-    heads: tuple[int, ...]
+    layer_indices: tuple[int, ...]
+    head_indices: tuple[int, ...]
     patterns: np.ndarray
 
 
@@ -125,17 +138,37 @@ class AblationResult:
     """Next-token loss under ablations (per prompt mean cross-entropy over its predicted
     tokens, averaged over prompts).
 
-    sink_heads: the default-state test (per sink head and all together: ``remove_sink``
+    default_state: the default-state test (per sink head and all together: ``remove_sink``
     vs the matched ``mask_random_key`` control); evict_anchor_loss: the loss with the
     anchor masked as a key in every head."""
 
     base_loss: float
     evict_anchor_loss: float
-    sink_heads: DefaultStateResult
+    default_state: DefaultStateResult
 
     @property
     def evict_anchor_delta(self) -> float:
         return self.evict_anchor_loss - self.base_loss
+
+
+def upgrade_ablation_v1(ablation: dict[str, Any]) -> dict[str, Any]:
+    """An ``AblationResult`` of schema version 1 in version 2's layout: its default-state
+    test was ``sink_heads`` (now ``default_state``, with the all-sink-heads row named)."""
+    upgraded = {key: value for key, value in ablation.items() if key != "sink_heads"}
+    if "sink_heads" in ablation:
+        upgraded["default_state"] = upgrade_default_state_result_v1(ablation["sink_heads"])
+    return upgraded
+
+
+def upgrade_audit_v1(audit: dict[str, Any]) -> dict[str, Any]:
+    """``audit.json`` of schema version 1 in version 2's layout: its probe result and its
+    ablation upgraded (``upgrade_probe_v1``, ``upgrade_ablation_v1``)."""
+    upgraded = dict(audit)
+    if isinstance(upgraded.get("probe"), dict):
+        upgraded["probe"] = upgrade_probe_v1(upgraded["probe"])
+    if isinstance(upgraded.get("ablation"), dict):
+        upgraded["ablation"] = upgrade_ablation_v1(upgraded["ablation"])
+    return upgraded
 
 
 @dataclass(frozen=True)
@@ -148,7 +181,8 @@ class AuditResult:
     characters), for the heatmaps' captions."""
 
     SCHEMA: ClassVar[str] = "audit"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: the probe's version 2, ablation.default_state
+    UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_audit_v1}
 
     model: ModelInfo
     prompts: PromptSummary
@@ -317,7 +351,7 @@ def _ablate(
         )
     finally:
         bar.close()
-    return AblationResult(base_loss=base, evict_anchor_loss=evicted, sink_heads=sink_test)
+    return AblationResult(base_loss=base, evict_anchor_loss=evicted, default_state=sink_test)
 
 
 def _spread(n: int, k: int) -> tuple[int, ...]:
@@ -364,8 +398,8 @@ def _examples(
             AttentionExample(
                 prompt_index=index,
                 tokens=tuple(str(token) for token in model.bridge.tokenizer.convert_ids_to_tokens(ids)),
-                layers=layers,
-                heads=heads,
+                layer_indices=layers,
+                head_indices=heads,
                 patterns=np.stack([captured[layer] for layer in layers]),
             )
         )
@@ -474,7 +508,7 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
             ("max over heads", [float(np.nanmax(row)) for row in mass]),
             (
                 f"share of sink heads (>= {1.0 - result.config.sink_eps:g})",
-                [layer.sink_heads / n_heads for layer in result.probe.layers],
+                [layer.n_sink_heads / n_heads for layer in result.probe.layers],
             ),
         ],
         directory / LAYER_FIGURE,
@@ -490,8 +524,8 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
             f"{label}: attention on prompt {example.prompt_index} (query y, key x)",
             tick_labels=[_token_label(token) for token in example.tokens],
             vmax=1.0,
-            layer_labels=example.layers,
-            head_labels=example.heads,
+            layer_labels=example.layer_indices,
+            head_labels=example.head_indices,
         )
     result.probe.write_heads_csv(str(directory / HEADS_CSV))
     write_result(directory / AUDIT_FILE, result)

@@ -126,8 +126,8 @@ def _row(result: AuditResult, directory: str | None) -> ComparisonRow:
     layers = tuple(layer.anchor_mass for layer in result.probe.layers)
     ablation = result.ablation
     all_sinks = None
-    if ablation is not None and ablation.sink_heads.rows:
-        row = ablation.sink_heads.rows[-1]  # "all_sink_heads" when there are several, else the only head
+    if ablation is not None and ablation.default_state.all_sink_heads is not None:
+        row = ablation.default_state.all_sink_heads
         all_sinks = row.error_after_remove - row.error_before
     return ComparisonRow(
         label=result.model.label,

@@ -33,7 +33,7 @@ def audit_html(result: AuditResult) -> str:
     if result.ablation is not None:
         ablation = result.ablation
         parts.append(inline_table(ABLATION_TABLE.table(ablation_rows(ablation))))
-        parts.append(default_state_table(ablation.sink_heads, LOSS))
+        parts.append(default_state_table(ablation.default_state, LOSS))
     return fragment(f"Attention-sink audit: {model.label}", subtitle, parts)
 
 

@@ -70,10 +70,10 @@ def audit_findings(result: AuditResult) -> list[str]:
             f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
             f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({ablation.evict_anchor_delta:+.3f})."
         )
-        test = ablation.sink_heads
-        if test.rows:
+        test = ablation.default_state
+        if test.all_sink_heads is not None:
             subject = "the sink head" if len(test.sink_heads) == 1 else f"all {len(test.sink_heads)} sink heads"
-            findings.append(default_state_finding(test.rows[-1], LOSS, subject))
+            findings.append(default_state_finding(test.all_sink_heads, LOSS, subject))
     return findings + list(result.notes)
 
 

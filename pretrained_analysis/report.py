@@ -134,7 +134,7 @@ def _prompt_excerpt(result: AuditResult, index: int) -> str:
 def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) -> Section:
     """The loss, the anchor evicted from every head, and sink removal against its control."""
     blocks: list[Block] = []
-    rows = ablation.sink_heads.rows
+    rows = ablation.default_state.tested_rows()
     if rows:
         blocks.append(
             default_state_change_chart(
@@ -149,7 +149,7 @@ def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) ->
     if rows:
         blocks.append(default_state_table(rows, LOSS, "Sink removal per head and for all sink heads"))
     else:
-        blocks.append(Paragraph(f"Sink removal not run: {ablation.sink_heads.note}."))
+        blocks.append(Paragraph(f"Sink removal not run: {ablation.default_state.note}."))
     return Section("Ablations", tuple(blocks))
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import pandas
 
 ErrorFn = Callable[[torch.Tensor, PreparedBatch], torch.Tensor]
+ALL_SINK_HEADS = "all_sink_heads"  # the label of the row that removes every sink head at once
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,11 @@ class Estimate:
 
 @dataclass(frozen=True)
 class DefaultStateRow:
-    """One tested head set (``label`` "L{layer}H{head}" or "all_sink_heads")."""
+    """One tested head set: ``head_set``, the ``(layer, head)`` pairs whose sink it removes,
+    ``label`` "L{layer}H{head}" or ``ALL_SINK_HEADS``."""
 
     label: str
-    heads: tuple[HeadRef, ...]
+    head_set: tuple[HeadRef, ...]
     error_before: float
     error_after_remove: float
     error_after_control: float
@@ -85,13 +87,24 @@ class DefaultStateRow:
 
 @dataclass(frozen=True)
 class DefaultStateResult:
-    """The test's rows: each sink head alone (strongest first, up to the cap), then all
-    of them together; ``note`` says why there are none (no sink heads)."""
+    """The test of ``sink_heads`` (``(layer, head)`` pairs in the order given; an audit gives
+    them strongest first). ``rows``: each sink head alone, in that order, up to the cap
+    (``max_single_heads``); ``all_sink_heads``: every sink head removed at once, a test of
+    its own when there are several, the one head's row when there is only one (the same
+    test), None when nothing was tested; ``note`` says why (no sink heads) or what the cap
+    left out."""
 
     sink_heads: tuple[HeadRef, ...]
     n_inputs: int
     rows: tuple[DefaultStateRow, ...]
+    all_sink_heads: DefaultStateRow | None
     note: str
+
+    def tested_rows(self) -> tuple[DefaultStateRow, ...]:
+        """Every test run, once each, in table order: the heads alone, then all of them
+        together where that is a test of its own (several sink heads)."""
+        together = self.all_sink_heads
+        return self.rows if together is None or len(together.head_set) < 2 else (*self.rows, together)
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: the table of removals beside their controls."""
@@ -106,7 +119,7 @@ class DefaultStateResult:
         return dataframe(
             {
                 "label": row.label,
-                "heads": " ".join(f"L{layer}H{head}" for layer, head in row.heads),
+                "head_set": " ".join(f"L{layer}H{head}" for layer, head in row.head_set),
                 "error_before": row.error_before,
                 "error_after_remove": row.error_after_remove,
                 "error_after_control": row.error_after_control,
@@ -120,8 +133,32 @@ class DefaultStateResult:
                 },
                 "cohens_d": row.cohens_d,
             }
-            for row in self.rows
+            for row in self.tested_rows()
         )
+
+
+def upgrade_default_state_row_v1(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``DefaultStateRow`` of schema version 1 in today's names (``heads`` became ``head_set``)."""
+    return {("head_set" if key == "heads" else key): value for key, value in row.items()}
+
+
+def split_all_sink_heads(rows: list[Any], sink_heads: list[Any]) -> tuple[list[Any], Any]:
+    """Schema version 1's rows of a default-state test (JSON objects; the all-sink-heads
+    row last when there were several sink heads) as today's (the heads tested alone, the
+    all-sink-heads row or None), the way ``default_state_test`` now returns them."""
+    upgraded = [upgrade_default_state_row_v1(row) for row in rows]
+    alone = [row for row in upgraded if row.get("label") != ALL_SINK_HEADS]
+    together = next((row for row in upgraded if row.get("label") == ALL_SINK_HEADS), None)
+    if together is None and len(sink_heads) == 1 and alone:
+        together = alone[0]
+    return alone, together
+
+
+def upgrade_default_state_result_v1(result: dict[str, Any]) -> dict[str, Any]:
+    """A default-state result as files of schema version 1 nest it (an audit's ablation)
+    in version 2's layout (see ``split_all_sink_heads``)."""
+    rows, together = split_all_sink_heads(result.get("rows", []), result.get("sink_heads", []))
+    return {**result, "rows": rows, "all_sink_heads": together}
 
 
 def _bootstrap(values: torch.Tensor, config: DefaultStateConfig, generator: torch.Generator) -> Estimate:
@@ -177,15 +214,10 @@ def default_state_test(
     batch = hooked.prepare(inputs, attention_mask)
     heads = tuple((int(layer), int(head)) for layer, head in sink_heads)
     if not heads:
-        return DefaultStateResult(heads, batch.batch_size, (), "no sink heads: there is no sink to remove")
+        return DefaultStateResult(heads, batch.batch_size, (), None, "no sink heads: there is no sink to remove")
     before = _errors(hooked, batch, error_fn, None, config.batch_size)
     generator = torch.Generator().manual_seed(config.seed)
     singles = heads if config.max_single_heads is None else heads[: config.max_single_heads]
-    head_sets: list[tuple[str, tuple[tuple[int, int], ...]]] = [
-        (f"L{layer}H{head}", ((layer, head),)) for layer, head in singles
-    ]
-    if len(heads) > 1:
-        head_sets.append(("all_sink_heads", heads))
     note = (
         ""
         if len(singles) == len(heads)
@@ -194,24 +226,29 @@ def default_state_test(
             f"all {len(heads)} together"
         )
     )
-    rows = []
-    for label, head_set in head_sets:
+
+    def tested(label: str, head_set: tuple[HeadRef, ...]) -> DefaultStateRow:
         removed = _errors(hooked, batch, error_fn, remove_sink(head_set), config.batch_size) - before
         control = (
             _errors(hooked, batch, error_fn, mask_random_key(head_set, seed=config.seed), config.batch_size) - before
         )
         difference = removed - control
         spread = float(difference.std()) if difference.numel() > 1 else 0.0
-        rows.append(
-            DefaultStateRow(
-                label=label,
-                heads=head_set,
-                error_before=float(before.mean()),
-                error_after_remove=float((before + removed).mean()),
-                error_after_control=float((before + control).mean()),
-                remove_increase=_bootstrap(removed, config, generator),
-                control_increase=_bootstrap(control, config, generator),
-                cohens_d=float(difference.mean()) / spread if spread > 0 else float("nan"),
-            )
+        return DefaultStateRow(
+            label=label,
+            head_set=head_set,
+            error_before=float(before.mean()),
+            error_after_remove=float((before + removed).mean()),
+            error_after_control=float((before + control).mean()),
+            remove_increase=_bootstrap(removed, config, generator),
+            control_increase=_bootstrap(control, config, generator),
+            cohens_d=float(difference.mean()) / spread if spread > 0 else float("nan"),
         )
-    return DefaultStateResult(heads, batch.batch_size, tuple(rows), note)
+
+    # the heads alone first, then all together: the bootstrap draws from one generator in this order
+    rows = tuple(tested(f"L{layer}H{head}", ((layer, head),)) for layer, head in singles)
+    if len(heads) > 1:
+        together: DefaultStateRow | None = tested(ALL_SINK_HEADS, heads)
+    else:  # one sink head: removing all of them is removing it, already tested (unless the cap left it out)
+        together = rows[0] if rows else None
+    return DefaultStateResult(heads, batch.batch_size, rows, together, note)

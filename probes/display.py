@@ -56,7 +56,7 @@ def probe_parts(result: ProbeResult) -> list[str]:
 def probe_html(result: ProbeResult) -> str:
     spec = result.model
     subtitle = (
-        f"{spec.family} model: {spec.n_layers} layers x {spec.n_heads} heads, {spec.attention_kind} attention; "
+        f"{spec.family} model: {spec.n_layers} layers x {spec.n_heads} heads, {spec.attention} attention; "
         "anchor: each input's first real token"
     )
     return fragment("Attention-sink probe", subtitle, probe_parts(result))
@@ -65,10 +65,10 @@ def probe_html(result: ProbeResult) -> str:
 def default_state_table(result: DefaultStateResult, what: str) -> str:
     """The default-state test: ``what`` (e.g. "next-token loss") before and after each
     removal, beside its matched control."""
-    if not result.rows:
+    if not result.tested_rows():
         return f"<p>{escape(result.note)}</p>"
     definition = default_state_definition(what)
-    return inline_table(definition.table(result.rows, f"Default-state test on {result.n_inputs} inputs"))
+    return inline_table(definition.table(result.tested_rows(), f"Default-state test on {result.n_inputs} inputs"))
 
 
 def default_state_html(result: DefaultStateResult) -> str:

@@ -21,14 +21,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
 from sinkscope.probes.probe import ProbeResult
 from sinkscope.probes.sink_metrics import is_sink_head
 from sinkscope.reports.frames import dataframe, row_of
 
-from sinkscope.infra.codec import read_result
+from sinkscope.infra.codec import Upgrade, read_result
 from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class MechanismModel:
     model: str
     origin: str
     directory: str | None
-    attention_kind: str
+    attention: str
     n_layers: int
     n_heads: int
     n_inputs: int
@@ -117,6 +117,16 @@ class MechanismModel:
         return self.cancellation < CANCELS_BELOW
 
 
+def upgrade_mechanism_v1(comparison: dict[str, Any]) -> dict[str, Any]:
+    """``mechanism.json`` of schema version 1 in version 2's names: each model row's
+    ``attention_kind`` is ``attention``."""
+    models = [
+        {("attention" if key == "attention_kind" else key): value for key, value in model.items()}
+        for model in comparison.get("models", [])
+    ]
+    return {**comparison, "models": models}
+
+
 @dataclass(frozen=True)
 class MechanismComparison:
     """Toy and pretrained models' sink heads side by side; persisted as ``mechanism.json``
@@ -124,7 +134,8 @@ class MechanismComparison:
     model, in that order."""
 
     SCHEMA: ClassVar[str] = "mechanism"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: MechanismModel.attention
+    UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_mechanism_v1}
 
     models: tuple[MechanismModel, ...]
     heads: tuple[MechanismHead, ...]
@@ -155,7 +166,7 @@ class MechanismComparison:
             row_of(
                 head,
                 model=by_source[head.source].model,
-                attention_kind=by_source[head.source].attention_kind,
+                attention=by_source[head.source].attention,
                 attn_out_norm_of_sum=by_source[head.source].attn_out_norm_of_sum,
                 attn_out_sum_of_norms=by_source[head.source].attn_out_sum_of_norms,
                 cancellation=by_source[head.source].cancellation,
@@ -216,7 +227,7 @@ def _model_row(
         model=source.model,
         origin=source.origin,
         directory=source.directory,
-        attention_kind=probe.model.attention_kind,
+        attention=probe.model.attention,
         n_layers=probe.model.n_layers,
         n_heads=probe.model.n_heads,
         n_inputs=probe.n_inputs,

@@ -25,11 +25,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch, upgrade_model_spec_v1
 from sinkscope.probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
 from sinkscope.reports.frames import dataframe, row_of
 from tqdm.auto import tqdm
 
+from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
@@ -71,6 +72,14 @@ class PatchingRow:
     normalised_effect: float
 
 
+def upgrade_patching_v1(patching: dict[str, Any]) -> dict[str, Any]:
+    """A patching result of schema version 1 (alone, or nested in a toy patching run) in
+    version 2's names: its model spec's ``attention_kind`` is ``attention``."""
+    if not isinstance(patching.get("model"), dict):
+        return patching
+    return {**patching, "model": upgrade_model_spec_v1(patching["model"])}
+
+
 @dataclass(frozen=True)
 class PatchingResult:
     """All sites of one patching run.
@@ -81,7 +90,8 @@ class PatchingResult:
     """
 
     SCHEMA: ClassVar[str] = "patching"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: ModelSpec.attention
+    UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_patching_v1}
 
     model: ModelSpec
     hook: str

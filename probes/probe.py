@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from sinkscope.interp.hook_names import attn_hook, block_hook
-from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch, upgrade_model_spec_v1
 from sinkscope.probes.sink_metrics import (
     SINK_EPS,
     SINK_RATE_EPSILONS,
@@ -50,6 +50,7 @@ from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.reports.text import table_csv
 
 from sinkscope.infra.atomic_io import atomic_write_text
+from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ class LayerProbe:
 
     layer: int
     anchor_mass: float
-    sink_heads: int
+    n_sink_heads: int
     attn_out_norm: float
     head_out_norm_sum: float
     anchor_resid_norm: float
@@ -144,6 +145,12 @@ class LayerProbe:
     massive_at_anchor: int
     max_abs_resid: float
     median_abs_resid: float
+
+
+def upgrade_layer_probe_v1(layer: dict[str, Any]) -> dict[str, Any]:
+    """A ``LayerProbe``'s fields as files of schema version 1 hold them, in today's names
+    (its count ``sink_heads`` became ``n_sink_heads``)."""
+    return {("n_sink_heads" if key == "sink_heads" else key): value for key, value in layer.items()}
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,20 @@ class SinkRate:
     percent: float
 
 
+def upgrade_probe_v1(probe: dict[str, Any]) -> dict[str, Any]:
+    """A probe result of schema version 1 (``probe.json``, or nested in an audit or a
+    toy probe report) in version 2's names: its model spec's ``attention_kind`` is
+    ``attention``, each layer row's ``sink_heads`` count is ``n_sink_heads``."""
+    upgraded = dict(probe)
+    if isinstance(upgraded.get("model"), dict):
+        upgraded["model"] = upgrade_model_spec_v1(upgraded["model"])
+    if isinstance(upgraded.get("layers"), list):
+        upgraded["layers"] = [
+            upgrade_layer_probe_v1(layer) if isinstance(layer, dict) else layer for layer in upgraded["layers"]
+        ]
+    return upgraded
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     """All probe measurements. ``attn_out_norm_of_sum`` vs ``attn_out_sum_of_norms``:
@@ -163,7 +184,8 @@ class ProbeResult:
     ``probe.json`` (``sinkscope.infra.codec``)."""
 
     SCHEMA: ClassVar[str] = "probe"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: ModelSpec.attention, LayerProbe.n_sink_heads
+    UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_probe_v1}
 
     model: ModelSpec
     config: ProbeConfig
@@ -458,7 +480,7 @@ class _Accumulator:
             LayerProbe(
                 layer=layer,
                 anchor_mass=float(mass[layer].mean()),
-                sink_heads=int(sink[layer].sum()),
+                n_sink_heads=int(sink[layer].sum()),
                 attn_out_norm=float(layer_out[layer]),
                 head_out_norm_sum=float(head_out_sum[layer]),
                 anchor_resid_norm=float(resid_norm[layer]),
@@ -493,7 +515,7 @@ def _normalisation_notes(spec: ModelSpec) -> tuple[str, ...]:
     if spec.normalised:
         return ()
     return (
-        f"{spec.attention_kind} attention is not normalised: pattern rows need not sum to one, "
+        f"{spec.attention} attention is not normalised: pattern rows need not sum to one, "
         "and row_entropy is computed on renormalised rows",
     )
 

@@ -80,7 +80,7 @@ LAYER_TABLE: TableDefinition[LayerProbe] = TableDefinition(
     lambda layer: (
         layer.layer,
         layer.anchor_mass,
-        layer.sink_heads,
+        layer.n_sink_heads,
         layer.attn_out_norm,
         layer.head_out_norm_sum,
         layer.anchor_resid_norm,
@@ -240,7 +240,7 @@ MECHANISM_MODEL_TABLE: TableDefinition[MechanismModel] = TableDefinition(
         m.source,
         m.kind,
         m.model,
-        m.attention_kind,
+        m.attention,
         m.n_layers,
         m.n_heads,
         m.n_inputs,

@@ -97,7 +97,7 @@ def _toy_probe_source(probe_dir: Path) -> MechanismSource:
     probe = read_result(probe_dir / PROBE_FILE, ProbeResult, "regenerate it with sinkscope toy probe")
     run_dir = probe_dir.parent
     is_run = (run_dir / CONFIG_FILE).is_file()
-    model = _toy_model(read_config(run_dir)) if is_run else f"toy {probe.model.attention_kind}"
+    model = _toy_model(read_config(run_dir)) if is_run else f"toy {probe.model.attention}"
     label = run_dir.name if is_run else probe_dir.name
     kind = "toy" if probe.model.family == "toy" else "pretrained"
     return MechanismSource(label, kind, model, probe, READ_PROBE, str(probe_dir))
@@ -163,7 +163,7 @@ def _sources_of(item: Any, probing: ToyProbing) -> list[MechanismSource]:
     if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], ProbeResult):
         label, probe = item
         kind = "toy" if probe.model.family == "toy" else "pretrained"
-        return [MechanismSource(str(label), kind, f"{kind} {probe.model.attention_kind}", probe, IN_MEMORY)]
+        return [MechanismSource(str(label), kind, f"{kind} {probe.model.attention}", probe, IN_MEMORY)]
     if isinstance(item, ProbeResult):
         raise InputError("a ProbeResult needs a label: pass (label, probe) or a MechanismSource")
     if isinstance(item, (str, os.PathLike)):

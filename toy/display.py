@@ -41,23 +41,23 @@ def anchor_mass_maps(models: Sequence[tuple[str, Sequence[HeadProbe]]]) -> HeadM
 
 
 def model_html(model: ModelSummary) -> str:
-    subtitle = f"{model.attention} attention, {model.layers} layers x {model.heads} heads, seed {model.seed}"
+    subtitle = f"{model.attention} attention, {model.n_layers} layers x {model.n_heads} heads, seed {model.seed}"
     parts = [
         inline_table(MODEL_TABLE.table([model])),
-        head_maps_html(anchor_mass_maps([(model.name, model.heads_table)])),
+        head_maps_html(anchor_mass_maps([(model.name, model.heads)])),
     ]
     return fragment(f"Toy model {model.name}", subtitle, parts)
 
 
 def evaluation_html(evaluation: ModelEvaluation) -> str:
-    name = f"{evaluation.attention}-{evaluation.layers}x{evaluation.heads}"
+    name = f"{evaluation.attention}-{evaluation.n_layers}x{evaluation.n_heads}"
     subtitle = (
         f"{evaluation.n_sequences:,} held-out sequences, trigger at 1-indexed position "
         f"{evaluation.trigger_position_1indexed}"
     )
     parts = [
         inline_table(EVALUATION_TABLE.table([evaluation])),
-        head_maps_html(anchor_mass_maps([(name, evaluation.heads_table)])),
+        head_maps_html(anchor_mass_maps([(name, evaluation.heads)])),
     ]
     return fragment(f"Toy model {name}", subtitle, parts)
 
@@ -71,7 +71,7 @@ def reproduction_html(summary: ReproduceSummary) -> str:
     parts = [
         bullets_html(findings),
         inline_table(MODEL_TABLE.table(summary.models)),
-        head_maps_html(anchor_mass_maps([(m.name, m.heads_table) for m in summary.models])),
+        head_maps_html(anchor_mass_maps([(m.name, m.heads) for m in summary.models])),
     ]
     return fragment("Toy reproduction", subtitle, parts)
 

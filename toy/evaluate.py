@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS
 from sinkscope.interp.hook_names import pattern_hook
-from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test
+from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test, split_all_sink_heads
+from sinkscope.probes.interventions import HeadRef
 from sinkscope.probes.probe import HeadProbe, ProbeConfig, probe_model
 from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.reports.plots import attention_grid
@@ -27,6 +28,7 @@ from sinkscope.toy.model import ToyTransformer
 from sinkscope.toy.run_dir import RunConfig, load_model, read_config
 from sinkscope.toy.task import TaskBatch, eval_batch, sample_batch
 
+from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
@@ -38,6 +40,17 @@ MEAN_FIGURE = "attention_mean.png"
 STD_FIGURE = "attention_std.png"
 
 
+def upgrade_toy_default_state_v1(state: dict[str, Any]) -> dict[str, Any]:
+    """``default_state.json`` of schema version 1 (alone, or nested in a model summary) in
+    version 2's layout: its row list ``heads`` (the all-sink-heads row last when there
+    were several sink heads) becomes ``rows`` and ``all_sink_heads``."""
+    upgraded = {key: value for key, value in state.items() if key != "heads"}
+    upgraded["rows"], upgraded["all_sink_heads"] = split_all_sink_heads(
+        state.get("heads", []), state.get("sink_heads", [])
+    )
+    return upgraded
+
+
 @dataclass
 class ToyDefaultState:
     """The default-state hypothesis test on the figure set (see ``sinkscope.probes.default_state``).
@@ -46,14 +59,16 @@ class ToyDefaultState:
     inputs: before, after removing every sink head's sink at once, and after the matched
     control (one random visible non-anchor key masked per query instead). CIs are 95%
     bootstrap intervals of the per-input increase; ``error_growth_*`` is the error after
-    divided by the error before. ``heads`` has the per-head rows. Persisted as a toy
-    probe's ``default_state.json``.
+    divided by the error before. ``rows``: each sink head alone; ``all_sink_heads``: all
+    of them at once (the one head's row when there is one), the row the errors above
+    come from. Persisted as a toy probe's ``default_state.json``.
     """
 
     SCHEMA: ClassVar[str] = "toy_default_state"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: (layer, head) pairs, rows and all_sink_heads
+    UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_toy_default_state_v1}
 
-    sink_heads: list[list[int]]
+    sink_heads: tuple[HeadRef, ...]
     default_error_before: float | None
     default_error_after_remove: float | None
     default_error_after_control: float | None
@@ -62,17 +77,17 @@ class ToyDefaultState:
     error_growth_remove: float | None
     error_growth_control: float | None
     note: str
-    heads: list[DefaultStateRow]
+    rows: tuple[DefaultStateRow, ...]
+    all_sink_heads: DefaultStateRow | None
 
     @classmethod
     def from_result(cls, result: DefaultStateResult) -> ToyDefaultState:
-        sink_heads = [list(head) for head in result.sink_heads]
-        if not result.rows:
-            return cls(sink_heads, None, None, None, None, None, None, None, result.note, [])
-        together = result.rows[-1]  # all sink heads together (or the only one)
+        together = result.all_sink_heads
+        if together is None:
+            return cls(result.sink_heads, None, None, None, None, None, None, None, result.note, result.rows, None)
         remove, control = together.remove_increase, together.control_increase
         return cls(
-            sink_heads=sink_heads,
+            sink_heads=result.sink_heads,
             default_error_before=together.error_before,
             default_error_after_remove=together.error_after_remove,
             default_error_after_control=together.error_after_control,
@@ -81,8 +96,15 @@ class ToyDefaultState:
             error_growth_remove=together.error_after_remove / together.error_before,
             error_growth_control=together.error_after_control / together.error_before,
             note=result.note,
-            heads=list(result.rows),
+            rows=result.rows,
+            all_sink_heads=together,
         )
+
+    def tested_rows(self) -> tuple[DefaultStateRow, ...]:
+        """Every test run, once each: the heads alone, then all together where that is a
+        test of its own (as ``DefaultStateResult.tested_rows``)."""
+        together = self.all_sink_heads
+        return self.rows if together is None or len(together.head_set) < 2 else (*self.rows, together)
 
 
 def default_position_mse(targets: torch.Tensor, default_mask: torch.Tensor):
@@ -99,33 +121,33 @@ def default_position_mse(targets: torch.Tensor, default_mask: torch.Tensor):
 
 @dataclass
 class ModelEvaluation:
-    """A toy model on the figure set. heads_table: the probe's per-head rows over default
+    """A toy model on the figure set. heads: the probe's per-head rows over default
     (non-trigger) queries, so ``anchor_mass_other`` is the trigger query's;
-    trigger_rows: per head, in ``heads_table`` order, the mean attention of the trigger
+    trigger_rows: per head, in ``heads`` order, the mean attention of the trigger
     row over keys 0..trigger."""
 
     attention: str
-    layers: int
-    heads: int
+    n_layers: int
+    n_heads: int
     normalised: bool
-    heads_table: tuple[HeadProbe, ...]
+    heads: tuple[HeadProbe, ...]
     trigger_rows: tuple[tuple[float, ...], ...]
     heldout_linf_error: float
     heldout_mse: float
     figure_linf_error: float
     n_sequences: int
     trigger_position_1indexed: int
-    default_state_test: ToyDefaultState | None = None
+    default_state: ToyDefaultState | None = None
     figures: list[str] = field(default_factory=list)
     default_mse: float = float("nan")  # MSE at default (non-trigger) positions of the figure set
 
     def sink_heads(self) -> list[tuple[int, int]]:
         """``(layer, head)`` of every sink head, as ``ProbeResult.sink_heads()``."""
-        return [(row.layer, row.head) for row in self.heads_table if row.is_sink_head]
+        return [(row.layer, row.head) for row in self.heads if row.is_sink_head]
 
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per (layer, head), every ``HeadProbe`` metric a column."""
-        return dataframe(row_of(row) for row in self.heads_table)
+        return dataframe(row_of(row) for row in self.heads)
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: held-out errors and anchor mass per head."""
@@ -221,17 +243,17 @@ def evaluate_model(
         figures = _write_attention_figures(Path(figure_dir), means, stds, config, n_sequences, title)
     return ModelEvaluation(
         attention=config.model.attention,
-        layers=config.model.n_layers,
-        heads=config.model.n_heads,
+        n_layers=config.model.n_layers,
+        n_heads=config.model.n_heads,
         normalised=config.model.attention in NORMALISED_KINDS,
-        heads_table=probe.heads,
+        heads=probe.heads,
         trigger_rows=trigger_rows,
         heldout_linf_error=float(heldout_error.abs().max()),
         heldout_mse=float(heldout_error.pow(2).mean()),
         figure_linf_error=float((output - batch.targets).abs().max()),
         n_sequences=n_sequences,
         trigger_position_1indexed=trigger + 1,
-        default_state_test=default_state,
+        default_state=default_state,
         figures=figures,
         default_mse=float(default_position_mse(batch.targets, default_mask)(output, None).mean()),
     )

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sinkscope.execution import Unit, run_units, units_failed
 from sinkscope.probes.probe import HeadProbe
 from sinkscope.reports.frames import dataframe, row_of
-from sinkscope.toy.evaluate import ToyDefaultState, evaluate_run
+from sinkscope.toy.evaluate import ToyDefaultState, evaluate_run, upgrade_toy_default_state_v1
 from sinkscope.toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from sinkscope.toy.progress import ExperimentProgress
 from sinkscope.toy.run_dir import RunConfig, TrainResult
 from sinkscope.toy.tracking import RunTrackers, TrackingConfig
 from sinkscope.toy.train import train_seeds
 
-from sinkscope.infra.codec import read_result, write_result
+from sinkscope.infra.codec import Upgrade, read_result, write_result
 
 SUMMARY_FILE = "summary.json"  # an experiment's result (reproduce, sweep)
 EVALUATION_FILE = "evaluation.json"  # a run's ModelSummary, written when its unit finishes
@@ -35,17 +35,40 @@ if TYPE_CHECKING:
     import pandas
 
 
+# ModelSummary's fields renamed in schema version 2 (version 1 name -> version 2 name)
+_MODEL_SUMMARY_V2_NAMES = {
+    "layers": "n_layers",
+    "heads": "n_heads",
+    "heads_table": "heads",
+    "default_state_test": "default_state",
+    "paper_sink_heads": "paper_n_sink_heads",
+}
+
+
+def upgrade_model_summary_v1(summary: dict[str, Any]) -> dict[str, Any]:
+    """A model summary of schema version 1 (``evaluation.json``, or a row of an
+    experiment's ``summary.json``) in version 2's names: the counts ``layers``/``heads``
+    are ``n_layers``/``n_heads``, the row list ``heads_table`` is ``heads``, the paper's
+    count ``paper_sink_heads`` is ``paper_n_sink_heads``, and ``default_state_test`` is
+    ``default_state``, itself upgraded (``upgrade_toy_default_state_v1``)."""
+    upgraded = {_MODEL_SUMMARY_V2_NAMES.get(key, key): value for key, value in summary.items()}
+    if isinstance(upgraded.get("default_state"), dict):
+        upgraded["default_state"] = upgrade_toy_default_state_v1(upgraded["default_state"])
+    return upgraded
+
+
 @dataclass
 class ModelSummary:
     """One trained and evaluated model of an experiment (a row of ``summary.json``; alone,
     its run's ``evaluation.json``)."""
 
     SCHEMA: ClassVar[str] = "model_summary"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: n_layers, n_heads, heads, default_state, paper_n_sink_heads
+    UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_model_summary_v1}
 
     name: str
-    layers: int
-    heads: int
+    n_layers: int
+    n_heads: int
     attention: str
     seed: int
     converged: bool
@@ -56,11 +79,11 @@ class ModelSummary:
     heldout_linf_error: float
     heldout_mse: float
     n_sink_heads: int
-    heads_table: tuple[HeadProbe, ...]
+    heads: tuple[HeadProbe, ...]
     trigger_rows: tuple[tuple[float, ...], ...]
-    default_state_test: ToyDefaultState | None
+    default_state: ToyDefaultState | None
     paper: str
-    paper_sink_heads: int | None
+    paper_n_sink_heads: int | None
     figures: list[str]
     default_mse: float | None = None  # MSE at default positions (absent from older summaries)
 
@@ -83,15 +106,15 @@ def heads_dataframe(
             row,
             model=m.name,
             attention=m.attention,
-            layers=m.layers,
-            heads=m.heads,
+            n_layers=m.n_layers,
+            n_heads=m.n_heads,
             **settings.get(m.name, {}),
             seed=m.seed,
             status=m.status,
             steps=m.steps,
         )
         for m in models
-        for row in m.heads_table
+        for row in m.heads
     )
 
 
@@ -146,7 +169,7 @@ def evaluation_values(summary: ModelSummary) -> dict[str, float | str]:
     }
     if summary.default_mse is not None:
         values["eval/default_mse"] = summary.default_mse
-    for row in summary.heads_table:
+    for row in summary.heads:
         values[f"eval/anchor_mass/L{row.layer}H{row.head}"] = row.anchor_mass
     return values
 
@@ -180,8 +203,8 @@ def _evaluate(name: str, config: RunConfig, result: TrainResult, out_dir: Path, 
     key = (config.model.attention, config.model.n_layers, config.model.n_heads)
     return ModelSummary(
         name=name,
-        layers=config.model.n_layers,
-        heads=config.model.n_heads,
+        n_layers=config.model.n_layers,
+        n_heads=config.model.n_heads,
         attention=config.model.attention,
         seed=config.train.seed,
         converged=result.converged,
@@ -192,11 +215,11 @@ def _evaluate(name: str, config: RunConfig, result: TrainResult, out_dir: Path, 
         heldout_linf_error=evaluation.heldout_linf_error,
         heldout_mse=evaluation.heldout_mse,
         n_sink_heads=len(evaluation.sink_heads()),
-        heads_table=evaluation.heads_table,
+        heads=evaluation.heads,
         trigger_rows=evaluation.trigger_rows,
-        default_state_test=evaluation.default_state_test,
+        default_state=evaluation.default_state,
         paper=paper_reference(*key),
-        paper_sink_heads=PAPER_SINK_HEADS.get(key),
+        paper_n_sink_heads=PAPER_SINK_HEADS.get(key),
         figures=[f"{name}/{figure}" for figure in evaluation.figures],
         default_mse=evaluation.default_mse,
     )

@@ -14,18 +14,24 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from sinkscope.probes.patching import MetricContext, MetricFn, PatchingResult, activation_patching
+from sinkscope.probes.patching import (
+    MetricContext,
+    MetricFn,
+    PatchingResult,
+    activation_patching,
+    upgrade_patching_v1,
+)
 from sinkscope.reports.plots import heatmap
 from sinkscope.toy.model import ToyTransformer
 from sinkscope.toy.run_dir import load_model, read_config, require_finished
 from sinkscope.toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
 
 from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
-from sinkscope.infra.codec import write_result
+from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 
 PATCHING_FILE = "patching.json"
@@ -59,18 +65,30 @@ def trigger_projection(batch: TaskBatch) -> MetricFn:
     return metric
 
 
+def upgrade_trigger_patching_v1(patching: dict[str, Any]) -> dict[str, Any]:
+    """``patching.json`` of schema version 1 in version 2's names: the two patching
+    results ``heads``/``positions`` are ``per_head``/``per_position``, each upgraded
+    (``upgrade_patching_v1``)."""
+    names = {"heads": "per_head", "positions": "per_position"}
+    return {
+        names.get(key, key): upgrade_patching_v1(value) if key in names and isinstance(value, dict) else value
+        for key, value in patching.items()
+    }
+
+
 @dataclass(frozen=True)
 class TriggerPatching:
-    """``heads``: ``z`` patched per (layer, head); ``positions``: ``resid_pre`` patched
-    per (layer, position); both triggered -> untriggered at ``trigger_position``,
+    """``per_head``: ``z`` patched per (layer, head); ``per_position``: ``resid_pre``
+    patched per (layer, position); both triggered -> untriggered at ``trigger_position``,
     scored by ``TRIGGER_METRIC``. Persisted as ``patching.json``."""
 
     SCHEMA: ClassVar[str] = "trigger_patching"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: per_head and per_position (were heads and positions)
+    UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_trigger_patching_v1}
 
     trigger_position: int
-    heads: PatchingResult
-    positions: PatchingResult
+    per_head: PatchingResult
+    per_position: PatchingResult
 
 
 def trigger_patching(model: ToyTransformer, task: TaskConfig, n_inputs: int = 256, seed: int = 0) -> TriggerPatching:
@@ -85,8 +103,8 @@ def trigger_patching(model: ToyTransformer, task: TaskConfig, n_inputs: int = 25
     source, target, metric = batch.tokens, remove_trigger(batch, task), trigger_projection(batch)
     return TriggerPatching(
         trigger_position=task.eval_trigger_position,
-        heads=activation_patching(model, source, target, "z", metric, per=("layer", "head")),
-        positions=activation_patching(model, source, target, "resid_pre", metric, per=("layer", "position")),
+        per_head=activation_patching(model, source, target, "z", metric, per=("layer", "head")),
+        per_position=activation_patching(model, source, target, "resid_pre", metric, per=("layer", "position")),
     )
 
 
@@ -108,17 +126,17 @@ def patch_run(
         if unfinished is not None:
             result = replace(
                 result,
-                heads=replace(result.heads, notes=(*result.heads.notes, unfinished)),
-                positions=replace(result.positions, notes=(*result.positions.notes, unfinished)),
+                per_head=replace(result.per_head, notes=(*result.per_head.notes, unfinished)),
+                per_position=replace(result.per_position, notes=(*result.per_position.notes, unfinished)),
             )
         # built aside and swapped in whole: an old result stays complete until the new one is
         with atomic_directory(out_dir, replace=overwrite) as tmp:
             write_result(tmp / PATCHING_FILE, result)
-            write_result(tmp / HEADS_FILE, result.heads)
-            write_result(tmp / POSITIONS_FILE, result.positions)
+            write_result(tmp / HEADS_FILE, result.per_head)
+            write_result(tmp / POSITIONS_FILE, result.per_position)
             for patched, figure, what, axis in (
-                (result.heads, HEADS_FIGURE, "z patched per head", "head"),
-                (result.positions, POSITIONS_FIGURE, "resid_pre patched per position", "position (0-indexed)"),
+                (result.per_head, HEADS_FIGURE, "z patched per head", "head"),
+                (result.per_position, POSITIONS_FIGURE, "resid_pre patched per position", "position (0-indexed)"),
             ):
                 heatmap(
                     np.nan_to_num(patched.matrix().numpy()),

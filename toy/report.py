@@ -121,8 +121,8 @@ def task_block(task: TaskConfig) -> KeyValues:
 def _model_sentence(models: list[ModelSummary]) -> str:
     parts = []
     for m in models:
-        paper = "" if m.paper_sink_heads is None else f" (paper {m.paper_sink_heads})"
-        parts.append(f"{m.name} {m.n_sink_heads}/{len(m.heads_table)}{paper}")
+        paper = "" if m.paper_n_sink_heads is None else f" (paper {m.paper_n_sink_heads})"
+        parts.append(f"{m.name} {m.n_sink_heads}/{len(m.heads)}{paper}")
     return "; ".join(parts)
 
 
@@ -185,17 +185,17 @@ def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult |
         findings.append(f"Sink heads in softmax models: {_model_sentence(softmax)}.")
     if others:
         n_sink = sum(m.n_sink_heads for m in others)
-        n_heads = sum(len(m.heads_table) for m in others)
-        worst = max(row.row_mass for m in others for row in m.heads_table)
+        n_heads = sum(len(m.heads) for m in others)
+        worst = max(row.row_mass for m in others for row in m.heads)
         reading = " (no sink needed: they attend to nothing off-trigger)" if worst <= 0.05 else ""
         findings.append(
             f"Models without softmax: {n_sink} of {n_heads} heads sink; the largest off-trigger row mass "
             f"of any head is {worst:.3f}{reading}."
         )
     for m in models:
-        state = m.default_state_test
-        if state is not None and state.heads:
-            findings.append(f"{m.name}: " + default_state_finding(state.heads[-1], WHAT, _sinks_subject(state)))
+        state = m.default_state
+        if state is not None and state.all_sink_heads is not None:
+            findings.append(f"{m.name}: " + default_state_finding(state.all_sink_heads, WHAT, _sinks_subject(state)))
     if tradeoff is not None:
         findings += _tradeoff_findings(tradeoff)
     return findings
@@ -204,18 +204,19 @@ def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult |
 def _reproduction_default_state(models: list[ModelSummary], figure_dir: Path) -> Section | None:
     """The default-state test of every model that had sink heads (its chart written into
     ``figure_dir``); None when no model was tested."""
-    tests = {m.name: m.default_state_test for m in models if m.default_state_test is not None}
-    tested = [m for m in models if m.name in tests and tests[m.name].heads]
+    tests = {m.name: m.default_state for m in models if m.default_state is not None}
+    together = {name: test.all_sink_heads for name, test in tests.items() if test.all_sink_heads is not None}
+    tested = [m for m in models if m.name in together]
     if not tested:
         return None
     chart = default_state_chart(
         [m.name for m in tested],
-        [tests[m.name].heads[-1] for m in tested],
+        [together[m.name] for m in tested],
         WHAT,
         figure_dir / "default_state.png",
         "Removing every sink head's sink",
     )
-    rows = [replace(row, label=f"{m.name} {row.label}") for m in tested for row in tests[m.name].heads]
+    rows = [replace(row, label=f"{m.name} {row.label}") for m in tested for row in tests[m.name].tested_rows()]
     untested = [m.name for m in models if m not in tested]
     blocks: list[Block] = [chart, default_state_table(rows, WHAT)]
     if untested:
@@ -233,8 +234,7 @@ def _model_section(source: Path, m: ModelSummary) -> Section:
         m.name,
         (
             Paragraph(
-                f"{m.status} after {m.steps:,} steps; {m.n_sink_heads} of {len(m.heads_table)} heads sink. "
-                f"Paper: {m.paper}."
+                f"{m.status} after {m.steps:,} steps; {m.n_sink_heads} of {len(m.heads)} heads sink. Paper: {m.paper}."
             ),
             *_existing_figures(figures),
         ),
@@ -276,7 +276,7 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
     models = summary.models
     findings = _reproduction_findings(summary, tradeoff)
     sink_figure = figure_dir / "sink_maps.png"
-    draw_head_maps(anchor_mass_maps([(m.name, m.heads_table) for m in models]), sink_figure)
+    draw_head_maps(anchor_mass_maps([(m.name, m.heads) for m in models]), sink_figure)
     checks = CHECK_TABLE.table(summary.checks)
     sections = [
         Section(
@@ -291,7 +291,7 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
             "Heads",
             (
                 MODEL_HEAD_TABLE.table(
-                    [(m.name, head) for m in models for head in m.heads_table],
+                    [(m.name, head) for m in models for head in m.heads],
                     "Every head of every model",
                     "anchor_mass: mean BOS weight over non-trigger queries; anchor_mass_other: BOS weight at the "
                     "trigger query; row_mass: total weight of non-trigger rows (1 for softmax; for ReLU, rows need "
@@ -335,8 +335,8 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
         sink_head_phrase(
             probe.heads, probe.config.sink_eps, f"at non-trigger queries, {probe.n_inputs:,} test sequences"
         ),
-        (f"{name}: " + default_state_finding(state.heads[-1], WHAT, _sinks_subject(state)))
-        if state.heads
+        (f"{name}: " + default_state_finding(state.all_sink_heads, WHAT, _sinks_subject(state)))
+        if state.all_sink_heads is not None
         else f"Default-state test: {state.note}.",
         f"Sink rate (Gu et al., alpha over queries from BOS on > sink-rate threshold ε): "
         f"{sink_rate_phrase(probe.sink_rates)} of (sequence, layer, head) entries.",
@@ -356,20 +356,20 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
 def _probe_default_state(state: ToyDefaultState, name: str, figure_dir: Path) -> Section:
     """The default-state test of the probed run (its chart written into ``figure_dir``), or
     why it was not run."""
-    if not state.heads:
+    if not state.tested_rows():
         return Section("Default-state test", (Paragraph(f"Not run: {state.note}."),))
-    labels = [row.label for row in state.heads]
+    labels = [row.label for row in state.tested_rows()]
     return Section(
         "Default-state test",
         (
             default_state_chart(
                 labels,
-                state.heads,
+                state.tested_rows(),
                 WHAT,
                 figure_dir / "default_state.png",
                 f"{name}: removing sinks vs the matched control",
             ),
-            default_state_table(state.heads, WHAT),
+            default_state_table(state.tested_rows(), WHAT),
         ),
     )
 
@@ -451,13 +451,13 @@ def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
     """The patching findings: the setup, the strongest heads and positions, the trigger's effect."""
     trigger = result.trigger_position
     at_trigger = [
-        row for row in result.positions.rows if row.position == trigger and not math.isnan(row.normalised_effect)
+        row for row in result.per_position.rows if row.position == trigger and not math.isnan(row.normalised_effect)
     ]
     findings = [
         f"{name}: triggered inputs patched into copies whose trigger (position {trigger + 1}) is a content "
         f"token; metric: {TRIGGER_METRIC} (1 = the triggered output).",
-        patching_finding(result.heads),
-        patching_finding(result.positions),
+        patching_finding(result.per_head),
+        patching_finding(result.per_position),
     ]
     if at_trigger:
         findings.append(
@@ -465,13 +465,13 @@ def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
             + ", ".join(f"{row.normalised_effect:+.2f} in layer {row.layer}" for row in at_trigger)
             + "."
         )
-    return findings + [*result.heads.notes, *result.positions.notes]
+    return findings + [*result.per_head.notes, *result.per_position.notes]
 
 
 def _patch_configuration(source: Path, result: TriggerPatching, run_dir: Path | None) -> Section:
     """The patched model, the training run's model and task (when found) and provenance."""
     run_config = read_config(run_dir) if run_dir is not None else None
-    return _run_configuration(source, [config_block("Model", result.heads.model)], run_config, with_training=False)
+    return _run_configuration(source, [config_block("Model", result.per_head.model)], run_config, with_training=False)
 
 
 def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
@@ -486,7 +486,7 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
                 *_existing_figures(
                     [(source / HEADS_FIGURE, f"{name}: z patched per (layer, head), normalised effect")]
                 ),
-                patching_table(result.heads, "z patched per head"),
+                patching_table(result.per_head, "z patched per head"),
             ),
         ),
         Section(
@@ -495,7 +495,7 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
                 *_existing_figures(
                     [(source / POSITIONS_FIGURE, f"{name}: resid_pre patched per (layer, position), normalised effect")]
                 ),
-                patching_table(result.positions, "resid_pre patched per position"),
+                patching_table(result.per_position, "resid_pre patched per position"),
             ),
         ),
         _patch_configuration(source, result, run_dir),
@@ -532,8 +532,8 @@ def _sweep_findings(result: SweepResult) -> list[str]:
     ]
     for attention in config.attentions:
         rows = [r for r in result.rows if r.attention == attention]
-        heads = sum(r.seeds * r.layers * r.heads for r in rows)
-        sinks = sum(r.sink_fraction * r.seeds * r.layers * r.heads for r in rows)
+        heads = sum(r.seeds * r.n_layers * r.n_heads for r in rows)
+        sinks = sum(r.sink_fraction * r.seeds * r.n_layers * r.n_heads for r in rows)
         with_sink = sum(r.seeds_with_sink for r in rows)
         converged = sum(r.converged for r in rows)
         seeds = sum(r.seeds for r in rows)

@@ -15,10 +15,16 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
-from sinkscope.toy.experiment import SUMMARY_FILE, ModelSummary, heads_dataframe, run_jobs
+from sinkscope.toy.experiment import (
+    SUMMARY_FILE,
+    ModelSummary,
+    heads_dataframe,
+    run_jobs,
+    upgrade_model_summary_v1,
+)
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import RunConfig, TrainConfig
 from sinkscope.toy.task import TaskConfig
@@ -26,7 +32,7 @@ from sinkscope.toy.tracking import TrackingConfig
 from sinkscope.toy.tradeoff import write_tradeoff
 from sinkscope.toy.train import unit_device
 
-from sinkscope.infra.codec import write_result
+from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
 
@@ -102,12 +108,19 @@ class Check:
     detail: str
 
 
+def upgrade_reproduction_v1(summary: dict[str, Any]) -> dict[str, Any]:
+    """A reproduction's ``summary.json`` of schema version 1 in version 2's names: each
+    model summary upgraded (``upgrade_model_summary_v1``)."""
+    return {**summary, "models": [upgrade_model_summary_v1(model) for model in summary.get("models", [])]}
+
+
 @dataclass
 class ReproduceSummary:
     """The reproduction (``summary.json``): every model, the paper's claims checked."""
 
     SCHEMA: ClassVar[str] = "reproduction"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: ModelSummary version 2
+    UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_reproduction_v1}
 
     config: ReproduceConfig
     models: list[ModelSummary]
@@ -128,9 +141,9 @@ class ReproduceSummary:
 
 def _one_head_checks(m: ModelSummary) -> list[Check]:
     """The paper's claims about a 1-layer, 1-head model's head (softmax or ReLU)."""
-    if (m.layers, m.heads) != (1, 1) or m.attention not in ("softmax", "relu"):
+    if (m.n_layers, m.n_heads) != (1, 1) or m.attention not in ("softmax", "relu"):
         return []
-    row = m.heads_table[0]
+    row = m.heads[0]
     if m.attention == "relu":
         return [
             Check(
@@ -158,7 +171,7 @@ def _one_head_checks(m: ModelSummary) -> list[Check]:
 def _default_state_checks(m: ModelSummary) -> list[Check]:
     """The default-state claim for a softmax model with sink heads: removing the sinks
     raises the default-position error far more than the matched control."""
-    test = m.default_state_test
+    test = m.default_state
     if (
         m.attention != "softmax"
         or test is None
@@ -185,17 +198,17 @@ def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
     checks: list[Check] = []
     for m in models:
         checks += _one_head_checks(m)
-        if m.layers > 1 and m.attention == "softmax":
+        if m.n_layers > 1 and m.attention == "softmax":
             checks.append(
                 Check(
                     f"{m.name}: at least one sink head (Theorem 2)",
                     m.n_sink_heads >= 1,
-                    f"{m.n_sink_heads} of {len(m.heads_table)} heads sink",
+                    f"{m.n_sink_heads} of {len(m.heads)} heads sink",
                 )
             )
         checks += _default_state_checks(m)
         if m.attention != "softmax":
-            worst_row = max(r.row_mass for r in m.heads_table)
+            worst_row = max(r.row_mass for r in m.heads)
             checks.append(
                 Check(
                     f"{m.name}: no head attends off-trigger (row mass <= 0.05)",
@@ -249,7 +262,9 @@ def reproduce(
             tracking,
         )
         models = [by_name[name] for name, _ in sorted(jobs, key=_job_order)]
-        one_layer_softmax = [work_dir / m.name for m in models if (m.layers, m.heads, m.attention) == (1, 1, "softmax")]
+        one_layer_softmax = [
+            work_dir / m.name for m in models if (m.n_layers, m.n_heads, m.attention) == (1, 1, "softmax")
+        ]
         if one_layer_softmax:
             write_tradeoff(work_dir, one_layer_softmax, config.task, n_sequences=config.n_sequences)
         summary = ReproduceSummary(

@@ -13,20 +13,26 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from sinkscope.execution.outputs import experiment_directory
 from sinkscope.interp.attention_kinds import validate_attention_kind
 from sinkscope.reports.plots import bar_chart, heatmap
-from sinkscope.toy.experiment import SUMMARY_FILE, ModelSummary, heads_dataframe, run_jobs
+from sinkscope.toy.experiment import (
+    SUMMARY_FILE,
+    ModelSummary,
+    heads_dataframe,
+    run_jobs,
+    upgrade_model_summary_v1,
+)
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import RunConfig, TrainConfig
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tracking import TrackingConfig
 from sinkscope.toy.train import unit_device
 
-from sinkscope.infra.codec import write_result
+from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
 
@@ -86,8 +92,8 @@ class SweepConfig:
         for cell in self.grid():
             for seed in range(self.seeds):
                 model = ToyModelConfig(
-                    n_layers=cell.layers,
-                    n_heads=cell.heads,
+                    n_layers=cell.n_layers,
+                    n_heads=cell.n_heads,
                     attention=cell.attention,
                     d_model=cell.d_model,
                     seq_len=cell.seq_len,
@@ -139,8 +145,8 @@ class Cell:
     """One configuration of the grid."""
 
     attention: str
-    layers: int
-    heads: int
+    n_layers: int
+    n_heads: int
     d_model: int
     seq_len: int
     layer_norm: bool = False
@@ -151,7 +157,9 @@ class Cell:
         return "".join(suffix for flag, suffix in ((self.layer_norm, "-ln"), (self.mlp, "-mlp")) if flag)
 
     def run_name(self, seed: int) -> str:
-        return f"{self.attention}-{self.layers}x{self.heads}-d{self.d_model}-L{self.seq_len}{self.extras}-seed{seed}"
+        return (
+            f"{self.attention}-{self.n_layers}x{self.n_heads}-d{self.d_model}-L{self.seq_len}{self.extras}-seed{seed}"
+        )
 
 
 @dataclass
@@ -163,8 +171,8 @@ class SweepRow:
     the mean over seeds of the MSE at default (non-trigger) positions."""
 
     attention: str
-    layers: int
-    heads: int
+    n_layers: int
+    n_heads: int
     d_model: int
     seq_len: int
     seeds: int
@@ -184,7 +192,24 @@ class SweepRow:
     @property
     def label(self) -> str:
         extras = "".join(text for flag, text in ((self.layer_norm, " +LN"), (self.mlp, " +MLP")) if flag)
-        return f"{self.attention} {self.layers}x{self.heads} d{self.d_model} L{self.seq_len}{extras}"
+        return f"{self.attention} {self.n_layers}x{self.n_heads} d{self.d_model} L{self.seq_len}{extras}"
+
+
+def upgrade_sweep_row_v1(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``SweepRow`` of schema version 1 in today's names: its counts ``layers``/``heads``
+    are ``n_layers``/``n_heads``."""
+    names = {"layers": "n_layers", "heads": "n_heads"}
+    return {names.get(key, key): value for key, value in row.items()}
+
+
+def upgrade_sweep_v1(result: dict[str, Any]) -> dict[str, Any]:
+    """A sweep's ``summary.json`` of schema version 1 in version 2's names: each row
+    (``upgrade_sweep_row_v1``) and each model summary (``upgrade_model_summary_v1``)."""
+    return {
+        **result,
+        "rows": [upgrade_sweep_row_v1(row) for row in result.get("rows", [])],
+        "models": [upgrade_model_summary_v1(model) for model in result.get("models", [])],
+    }
 
 
 @dataclass
@@ -192,7 +217,8 @@ class SweepResult:
     """The sweep (``summary.json``): one row per configuration, every model."""
 
     SCHEMA: ClassVar[str] = "sweep"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: SweepRow.n_layers/n_heads, ModelSummary version 2
+    UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_sweep_v1}
 
     config: SweepConfig
     rows: list[SweepRow]
@@ -207,7 +233,7 @@ class SweepResult:
         return sweep_html(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
-        """One row per (model, layer, head): the grid's axes (attention, layers, heads,
+        """One row per (model, layer, head): the grid's axes (attention, n_layers, n_heads,
         d_model, seq_len, layer_norm, mlp), seed and outcome, every ``HeadProbe`` metric a
         column; the per-configuration aggregates are ``rows``."""
         axes = {
@@ -227,14 +253,14 @@ def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[Swe
     rows = []
     for cell in config.grid():
         models = [by_name[cell.run_name(s)] for s in range(config.seeds)]
-        head_rows = [row for m in models for row in m.heads_table]
-        per_seed_fraction = [m.n_sink_heads / (cell.layers * cell.heads) for m in models]
+        head_rows = [row for m in models for row in m.heads]
+        per_seed_fraction = [m.n_sink_heads / (cell.n_layers * cell.n_heads) for m in models]
         default_mses = [m.default_mse for m in models if m.default_mse is not None]
         rows.append(
             SweepRow(
                 attention=cell.attention,
-                layers=cell.layers,
-                heads=cell.heads,
+                n_layers=cell.n_layers,
+                n_heads=cell.n_heads,
                 d_model=cell.d_model,
                 seq_len=cell.seq_len,
                 seeds=len(models),
@@ -362,7 +388,9 @@ def _row(
     mlp: bool,
 ) -> SweepRow:
     key = (attention, layers, heads, d_model, seq_len, layer_norm, mlp)
-    return next(r for r in rows if (r.attention, r.layers, r.heads, r.d_model, r.seq_len, r.layer_norm, r.mlp) == key)
+    return next(
+        r for r in rows if (r.attention, r.n_layers, r.n_heads, r.d_model, r.seq_len, r.layer_norm, r.mlp) == key
+    )
 
 
 def sweep(

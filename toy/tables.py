@@ -43,8 +43,8 @@ MODEL_TABLE: TableDefinition[ModelSummary] = TableDefinition(
     lambda m: (
         m.name,
         m.attention,
-        m.layers,
-        m.heads,
+        m.n_layers,
+        m.n_heads,
         m.seed,
         m.converged,
         m.steps,
@@ -53,7 +53,7 @@ MODEL_TABLE: TableDefinition[ModelSummary] = TableDefinition(
         m.heldout_linf_error,
         m.heldout_mse,
         m.n_sink_heads,
-        m.paper_sink_heads,
+        m.paper_n_sink_heads,
     ),
     "Held-out errors: fresh sequences from the training distribution. Sink head: mean BOS weight over "
     f"non-trigger queries >= {1 - SINK_EPS:g}.",
@@ -69,7 +69,7 @@ EVALUATION_TABLE: TableDefinition[ModelEvaluation] = TableDefinition(
         evaluation.heldout_linf_error,
         evaluation.heldout_mse,
         evaluation.default_mse,
-        f"{len(evaluation.sink_heads())} of {len(evaluation.heads_table)}",
+        f"{len(evaluation.sink_heads())} of {len(evaluation.heads)}",
     ),
 )
 

@@ -40,11 +40,11 @@ def run(args: argparse.Namespace) -> dict:
         args.run_dir, args.out, args.inputs, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
     )
     if not args.json:
-        heads = result.heads.matrix()
+        heads = result.per_head.matrix()
         print("z patched per (layer, head), normalised effect (1 = carries the trigger):")
         for layer, row in enumerate(heads.tolist()):
             print(f"  layer {layer}: " + "  ".join(f"{value:+.2f}" for value in row))
-        positions = result.positions.matrix()
+        positions = result.per_position.matrix()
         strongest = int(positions.nan_to_num().abs().amax(dim=0).argmax())
         print(f"resid_pre: the trigger lives at position {strongest} (trigger at {result.trigger_position})")
         out = args.out or str(Path(args.run_dir) / "patch")

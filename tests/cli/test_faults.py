@@ -231,7 +231,10 @@ def test_argparse_errors_are_one_line_naming_help(capsys):
     [
         ("[1, 2]", "not a JSON object"),
         ("{}", "lacks the field 'model'; regenerate it with sinkscope audit"),
-        ('{"schema": "audit", "schema_version": 99}', "schema version 99; this sinkscope reads version 1; upgrade"),
+        (
+            '{"schema": "audit", "schema_version": 99}',
+            "schema version 99; this sinkscope reads version 1 to 2; upgrade",
+        ),
         ('{"schema": "probe", "schema_version": 1}', "is a 'probe' file, not 'audit'"),
     ],
 )

@@ -16,10 +16,10 @@ NOTEBOOK = ROOT / "examples" / "tutorial.ipynb"
 CLAIMS = """
 assert softmax_probe.sink_heads() == [(0, 0)] and relu_probe.sink_heads() == []
 assert max(row.row_mass for row in relu_probe.heads) < 0.01  # the ReLU head attends to nothing off-trigger
-removal = sinkscope.default_state_test(softmax_model, batch.tokens, softmax_probe.sink_heads(), default_error).rows[-1]
+removal = sinkscope.default_state_test(softmax_model, batch.tokens, softmax_probe.sink_heads(), default_error).all_sink_heads
 assert removal.error_after_remove > 1000 * removal.error_before  # without its sink the model fails
 assert removal.error_after_control < 10 * removal.error_before  # the matched control does not
-effect = patching.positions.matrix()[0]
+effect = patching.per_position.matrix()[0]
 trigger = softmax_config.task.eval_trigger_position
 assert abs(effect[trigger] - 1) < 1e-3 and float(effect.abs().sum() - effect[trigger].abs()) < 1e-3
 deep = side_by_side.model("softmax-2x2")

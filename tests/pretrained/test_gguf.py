@@ -161,14 +161,15 @@ def test_audit_with_ablations_and_report(smollm2, tmp_path):
     assert model.quantization == "Q4_1" and model.n_kv_heads == 3
     assert Path(str(model.source_file)).name == GGUF_NAME
     assert ablation is not None
-    rows = ablation.sink_heads.rows
-    assert len(rows) == 3 and rows[-1].label == "all_sink_heads"  # the two strongest, then all together
+    rows = ablation.default_state.rows
+    together = ablation.default_state.all_sink_heads
+    assert len(rows) == 2 and together is not None and together.label == "all_sink_heads"  # the two strongest, and all
     masses = {(row.layer, row.head): row.anchor_mass for row in written_back.probe.heads}
     strongest = sorted((row for row in written_back.probe.heads if row.is_sink_head), key=lambda row: -row.anchor_mass)[
         :2
     ]
-    assert [row.heads[0] for row in rows[:2]] == [(row.layer, row.head) for row in strongest]
-    assert all(masses[row.heads[0]] >= 0.9 for row in rows[:2])
+    assert [row.head_set[0] for row in rows] == [(row.layer, row.head) for row in strongest]
+    assert all(masses[row.head_set[0]] >= 0.9 for row in rows)
     assert any("4 of 8 prompts" in note for note in written_back.notes)
     assert any("Q4_1 GGUF file" in note for note in written_back.notes)
     written = report(out)
@@ -206,9 +207,9 @@ def test_main_job_audit_of_smollm2_from_the_command_line(tmp_path):
     result = read_audit(out)
     assert result.prompts.n_prompts == 64 and result.model.quantization == "Q4_1"
     assert result.ablation is not None
-    rows = result.ablation.sink_heads.rows
-    assert len(rows) == 9 and rows[-1].label == "all_sink_heads"
-    all_sinks = rows[-1]
+    rows = result.ablation.default_state.rows
+    all_sinks = result.ablation.default_state.all_sink_heads
+    assert len(rows) == 8 and all_sinks is not None and all_sinks.label == "all_sink_heads"
     # removing every sink hurts far more than the matched control (the default-state test)
     assert all_sinks.remove_increase.ci_low > 10 * max(abs(all_sinks.control_increase.mean), 1e-3)
     assert result.ablation.evict_anchor_delta > 0

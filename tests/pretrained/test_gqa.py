@@ -347,7 +347,9 @@ def test_matched_control_and_default_state_test_on_gqa(sink_batch):
         attention_mask=batch.attention_mask,
         config=DefaultStateConfig(n_bootstrap=50, max_single_heads=1),
     )
-    assert [row.label for row in result.rows] == ["L1H3", "all_sink_heads"]
+    assert [row.label for row in result.rows] == ["L1H3"]
+    assert result.all_sink_heads is not None and result.all_sink_heads.label == "all_sink_heads"
+    assert result.all_sink_heads.head_set == (SINK, (0, 1))
     assert "1 of 2 sink heads tested one by one" in result.note
     assert result.rows[0].remove_increase.mean != 0.0
 
@@ -417,8 +419,8 @@ def test_audit_of_a_gqa_checkpoint_with_ablations(llama_sink, tmp_path):
     assert result.model.n_kv_heads == 2 and result.model.n_heads == 4
     assert result.sink_heads() == [SINK]
     assert result.ablation is not None
-    labels = [row.label for row in result.ablation.sink_heads.rows]
-    assert labels == ["L1H3"]
+    labels = [row.label for row in result.ablation.default_state.rows]
+    assert labels == ["L1H3"] and result.ablation.default_state.all_sink_heads == result.ablation.default_state.rows[0]
 
 
 def test_a_model_without_attention_is_refused_in_one_line(tmp_path, capsys):

@@ -101,7 +101,7 @@ def test_causal_audit_end_to_end_matches_hf(request, tmp_path, capsys, fixture, 
     assert code == 0, stderr
     data = json.loads((out / "audit.json").read_text())
     assert {key: value for key, value in data.items() if not key.startswith("schema")} == json.loads(stdout)
-    assert (data["schema"], data["schema_version"]) == ("audit", 1)
+    assert (data["schema"], data["schema_version"]) == ("audit", 2)
     result = read_audit(out)
     assert result.model.causal and result.model.label == model_dir.name and result.model.revision is None
     assert result.prompts.spec.prepend_bos and result.prompts.anchor_token == "<|endoftext|>"
@@ -113,8 +113,9 @@ def test_causal_audit_end_to_end_matches_hf(request, tmp_path, capsys, fixture, 
     check_against_hf(result, model_dir, "AutoModelForCausalLM", PromptSpec(n_prompts=6, max_len=24))
     ablation = result.ablation
     assert ablation is not None
-    assert [row.label for row in ablation.sink_heads.rows] == [f"L{sink[0]}H{sink[1]}"]
-    row = ablation.sink_heads.rows[0]
+    assert [row.label for row in ablation.default_state.rows] == [f"L{sink[0]}H{sink[1]}"]
+    row = ablation.default_state.rows[0]
+    assert ablation.default_state.all_sink_heads == row  # one sink head: removing all of them is removing it
     assert row.error_before == pytest.approx(ablation.base_loss, abs=1e-9)
     assert row.error_after_remove != row.error_before
     check_output_dir(out, result)

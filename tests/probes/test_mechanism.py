@@ -86,7 +86,7 @@ def test_one_table_holds_the_toy_probes_and_the_audit_numbers(inputs):
         run = inputs["reproduction"] / name
         evaluation = read_result(run / EVALUATION_FILE, ModelSummary, "")
         rows = [h for h in comparison.heads if h.source == name]
-        sinks = [h for h in evaluation.heads_table if h.anchor_mass >= 1.0 - LOOSE]
+        sinks = [h for h in evaluation.heads if h.anchor_mass >= 1.0 - LOOSE]
         assert [(r.anchor_mass, r.value_weighted_anchor_share, r.anchor_value_norm) for r in rows] == [
             (h.anchor_mass, h.value_weighted_anchor_share, h.anchor_value_norm) for h in sinks
         ]

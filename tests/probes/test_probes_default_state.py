@@ -32,13 +32,16 @@ def test_removing_the_sink_breaks_default_positions_far_more_than_control():
     sinks = probe_model(model, batch.tokens, query_mask=default).sink_heads()
     result = default_state_test(model, batch.tokens, sinks, default_error, config=DefaultStateConfig(n_bootstrap=200))
     (row,) = result.rows
-    assert row.heads == ((0, 0),) and row.error_before == 0.0
+    assert result.all_sink_heads == row  # the only sink head: removing all of them is removing it
+    assert row.head_set == ((0, 0),) and row.error_before == 0.0
     assert row.remove_increase.mean > 10 * max(row.control_increase.mean, 1e-12)
     assert row.remove_increase.ci_low > row.control_increase.ci_high
     assert row.cohens_d > 1.0
     json.dumps(encode(result), allow_nan=False)
     frame = result.to_dataframe()
-    assert frame["heads"].tolist() == ["L0H0"] and frame["remove_increase_ci_low"].iloc[0] == row.remove_increase.ci_low
+    assert (
+        frame["head_set"].tolist() == ["L0H0"] and frame["remove_increase_ci_low"].iloc[0] == row.remove_increase.ci_low
+    )
 
 
 def test_relu_model_has_no_sink_to_remove():
@@ -46,7 +49,7 @@ def test_relu_model_has_no_sink_to_remove():
     tokens = eval_batch(TaskConfig(d_model=8, seq_len=8), 4, seed=0, target="residual").tokens
     sinks = probe_model(model, tokens).sink_heads()
     result = default_state_test(model, tokens, sinks, lambda output, prepared: output.pow(2).mean(dim=(1, 2)))
-    assert result.rows == () and "no sink" in result.note
+    assert result.rows == () and result.all_sink_heads is None and "no sink" in result.note
 
 
 def test_error_fn_must_return_one_value_per_input():

@@ -108,30 +108,30 @@ def test_toy_results_show_the_papers_checks_and_every_head(reproduction):
     passed = sum(check.passed for check in reproduction.checks)
     assert f"{passed} of {len(reproduction.checks)} checks" in markup
     rows = grid_cells(markup, "BOS mass over non-trigger queries")
-    assert len(rows) == sum(m.layers for m in reproduction.models)
+    assert len(rows) == sum(m.n_layers for m in reproduction.models)
     shown = [float(cell) for row in rows for cell in row if cell != "\u2013"]
-    assert shown == [round(h.anchor_mass, 2) for m in reproduction.models for h in m.heads_table]
+    assert shown == [round(h.anchor_mass, 2) for m in reproduction.models for h in m.heads]
     first = reproduction.models[0]
     rows = grid_cells(first._repr_html_(), "BOS mass over non-trigger queries")
-    assert [float(cell) for row in rows for cell in row] == [round(h.anchor_mass, 2) for h in first.heads_table]
+    assert [float(cell) for row in rows for cell in row] == [round(h.anchor_mass, 2) for h in first.heads]
 
 
 def test_an_evaluated_run_shows_its_heads(reproduction, reproduction_dir):
     evaluation = evaluate_run(reproduction_dir / reproduction.models[0].name, n_sequences=200, write_figures=False)
     markup = evaluation._repr_html_()
     rows = grid_cells(markup, "BOS mass over non-trigger queries")
-    assert [float(cell) for row in rows for cell in row] == [round(h.anchor_mass, 2) for h in evaluation.heads_table]
+    assert [float(cell) for row in rows for cell in row] == [round(h.anchor_mass, 2) for h in evaluation.heads]
     assert f"{evaluation.heldout_mse:.2e}" in markup
-    assert evaluation.to_dataframe()["anchor_mass"].tolist() == [h.anchor_mass for h in evaluation.heads_table]
+    assert evaluation.to_dataframe()["anchor_mass"].tolist() == [h.anchor_mass for h in evaluation.heads]
 
 
 def test_patching_shows_its_effect_map():
     task = TaskConfig()
     result = trigger_patching(softmax_scaled_model(task, 10.0), task, n_inputs=16)
-    markup = result.positions._repr_html_()
+    markup = result.per_position._repr_html_()
     rows = grid_cells(markup, "Normalised effect")
-    assert [float(cell) for cell in rows[0]] == [round(v, 2) + 0.0 for v in result.positions.matrix()[0].tolist()]
-    assert f"{result.positions.rows[0].layer}" in markup and "resid_pre" in markup
+    assert [float(cell) for cell in rows[0]] == [round(v, 2) + 0.0 for v in result.per_position.matrix()[0].tolist()]
+    assert f"{result.per_position.rows[0].layer}" in markup and "resid_pre" in markup
 
 
 @pytest.mark.skipif(find_chromium() is None, reason="Debian's chromium is not installed (apt-get install -y chromium)")
@@ -141,8 +141,8 @@ def test_the_displays_render_in_a_browser_without_scripts(audits, reproduction, 
         "probe": audits[0].probe._repr_html_(),
         "comparison": compare_audits(audits)._repr_html_(),
         "reproduction": reproduction._repr_html_(),
-        "default state": audits[0].ablation.sink_heads._repr_html_(),
-        "patching": trigger_patching(softmax_scaled_model(TaskConfig(), 10.0), TaskConfig(), 16).heads._repr_html_(),
+        "default state": audits[0].ablation.default_state._repr_html_(),
+        "patching": trigger_patching(softmax_scaled_model(TaskConfig(), 10.0), TaskConfig(), 16).per_head._repr_html_(),
     }
     page_path = tmp_path / "notebook.html"
     page_path.write_text(

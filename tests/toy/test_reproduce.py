@@ -14,15 +14,15 @@ from sinkscope.infra.errors import InputError
 from sinkscope.reporting import report
 
 REQUIRED_MODEL_KEYS = {
-    "layers",
-    "heads",
+    "n_layers",
+    "n_heads",
     "attention",
     "seed",
     "converged",
     "steps",
     "wall_seconds",
     "linf_error",
-    "heads_table",
+    "heads",
     "heldout_linf_error",
     "heldout_mse",
 }
@@ -42,8 +42,8 @@ def test_outputs_have_the_documented_layout(tmp_path):
     assert names == ["softmax-1x1-seed0", "relu-1x1-seed0", "softmax-2x2-seed0", "relu-2x2-seed0"]
     for model in data["models"]:
         assert REQUIRED_MODEL_KEYS <= set(model)
-        assert len(model["heads_table"]) == model["layers"] * model["heads"]
-        for row in model["heads_table"]:
+        assert len(model["heads"]) == model["n_layers"] * model["n_heads"]
+        for row in model["heads"]:
             assert REQUIRED_HEAD_KEYS <= set(row)
             assert row["is_sink_head"] == (row["anchor_mass"] >= 0.9)
         run_dir = out / model["name"]
@@ -97,7 +97,7 @@ def test_parallel_workers_give_the_same_numbers_as_one(tmp_path):
     serial = reproduce(_tiny(architectures=((1, 1),)), tmp_path / "serial", progress=False)
     parallel = reproduce(_tiny(architectures=((1, 1),), workers=2), tmp_path / "parallel", progress=False)
     assert [m.linf_error for m in serial.models] == [m.linf_error for m in parallel.models]
-    assert [m.heads_table for m in serial.models] == [m.heads_table for m in parallel.models]
+    assert [m.heads for m in serial.models] == [m.heads for m in parallel.models]
 
 
 @pytest.mark.slow

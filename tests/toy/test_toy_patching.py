@@ -34,7 +34,7 @@ def test_constructions_carry_the_trigger_in_their_head_at_the_trigger(build):
     result = trigger_patching(build(), TASK, n_inputs=16)
     assert result.heads.source_metric == pytest.approx(1.0, abs=1e-3) and abs(result.heads.target_metric) < 1e-3
     assert result.heads.matrix()[0, 0].item() == pytest.approx(1.0, abs=1e-5)
-    positions = result.positions.matrix()[0]
+    positions = result.per_position.matrix()[0]
     assert positions[TASK.eval_trigger_position].item() == pytest.approx(1.0, abs=1e-5)
     assert torch.count_nonzero(positions) == 1
     json.dumps(encode(result), allow_nan=False)
@@ -46,9 +46,9 @@ def test_cli_patch_on_a_trained_run(tmp_path, capsys):
     assert train(config, run, progress=False).converged
     assert main(["toy", "patch", str(run), "--inputs", "64", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    heads = data["heads"]["rows"]
+    heads = data["per_head"]["rows"]
     assert len(heads) == 1 and heads[0]["normalised_effect"] > 0.95  # the one head carries the trigger
-    positions = {row["position"]: row["normalised_effect"] for row in data["positions"]["rows"]}
+    positions = {row["position"]: row["normalised_effect"] for row in data["per_position"]["rows"]}
     assert positions[7] > 0.95 and all(abs(v) < 0.05 for p, v in positions.items() if p != 7)
     for name in ("patching.json", "patching_heads.png", "patching_positions.png"):
         assert (run / "patch" / name).stat().st_size > 0

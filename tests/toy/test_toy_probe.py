@@ -31,7 +31,7 @@ def trained_runs(tmp_path_factory):
 def test_softmax_sink_removal_breaks_the_default_state_and_the_control_does_not(trained_runs, tmp_path):
     report = probe_run(trained_runs["softmax"], tmp_path / "probe", n_sequences=300)
     state = report.default_state
-    assert state.sink_heads == [[0, 0]]
+    assert state.sink_heads == ((0, 0),)
     remove_rise = state.default_error_after_remove - state.default_error_before
     control_rise = state.default_error_after_control - state.default_error_before
     assert remove_rise > 10 * max(control_rise, 0.0)
@@ -46,7 +46,7 @@ def test_softmax_sink_removal_breaks_the_default_state_and_the_control_does_not(
 
 def test_relu_model_has_no_sink_to_remove(trained_runs, tmp_path):
     report = probe_run(trained_runs["relu"], tmp_path / "probe", n_sequences=300)
-    assert report.default_state.sink_heads == []
+    assert report.default_state.sink_heads == ()
     assert "no sink" in report.default_state.note
     assert report.probe.heads[0].anchor_mass < 0.01
 

@@ -164,10 +164,10 @@ def test_a_sweep_on_two_worker_processes_tracks_one_run_per_model(tmp_path, offl
     assert sorted(wandb_runs) == names
     for model in result.models:
         events = _assert_scalars_are_the_metrics(tb / "grid" / model.name, out / model.name)
-        assert events.Scalars("eval/anchor_mass/L0H0")[0].value == pytest.approx(model.heads_table[0].anchor_mass)
+        assert events.Scalars("eval/anchor_mass/L0H0")[0].value == pytest.approx(model.heads[0].anchor_mass)
         run = wandb_runs[model.name]
         assert run.group == "grid" and run.exit_code == 0
-        assert run.summary["eval/anchor_mass/L0H0"] == model.heads_table[0].anchor_mass
+        assert run.summary["eval/anchor_mass/L0H0"] == model.heads[0].anchor_mass
         assert run.summary["eval/heldout_mse"] == model.heldout_mse and run.summary["result/steps"] == model.steps
     # finished models are read back, not retrained: nothing new is tracked
     sweep(config, out, progress=False, tracking=tracking)

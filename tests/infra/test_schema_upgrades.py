@@ -1,0 +1,191 @@
+"""Result files of schema version 1 still read after the one-vocabulary renames.
+
+The files under ``tests/fixtures/v1-3107c0e`` were written by the code of commit 3107c0e
+(see the README there): each is read with today's class through its ``UPGRADES``, the
+renamed fields must carry the values the file held under the old names, no value may be
+lost or changed on the way, and writing the result again gives a version-2 file that
+reads back equal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sinkscope.pretrained_analysis.audit import AuditResult
+from sinkscope.probes.default_state import DefaultStateConfig, default_state_test
+from sinkscope.probes.mechanism import MechanismComparison
+from sinkscope.probes.probe import ProbeResult
+from sinkscope.toy.evaluate import ToyDefaultState, default_position_mse
+from sinkscope.toy.experiment import ModelSummary
+from sinkscope.toy.patching import TriggerPatching
+from sinkscope.toy.reproduce import ReproduceSummary
+from sinkscope.toy.sweep import SweepConfig, SweepResult
+from sinkscope.toy.task import TaskConfig, eval_batch
+
+from sinkscope.infra.codec import encode, read_result, write_result
+from tiny_models import toy_sink_model
+
+V1 = Path(__file__).resolve().parents[1] / "fixtures" / "v1-3107c0e"
+# every version-1 file of the fixtures, with the class that reads it
+FILES = {
+    "probe/probe.json": ProbeResult,
+    "probe/default_state.json": ToyDefaultState,
+    "default_state_two_heads.json": ToyDefaultState,
+    "default_state_capped.json": ToyDefaultState,
+    "evaluation.json": ModelSummary,
+    "reproduction/summary.json": ReproduceSummary,
+    "sweep/summary.json": SweepResult,
+    "sweep/sweep.json": SweepConfig,
+    "patching.json": TriggerPatching,
+    "audit/audit.json": AuditResult,
+    "mechanism/mechanism.json": MechanismComparison,
+}
+
+
+def v1(name: str) -> dict[str, Any]:
+    return json.loads((V1 / name).read_text())
+
+
+def leaves(data: Any) -> set[Any]:
+    """Every number, string, bool and null in ``data`` (keys aside): what a rename of keys
+    must keep."""
+    if isinstance(data, dict):
+        return set().union(*(leaves(value) for value in data.values())) if data else set()
+    if isinstance(data, list):
+        return set().union(*(leaves(item) for item in data)) if data else set()
+    return {data}
+
+
+def same(a: Any, b: Any) -> bool:
+    """JSON values equal, NaN (null in a file) equal to itself."""
+    return json.dumps(encode(a), sort_keys=True) == json.dumps(encode(b), sort_keys=True)
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_a_version_1_file_reads_keeps_every_value_and_is_written_again_as_today_s_version(name, tmp_path):
+    cls = FILES[name]
+    data = v1(name)
+    assert data["schema"] == cls.SCHEMA and data["schema_version"] == 1
+    result = read_result(V1 / name, cls)
+    upgraded = encode(result)
+    old_values = leaves({key: value for key, value in data.items() if not key.startswith("schema")})
+    assert leaves(upgraded) == old_values  # keys renamed and rows moved, no value lost, changed or invented
+    write_result(tmp_path / "again.json", result)
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["schema_version"] == cls.SCHEMA_VERSION
+    assert same(read_result(tmp_path / "again.json", cls), result)
+
+
+def test_the_changed_schemas_are_version_2_and_the_unchanged_stay_version_1():
+    changed = {ProbeResult, ToyDefaultState, ModelSummary, ReproduceSummary, SweepResult, TriggerPatching}
+    changed |= {AuditResult, MechanismComparison}
+    assert {cls: cls.SCHEMA_VERSION for cls in changed} == dict.fromkeys(changed, 2)
+    assert all(1 in cls.UPGRADES for cls in changed)
+    assert SweepConfig.SCHEMA_VERSION == 1  # its grid axes keep their names (the CLI's flags map to them)
+
+
+def test_a_probe_s_spec_and_layer_rows_take_the_new_names():
+    data = v1("probe/probe.json")
+    probe = read_result(V1 / "probe/probe.json", ProbeResult)
+    assert probe.model.attention == data["model"]["attention_kind"] == "softmax"
+    assert [layer.n_sink_heads for layer in probe.layers] == [layer["sink_heads"] for layer in data["layers"]]
+    assert probe.sink_heads() == [(0, 0)]
+
+
+def test_the_all_sink_heads_row_is_named_not_last():
+    two = v1("default_state_two_heads.json")
+    state = read_result(V1 / "default_state_two_heads.json", ToyDefaultState)
+    assert state.sink_heads == ((0, 0), (1, 1))
+    assert [row.label for row in state.rows] == ["L0H0", "L1H1"]
+    assert state.all_sink_heads is not None and same(state.all_sink_heads, _renamed_row(two["heads"][-1]))
+    assert state.all_sink_heads.head_set == ((0, 0), (1, 1))
+    assert (
+        state.default_error_after_remove == two["default_error_after_remove"] == two["heads"][-1]["error_after_remove"]
+    )
+    assert [row.label for row in state.tested_rows()] == ["L0H0", "L1H1", "all_sink_heads"]
+
+    capped = read_result(V1 / "default_state_capped.json", ToyDefaultState)  # one head alone, then both
+    assert [row.label for row in capped.rows] == ["L0H0"] and capped.all_sink_heads is not None
+    assert capped.all_sink_heads.label == "all_sink_heads" and "1 of 2 sink heads" in capped.note
+
+    one = v1("probe/default_state.json")  # one sink head: its row is the all-sink-heads row
+    single = read_result(V1 / "probe/default_state.json", ToyDefaultState)
+    assert [row.label for row in single.rows] == ["L0H0"] and single.all_sink_heads == single.rows[0]
+    assert same(single.all_sink_heads, _renamed_row(one["heads"][0]))
+    assert single.tested_rows() == single.rows
+
+
+def _renamed_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {("head_set" if key == "heads" else key): value for key, value in row.items()}
+
+
+def test_an_audit_s_probe_and_ablation_take_the_new_names():
+    data = v1("audit/audit.json")
+    audit = read_result(V1 / "audit/audit.json", AuditResult)
+    assert audit.probe.model.attention == data["probe"]["model"]["attention_kind"]
+    assert [layer.n_sink_heads for layer in audit.probe.layers] == [
+        layer["sink_heads"] for layer in data["probe"]["layers"]
+    ]
+    assert audit.ablation is not None
+    test, old = audit.ablation.default_state, data["ablation"]["sink_heads"]
+    assert test.sink_heads == tuple(tuple(head) for head in old["sink_heads"]) == ((1, 1), (0, 0))
+    assert [row.label for row in test.rows] == ["L1H1"]  # --ablate-heads 1: the strongest alone
+    assert test.all_sink_heads is not None and same(test.all_sink_heads, _renamed_row(old["rows"][-1]))
+    assert test.note == old["note"] and test.n_inputs == old["n_inputs"]
+
+
+def test_model_summaries_take_the_new_names_alone_and_inside_experiments():
+    data = v1("evaluation.json")
+    summary = read_result(V1 / "evaluation.json", ModelSummary)
+    assert (summary.n_layers, summary.n_heads) == (data["layers"], data["heads"]) == (1, 1)
+    assert same(summary.heads, data["heads_table"]) and summary.paper_n_sink_heads == data["paper_sink_heads"] == 1
+    assert summary.default_state is not None and summary.default_state.all_sink_heads == summary.default_state.rows[0]
+    assert summary.default_state.default_error_before == data["default_state_test"]["default_error_before"]
+
+    reproduction = read_result(V1 / "reproduction/summary.json", ReproduceSummary)
+    old_models = v1("reproduction/summary.json")["models"]
+    assert [(m.name, m.n_layers, m.n_heads) for m in reproduction.models] == [
+        (m["name"], m["layers"], m["heads"]) for m in old_models
+    ]
+    assert same(reproduction.models[0], summary)  # the run's evaluation.json is its row
+
+    sweep_data = v1("sweep/summary.json")
+    sweep = read_result(V1 / "sweep/summary.json", SweepResult)
+    assert [(r.n_layers, r.n_heads) for r in sweep.rows] == [(r["layers"], r["heads"]) for r in sweep_data["rows"]]
+    assert [m.n_heads for m in sweep.models] == [m["heads"] for m in sweep_data["models"]]
+    assert sweep.rows[0].label == "softmax 1x1 d6 L6"
+
+
+def test_patching_and_mechanism_take_the_new_names():
+    data = v1("patching.json")
+    patching = read_result(V1 / "patching.json", TriggerPatching)
+    for result, old in ((patching.per_head, data["heads"]), (patching.per_position, data["positions"])):
+        assert same(result.rows, old["rows"]) and result.hook == old["hook"]
+        assert result.model.attention == old["model"]["attention_kind"] == "softmax"
+    comparison = read_result(V1 / "mechanism/mechanism.json", MechanismComparison)
+    old = v1("mechanism/mechanism.json")["models"]
+    assert (
+        [m.attention for m in comparison.models] == [m["attention_kind"] for m in old] == ["softmax", "relu", "softmax"]
+    )
+    frame = comparison.to_dataframe()
+    assert "attention" in frame.columns and "attention_kind" not in frame.columns
+    assert not math.isnan(comparison.model("tiny-gpt2").n_sink_heads)
+
+
+@pytest.mark.parametrize("name, cap", [("default_state_two_heads.json", None), ("default_state_capped.json", 1)])
+def test_today_s_test_gives_the_numbers_version_1_wrote(name, cap):
+    """The fixture's default-state test run again by today's code (same model, inputs and
+    settings as the README's script): the same rows and the same all-sink-heads row, to the bit."""
+    model = toy_sink_model()
+    task = TaskConfig(d_model=8, seq_len=8, eval_trigger_position=5)
+    batch = eval_batch(task, 64, seed=1, target=model.cfg.target)
+    error_fn = default_position_mse(batch.targets, batch.default_query_mask())
+    config = DefaultStateConfig(n_bootstrap=50, max_single_heads=cap)
+    today = ToyDefaultState.from_result(
+        default_state_test(model, batch.tokens, [(0, 0), (1, 1)], error_fn, config=config)
+    )
+    assert same(today, read_result(V1 / name, ToyDefaultState))
