@@ -120,6 +120,7 @@ def add_executor(parser: argparse.ArgumentParser) -> None:
 def add_tracking(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wandb",
+        dest="wandb_project",
         metavar="PROJECT",
         default=None,
         help="log every model trained to this Weights & Biases project (pip install 'sinkscope[tracking]'; "
@@ -127,6 +128,7 @@ def add_tracking(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tensorboard",
+        dest="tensorboard_dir",
         metavar="DIR",
         default=None,
         help="log every model trained to TensorBoard, one subdirectory of DIR per model",
@@ -136,11 +138,11 @@ def add_tracking(parser: argparse.ArgumentParser) -> None:
 def tracking_config(args: argparse.Namespace) -> TrackingConfig | None:
     """``--wandb``/``--tensorboard`` as a ``TrackingConfig`` (None without either), its
     packages checked before anything is trained or written."""
-    if args.wandb is None and args.tensorboard is None:
+    if args.wandb_project is None and args.tensorboard_dir is None:
         return None
     from sinkscope.toy.tracking import TrackingConfig
 
-    tracking = TrackingConfig(wandb_project=args.wandb, tensorboard_dir=args.tensorboard)
+    tracking = TrackingConfig(wandb_project=args.wandb_project, tensorboard_dir=args.tensorboard_dir)
     tracking.check()
     return tracking
 

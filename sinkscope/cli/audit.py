@@ -64,12 +64,14 @@ def _add_input_flags(audit: argparse.ArgumentParser) -> None:
 
     audit.add_argument(
         "--prompts",
+        dest="source",
         default="default",
         help="default (built-in English prompts), random (random tokens), a .txt (one prompt per "
         "line)/.jsonl/.csv/.parquet file, or a Hugging Face dataset ID[:CONFIG] (default: default)",
     )
     audit.add_argument(
         "--out",
+        dest="out_dir",
         default=None,
         help="output directory (default sinkscope-out/audit/<model>); refused if it exists and is not "
         "empty, unless --overwrite",
@@ -129,7 +131,11 @@ def _add_ablation_flags(audit: argparse.ArgumentParser) -> None:
     )
     audit.add_argument("--sink-eps", type=fraction, default=0.1, help="sink head: anchor mass >= 1 - eps (default 0.1)")
     audit.add_argument(
-        "--examples", type=NON_NEGATIVE, default=2, help="prompts drawn as attention heatmaps (default 2)"
+        "--examples",
+        dest="n_examples",
+        type=NON_NEGATIVE,
+        default=2,
+        help="prompts drawn as attention heatmaps (default 2)",
     )
 
 
@@ -179,7 +185,7 @@ def run(args: argparse.Namespace) -> dict:
     ]
     resolved = [resolve_model(spec.name, spec.revision) for spec in specs]
     prompt_spec = PromptSpec(
-        source=args.prompts,
+        source=args.source,
         max_len=args.max_len,
         n_prompts=args.n_prompts,
         seed=args.seed,
@@ -194,7 +200,7 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.pretrained_analysis.suite import unique_slugs
 
     slugs = unique_slugs([where.label for where in resolved])
-    out = Path(args.out or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
+    out = Path(args.out_dir or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
     inputs = [Path(where.location) for where in resolved if where.is_local]
     if prompt_spec.kind == "file":
         inputs.append(Path(prompt_spec.source))
@@ -227,7 +233,7 @@ def _audit_config(args: argparse.Namespace):
         ablate=args.ablate,
         ablate_heads=args.ablate_heads,
         ablate_prompts=args.ablate_prompts,
-        n_examples=args.examples,
+        n_examples=args.n_examples,
         seed=args.seed,
     )
 

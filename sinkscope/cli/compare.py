@@ -38,7 +38,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="audit directories (audit.json), audit comparisons, toy runs, toy probes, reproductions or sweeps",
     )
-    compare.add_argument("--out", required=True, help="the comparison directory to write")
+    compare.add_argument(
+        "--out", dest="out_dir", metavar="OUT", required=True, help="the comparison directory to write"
+    )
     compare.add_argument(
         "--mechanism",
         action="store_true",
@@ -46,6 +48,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     compare.add_argument(
         "--sequences",
+        dest="n_sequences",
         type=POSITIVE,
         default=1000,
         help="figure-set sequences for a toy run probed here (no probe/probe.json; default 1000)",
@@ -70,7 +73,7 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.infra.atomic_io import claim_output_directory
     from sinkscope.mechanism import is_audit_directory
 
-    out = Path(args.out)
+    out = Path(args.out_dir)
     # --sink-eps only means something side by side, so it asks for that comparison too
     mechanism = args.mechanism or args.sink_eps is not None
     if mechanism or not all(is_audit_directory(d) for d in args.directories):
@@ -93,7 +96,7 @@ def _compare_mechanism(args: argparse.Namespace, out: Path) -> dict:
     with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an input to compare"):
         comparison = compare_mechanism(
             args.directories,
-            n_sequences=args.sequences,
+            n_sequences=args.n_sequences,
             sink_eps=args.sink_eps,
             allow_unfinished=args.allow_unfinished,
         )

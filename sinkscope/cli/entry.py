@@ -41,26 +41,6 @@ INTERRUPTED = {
 }
 
 
-# library settings whose command-line flag has another name: field -> argparse dest
-FIELD_DESTS = {
-    "n_examples": "examples",
-    "n_sequences": "sequences",
-    "n_inputs": "inputs",
-    "source": "prompts",
-    "seq_lens": "seq_len",
-    "d_models": "d_model",
-    "attentions": "attention",
-    "layer_norms": "layer_norm",
-    "mlps": "mlp",
-    "n_layers": "layers",
-    "n_heads": "heads",
-    "out_dir": "out",
-    "run_dir": "out",  # toy train's run directory; probe and patch take RUN_DIR as an argument
-    "wandb_project": "wandb",
-    "tensorboard_dir": "tensorboard",
-}
-
-
 def _active_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
     """The (sub)parser of the command that ran, e.g. ``toy train``'s."""
     for action in parser._actions:
@@ -76,7 +56,7 @@ def _with_flag(error: SinkscopeError, parser: argparse.ArgumentParser, args: arg
     if error.field is None:
         return message
     actions = {action.dest: action for action in _active_parser(parser, args)._actions}
-    action = actions.get(error.field) or actions.get(FIELD_DESTS.get(error.field, ""))
+    action = actions.get(error.field)  # every flag's dest is the name of the setting it sets
     if action is None or not action.option_strings:  # no such flag on this command, or a positional
         return message
     return f"{message} ({'/'.join(action.option_strings)})"

@@ -27,7 +27,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("result_dir", metavar="DIR", help="a directory written by sinkscope toy or audit")
-    report.add_argument("--out", default=None, help="where to write the report (default DIR itself)")
+    report.add_argument(
+        "--out", dest="out_dir", metavar="OUT", default=None, help="where to write the report (default DIR itself)"
+    )
     report.add_argument("--overwrite", action="store_true", help="replace an existing report in --out")
     add_common_output(report)
 
@@ -35,7 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> dict:
     from sinkscope.reporting import report
 
-    result = report(args.result_dir, args.out, overwrite=args.overwrite)
+    result = report(args.result_dir, args.out_dir, overwrite=args.overwrite)
     if not args.json:
         print(f"{result.kind} report:")
         print("\n".join(f"- {finding}" for finding in result.findings))

@@ -22,8 +22,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     patch.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
-    patch.add_argument("--out", default=None, help="output directory (default RUN_DIR/patch)")
-    patch.add_argument("--inputs", type=POSITIVE, default=256, help="paired inputs (default 256)")
+    patch.add_argument(
+        "--out", dest="out_dir", metavar="OUT", default=None, help="output directory (default RUN_DIR/patch)"
+    )
+    patch.add_argument(
+        "--inputs", dest="n_inputs", metavar="INPUTS", type=POSITIVE, default=256, help="paired inputs (default 256)"
+    )
     patch.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
     patch.add_argument(
         "--allow-unfinished",
@@ -37,7 +41,7 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.toy.patching import patch_run
 
     result, files = patch_run(
-        args.run_dir, args.out, args.inputs, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
+        args.run_dir, args.out_dir, args.n_inputs, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
     )
     if not args.json:
         heads = result.per_head.matrix()
@@ -47,6 +51,6 @@ def run(args: argparse.Namespace) -> dict:
         positions = result.per_position.matrix()
         strongest = int(positions.nan_to_num().abs().amax(dim=0).argmax())
         print(f"resid_pre: the trigger lives at position {strongest} (trigger at {result.trigger_position})")
-        out = args.out or str(Path(args.run_dir) / "patch")
+        out = args.out_dir or str(Path(args.run_dir) / "patch")
         print(f"wrote {', '.join(files)} in {out}")
     return encode(result)

@@ -21,8 +21,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     probe.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
-    probe.add_argument("--out", default=None, help="output directory (default RUN_DIR/probe)")
-    probe.add_argument("--sequences", type=POSITIVE, default=1000, help="test sequences (default 1000)")
+    probe.add_argument(
+        "--out", dest="out_dir", metavar="OUT", default=None, help="output directory (default RUN_DIR/probe)"
+    )
+    probe.add_argument(
+        "--sequences",
+        dest="n_sequences",
+        metavar="SEQUENCES",
+        type=POSITIVE,
+        default=1000,
+        help="test sequences (default 1000)",
+    )
     probe.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
     probe.add_argument(
         "--allow-unfinished",
@@ -36,7 +45,7 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.toy.probe_run import probe_run
 
     report = probe_run(
-        args.run_dir, args.out, args.sequences, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
+        args.run_dir, args.out_dir, args.n_sequences, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
     )
     if not args.json:
         state = report.default_state

@@ -31,11 +31,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    reproduce.add_argument("--out", required=True, help="output directory (re-running resumes it)")
+    reproduce.add_argument(
+        "--out", dest="out_dir", metavar="OUT", required=True, help="output directory (re-running resumes it)"
+    )
     reproduce.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per model (default 3; --quick: 1)")
     reproduce.add_argument("--quick", action="store_true", help="reduced preset: one seed, at most 8,000 steps")
     reproduce.add_argument("--max-steps", type=POSITIVE, default=None, help="step cap per model (default 50,000)")
-    reproduce.add_argument("--sequences", type=POSITIVE, default=1000, help="test sequences for heatmaps and tables")
+    reproduce.add_argument(
+        "--sequences",
+        dest="n_sequences",
+        metavar="SEQUENCES",
+        type=POSITIVE,
+        default=1000,
+        help="test sequences for heatmaps and tables",
+    )
     reproduce.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
     add_executor(reproduce)
     reproduce.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
@@ -48,13 +57,13 @@ def run(args: argparse.Namespace) -> dict:
     check_executor(args)
     from sinkscope.toy.reproduce import ReproduceConfig, reproduce
 
-    overrides = {"n_sequences": args.sequences, "workers": args.workers}
+    overrides = {"n_sequences": args.n_sequences, "workers": args.workers}
     if args.seeds is not None:
         overrides["seeds"] = args.seeds
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
     config = ReproduceConfig.quick(**overrides) if args.quick else ReproduceConfig(**overrides)
-    summary = reproduce(config, args.out, **experiment_options(args))
+    summary = reproduce(config, args.out_dir, **experiment_options(args))
     if not args.json:
         from sinkscope.reports.text import table_terminal
         from sinkscope.toy.tables import MODEL_TABLE
@@ -65,5 +74,5 @@ def run(args: argparse.Namespace) -> dict:
             f"{len(summary.checks) - len(failed)} of {len(summary.checks)} checks against the paper pass"
             + (": failing: " + "; ".join(c.claim for c in failed) if failed else "")
         )
-        print(f"wrote {Path(args.out) / 'summary.json'}; `sinkscope report {args.out}` writes its report")
+        print(f"wrote {Path(args.out_dir) / 'summary.json'}; `sinkscope report {args.out_dir}` writes its report")
     return encode(summary)

@@ -34,7 +34,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sweep.add_argument("--out", required=True, help="output directory (re-running resumes it)")
+    sweep.add_argument(
+        "--out", dest="out_dir", metavar="OUT", required=True, help="output directory (re-running resumes it)"
+    )
     sweep.add_argument(
         "--preset",
         choices=("phase",),
@@ -42,16 +44,53 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="phase: the sink phase diagram, every attention kind x layers x heads x LayerNorm x MLP "
         "(1,024 models with --device cuda, 64 on a CPU); flags below narrow or widen it",
     )
-    sweep.add_argument("--seq-len", type=int_list, default=None, help="comma-separated (default 8,16,32)")
-    sweep.add_argument("--d-model", type=int_list, default=None, help="comma-separated (default 8,16,32)")
+    sweep.add_argument(
+        "--seq-len",
+        dest="seq_lens",
+        metavar="SEQ_LEN",
+        type=int_list,
+        default=None,
+        help="comma-separated (default 8,16,32)",
+    )
+    sweep.add_argument(
+        "--d-model",
+        dest="d_models",
+        metavar="D_MODEL",
+        type=int_list,
+        default=None,
+        help="comma-separated (default 8,16,32)",
+    )
     sweep.add_argument("--heads", type=int_list, default=None, help="comma-separated (default 1)")
     sweep.add_argument("--layers", type=int_list, default=None, help="comma-separated (default 1)")
-    sweep.add_argument("--attention", type=str_list, default=None, help="comma-separated (default softmax,relu)")
-    sweep.add_argument("--layer-norm", type=switch_list, default=None, help="off, on or off,on (default off)")
-    sweep.add_argument("--mlp", type=switch_list, default=None, help="off, on or off,on (default off)")
+    sweep.add_argument(
+        "--attention",
+        dest="attentions",
+        metavar="ATTENTION",
+        type=str_list,
+        default=None,
+        help="comma-separated (default softmax,relu)",
+    )
+    sweep.add_argument(
+        "--layer-norm",
+        dest="layer_norms",
+        metavar="LAYER_NORM",
+        type=switch_list,
+        default=None,
+        help="off, on or off,on (default off)",
+    )
+    sweep.add_argument(
+        "--mlp", dest="mlps", metavar="MLP", type=switch_list, default=None, help="off, on or off,on (default off)"
+    )
     sweep.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per configuration (default 3)")
     sweep.add_argument("--max-steps", type=POSITIVE, default=20_000, help="step cap per model (default 20,000)")
-    sweep.add_argument("--sequences", type=POSITIVE, default=500, help="test sequences per model (default 500)")
+    sweep.add_argument(
+        "--sequences",
+        dest="n_sequences",
+        metavar="SEQUENCES",
+        type=POSITIVE,
+        default=500,
+        help="test sequences per model (default 500)",
+    )
     sweep.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
     add_executor(sweep)
     sweep.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
@@ -64,15 +103,15 @@ def run(args: argparse.Namespace) -> dict:
     check_executor(args)
     from sinkscope.toy.sweep import sweep
 
-    result = sweep(_sweep_config(args), args.out, **experiment_options(args))
+    result = sweep(_sweep_config(args), args.out_dir, **experiment_options(args))
     if not args.json:
         from sinkscope.reports.text import table_terminal
         from sinkscope.toy.tables import SWEEP_TABLE
 
         print(table_terminal(SWEEP_TABLE.table(result.rows)))
         print(
-            f"wrote {Path(args.out) / 'summary.json'} and plots ({result.wall_seconds:.0f} s); "
-            f"`sinkscope report {args.out}` writes its report"
+            f"wrote {Path(args.out_dir) / 'summary.json'} and plots ({result.wall_seconds:.0f} s); "
+            f"`sinkscope report {args.out_dir}` writes its report"
         )
     return encode(result)
 
@@ -82,17 +121,17 @@ def _sweep_config(args: argparse.Namespace):
     from sinkscope.toy.sweep import SweepConfig, phase_diagram
 
     axes = {
-        "seq_lens": args.seq_len,
-        "d_models": args.d_model,
+        "seq_lens": args.seq_lens,
+        "d_models": args.d_models,
         "heads": args.heads,
         "layers": args.layers,
-        "attentions": args.attention,
-        "layer_norms": args.layer_norm,
-        "mlps": args.mlp,
+        "attentions": args.attentions,
+        "layer_norms": args.layer_norms,
+        "mlps": args.mlps,
         "seeds": args.seeds,
     }
     chosen = {name: value for name, value in axes.items() if value is not None}
-    common = {"max_steps": args.max_steps, "n_sequences": args.sequences, "workers": args.workers}
+    common = {"max_steps": args.max_steps, "n_sequences": args.n_sequences, "workers": args.workers}
     if args.preset == "phase":
         from sinkscope.infra.devices import resolve_device
 

@@ -21,7 +21,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    tradeoff.add_argument("--out", required=True, help="directory for tradeoff.json and tradeoff.png")
+    tradeoff.add_argument(
+        "--out", dest="out_dir", metavar="OUT", required=True, help="directory for tradeoff.json and tradeoff.png"
+    )
     tradeoff.add_argument(
         "--run", action="append", default=[], help="a trained single-layer run directory to add (repeatable)"
     )
@@ -33,9 +35,9 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
     from sinkscope.toy.tradeoff import write_tradeoff
 
-    with claim_output_directory(args.out, args.overwrite, args.run, "the run"):
-        with atomic_directory(args.out, replace=args.overwrite) as tmp:
+    with claim_output_directory(args.out_dir, args.overwrite, args.run, "the run"):
+        with atomic_directory(args.out_dir, replace=args.overwrite) as tmp:
             result = write_tradeoff(tmp, args.run)
     if not args.json:
-        print(f"wrote {Path(args.out) / 'tradeoff.png'} and {Path(args.out) / 'tradeoff.json'}")
+        print(f"wrote {Path(args.out_dir) / 'tradeoff.png'} and {Path(args.out_dir) / 'tradeoff.json'}")
     return encode(result)

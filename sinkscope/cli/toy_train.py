@@ -33,12 +33,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    train.add_argument("--out", required=True, help="run directory to create (or resume with --resume)")
+    train.add_argument(
+        "--out", dest="run_dir", metavar="OUT", required=True, help="run directory to create (or resume with --resume)"
+    )
     train.add_argument(
         "--attention", default="softmax", help="softmax | relu | relu_prefix | sigmoid (default softmax)"
     )
-    train.add_argument("--layers", type=POSITIVE, default=1, help="number of layers (default 1)")
-    train.add_argument("--heads", type=POSITIVE, default=1, help="heads per layer (default 1)")
+    train.add_argument(
+        "--layers", dest="n_layers", metavar="LAYERS", type=POSITIVE, default=1, help="number of layers (default 1)"
+    )
+    train.add_argument(
+        "--heads", dest="n_heads", metavar="HEADS", type=POSITIVE, default=1, help="heads per layer (default 1)"
+    )
     train.add_argument("--seed", type=NON_NEGATIVE, default=0)
     train.add_argument("--d-model", type=POSITIVE, default=16, help="token width n (default 16)")
     train.add_argument("--seq-len", type=POSITIVE, default=16, help="sequence length L (default 16)")
@@ -84,12 +90,12 @@ def run(args: argparse.Namespace) -> dict:
     if max_steps is None:
         from sinkscope.toy.run_dir import CONFIG_FILE, read_config
 
-        resuming = args.resume and (Path(args.out) / CONFIG_FILE).is_file()
-        max_steps = read_config(args.out).train.max_steps if resuming else 50_000
+        resuming = args.resume and (Path(args.run_dir) / CONFIG_FILE).is_file()
+        max_steps = read_config(args.run_dir).train.max_steps if resuming else 50_000
     config = RunConfig(
         model=ToyModelConfig(
-            n_layers=args.layers,
-            n_heads=args.heads,
+            n_layers=args.n_layers,
+            n_heads=args.n_heads,
             d_model=args.d_model,
             seq_len=args.seq_len,
             attention=args.attention,
@@ -104,7 +110,7 @@ def run(args: argparse.Namespace) -> dict:
     )
     from sinkscope.infra.atomic_io import holds_files
 
-    out = Path(args.out)
+    out = Path(args.run_dir)
     if holds_files(out) and not args.resume:
         raise InputError(f"{out} already exists; pass --resume to continue it or choose another --out")
     result = train(config, out, resume=True, progress=not args.no_progress, device=args.device, tracking=tracking)
