@@ -39,7 +39,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from sinkscope.execution import Unit, run_units  # noqa: E402
-
 from sinkscope.infra.atomic_io import atomic_directory, atomic_write_json  # noqa: E402
 
 SIZE = 128
@@ -143,9 +142,8 @@ def bench_default_sweep(workers: int = 2) -> dict:
     """The default ``toy sweep`` grid (54 models) once with the local executor and once on
     a local Ray instance started for the run, each into a fresh directory; the models must
     come out identical. Returns the walls and ray / local."""
-    from sinkscope.toy.sweep import SweepConfig, sweep
-
     from sinkscope.infra.codec import encode
+    from sinkscope.toy.sweep import SweepConfig, sweep
 
     config = SweepConfig(workers=workers)
     walls, models = {}, {}

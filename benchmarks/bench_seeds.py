@@ -30,12 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from sinkscope.infra.codec import encode
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import RunConfig, TrainConfig, TrainResult
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.train import train
-
-from sinkscope.infra.codec import encode
 
 CASES: dict[str, ToyModelConfig] = {
     "1x1": ToyModelConfig(n_layers=1, n_heads=1, attention="softmax"),

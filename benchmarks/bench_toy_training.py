@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
+
 from sinkscope.interp.attention_kinds import (
     causal_mask,
     fixed_row_scale,
@@ -39,7 +41,6 @@ from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.run_dir import RunConfig, TrainConfig
 from sinkscope.toy.run_member import DATA_SEED_OFFSET, paper_adam
 from sinkscope.toy.task import TaskConfig, sample_batch
-from torch import nn
 
 SEED = 0
 

@@ -371,12 +371,12 @@ def section_audit(p: dict, profile: str) -> dict:
 
 def section_scaling(p: dict, profile: str) -> dict:
     import torch
-    from sinkscope.pretrained_analysis.audit import AuditConfig, audit
-    from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
-    from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set
 
     import bench_scaling
     import profiling
+    from sinkscope.pretrained_analysis.audit import AuditConfig, audit
+    from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
+    from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set
 
     with tempfile.TemporaryDirectory(prefix="bench_scaling_") as model_dir:
         n_params = bench_scaling.build_model(model_dir)

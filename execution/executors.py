@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sinkscope.execution.units import Unit, UnitFailure, UnitsReport
-
 from sinkscope.infra.errors import InputError, RunFailed
 
 EXECUTORS = ("local", "ray")

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from sinkscope.execution.units import UnitsFailed
-
 from sinkscope.infra.atomic_io import (
     atomic_directory,
     atomic_write_json,

@@ -29,11 +29,11 @@ from typing import Any, TypeAlias, cast, overload
 
 import torch
 from jaxtyping import Bool, Float, Int, Shaped
-from sinkscope.interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
-from sinkscope.interp.hook_names import attn_hook, block_hook
 from transformer_lens import HookedRootModule
 
 from sinkscope.infra.errors import InputError
+from sinkscope.interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
+from sinkscope.interp.hook_names import attn_hook, block_hook
 
 HookFn = Callable[..., Any]
 KV_HOOKS: frozenset[str] = frozenset({"k", "v", "rot_k"})

@@ -29,6 +29,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from sinkscope.infra.codec import Upgrade, read_result, write_result
+from sinkscope.infra.errors import InputError, RunFailed
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model, wrap_model
@@ -63,10 +67,6 @@ from sinkscope.probes.probe import (
 from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.reports.plots import attention_grid, draw_head_maps, line_chart
-from tqdm.auto import tqdm
-
-from sinkscope.infra.codec import Upgrade, read_result, write_result
-from sinkscope.infra.errors import InputError, RunFailed
 
 if TYPE_CHECKING:
     import pandas

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from safetensors import SafetensorError
+
+from sinkscope.infra.devices import is_out_of_memory, resolve_device
+from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.gguf_files import gguf_quantization, load_gguf
 from sinkscope.pretrained_analysis.resolve import (
     OFFLINE_FIX,
@@ -23,9 +26,6 @@ from sinkscope.pretrained_analysis.resolve import (
     ResolvedModel,
     first_line,
 )
-
-from sinkscope.infra.devices import is_out_of_memory, resolve_device
-from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     from sinkscope.interp.hooked_model import ModelSpec
@@ -84,8 +84,9 @@ def boot_bridge(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> Load
     """The bridge over ``resolved``, placed as ``spec`` asks (its device resolved by
     ``sinkscope.infra.devices``), and what it is."""
     import torch
-    from sinkscope.interp.hooked_model import HookedModel
     from transformer_lens.model_bridge import TransformerBridge
+
+    from sinkscope.interp.hooked_model import HookedModel
 
     if not progress:
         _hide_download_bars()

@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+
+from sinkscope.infra.atomic_io import atomic_write_text
+from sinkscope.infra.codec import read_result, write_result
+from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.audit import AuditResult, plot_text
 from sinkscope.pretrained_analysis.prompts import PromptSpec
 from sinkscope.pretrained_analysis.tables import comparison_definition
@@ -22,10 +26,6 @@ from sinkscope.reports.document import Table
 from sinkscope.reports.frames import dataframe
 from sinkscope.reports.markdown import md_escape, table_markdown
 from sinkscope.reports.plots import line_chart
-
-from sinkscope.infra.atomic_io import atomic_write_text
-from sinkscope.infra.codec import read_result, write_result
-from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas

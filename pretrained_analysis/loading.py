@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sinkscope.infra.devices import check_device_name
+from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.boot import (
     LoadedModel,
     ModelInfo,
@@ -39,9 +41,6 @@ from sinkscope.pretrained_analysis.resolve import (
     hub_offline,
     resolve_model,
 )
-
-from sinkscope.infra.devices import check_device_name
-from sinkscope.infra.errors import InputError
 
 __all__ = [
     "DTYPES",

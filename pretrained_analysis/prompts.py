@@ -33,6 +33,7 @@ from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import torch
+
     from sinkscope.pretrained_analysis.loading import LoadedModel
 
 BUILTIN_SOURCE = "default"
@@ -236,6 +237,7 @@ def _check_text_file(path: Path) -> None:
 
 def _read_hub(spec: PromptSpec) -> list[Any]:
     import datasets
+
     from sinkscope.pretrained_analysis.loading import hub_offline
 
     datasets.disable_progress_bars()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.audit import (
     AUDIT_FILE,
     LAYER_FIGURE,
@@ -29,8 +30,6 @@ from sinkscope.probes.report_sections import (
 )
 from sinkscope.reports.document import Block, Figure, KeyValues, Paragraph, ReportDocument, Section, config_block
 from sinkscope.reports.write import ReportKind
-
-from sinkscope.infra.errors import InputError
 
 
 def _figures(directory: Path, names_and_captions: list[tuple[str, str]]) -> list[Block]:

@@ -21,13 +21,12 @@ from typing import ClassVar
 
 from sinkscope.execution import Unit, run_units, skip_finished, units_failed
 from sinkscope.execution.outputs import experiment_directory
+from sinkscope.infra.atomic_io import atomic_directory
+from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.audit import AUDIT_FILE, AuditConfig, AuditResult, audit, read_audit, write_audit
 from sinkscope.pretrained_analysis.compare import Comparison, check_comparable, compare_audits, write_comparison
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set
-
-from sinkscope.infra.atomic_io import atomic_directory
-from sinkscope.infra.errors import InputError
 
 SUITE_FILE = "suite.json"
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.probes.interventions import HeadRef, Intervention, intervention_hooks, mask_random_key, remove_sink
 from sinkscope.reports.frames import dataframe
-
-from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas

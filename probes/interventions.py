@@ -31,10 +31,10 @@ from typing import Any, Literal
 
 import torch
 from jaxtyping import Bool, Float, Int, Shaped
-from sinkscope.interp.hook_names import attn_hook
-from sinkscope.interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
 
 from sinkscope.infra.errors import InputError
+from sinkscope.interp.hook_names import attn_hook
+from sinkscope.interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
 
 InterventionKind = Literal[
     "remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key", "zero_head", "mean_ablate_head"

@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from sinkscope.infra.codec import Upgrade, read_result
+from sinkscope.infra.errors import InputError
 from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
 from sinkscope.probes.probe import ProbeResult
 from sinkscope.probes.sink_metrics import is_sink_head
 from sinkscope.reports.frames import dataframe, row_of
-
-from sinkscope.infra.codec import Upgrade, read_result
-from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas

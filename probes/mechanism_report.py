@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
+
 from sinkscope.probes.mechanism import MECHANISM_FILE, MechanismComparison, read_mechanism
 from sinkscope.probes.mechanism_findings import mechanism_findings
 from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE

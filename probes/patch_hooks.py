@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from sinkscope.interp.hook_names import ATTN_HOOKS, BLOCK_HOOKS, attn_hook, block_hook
-from sinkscope.interp.hooked_model import FwdHooks, HookedModel, PreparedBatch
 
 from sinkscope.infra.errors import InputError
+from sinkscope.interp.hook_names import ATTN_HOOKS, BLOCK_HOOKS, attn_hook, block_hook
+from sinkscope.interp.hooked_model import FwdHooks, HookedModel, PreparedBatch
 
 PATCHABLE_HOOKS: tuple[str, ...] = ATTN_HOOKS + BLOCK_HOOKS
 HEAD_HOOKS: tuple[str, ...] = ATTN_HOOKS

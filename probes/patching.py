@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch, upgrade_model_spec_v1
-from sinkscope.probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
-from sinkscope.reports.frames import dataframe, row_of
 from tqdm.auto import tqdm
 
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
+from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch, upgrade_model_spec_v1
+from sinkscope.probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
+from sinkscope.reports.frames import dataframe, row_of
 
 if TYPE_CHECKING:
     import pandas

@@ -28,6 +28,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+
+from sinkscope.infra.atomic_io import atomic_write_text
+from sinkscope.infra.codec import Upgrade
+from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch, upgrade_model_spec_v1
 from sinkscope.probes.sink_metrics import (
@@ -48,10 +52,6 @@ from sinkscope.probes.sink_metrics import (
 from sinkscope.reports.document import records_table
 from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.reports.text import table_csv
-
-from sinkscope.infra.atomic_io import atomic_write_text
-from sinkscope.infra.codec import Upgrade
-from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas

@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
 from sinkscope.probes.default_state import DefaultStateRow
 from sinkscope.probes.patching import PatchingResult
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
 from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
 from sinkscope.reports.plots import bar_chart
-
-from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
 
 
 def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:

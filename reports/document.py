@@ -15,13 +15,13 @@ from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from sinkscope.infra.errors import InputError
+
 # re-exported: reports, tables, findings and inline displays format numbers one way
 from sinkscope.reports.formatting import Cell as Cell
 from sinkscope.reports.formatting import format_cell as format_cell
 from sinkscope.reports.formatting import percent as percent
 from sinkscope.reports.formatting import sig as sig
-
-from sinkscope.infra.errors import InputError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 Item = TypeVar("Item")

@@ -19,10 +19,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
-from sinkscope.reports.document import HeadMaps
 
 from sinkscope.infra.atomic_io import atomic_path
 from sinkscope.infra.errors import InputError
+from sinkscope.reports.document import HeadMaps
 
 DPI = 110
 # A report's column is 1130 px wide (reports/html.py); a figure drawn at most this wide is

@@ -15,12 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sinkscope.infra.atomic_io import atomic_directory, atomic_path, locked_directory
+from sinkscope.infra.errors import InputError
 from sinkscope.reports.document import ReportDocument
 from sinkscope.reports.html import render_html
 from sinkscope.reports.markdown import render_markdown
-
-from sinkscope.infra.atomic_io import atomic_directory, atomic_path, locked_directory
-from sinkscope.infra.errors import InputError
 
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"

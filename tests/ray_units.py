@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import torch
+
 from sinkscope.execution import Unit, run_units, skip_finished
 from sinkscope.execution.units import finished
-
 from sinkscope.infra.atomic_io import atomic_directory, atomic_write_json, read_json
 
 RESULT = "result.json"

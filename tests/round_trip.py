@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sinkscope.infra.codec import encode, read_result
+from sinkscope.infra.provenance import Provenance
 from sinkscope.pretrained_analysis.audit import AuditResult
 from sinkscope.pretrained_analysis.compare import Comparison
 from sinkscope.pretrained_analysis.suite import AuditSuite
@@ -20,9 +22,6 @@ from sinkscope.toy.reproduce import ReproduceConfig, ReproduceSummary
 from sinkscope.toy.run_dir import RunConfig, TrainResult
 from sinkscope.toy.sweep import SweepConfig, SweepResult
 from sinkscope.toy.tradeoff import TradeoffResult
-
-from sinkscope.infra.codec import encode, read_result
-from sinkscope.infra.provenance import Provenance
 
 PERSISTED = {
     cls.SCHEMA: cls

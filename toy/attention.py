@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import torch
 from jaxtyping import Float
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
 from sinkscope.interp.attention_kinds import (
     causal_mask,
     fixed_row_scale,
@@ -29,8 +32,6 @@ from sinkscope.interp.attention_kinds import (
     scores_to_pattern,
     validate_attention_kind,
 )
-from torch import nn
-from transformer_lens.hook_points import HookPoint
 
 
 class HookedAttention(nn.Module):

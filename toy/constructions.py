@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 
 import torch
-from sinkscope.toy.model import ToyModelConfig, ToyTransformer
-from sinkscope.toy.task import BOS_FLAG, TRIGGER_FLAG, TaskConfig
 
 from sinkscope.infra.errors import InputError
+from sinkscope.toy.model import ToyModelConfig, ToyTransformer
+from sinkscope.toy.task import BOS_FLAG, TRIGGER_FLAG, TaskConfig
 
 _HEAD = 0  # the single head
 _SCORE = 0  # the single head coordinate that carries the query-key match

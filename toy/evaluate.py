@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
+
+from sinkscope.infra.codec import Upgrade
+from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test, split_all_sink_heads
@@ -27,9 +30,6 @@ from sinkscope.reports.plots import attention_grid
 from sinkscope.toy.model import ToyTransformer
 from sinkscope.toy.run_dir import RunConfig, load_model, read_config
 from sinkscope.toy.task import TaskBatch, eval_batch, sample_batch
-
-from sinkscope.infra.codec import Upgrade
-from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
     import pandas

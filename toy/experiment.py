@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution import Unit, run_units, units_failed
+from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.probes.probe import HeadProbe
 from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.toy.evaluate import ToyDefaultState, evaluate_run, upgrade_toy_default_state_v1
@@ -25,8 +26,6 @@ from sinkscope.toy.progress import ExperimentProgress
 from sinkscope.toy.run_dir import RunConfig, TrainResult
 from sinkscope.toy.tracking import RunTrackers, TrackingConfig
 from sinkscope.toy.train import train_seeds
-
-from sinkscope.infra.codec import Upgrade, read_result, write_result
 
 SUMMARY_FILE = "summary.json"  # an experiment's result (reproduce, sweep)
 EVALUATION_FILE = "evaluation.json"  # a run's ModelSummary, written when its unit finishes

@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from typing import cast
 
 import torch
-from sinkscope.interp.attention_kinds import validate_attention_kind
-from sinkscope.toy.attention import HookedAttention
-from sinkscope.toy.layer_norm import HookedLayerNorm
-from sinkscope.toy.mlp import HookedMLP
-from sinkscope.toy.task import TargetKind
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from sinkscope.infra.errors import InputError
+from sinkscope.interp.attention_kinds import validate_attention_kind
+from sinkscope.toy.attention import HookedAttention
+from sinkscope.toy.layer_norm import HookedLayerNorm
+from sinkscope.toy.mlp import HookedMLP
+from sinkscope.toy.task import TargetKind
 
 
 @dataclass(frozen=True)

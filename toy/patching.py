@@ -18,6 +18,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+
+from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
+from sinkscope.infra.codec import Upgrade, write_result
+from sinkscope.infra.errors import InputError
 from sinkscope.probes.patching import (
     MetricContext,
     MetricFn,
@@ -29,10 +33,6 @@ from sinkscope.reports.plots import heatmap
 from sinkscope.toy.model import ToyTransformer
 from sinkscope.toy.run_dir import load_model, read_config, require_finished
 from sinkscope.toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
-
-from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
-from sinkscope.infra.codec import Upgrade, write_result
-from sinkscope.infra.errors import InputError
 
 PATCHING_FILE = "patching.json"
 HEADS_FILE = "patching_heads.json"

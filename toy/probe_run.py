@@ -14,6 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
+from sinkscope.infra.codec import write_result
+from sinkscope.infra.errors import InputError
+from sinkscope.infra.provenance import PROVENANCE_FILE, write_provenance
 from sinkscope.probes.default_state import default_state_test
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, probe_model
 from sinkscope.probes.tables import anchor_mass_map
@@ -22,11 +27,6 @@ from sinkscope.reports.plots import draw_head_maps
 from sinkscope.toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
 from sinkscope.toy.run_dir import load_model, read_config, require_finished
 from sinkscope.toy.task import eval_batch
-
-from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
-from sinkscope.infra.codec import write_result
-from sinkscope.infra.errors import InputError
-from sinkscope.infra.provenance import PROVENANCE_FILE, write_provenance
 
 PROBE_FILE = "probe.json"
 DEFAULT_STATE_FILE = "default_state.json"

@@ -10,6 +10,8 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from sinkscope.infra.codec import read_result
+from sinkscope.infra.provenance import read_provenance
 from sinkscope.probes.probe import ProbeResult
 from sinkscope.probes.report_sections import (
     default_state_chart,
@@ -63,9 +65,6 @@ from sinkscope.toy.tradeoff import (
     TRADEOFF_FILE,
     TradeoffResult,
 )
-
-from sinkscope.infra.codec import read_result
-from sinkscope.infra.provenance import read_provenance
 
 WHAT = "default-position MSE"
 RUN_FIGURES = (

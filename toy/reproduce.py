@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
+from sinkscope.infra.codec import Upgrade, write_result
+from sinkscope.infra.errors import InputError
+from sinkscope.infra.provenance import write_provenance
 from sinkscope.toy.experiment import (
     SUMMARY_FILE,
     ModelSummary,
@@ -31,10 +34,6 @@ from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tracking import TrackingConfig
 from sinkscope.toy.tradeoff import write_tradeoff
 from sinkscope.toy.train import unit_device
-
-from sinkscope.infra.codec import Upgrade, write_result
-from sinkscope.infra.errors import InputError
-from sinkscope.infra.provenance import write_provenance
 
 PAPER_ARCHITECTURES: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (4, 4))
 PAPER_ATTENTIONS: tuple[str, ...] = ("softmax", "relu")

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import ClassVar
 
 import torch
-from sinkscope.toy.checkpoint import load_tensors, save_tensors
-from sinkscope.toy.model import ToyModelConfig, ToyTransformer
-from sinkscope.toy.task import TaskConfig
 
 from sinkscope.infra.atomic_io import atomic_directory, atomic_write_json, read_json
 from sinkscope.infra.codec import encode, read_result, write_result
 from sinkscope.infra.errors import InputError
+from sinkscope.toy.checkpoint import load_tensors, save_tensors
+from sinkscope.toy.model import ToyModelConfig, ToyTransformer
+from sinkscope.toy.task import TaskConfig
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"

@@ -15,6 +15,10 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
+
+from sinkscope.infra.atomic_io import atomic_write_text, holds_files, read_json
+from sinkscope.infra.codec import encode
+from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.probes.sink_metrics import anchor_mass
 from sinkscope.toy.checkpoint import (
@@ -38,10 +42,6 @@ from sinkscope.toy.run_dir import (
     write_config,
 )
 from sinkscope.toy.task import TaskBatch
-
-from sinkscope.infra.atomic_io import atomic_write_text, holds_files, read_json
-from sinkscope.infra.codec import encode
-from sinkscope.infra.errors import InputError
 
 DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one seed
 

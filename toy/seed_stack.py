@@ -12,6 +12,9 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch.func import functional_call, stack_module_state, vmap
+from tqdm.auto import tqdm
+
 from sinkscope.toy.checkpoint import (
     save_tensors,
 )
@@ -24,8 +27,6 @@ from sinkscope.toy.run_dir import (
 )
 from sinkscope.toy.run_member import RunMember, log_step, paper_adam, write_step_checkpoint
 from sinkscope.toy.task import TaskBatch, sample_batch
-from torch.func import functional_call, stack_module_state, vmap
-from tqdm.auto import tqdm
 
 # on_log(step, record): ``record`` is the line just written to one run's metrics.jsonl
 # (step, loss, linf_error, anchor_mass_default, anchor_mass_trigger) with ``run`` added,

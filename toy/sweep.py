@@ -16,7 +16,11 @@ from statistics import mean
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+
 from sinkscope.execution.outputs import experiment_directory
+from sinkscope.infra.codec import Upgrade, write_result
+from sinkscope.infra.errors import InputError
+from sinkscope.infra.provenance import write_provenance
 from sinkscope.interp.attention_kinds import validate_attention_kind
 from sinkscope.reports.plots import bar_chart, heatmap
 from sinkscope.toy.experiment import (
@@ -31,10 +35,6 @@ from sinkscope.toy.run_dir import RunConfig, TrainConfig
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tracking import TrackingConfig
 from sinkscope.toy.train import unit_device
-
-from sinkscope.infra.codec import Upgrade, write_result
-from sinkscope.infra.errors import InputError
-from sinkscope.infra.provenance import write_provenance
 
 SWEEP_FILE = "sweep.json"
 

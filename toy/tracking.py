@@ -27,10 +27,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from sinkscope.toy.run_dir import RESULT_FILE, RunConfig, read_train_result
-
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
+from sinkscope.toy.run_dir import RESULT_FILE, RunConfig, read_train_result
 
 TRACKING_INSTALL = "pip install 'sinkscope[tracking]'"
 

@@ -21,6 +21,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
+
+from sinkscope.infra.codec import write_result
+from sinkscope.infra.errors import InputError
+from sinkscope.infra.provenance import write_provenance
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.probes.sink_metrics import anchor_mass
 from sinkscope.reports.plots import LABEL_PT, SMALL_PT, TICK_PT, TITLE_PT, save_figure
@@ -28,10 +32,6 @@ from sinkscope.toy.constructions import relu_exact_model, softmax_scaled_model
 from sinkscope.toy.model import ToyTransformer
 from sinkscope.toy.run_dir import load_model, read_config
 from sinkscope.toy.task import TaskConfig, eval_batch
-
-from sinkscope.infra.codec import write_result
-from sinkscope.infra.errors import InputError
-from sinkscope.infra.provenance import write_provenance
 
 MSE_FLOOR = 1e-16  # where the log-scale plot draws errors that are exactly (or nearly) 0
 

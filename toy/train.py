@@ -21,6 +21,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
+
+from sinkscope.infra.atomic_io import locked_directory
+from sinkscope.infra.devices import resolve_device
+from sinkscope.infra.errors import InputError, RunFailed
 from sinkscope.toy.interrupt import interrupts_at_step_boundaries
 from sinkscope.toy.run_dir import (
     RunConfig,
@@ -30,10 +34,6 @@ from sinkscope.toy.run_dir import (
 from sinkscope.toy.run_member import RunMember, open_run
 from sinkscope.toy.seed_stack import OnLog, train_stack
 from sinkscope.toy.tracking import RunTrackers, TrackingConfig
-
-from sinkscope.infra.atomic_io import locked_directory
-from sinkscope.infra.devices import resolve_device
-from sinkscope.infra.errors import InputError, RunFailed
 
 # A toy step is a few 16-wide matmuls: a second intra-op thread gains little on an idle
 # machine and costs several-fold once another process wants the core (the threads wait

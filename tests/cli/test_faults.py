@@ -922,7 +922,6 @@ def test_staged_paths_are_rewritten_even_when_json_escapes_them(tmp_path):
     import json
 
     from sinkscope.execution.outputs import _record_final_location
-
     from sinkscope.infra.atomic_io import atomic_write_json
 
     parent = tmp_path / 'résultats "q"'
@@ -954,7 +953,6 @@ def test_run_failed_is_exit_1_and_input_errors_name_the_flag_of_their_field(tmp_
     library's message (which names the setting) followed by the command's flag for it;
     a field that names no flag of the command leaves the message as it is."""
     import sinkscope.pretrained_analysis.loading
-
     import sinkscope.reporting
     from sinkscope.infra.errors import InputError, RunFailed
 

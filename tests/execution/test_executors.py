@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from sinkscope.execution import Unit, UnitsReport, run_units, skip_finished
 
 import ray_units
 from ray_cluster import free_port, node_environment
+from sinkscope.execution import Unit, UnitsReport, run_units, skip_finished
 from sinkscope.infra.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,17 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
-import sinkscope.toy.experiment
 import torch
-from sinkscope.pretrained_analysis.audit import read_audit
-from sinkscope.pretrained_analysis.compare import read_comparison
-from sinkscope.toy.sweep import SweepConfig, sweep
-from sinkscope.toy.train import unit_device
 
+import sinkscope.toy.experiment
 from ray_cluster import node_environment, unit_workers
 from sinkscope.cli import main
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
+from sinkscope.pretrained_analysis.audit import read_audit
+from sinkscope.pretrained_analysis.compare import read_comparison
+from sinkscope.toy.sweep import SweepConfig, sweep
+from sinkscope.toy.train import unit_device
 from tiny_models import build_tiny_checkpoints
 
 SWEEP = SweepConfig(

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from sinkscope.infra.codec import encode, read_result, write_result
 from sinkscope.pretrained_analysis.audit import AuditResult
 from sinkscope.probes.default_state import DefaultStateConfig, default_state_test
 from sinkscope.probes.mechanism import MechanismComparison
@@ -25,8 +27,6 @@ from sinkscope.toy.patching import TriggerPatching
 from sinkscope.toy.reproduce import ReproduceSummary
 from sinkscope.toy.sweep import SweepConfig, SweepResult
 from sinkscope.toy.task import TaskConfig, eval_batch
-
-from sinkscope.infra.codec import encode, read_result, write_result
 from tiny_models import toy_sink_model
 
 V1 = Path(__file__).resolve().parents[1] / "fixtures" / "v1-3107c0e"

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from sinkscope.interp.attention_kinds import (
     ATTENTION_KINDS,
     causal_mask,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from sinkscope.interp.attention_kinds import ATTENTION_KINDS
 from sinkscope.interp.hook_names import attn_hook, pattern_hook
 from sinkscope.toy.attention import HookedAttention

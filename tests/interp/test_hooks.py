@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformer_lens import ActivationCache
+
 from sinkscope.interp.hook_names import attn_hook, block_hook, pattern_hook
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.task import TaskConfig, sample_batch
-from transformer_lens import ActivationCache
 
 D, P, BATCH = 8, 6, 4
 

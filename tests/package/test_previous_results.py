@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sinkscope.probes.tables import ANCHOR_MASS, HEAD_TABLE, VALUE_SHARE
-from sinkscope.reports.formatting import format_cell, sig
 
 from sinkscope.cli import main
 from sinkscope.infra.codec import read_result
+from sinkscope.probes.tables import ANCHOR_MASS, HEAD_TABLE, VALUE_SHARE
+from sinkscope.reports.formatting import format_cell, sig
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "b883e06"
 

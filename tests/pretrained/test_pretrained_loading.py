@@ -12,6 +12,7 @@ from pathlib import Path
 
 import huggingface_hub
 import pytest
+
 from sinkscope.pretrained_analysis.loading import (
     SHORT_NAMES,
     LoadSpec,
@@ -23,7 +24,6 @@ from sinkscope.pretrained_analysis.loading import (
     resolve_model,
 )
 from sinkscope.pretrained_analysis.suite import unique_slugs
-
 from tiny_models import build_tiny_gpt2, install_in_hf_cache
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,8 +136,9 @@ def test_out_of_memory_while_booting_propagates_as_itself(tiny_dir, monkeypatch)
     """Running out of memory says nothing about the architecture: it is not turned into a
     ModelLoadError ("pass a model of an architecture TransformerLens supports")."""
     import torch
-    from sinkscope.pretrained_analysis.loading import load_model
     from transformer_lens.model_bridge import TransformerBridge
+
+    from sinkscope.pretrained_analysis.loading import load_model
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
@@ -156,8 +157,9 @@ def test_out_of_memory_while_booting_propagates_as_itself(tiny_dir, monkeypatch)
 
 
 def test_a_model_that_fails_to_boot_chains_the_cause(tiny_dir, monkeypatch):
-    from sinkscope.pretrained_analysis.loading import load_model
     from transformer_lens.model_bridge import TransformerBridge
+
+    from sinkscope.pretrained_analysis.loading import load_model
 
     def unsupported(*args, **kwargs):
         raise NotImplementedError("no adapter for FancyForCausalLM")

@@ -8,9 +8,9 @@ import json
 import pandas as pd
 import pytest
 import torch
+
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.pretrained_analysis.prompts import PromptError, PromptSpec, load_prompt_set, tokenize_prompts
-
 from tiny_models import build_tiny_gpt2
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Attention sinks park mass.", "A trigger."]

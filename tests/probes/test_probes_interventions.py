@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.probes.interventions import (
     evict_anchor,
@@ -21,7 +22,6 @@ from sinkscope.probes.interventions import (
     zero_head,
 )
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
-
 from tiny_models import TINY_GPT2_PROMPTS, build_tiny_gpt2, load_bridge
 
 torch.set_num_threads(1)

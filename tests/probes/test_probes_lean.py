@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from sinkscope.infra.codec import encode
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.audit import AuditConfig, audit
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
@@ -19,8 +21,6 @@ from sinkscope.probes.probe import (
     probe_batches,
     probe_model,
 )
-
-from sinkscope.infra.codec import encode
 from tiny_models import (
     TINY_GPT2_PROMPTS,
     build_tiny_gpt2,

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from sinkscope.probes.sink_metrics import (
     alpha_k,
     anchor_mass,

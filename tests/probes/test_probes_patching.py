@@ -10,14 +10,14 @@ import math
 
 import pytest
 import torch
+
+from sinkscope.infra.codec import encode
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.probes.patch_hooks import PatchSite, patch_activation
 from sinkscope.probes.patching import MetricContext, activation_patching
 from sinkscope.toy.constructions import relu_exact_model, softmax_scaled_model
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
-
-from sinkscope.infra.codec import encode
 from tiny_models import build_tiny_gpt2, load_bridge
 
 torch.set_num_threads(1)

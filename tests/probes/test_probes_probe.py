@@ -8,12 +8,12 @@ from dataclasses import fields
 
 import pytest
 import torch
+
+from sinkscope.infra.codec import encode, read_result, write_result
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.probes.probe import HeadProbe, ProbeConfig, ProbeResult, probe_model
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.task import TaskConfig, eval_batch
-
-from sinkscope.infra.codec import encode, read_result, write_result
 from tiny_models import toy_sink_model as sink_model
 
 torch.set_num_threads(1)

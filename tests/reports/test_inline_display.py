@@ -7,6 +7,9 @@ import html
 import re
 
 import pytest
+
+from browser import Chromium, find_chromium
+from sinkscope.infra.codec import read_result
 from sinkscope.pretrained_analysis.audit import AuditConfig, audit
 from sinkscope.pretrained_analysis.compare import compare_audits
 from sinkscope.pretrained_analysis.findings import audit_findings
@@ -16,9 +19,6 @@ from sinkscope.toy.evaluate import evaluate_run
 from sinkscope.toy.patching import trigger_patching
 from sinkscope.toy.reproduce import ReproduceConfig, ReproduceSummary, reproduce
 from sinkscope.toy.task import TaskConfig
-
-from browser import Chromium, find_chromium
-from sinkscope.infra.codec import read_result
 from tiny_models import build_tiny_gpt2
 
 MARKUP = '<script>alert("sink")</script> & <b>bold</b>'
@@ -175,6 +175,7 @@ def test_the_displays_render_in_a_browser_without_scripts(audits, reproduction, 
 def test_cells_format_numpy_and_torch_scalars_as_numbers():
     import numpy as np
     import torch
+
     from sinkscope.reports.document import Column, Table
     from sinkscope.reports.formatting import format_cell
     from sinkscope.reports.html import inline_table

@@ -19,6 +19,10 @@ from pathlib import Path
 
 import pytest
 from matplotlib.figure import Figure as MplFigure
+
+from browser import Chromium, find_chromium
+from sinkscope.cli import main
+from sinkscope.reporting import REPORT_KINDS, report
 from sinkscope.reports.document import Column, Figure, ReportDocument, Section, Table
 from sinkscope.reports.html import render_html
 from sinkscope.reports.markdown import md_escape, render_markdown
@@ -32,10 +36,6 @@ from sinkscope.toy.sweep import SweepConfig, sweep
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tradeoff import write_tradeoff
 from sinkscope.toy.train import train
-
-from browser import Chromium, find_chromium
-from sinkscope.cli import main
-from sinkscope.reporting import REPORT_KINDS, report
 from tiny_models import build_tiny_gpt2, build_tiny_gpt_neox
 
 XSS = "<script>alert(1)</script>"

@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
+
+from sinkscope.infra.atomic_io import atomic_directory, atomic_path, atomic_write_json, atomic_write_text, read_json
+from sinkscope.infra.errors import InputError
 from sinkscope.toy.checkpoint import load_tensors, optimizer_from_tensors, optimizer_to_tensors, save_tensors
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.run_dir import RunConfig, TrainConfig, load_model, read_config, write_config
 from sinkscope.toy.task import TaskConfig
-
-from sinkscope.infra.atomic_io import atomic_directory, atomic_path, atomic_write_json, atomic_write_text, read_json
-from sinkscope.infra.errors import InputError
 
 
 def _leftovers(directory):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import matplotlib.image
 import pytest
 import torch
+
+from sinkscope.infra.codec import decode, encode
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.toy.constructions import relu_exact_model, softmax_scaled_model
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
@@ -16,8 +18,6 @@ from sinkscope.toy.tradeoff import (
     plot_tradeoff,
     query_scale_curve,
 )
-
-from sinkscope.infra.codec import decode, encode
 
 TASK = TaskConfig()
 PATTERN = pattern_hook(0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from sinkscope.toy.checkpoint import load_tensors
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import FINAL_WEIGHTS, RunConfig, TrainConfig

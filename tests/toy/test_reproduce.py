@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from sinkscope.toy.experiment import seed_groups
-from sinkscope.toy.reproduce import ReproduceConfig, reproduce
-from sinkscope.toy.train import train
 
 from round_trip import assert_json_files_round_trip
 from sinkscope.infra.errors import InputError
 from sinkscope.reporting import report
+from sinkscope.toy.experiment import seed_groups
+from sinkscope.toy.reproduce import ReproduceConfig, reproduce
+from sinkscope.toy.train import train
 
 REQUIRED_MODEL_KEYS = {
     "n_layers",

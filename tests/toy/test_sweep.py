@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from sinkscope.toy.sweep import SweepConfig, sweep
 
 from round_trip import assert_json_files_round_trip
 from sinkscope.cli import main
+from sinkscope.toy.sweep import SweepConfig, sweep
 
 OLDER_ABSENT = ("layer_norms", "mlps", "schema", "schema_version")
 

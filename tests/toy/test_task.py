@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sinkscope.toy.task import TaskConfig, eval_batch, make_targets, make_tokens, sample_batch
 
 from sinkscope.infra.codec import decode, encode
+from sinkscope.toy.task import TaskConfig, eval_batch, make_targets, make_tokens, sample_batch
 
 N, L = 5, 4  # d_model 5: BOS flag, trigger flag, features 2..3, bias 4
 

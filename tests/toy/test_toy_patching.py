@@ -6,16 +6,16 @@ import json
 
 import pytest
 import torch
+
+from round_trip import assert_json_files_round_trip
+from sinkscope.cli import main
+from sinkscope.infra.codec import encode
 from sinkscope.toy.constructions import relu_exact_model, softmax_scaled_model
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.patching import remove_trigger, trigger_patching
 from sinkscope.toy.run_dir import RunConfig, TrainConfig
 from sinkscope.toy.task import TRIGGER_FLAG, TaskConfig, eval_batch
 from sinkscope.toy.train import train
-
-from round_trip import assert_json_files_round_trip
-from sinkscope.cli import main
-from sinkscope.infra.codec import encode
 
 TASK = TaskConfig(d_model=8, seq_len=10, eval_trigger_position=6)
 

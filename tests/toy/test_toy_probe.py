@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from round_trip import assert_json_files_round_trip
+from sinkscope.cli import main
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.probe_run import probe_run
 from sinkscope.toy.run_dir import RunConfig, TrainConfig
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.train import train
-
-from round_trip import assert_json_files_round_trip
-from sinkscope.cli import main
 
 
 @pytest.fixture(scope="module")

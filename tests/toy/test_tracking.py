@@ -12,17 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import wandb
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from sinkscope.cli import main
+from sinkscope.infra.codec import encode
+from sinkscope.infra.errors import InputError
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import RunConfig, TrainConfig, read_metrics
 from sinkscope.toy.sweep import SweepConfig, sweep
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tracking import TrackingConfig, scalars
 from sinkscope.toy.train import TrainingDiverged, train, train_seeds
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-from sinkscope.cli import main
-from sinkscope.infra.codec import encode
-from sinkscope.infra.errors import InputError
 from wandb_offline import offline_runs
 
 

@@ -8,10 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import sinkscope.toy.run_member as run_member
-import sinkscope.toy.seed_stack as seed_stack
 import torch
 from safetensors.torch import load_file
+
+import sinkscope.toy.run_member as run_member
+import sinkscope.toy.seed_stack as seed_stack
+from sinkscope.infra.codec import encode
 from sinkscope.probes.sink_metrics import anchor_mass
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import (
@@ -26,8 +28,6 @@ from sinkscope.toy.run_dir import (
 from sinkscope.toy.run_member import RunDirectoryError
 from sinkscope.toy.task import TaskConfig, eval_batch
 from sinkscope.toy.train import TrainingDiverged, train
-
-from sinkscope.infra.codec import encode
 
 
 def _config(**train_kwargs) -> RunConfig:

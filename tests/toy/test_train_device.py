@@ -9,14 +9,14 @@ import json
 
 import pytest
 import torch
+
+from sinkscope.cli import main
 from sinkscope.toy.checkpoint import load_tensors
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import FINAL_WEIGHTS, RunConfig, TrainConfig, checkpoint_dirs
 from sinkscope.toy.run_member import RunDirectoryError
 from sinkscope.toy.task import TaskConfig, sample_batch
 from sinkscope.toy.train import resolve_device, train, train_seeds
-
-from sinkscope.cli import main
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
