@@ -12,7 +12,7 @@ Two 12-layer models, each on N prompts x T tokens (default 64 x 64) in one batch
 Three ways to run each, same process, one CPU thread, the order rotating between
 repeats, each time the median over the repeats:
 - ``bare``: ``model(inputs)`` under ``torch.inference_mode``: the reference;
-- ``probe``: ``sinkscope.probes.probe.probe_model`` with every metric (values and residual
+- ``probe``: ``sinkscope.probes.runner.probe_model`` with every metric (values and residual
   statistics included), the whole set as one batch;
 - ``cache``: ``run_with_cache`` keeping every layer's ``hook_pattern``, under
   ``torch.inference_mode``, what a probe that caches patterns first would hold.
@@ -57,7 +57,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # tiny_models: the tests' offline GPT-2 builder
 
 from sinkscope.interp.hooked_model import HookedModel  # noqa: E402
-from sinkscope.probes.probe import ProbeConfig, probe_model  # noqa: E402
+from sinkscope.probes.probe import ProbeConfig  # noqa: E402
+from sinkscope.probes.runner import probe_model  # noqa: E402
 
 MODES = ("bare", "probe", "cache")
 CASES = ("toy 12x4", "gpt2 12x4")

@@ -1,7 +1,7 @@
 """The audit of one pretrained model: probes over a prompt set, optional ablations, figures.
 
 ``audit(model, prompts, config)`` loads the model (or takes a loaded one), tokenizes the
-prompts, streams them through ``sinkscope.probes.probe.probe_batches`` in batches grouped by
+prompts, streams them through ``sinkscope.probes.runner.probe_batches`` in batches grouped by
 length (only the hooks the probes read, one layer at a time, nothing cached, no logits),
 and returns an ``AuditResult``.
 ``write_audit(result, directory)`` writes ``audit.json``, ``heads.csv`` and the figures,
@@ -55,15 +55,8 @@ from sinkscope.probes.default_state import (
     upgrade_default_state_result_v1,
 )
 from sinkscope.probes.interventions import Intervention, evict_anchor, intervention_hooks
-from sinkscope.probes.probe import (
-    HEADS_CSV,
-    ProbeConfig,
-    ProbeResult,
-    SinkRate,
-    iterate_batches,
-    probe_batches,
-    upgrade_probe_v1,
-)
+from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, upgrade_probe_v1
+from sinkscope.probes.runner import iterate_batches, probe_batches
 from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.reports.plots import attention_grid, draw_head_maps, line_chart

@@ -67,11 +67,8 @@ if TYPE_CHECKING:
         read_mechanism,
     )
     from sinkscope.probes.patching import activation_patching
-    from sinkscope.probes.probe import (
-        ProbeConfig,
-        ProbeResult,
-        probe_model,
-    )
+    from sinkscope.probes.probe import ProbeConfig, ProbeResult
+    from sinkscope.probes.runner import probe_model
     from sinkscope.reporting import report
     from sinkscope.toy.evaluate import evaluate_run
     from sinkscope.toy.model import ToyModelConfig
@@ -109,7 +106,7 @@ _EXPORTS: dict[str, str] = {
     "load_model": "sinkscope.pretrained_analysis.loading",
     "PromptSpec": "sinkscope.pretrained_analysis.prompts",
     # probes and interventions, on any hooked model
-    "probe_model": "sinkscope.probes.probe",
+    "probe_model": "sinkscope.probes.runner",
     "ProbeConfig": "sinkscope.probes.probe",
     "ProbeResult": "sinkscope.probes.probe",
     "run_with_intervention": "sinkscope.probes.interventions",

@@ -24,7 +24,8 @@ from sinkscope.interp.attention_kinds import NORMALISED_KINDS
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test, split_all_sink_heads
 from sinkscope.probes.interventions import HeadRef
-from sinkscope.probes.probe import HeadProbe, ProbeConfig, probe_model
+from sinkscope.probes.probe import HeadProbe, ProbeConfig
+from sinkscope.probes.runner import probe_model
 from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.reports.plots import attention_grid
 from sinkscope.toy.model import ToyTransformer

@@ -20,7 +20,8 @@ from sinkscope.infra.codec import write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import PROVENANCE_FILE, write_provenance
 from sinkscope.probes.default_state import default_state_test
-from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, probe_model
+from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult
+from sinkscope.probes.runner import probe_model
 from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.document import HeadMaps
 from sinkscope.reports.plots import draw_head_maps

@@ -16,7 +16,8 @@ from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model, resolve_model
 from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set, tokenize_prompts
 from sinkscope.probes.interventions import evict_anchor, run_with_intervention
-from sinkscope.probes.probe import ProbeConfig, probe_model
+from sinkscope.probes.probe import ProbeConfig
+from sinkscope.probes.runner import probe_model
 
 torch.set_num_threads(2)
 

@@ -29,7 +29,8 @@ from sinkscope.probes.interventions import (
 )
 from sinkscope.probes.patch_hooks import hook_reaches_output
 from sinkscope.probes.patching import activation_patching
-from sinkscope.probes.probe import ProbeConfig, probe_model
+from sinkscope.probes.probe import ProbeConfig
+from sinkscope.probes.runner import probe_model
 from tiny_models import GQA_FAMILIES, TINY_GPT2_PROMPTS, build_tiny_gqa, load_bridge, load_hf_model
 
 torch.set_num_threads(1)

@@ -10,7 +10,7 @@ import torch
 
 from sinkscope.infra.codec import encode
 from sinkscope.probes.default_state import DefaultStateConfig, default_state_test
-from sinkscope.probes.probe import probe_model
+from sinkscope.probes.runner import probe_model
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.task import TaskConfig, eval_batch
 from tiny_models import toy_sink_model as sink_model

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from sinkscope.interp.hooked_model import HookedModel
-from sinkscope.probes.probe import ProbeConfig, probe_model
+from sinkscope.probes.probe import ProbeConfig
+from sinkscope.probes.runner import probe_model
 from tiny_models import TINY_GPT2_PROMPTS, build_tiny_gpt2, load_bridge, load_hf_model
 
 torch.set_num_threads(1)

@@ -14,13 +14,8 @@ from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.audit import AuditConfig, audit
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set
-from sinkscope.probes.probe import (
-    ProbeBatch,
-    ProbeConfig,
-    iterate_batches,
-    probe_batches,
-    probe_model,
-)
+from sinkscope.probes.probe import ProbeBatch, ProbeConfig
+from sinkscope.probes.runner import iterate_batches, probe_batches, probe_model
 from tiny_models import (
     TINY_GPT2_PROMPTS,
     build_tiny_gpt2,

@@ -11,7 +11,8 @@ import torch
 
 from sinkscope.infra.codec import encode, read_result, write_result
 from sinkscope.interp.hooked_model import HookedModel
-from sinkscope.probes.probe import HeadProbe, ProbeConfig, ProbeResult, probe_model
+from sinkscope.probes.probe import HeadProbe, ProbeConfig, ProbeResult
+from sinkscope.probes.runner import probe_model
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.task import TaskConfig, eval_batch
 from tiny_models import toy_sink_model as sink_model

@@ -1,0 +1,414 @@
+"""The probe runner: every sink metric of docs/metrics.md for every (layer, head), in one pass.
+
+``probe_model(model, inputs, ...)`` works on toy models and ``TransformerBridge``
+models alike (see ``sinkscope.interp.hooked_model``). It caches nothing: forward hooks reduce
+each layer's tensors to per-head sums and counts as they fire and drop them, so at
+most one layer's pattern (and that layer's values) is alive at a time, and batches
+accumulate without keeping earlier patterns. Only the hooks a measurement reads are
+attached (``hook_v``, ``hook_pattern``, ``hook_z`` per layer; ``hook_resid_post`` when
+residual statistics are asked for). Every metric is per query head; under grouped- or
+multi-query attention a value-side metric of query head h reads the key/value head it
+shares (``ModelSpec.expand_kv``). Each pass runs under ``torch.inference_mode`` and
+ends after the last block (``HookedModel.run_with_hooks(stop_after=...)``): the final
+layer norm and the unembedding never run, so no ``[batch, pos, vocab]`` logits exist.
+Every number is a sum over prompts divided by a count (or a maximum), so results do not
+depend on how prompts are batched (up to float rounding); ``iterate_batches`` groups token
+ids by length.
+
+"Selected queries" below are real queries after the row's anchor that ``query_mask``
+keeps (the toy task's default, non-trigger positions); ``anchor_mass_other`` is the
+anchor mass over the remaining real queries after the anchor (the trigger positions).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from sinkscope.infra.errors import InputError
+from sinkscope.interp.hook_names import attn_hook, block_hook
+from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from sinkscope.probes.sink_metrics import (
+    alpha_k,
+    anchor_mass_sums,
+    head_output_norms,
+    is_sink_head,
+    massive_activations,
+    output_gram,
+    projected_value_norms,
+    queries_after_anchor,
+    row_entropy_sums,
+    row_mass_sums,
+    value_weighted_anchor_share_sums,
+)
+
+if TYPE_CHECKING:
+    pass
+
+from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate
+
+
+class ProbeAccumulator:
+    """Per-(layer, head) sums and counts, filled by forward hooks, one batch at a time."""
+
+    def __init__(self, model: HookedModel, config: ProbeConfig) -> None:
+        self.model = model
+        self.config = config
+        spec = model.spec
+        shape = (spec.n_layers, spec.n_heads)
+        zeros = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
+        self.mass, self.mass_count = zeros(shape), zeros(spec.n_layers)
+        self.other, self.other_count = zeros(shape), zeros(spec.n_layers)
+        self.row_mass = zeros(shape)
+        self.alpha, self.alpha_count = zeros(shape), zeros(shape)
+        self.rate_hits, self.rate_count = zeros(len(config.sink_rate_eps)), zeros(())
+        self.share, self.share_count = zeros(shape), zeros(shape)
+        self.entropy, self.entropy_count = zeros(shape), zeros(shape)
+        self.value_norm, self.value_count = zeros(shape), zeros(spec.n_layers)
+        self.head_out, self.layer_out, self.head_out_sum, self.out_count = (
+            zeros(shape),
+            zeros(spec.n_layers),
+            zeros(spec.n_layers),
+            zeros(spec.n_layers),
+        )
+        self.resid_norm, self.resid_count = zeros(spec.n_layers), zeros(spec.n_layers)
+        self.massive_count, self.massive_at_anchor = zeros(spec.n_layers), zeros(spec.n_layers)
+        self.max_abs, self.median_abs = zeros(spec.n_layers), zeros(spec.n_layers)
+        self.out_of_sum, self.sum_of_out, self.total_count = zeros(()), zeros(()), zeros(())
+        self.n_inputs = 0
+        self._batch: PreparedBatch | None = None
+        self._selected: torch.Tensor | None = None
+        self._visible: torch.Tensor | None = None
+        self._value_norms: torch.Tensor | None = None
+        self._out_total: torch.Tensor | None = None
+        self._out_norm_total: torch.Tensor | None = None
+        self._grams: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+
+    def hooks(self) -> list[tuple[str, Any]]:
+        hooks = []
+        for layer in range(self.model.spec.n_layers):
+            if self.config.with_values:
+                hooks.append((attn_hook(layer, "v"), self._make_v_hook(layer)))
+            hooks.append((attn_hook(layer, "pattern"), self._make_pattern_hook(layer)))
+            if self.config.with_values:
+                output_hook = self.model.attention_output_hook(layer)
+                hooks.append((attn_hook(layer, "z"), self._make_z_hook(layer, computes_output=output_hook is None)))
+                if output_hook is not None:  # the model's own output: no second W_O matmul
+                    hooks.append((output_hook, self._make_output_hook(layer)))
+            if self.config.with_residual:
+                hooks.append((block_hook(layer, "resid_post"), self._make_resid_hook(layer)))
+        return hooks
+
+    def run(self, batch: PreparedBatch, query_mask: torch.Tensor | None) -> None:
+        real_queries = (
+            batch.attention_mask
+            if query_mask is None
+            else batch.attention_mask & query_mask.to(batch.attention_mask.device).bool()
+        )
+        self._batch = batch
+        self._selected = queries_after_anchor(
+            batch.n_pos, batch.anchor, batch.batch_size, real_queries, real_queries.device
+        )
+        self._visible = self.model.visible_keys(batch)
+        self._out_total, self._out_norm_total = None, None
+        # hooks only read, so inference mode (no autograd bookkeeping at all); the pass
+        # ends after the last block, the last hook point any probe reads
+        last = block_hook(self.model.spec.n_layers - 1, "resid_post")
+        with torch.inference_mode():
+            self.model.run_with_hooks(batch, self.hooks(), stop_after=last)
+            if self._out_total is not None:
+                selected = self._selected.to(torch.float64)
+                self.out_of_sum += float((self._out_total.norm(dim=-1).double() * selected).sum())
+                self.sum_of_out += float((self._out_norm_total.double() * selected).sum())
+                self.total_count += float(selected.sum())
+        self.n_inputs += batch.batch_size
+        self._batch = self._selected = self._visible = self._value_norms = None
+        self._out_total = self._out_norm_total = None
+
+    # hooks ---------------------------------------------------------------------------
+    def _pass(self) -> tuple[PreparedBatch, torch.Tensor, torch.Tensor]:
+        """(batch, selected queries, visible keys) of the pass ``run`` is making; hooks only
+        fire inside it."""
+        assert self._batch is not None and self._selected is not None and self._visible is not None
+        return self._batch, self._selected, self._visible
+
+    def _make_v_hook(self, layer: int):
+        def hook(v: torch.Tensor, hook: Any) -> None:
+            batch, _, _ = self._pass()
+            # [batch, pos, n_kv_heads, d_head] -> one value per query head (grouped-query attention)
+            v = self.model.spec.expand_kv(v)
+            self._value_norms = projected_value_norms(v, self._gram(layer, v.dtype))
+            rows = torch.arange(batch.batch_size, device=v.device)
+            self.value_norm[layer] += v[rows, batch.anchor].norm(dim=-1).double().sum(dim=0).cpu()
+            self.value_count[layer] += batch.batch_size
+
+        return hook
+
+    def _make_pattern_hook(self, layer: int):
+        def hook(pattern: torch.Tensor, hook: Any) -> None:
+            batch, selected, visible = self._pass()
+            sums, count = anchor_mass_sums(pattern, batch.anchor, selected)
+            self.mass[layer] += sums.double().cpu()
+            self.mass_count[layer] += float(count)
+            self.row_mass[layer] += row_mass_sums(pattern, batch.anchor, selected)[0].double().cpu()
+            other = batch.attention_mask & ~selected
+            sums, count = anchor_mass_sums(pattern, batch.anchor, other)
+            self.other[layer] += sums.double().cpu()
+            self.other_count[layer] += float(count)
+            alpha = alpha_k(pattern, self.config.alpha_k, batch.anchor, batch.attention_mask).double().cpu()
+            valid = ~torch.isnan(alpha)
+            self.alpha[layer] += torch.where(valid, alpha, 0.0).sum(dim=0)
+            self.alpha_count[layer] += valid.sum(dim=0)
+            for index, eps in enumerate(self.config.sink_rate_eps):
+                self.rate_hits[index] += float((alpha[valid] > eps).sum())
+            self.rate_count += float(valid.sum())
+            sums, counts = row_entropy_sums(pattern, visible, selected)
+            self.entropy[layer] += sums.double().cpu()
+            self.entropy_count[layer] += counts.double().cpu()
+            if self._value_norms is not None:
+                sums, counts = value_weighted_anchor_share_sums(pattern, self._value_norms, batch.anchor, selected)
+                self.share[layer] += sums.double().cpu()
+                self.share_count[layer] += counts.double().cpu()
+                self._value_norms = None
+
+        return hook
+
+    def _gram(self, layer: int, dtype: torch.dtype) -> torch.Tensor:
+        """``output_gram`` of ``layer``'s W_O, computed once per probe run."""
+        key = (layer, dtype)
+        if key not in self._grams:
+            self._grams[key] = output_gram(self.model.W_O(layer).to(dtype))
+        return self._grams[key]
+
+    def _make_z_hook(self, layer: int, computes_output: bool):
+        def hook(z: torch.Tensor, hook: Any) -> None:
+            selected = self._pass()[1].to(z.dtype)
+            head_norms = head_output_norms(z, self._gram(layer, z.dtype))  # [batch, pos, head]
+            self.head_out[layer] += (head_norms * selected.unsqueeze(-1)).sum(dim=(0, 1)).double().cpu()
+            self.head_out_sum[layer] += float((head_norms.sum(dim=-1) * selected).sum())
+            self.out_count[layer] += float(selected.sum())
+            if computes_output:
+                W_O = self.model.W_O(layer).to(z.dtype)  # [head, d_head, d_model]
+                # [batch, pos, d_model]: sum_h z_h W_O[h] as one matmul
+                layer_out = z.reshape(*z.shape[:2], -1) @ W_O.reshape(-1, W_O.shape[-1])
+                bias = self.model.b_O(layer)
+                self._add_layer_output(layer, layer_out if bias is None else layer_out + bias.to(z.dtype))
+
+        return hook
+
+    def _make_output_hook(self, layer: int):
+        def hook(out: torch.Tensor, hook: Any) -> None:
+            self._add_layer_output(layer, out)
+
+        return hook
+
+    def _add_layer_output(self, layer: int, layer_out: torch.Tensor) -> None:
+        """Accumulate ``layer``'s attention output ``[batch, pos, d_model]``: its norm and the
+        running sum over layers (for ``attn_out_norm_of_sum``)."""
+        selected = self._pass()[1].to(layer_out.dtype)
+        layer_norm = layer_out.norm(dim=-1)
+        self.layer_out[layer] += float((layer_norm * selected).sum())
+        self._out_total = layer_out if self._out_total is None else self._out_total + layer_out
+        self._out_norm_total = layer_norm if self._out_norm_total is None else self._out_norm_total + layer_norm
+
+    def _make_resid_hook(self, layer: int):
+        def hook(resid: torch.Tensor, hook: Any) -> None:
+            batch, _, _ = self._pass()
+            rows = torch.arange(batch.batch_size, device=resid.device)
+            self.resid_norm[layer] += float(resid[rows, batch.anchor].norm(dim=-1).sum())
+            self.resid_count[layer] += batch.batch_size
+            stats = massive_activations(
+                resid, batch.attention_mask, batch.anchor, self.config.massive_abs, self.config.massive_ratio
+            )
+            self.massive_count[layer] += stats.count
+            self.massive_at_anchor[layer] += stats.at_anchor
+            self.max_abs[layer] = max(float(self.max_abs[layer]), stats.max_abs)
+            self.median_abs[layer] += float(stats.median_abs.double().sum())
+
+        return hook
+
+    # result --------------------------------------------------------------------------
+    def result(self) -> ProbeResult:
+        if self.n_inputs == 0:
+            raise InputError("no inputs were probed; pass at least one input")
+        spec, config = self.model.spec, self.config
+        mass = _ratio(self.mass, self.mass_count.unsqueeze(1))
+        sink = is_sink_head(mass, config.sink_eps)
+        total = float(self.total_count)
+        return ProbeResult(
+            model=spec,
+            config=config,
+            n_inputs=self.n_inputs,
+            n_queries=int(self.mass_count[0]),
+            heads=self._head_rows(mass, sink),
+            layers=self._layer_rows(mass, sink),
+            sink_rates=self._sink_rates(),
+            attn_out_norm_of_sum=float(self.out_of_sum) / total if total > 0 else math.nan,
+            attn_out_sum_of_norms=float(self.sum_of_out) / total if total > 0 else math.nan,
+            notes=_normalisation_notes(spec),
+        )
+
+    def _head_rows(self, mass: torch.Tensor, sink: torch.Tensor) -> tuple[HeadProbe, ...]:
+        """One ``HeadProbe`` per (layer, head), from the per-head sums and counts."""
+        config = self.config
+        other = _ratio(self.other, self.other_count.unsqueeze(1))
+        alpha = _ratio(self.alpha, self.alpha_count)
+        share = _ratio(self.share, self.share_count)
+        entropy = _ratio(self.entropy, self.entropy_count)
+        value_norm = _ratio(self.value_norm, self.value_count.unsqueeze(1))
+        head_out = _ratio(self.head_out, self.out_count.unsqueeze(1))
+        row_mass = _ratio(self.row_mass, self.mass_count.unsqueeze(1))
+        dormant = (entropy <= config.dormant_entropy_max) & (mass >= config.dormant_anchor_min)
+        return tuple(
+            HeadProbe(
+                layer=layer,
+                head=head,
+                anchor_mass=float(mass[layer, head]),
+                anchor_mass_other=float(other[layer, head]),
+                alpha=float(alpha[layer, head]),
+                is_sink_head=bool(sink[layer, head]),
+                value_weighted_anchor_share=float(share[layer, head]),
+                anchor_value_norm=float(value_norm[layer, head]),
+                row_entropy=float(entropy[layer, head]),
+                dormant=bool(dormant[layer, head]),
+                head_out_norm=float(head_out[layer, head]),
+                row_mass=float(row_mass[layer, head]),
+            )
+            for layer in range(self.model.spec.n_layers)
+            for head in range(self.model.spec.n_heads)
+        )
+
+    def _layer_rows(self, mass: torch.Tensor, sink: torch.Tensor) -> tuple[LayerProbe, ...]:
+        """One ``LayerProbe`` per layer, from the per-layer sums and counts."""
+        layer_out = _ratio(self.layer_out, self.out_count)
+        head_out_sum = _ratio(self.head_out_sum, self.out_count)
+        resid_norm = _ratio(self.resid_norm, self.resid_count)
+        median_abs = _ratio(self.median_abs, self.resid_count)
+        return tuple(
+            LayerProbe(
+                layer=layer,
+                anchor_mass=float(mass[layer].mean()),
+                n_sink_heads=int(sink[layer].sum()),
+                attn_out_norm=float(layer_out[layer]),
+                head_out_norm_sum=float(head_out_sum[layer]),
+                anchor_resid_norm=float(resid_norm[layer]),
+                massive_count=int(self.massive_count[layer]),
+                massive_at_anchor=int(self.massive_at_anchor[layer]),
+                max_abs_resid=float(self.max_abs[layer]) if self.resid_count[layer] > 0 else math.nan,
+                median_abs_resid=float(median_abs[layer]),
+            )
+            for layer in range(self.model.spec.n_layers)
+        )
+
+    def _sink_rates(self) -> tuple[SinkRate, ...]:
+        """Gu et al.'s sink rate at each of the config's epsilons (NaN when nothing was counted)."""
+        config = self.config
+        return tuple(
+            SinkRate(
+                k=config.alpha_k,
+                eps=eps,
+                percent=float(100.0 * self.rate_hits[index] / self.rate_count) if self.rate_count > 0 else math.nan,
+            )
+            for index, eps in enumerate(config.sink_rate_eps)
+        )
+
+
+def _ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """``total / count``, NaN where nothing was counted."""
+    return torch.where(count > 0, total / count.clamp_min(1), torch.full_like(total, math.nan))
+
+
+def _normalisation_notes(spec: ModelSpec) -> tuple[str, ...]:
+    """A note when the model's attention is not normalised (none when it is)."""
+    if spec.normalised:
+        return ()
+    return (
+        f"{spec.attention} attention is not normalised: pattern rows need not sum to one, "
+        "and row_entropy is computed on renormalised rows",
+    )
+
+
+def iterate_batches(
+    inputs: torch.Tensor | Sequence[str],
+    attention_mask: torch.Tensor | None,
+    query_mask: torch.Tensor | None,
+    batch_size: int,
+) -> Iterator[ProbeBatch]:
+    """Split inputs (and their masks, ``[n, pos]``) into ``ProbeBatch``es of ``batch_size``.
+
+    Token ids with an ``attention_mask`` are batched by length: rows sorted by where
+    their real tokens end (a stable sort: equal lengths keep the given order), each
+    batch cut after its last real column, so it pads only to its own longest row.
+    Probe results do not depend on the grouping (see the module docstring). Strings and
+    toy tokens keep the given order.
+    """
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    n = len(inputs)
+    if n == 0:
+        raise InputError("the input set is empty; pass at least one input")
+    if query_mask is not None and not torch.is_tensor(inputs):
+        raise InputError("query_mask needs fixed positions: pass token ids (model.to_tokens) instead of strings")
+    is_token_ids = torch.is_tensor(inputs) and inputs.ndim == 2 and not inputs.is_floating_point()
+    if not is_token_ids or attention_mask is None:
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            yield ProbeBatch(
+                inputs=inputs[start:stop],
+                attention_mask=None if attention_mask is None else attention_mask[start:stop],
+                query_mask=None if query_mask is None else query_mask[start:stop],
+            )
+        return
+    assert isinstance(inputs, torch.Tensor)  # token ids with a mask, as checked above
+    for name, mask in (("attention_mask", attention_mask), ("query_mask", query_mask)):
+        if mask is not None and mask.shape != inputs.shape:
+            raise InputError(f"{name} {tuple(mask.shape)} must match token ids {tuple(inputs.shape)}")
+    real = attention_mask.bool()
+    # one past each row's last real token (the full width for a row with none, which
+    # HookedModel.prepare then refuses)
+    ends = inputs.shape[1] - real.flip(1).to(torch.long).argmax(dim=1)
+    order = torch.sort(ends, stable=True).indices
+    for start in range(0, n, batch_size):
+        rows = order[start : start + batch_size]
+        width = int(ends[rows].max())
+        yield ProbeBatch(
+            inputs=inputs[rows, :width],
+            attention_mask=attention_mask[rows, :width],
+            query_mask=None if query_mask is None else query_mask[rows, :width],
+        )
+
+
+def probe_batches(
+    model: torch.nn.Module | HookedModel, batches: Iterable[ProbeBatch], config: ProbeConfig = ProbeConfig()
+) -> ProbeResult:
+    """Probe a stream of batches (e.g. a generator over a dataset)."""
+    hooked = model if isinstance(model, HookedModel) else HookedModel(model)
+    accumulator = ProbeAccumulator(hooked, config)
+    for probe_batch in batches:
+        prepared = hooked.prepare(probe_batch.inputs, probe_batch.attention_mask)
+        if probe_batch.query_mask is not None and probe_batch.query_mask.shape != prepared.attention_mask.shape:
+            raise InputError(
+                f"query_mask {tuple(probe_batch.query_mask.shape)} must have the inputs' "
+                f"[batch, pos] shape {tuple(prepared.attention_mask.shape)}"
+            )
+        accumulator.run(prepared, probe_batch.query_mask)
+    return accumulator.result()
+
+
+def probe_model(
+    model: torch.nn.Module | HookedModel,
+    inputs: torch.Tensor | Sequence[str],
+    attention_mask: torch.Tensor | None = None,
+    query_mask: torch.Tensor | None = None,
+    config: ProbeConfig = ProbeConfig(),
+) -> ProbeResult:
+    """Probe ``model`` on ``inputs`` in batches of ``config.batch_size``.
+
+    inputs: toy tokens ``[n, pos, d_model]``, token ids ``[n, pos]`` or strings;
+    attention_mask: ``[n, pos]`` (token ids only); query_mask: ``[n, pos]`` bool, the
+    queries that count (e.g. the toy task's default positions).
+    """
+    return probe_batches(model, iterate_batches(inputs, attention_mask, query_mask, config.batch_size), config)
