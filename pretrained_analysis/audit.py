@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -28,13 +28,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.infra.errors import InputError, RunFailed
-from sinkscope.interp.hook_names import attn_hook
-from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
+from sinkscope.interp.hooked_model import HookedModel
+from sinkscope.pretrained_analysis.ablation import AblationResult, AblationSettings, ablate, upgrade_ablation_v1
+from sinkscope.pretrained_analysis.examples import (
+    EXAMPLE_TEXT_CHARS,
+    AttentionExample,
+    attention_examples,
+    plot_text,
+    token_label,
+)
 from sinkscope.pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model, wrap_model
 from sinkscope.pretrained_analysis.prompts import (
     PromptError,
@@ -48,13 +54,6 @@ from sinkscope.pretrained_analysis.prompts import (
 from sinkscope.pretrained_analysis.prompts import (
     prompt_set as make_prompt_set,
 )
-from sinkscope.probes.default_state import (
-    DefaultStateConfig,
-    DefaultStateResult,
-    default_state_test,
-    upgrade_default_state_result_v1,
-)
-from sinkscope.probes.interventions import Intervention, evict_anchor, intervention_hooks
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, upgrade_probe_v1
 from sinkscope.probes.runner import iterate_batches, probe_batches
 from sinkscope.probes.tables import anchor_mass_map
@@ -68,9 +67,6 @@ AUDIT_FILE = "audit.json"
 MAP_FIGURE = "anchor_mass_map.png"
 LAYER_FIGURE = "anchor_mass_by_layer.png"
 EXAMPLE_FIGURE = "attention_example_{index}.png"
-MAX_EXAMPLE_LAYERS = 6  # heatmaps show at most 6 x 6 heads, spread evenly (each panel costs ~0.1 s)
-MAX_EXAMPLE_HEADS = 6
-EXAMPLE_TEXT_CHARS = 400  # of each example prompt kept for its caption (a report shows less)
 VERSION_PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "transformers", "datasets")
 
 
@@ -112,45 +108,6 @@ class AuditConfig:
 
     def probe_config(self) -> ProbeConfig:
         return ProbeConfig(sink_eps=self.sink_eps, batch_size=self.batch_size)
-
-
-@dataclass(frozen=True)
-class AttentionExample:
-    """One prompt's attention for a subset of heads: patterns
-    ``[len(layer_indices), len(head_indices), query, key]`` over the prompt's real tokens."""
-
-    prompt_index: int
-    tokens: tuple[str, ...]
-    layer_indices: tuple[int, ...]
-    head_indices: tuple[int, ...]
-    patterns: np.ndarray
-
-
-@dataclass(frozen=True)
-class AblationResult:
-    """Next-token loss under ablations (per prompt mean cross-entropy over its predicted
-    tokens, averaged over prompts).
-
-    default_state: the default-state test (per sink head and all together: ``remove_sink``
-    vs the matched ``mask_random_key`` control); evict_anchor_loss: the loss with the
-    anchor masked as a key in every head."""
-
-    base_loss: float
-    evict_anchor_loss: float
-    default_state: DefaultStateResult
-
-    @property
-    def evict_anchor_delta(self) -> float:
-        return self.evict_anchor_loss - self.base_loss
-
-
-def upgrade_ablation_v1(ablation: dict[str, Any]) -> dict[str, Any]:
-    """An ``AblationResult`` of schema version 1 in version 2's layout: its default-state
-    test was ``sink_heads`` (now ``default_state``, with the all-sink-heads row named)."""
-    upgraded = {key: value for key, value in ablation.items() if key != "sink_heads"}
-    if "sink_heads" in ablation:
-        upgraded["default_state"] = upgrade_default_state_result_v1(ablation["sink_heads"])
-    return upgraded
 
 
 def upgrade_audit_v1(audit: dict[str, Any]) -> dict[str, Any]:
@@ -267,138 +224,6 @@ def _check_finite(probe: ProbeResult, model: ModelInfo) -> None:
         )
 
 
-def next_token_loss(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
-    """Per-prompt mean next-token cross-entropy ``[batch]`` from logits ``[batch, pos, vocab]``,
-    over positions whose token and next token are both real."""
-    tokens, mask = batch.model_input, batch.attention_mask
-    valid = (mask[:, 1:] & mask[:, :-1]).to(torch.float64)
-    losses = (
-        F.cross_entropy(
-            logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten().to(logits.device), reduction="none"
-        )
-        .view(valid.shape)
-        .double()
-    )
-    return (losses * valid.to(losses.device)).sum(dim=1) / valid.sum(dim=1).to(losses.device)
-
-
-def _mean_loss(
-    hooked: HookedModel,
-    prompts: TokenizedPrompts,
-    n: int,
-    intervention: Intervention | None,
-    size: int,
-    tick: Callable[[], None],
-) -> float:
-    """Mean next-token loss over the first ``n`` prompts."""
-    total, count = 0.0, 0
-    for start in range(0, n, size):
-        batch = hooked.prepare(*prompts.batch(start, min(start + size, n)))
-        hooks = [] if intervention is None else intervention_hooks(hooked, batch, intervention)
-        with torch.no_grad():
-            losses = next_token_loss(hooked.run_with_hooks(batch, hooks), batch)
-        total += float(losses.sum())
-        count += batch.batch_size
-        tick()
-    return total / count
-
-
-def _ablate(
-    hooked: HookedModel, prompts: TokenizedPrompts, probe: ProbeResult, config: AuditConfig, label: str, progress: bool
-) -> AblationResult:
-    if prompts.summary.min_tokens < 2:
-        raise PromptError(
-            "the ablations need prompts of at least 2 tokens to have a next-token loss; drop one-token prompts",
-            field="ablate",
-        )
-    spec = hooked.spec
-    n = len(prompts) if config.ablate_prompts is None else min(config.ablate_prompts, len(prompts))
-    # strongest sinks first, so that the cap on single-head tests keeps the clearest sinks
-    strongest = sorted((row for row in probe.heads if row.is_sink_head), key=lambda row: -row.anchor_mass)
-    sinks = [(row.layer, row.head) for row in strongest]
-    n_chunks = math.ceil(n / config.batch_size)
-    n_sets = min(len(sinks), config.ablate_heads) + (len(sinks) > 1)
-    passes = 2 + (1 + 2 * n_sets if sinks else 0)
-    bar = tqdm(total=passes * n_chunks, desc=f"ablating {label}", unit="batch", disable=not progress, leave=False)
-
-    def loss_fn(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
-        bar.update(1)
-        return next_token_loss(logits, batch)
-
-    try:
-        base = _mean_loss(hooked, prompts, n, None, config.batch_size, lambda: bar.update(1))
-        every_head = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
-        evicted = _mean_loss(hooked, prompts, n, evict_anchor(every_head), config.batch_size, lambda: bar.update(1))
-        sink_test = default_state_test(
-            hooked,
-            prompts.tokens[:n],
-            sinks,
-            loss_fn,
-            attention_mask=prompts.attention_mask[:n],
-            config=DefaultStateConfig(
-                n_bootstrap=config.n_bootstrap,
-                seed=config.seed,
-                batch_size=config.batch_size,
-                max_single_heads=config.ablate_heads,
-            ),
-        )
-    finally:
-        bar.close()
-    return AblationResult(base_loss=base, evict_anchor_loss=evicted, default_state=sink_test)
-
-
-def _spread(n: int, k: int) -> tuple[int, ...]:
-    """Up to ``k`` indices spread evenly over ``range(n)``, first and last included."""
-    if n <= k:
-        return tuple(range(n))
-    return tuple(sorted({round(i * (n - 1) / (k - 1)) for i in range(k)}))
-
-
-def plot_text(text: str) -> str:
-    """``text`` safe for a matplotlib label: control characters shown as ``?``, ``$`` escaped
-    (no mathtext)."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text).replace("$", r"\$")
-
-
-def _token_label(token: str) -> str:
-    return plot_text(token[:10]) or "''"
-
-
-def _examples(
-    hooked: HookedModel, model: LoadedModel, prompts: TokenizedPrompts, n_examples: int
-) -> tuple[AttentionExample, ...]:
-    spec = hooked.spec
-    layers, heads = _spread(spec.n_layers, MAX_EXAMPLE_LAYERS), _spread(spec.n_heads, MAX_EXAMPLE_HEADS)
-    examples = []
-    for index in range(min(n_examples, len(prompts))):
-        batch = hooked.prepare(*prompts.batch(index, index + 1))
-        captured: dict[int, np.ndarray] = {}
-
-        def capture(layer: int):
-            def hook(pattern: torch.Tensor, hook: Any) -> None:
-                captured[layer] = pattern[0, list(heads)].float().cpu().numpy()  # noqa: B023 (used within this iteration)
-
-            return hook
-
-        with torch.inference_mode():  # read-only hooks; nothing after the last pattern shown is needed
-            hooked.run_with_hooks(
-                batch,
-                [(attn_hook(layer, "pattern"), capture(layer)) for layer in layers],
-                stop_after=attn_hook(layers[-1], "pattern"),
-            )
-        ids = batch.model_input[0].tolist()
-        examples.append(
-            AttentionExample(
-                prompt_index=index,
-                tokens=tuple(str(token) for token in model.bridge.tokenizer.convert_ids_to_tokens(ids)),
-                layer_indices=layers,
-                head_indices=heads,
-                patterns=np.stack([captured[layer] for layer in layers]),
-            )
-        )
-    return tuple(examples)
-
-
 def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config: AuditConfig) -> tuple[str, ...]:
     notes = list(probe.notes)
     if not model.causal:
@@ -430,6 +255,16 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
     return tuple(notes)
 
 
+def _ablation_settings(config: AuditConfig) -> AblationSettings:
+    return AblationSettings(
+        n_prompts=config.ablate_prompts,
+        batch_size=config.batch_size,
+        max_single_heads=config.ablate_heads,
+        n_bootstrap=config.n_bootstrap,
+        seed=config.seed,
+    )
+
+
 def audit(
     model: LoadSpec | LoadedModel | Any,
     prompts: PromptSpec | PromptSet | Sequence[str],
@@ -458,9 +293,11 @@ def audit(
         probe = _probe(hooked, tokenized, config, info.label, progress)
         _check_finite(probe, info)
         ablation = (
-            _ablate(hooked, tokenized, probe, config, info.label, progress) if config.ablate and info.causal else None
+            ablate(hooked, tokenized, probe, _ablation_settings(config), info.label, progress)
+            if config.ablate and info.causal
+            else None
         )
-        examples = _examples(hooked, loaded, tokenized, config.n_examples)
+        examples = attention_examples(hooked, loaded, tokenized, config.n_examples)
     except torch.OutOfMemoryError as error:
         raise AuditFailed(
             f"{info.label} ran out of memory on {info.device} at batch_size {config.batch_size}; "
@@ -515,7 +352,7 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
             example.patterns,
             directory / EXAMPLE_FIGURE.format(index=number),
             f"{label}: attention on prompt {example.prompt_index} (query y, key x)",
-            tick_labels=[_token_label(token) for token in example.tokens],
+            tick_labels=[token_label(token) for token in example.tokens],
             vmax=1.0,
             layer_labels=example.layer_indices,
             head_labels=example.head_indices,

@@ -19,7 +19,8 @@ import numpy as np
 from sinkscope.infra.atomic_io import atomic_write_text
 from sinkscope.infra.codec import read_result, write_result
 from sinkscope.infra.errors import InputError
-from sinkscope.pretrained_analysis.audit import AuditResult, plot_text
+from sinkscope.pretrained_analysis.audit import AuditResult
+from sinkscope.pretrained_analysis.examples import plot_text
 from sinkscope.pretrained_analysis.prompts import PromptSpec
 from sinkscope.pretrained_analysis.tables import comparison_definition
 from sinkscope.reports.document import Table

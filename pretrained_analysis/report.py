@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from sinkscope.infra.errors import InputError
+from sinkscope.pretrained_analysis.ablation import AblationResult
 from sinkscope.pretrained_analysis.audit import (
     AUDIT_FILE,
     LAYER_FIGURE,
     MAP_FIGURE,
-    AblationResult,
     AuditResult,
     read_audit,
 )

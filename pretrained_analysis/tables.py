@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from sinkscope.reports.document import Cell, Column, TableDefinition
 
 if TYPE_CHECKING:
-    from sinkscope.pretrained_analysis.audit import AblationResult
+    from sinkscope.pretrained_analysis.ablation import AblationResult
     from sinkscope.pretrained_analysis.compare import ComparisonRow
 
 LOSS = "next-token loss"

@@ -1,13 +1,13 @@
-"""Report content for toy result directories: a reproduction (``sinkscope toy
-reproduce``), a probe (``sinkscope toy probe``), activation patching (``sinkscope toy
-patch``) and a trade-off (``sinkscope toy tradeoff``). Each builder reads the directory's JSON back into its dataclasses and
+"""Report content for toy result directories: a probe (``sinkscope toy probe``),
+activation patching (``sinkscope toy patch``), a trade-off (``sinkscope toy tradeoff``)
+and a sweep (``sinkscope toy sweep``); a reproduction's is in
+``sinkscope.toy.reproduction_report``, and ``REPORT_KINDS`` names them all. Each builder reads the directory's JSON back into its dataclasses and
 returns a ``ReportDocument`` whose findings are sentences made from the numbers;
 ``sinkscope.reporting`` renders it."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 
 from sinkscope.infra.codec import read_result
@@ -28,20 +28,15 @@ from sinkscope.probes.report_sections import (
     value_share_phrase,
 )
 from sinkscope.reports.document import (
-    Block,
-    Figure,
-    KeyValues,
     Paragraph,
     ReportDocument,
     Section,
     config_block,
     sig,
 )
-from sinkscope.reports.plots import draw_head_maps
 from sinkscope.reports.write import ReportKind
-from sinkscope.toy.display import anchor_mass_maps
-from sinkscope.toy.evaluate import MEAN_FIGURE, STD_FIGURE, ToyDefaultState
-from sinkscope.toy.experiment import SUMMARY_FILE, ModelSummary
+from sinkscope.toy.evaluate import ToyDefaultState
+from sinkscope.toy.experiment import SUMMARY_FILE
 from sinkscope.toy.patching import (
     HEADS_FIGURE,
     HEADS_FILE,
@@ -52,279 +47,28 @@ from sinkscope.toy.patching import (
     TriggerPatching,
 )
 from sinkscope.toy.probe_run import ANCHOR_MASS_FIGURE, DEFAULT_STATE_FILE, PROBE_FILE, SHARE_FIGURE
-from sinkscope.toy.reproduce import REPRODUCE_FILE, ReproduceConfig, ReproduceSummary
-from sinkscope.toy.run_dir import CONFIG_FILE, RunConfig, read_config
+from sinkscope.toy.report_blocks import (
+    RUN_FIGURES,
+    WHAT,
+    existing_figures,
+    run_configuration,
+    sinks_subject,
+    source_run_dir,
+    task_block,
+    tradeoff_blocks,
+    tradeoff_findings,
+)
+from sinkscope.toy.reproduce import REPRODUCE_FILE
+from sinkscope.toy.reproduction_report import reproduction_report
+from sinkscope.toy.run_dir import RunConfig, read_config
 from sinkscope.toy.sweep import SWEEP_FILE, SweepResult
-from sinkscope.toy.tables import CHECK_TABLE, MODEL_HEAD_TABLE, MODEL_TABLE, SWEEP_TABLE, TRADEOFF_TABLE
-from sinkscope.toy.task import TaskConfig
+from sinkscope.toy.tables import SWEEP_TABLE
 from sinkscope.toy.tradeoff import (
-    CONSTRUCTION_SERIES,
-    RELU_SERIES,
-    RUN_SERIES_SUFFIX,
-    TRADEOFF_FIGURE,
     TRADEOFF_FILE,
     TradeoffResult,
 )
 
-WHAT = "default-position MSE"
-RUN_FIGURES = (
-    (MEAN_FIGURE, "mean attention over the test sequences"),
-    (STD_FIGURE, "std of attention over the test sequences"),
-)
-
-
-def _existing_figures(paths_and_captions: list[tuple[Path, str]]) -> list[Block]:
-    """Figures that exist; a line naming each missing one (a report never fails on a
-    deleted PNG)."""
-    blocks: list[Block] = []
-    for path, caption in paths_and_captions:
-        if path.is_file():
-            blocks.append(Figure(path, caption))
-        else:
-            blocks.append(
-                Paragraph(f"Figure {path.name} is missing from {path.parent}; re-run the command that wrote it.")
-            )
-    return blocks
-
-
-def _sinks_subject(state: ToyDefaultState) -> str:
-    n = len(state.sink_heads)
-    return "the sink head" if n == 1 else f"all {n} sink heads"
-
-
-def task_block(task: TaskConfig) -> KeyValues:
-    """The task's settings, its trigger positions counted from 1 as the figures count
-    them (the config's fields are 0-indexed, and say so)."""
-
-    def position(label: str, field: str, value: int) -> tuple[str, str]:
-        return (f"{label} (1-indexed)", f"{value + 1} ({field} {value}, 0-indexed)")
-
-    return config_block(
-        "Task",
-        task,
-        {
-            "train_trigger_min": position(
-                "first training trigger position", "train_trigger_min", task.train_trigger_min
-            ),
-            "train_trigger_max": position("last training trigger position", "train_trigger_max", task.trigger_max),
-            "eval_trigger_position": position(
-                "eval trigger position", "eval_trigger_position", task.eval_trigger_position
-            ),
-        },
-    )
-
-
-# reproduction ------------------------------------------------------------------------
-
-
-def _model_sentence(models: list[ModelSummary]) -> str:
-    parts = []
-    for m in models:
-        paper = "" if m.paper_n_sink_heads is None else f" (paper {m.paper_n_sink_heads})"
-        parts.append(f"{m.name} {m.n_sink_heads}/{len(m.heads)}{paper}")
-    return "; ".join(parts)
-
-
-def _tradeoff_findings(result: TradeoffResult) -> list[str]:
-    findings = []
-    series = result.series
-    construction = series.get(CONSTRUCTION_SERIES, ())
-    if construction:
-        low, high = construction[0], construction[-1]
-        findings.append(
-            f"Trade-off (Theorem 1): the softmax construction's default-position MSE falls from {sig(low.default_mse)} "
-            f"at BOS mass {low.anchor_mass_default:.3f} (scale {low.scale:g}) to {sig(high.default_mse)} at BOS mass "
-            f"{high.anchor_mass_default:.4f} (scale {high.scale:g}): small error only with the sink."
-        )
-    for point in series.get(RELU_SERIES, ()):
-        findings.append(
-            f"The exact ReLU construction reaches default-position MSE {sig(point.default_mse)} with BOS "
-            f"mass {point.anchor_mass_default:.3f}: no sink needed."
-        )
-    for name, points in result.series.items():
-        trained = [p for p in points if p.scale == 1.0]
-        if name.endswith(RUN_SERIES_SUFFIX) and trained:
-            run = name.removesuffix(RUN_SERIES_SUFFIX)
-            findings.append(
-                f"{run} as trained: BOS mass {trained[0].anchor_mass_default:.4f}, default-position MSE "
-                f"{sig(trained[0].default_mse)}."
-            )
-    return findings
-
-
-def _tradeoff_blocks(source: Path, result: TradeoffResult) -> list[Block]:
-    points = [(name, point) for name, points in result.series.items() for point in points]
-    return [
-        *_existing_figures([(source / TRADEOFF_FIGURE, "default-position MSE against BOS mass at default queries")]),
-        TRADEOFF_TABLE.table(points),
-    ]
-
-
-def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult | None) -> list[str]:
-    """The reproduction's findings: training, checks, sink heads, default state, trade-off."""
-    config, models = summary.config, summary.models
-    converged = [m for m in models if m.converged]
-    passed = [c for c in summary.checks if c.passed]
-    failed = [c for c in summary.checks if not c.passed]
-    softmax = [m for m in models if m.attention == "softmax"]
-    others = [m for m in models if m.attention != "softmax"]
-    findings = [
-        f"{len(models)} models trained ({', '.join(config.attentions)} attention; "
-        f"{', '.join(f'{layers}x{heads}' for layers, heads in config.architectures)} layers x heads; "
-        f"{config.seeds} seed{'s' if config.seeds > 1 else ''} each); "
-        f"{len(converged)} of {len(models)} reached the stopping error within {config.max_steps:,} steps.",
-        f"{len(passed)} of {len(summary.checks)} checks against the paper pass"
-        + (
-            f"; failing: {'; '.join(c.claim for c in failed[:3])}{' ...' if len(failed) > 3 else ''}."
-            if failed
-            else "."
-        ),
-    ]
-    if softmax:
-        findings.append(f"Sink heads in softmax models: {_model_sentence(softmax)}.")
-    if others:
-        n_sink = sum(m.n_sink_heads for m in others)
-        n_heads = sum(len(m.heads) for m in others)
-        worst = max(row.row_mass for m in others for row in m.heads)
-        reading = " (no sink needed: they attend to nothing off-trigger)" if worst <= 0.05 else ""
-        findings.append(
-            f"Models without softmax: {n_sink} of {n_heads} heads sink; the largest off-trigger row mass "
-            f"of any head is {worst:.3f}{reading}."
-        )
-    for m in models:
-        state = m.default_state
-        if state is not None and state.all_sink_heads is not None:
-            findings.append(f"{m.name}: " + default_state_finding(state.all_sink_heads, WHAT, _sinks_subject(state)))
-    if tradeoff is not None:
-        findings += _tradeoff_findings(tradeoff)
-    return findings
-
-
-def _reproduction_default_state(models: list[ModelSummary], figure_dir: Path) -> Section | None:
-    """The default-state test of every model that had sink heads (its chart written into
-    ``figure_dir``); None when no model was tested."""
-    tests = {m.name: m.default_state for m in models if m.default_state is not None}
-    together = {name: test.all_sink_heads for name, test in tests.items() if test.all_sink_heads is not None}
-    tested = [m for m in models if m.name in together]
-    if not tested:
-        return None
-    chart = default_state_chart(
-        [m.name for m in tested],
-        [together[m.name] for m in tested],
-        WHAT,
-        figure_dir / "default_state.png",
-        "Removing every sink head's sink",
-    )
-    rows = [replace(row, label=f"{m.name} {row.label}") for m in tested for row in tests[m.name].tested_rows()]
-    untested = [m.name for m in models if m not in tested]
-    blocks: list[Block] = [chart, default_state_table(rows, WHAT)]
-    if untested:
-        blocks.append(Paragraph(f"Not tested (no sink heads, so no sink to remove): {', '.join(untested)}."))
-    return Section("Default-state test", tuple(blocks))
-
-
-def _model_section(source: Path, m: ModelSummary) -> Section:
-    """One model's outcome and the figures its run wrote."""
-    figures = [
-        (source / name, f"{m.name}: {caption}")
-        for name, caption in ((figure, Path(figure).stem.replace("_", " ")) for figure in m.figures)
-    ]
-    return Section(
-        m.name,
-        (
-            Paragraph(
-                f"{m.status} after {m.steps:,} steps; {m.n_sink_heads} of {len(m.heads)} heads sink. Paper: {m.paper}."
-            ),
-            *_existing_figures(figures),
-        ),
-    )
-
-
-def _reproduction_configuration(source: Path, config: ReproduceConfig) -> Section:
-    """The reproduction's settings, its task and the run's provenance."""
-    return Section(
-        "Configuration",
-        (
-            KeyValues(
-                "Reproduction",
-                (
-                    ("seeds", f"{config.seeds} (first {config.first_seed})"),
-                    (
-                        "architectures (layers x heads)",
-                        ", ".join(f"{layers}x{heads}" for layers, heads in config.architectures),
-                    ),
-                    ("attentions", ", ".join(config.attentions)),
-                    ("max steps", f"{config.max_steps:,}"),
-                    ("test sequences", f"{config.n_sequences:,}"),
-                    ("workers", str(config.workers)),
-                ),
-            ),
-            task_block(config.task),
-            provenance_block(read_provenance(source)),
-        ),
-    )
-
-
-def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
-    summary = read_result(source / SUMMARY_FILE, ReproduceSummary, "regenerate it with sinkscope toy reproduce")
-    tradeoff = (
-        read_result(source / TRADEOFF_FILE, TradeoffResult, "regenerate it with sinkscope toy reproduce")
-        if (source / TRADEOFF_FILE).is_file()
-        else None
-    )
-    models = summary.models
-    findings = _reproduction_findings(summary, tradeoff)
-    sink_figure = figure_dir / "sink_maps.png"
-    draw_head_maps(anchor_mass_maps([(m.name, m.heads) for m in models]), sink_figure)
-    checks = CHECK_TABLE.table(summary.checks)
-    sections = [
-        Section(
-            "Models",
-            (
-                MODEL_TABLE.table(models),
-                Figure(sink_figure, "layer x head sink map of every model: mean BOS weight over non-trigger queries"),
-            ),
-        ),
-        Section("Checks against the paper", (checks,)),
-        Section(
-            "Heads",
-            (
-                MODEL_HEAD_TABLE.table(
-                    [(m.name, head) for m in models for head in m.heads],
-                    "Every head of every model",
-                    "anchor_mass: mean BOS weight over non-trigger queries; anchor_mass_other: BOS weight at the "
-                    "trigger query; row_mass: total weight of non-trigger rows (1 for softmax; for ReLU, rows need "
-                    "not sum to one and this shows whether the head attends off-trigger at all). A metric measured "
-                    "for no head is left out.",
-                ).without_empty_columns(),
-            ),
-        ),
-    ]
-    default_state = _reproduction_default_state(models, figure_dir)
-    if default_state is not None:
-        sections.append(default_state)
-    sections += [_model_section(source, m) for m in models]
-    if tradeoff is not None:
-        sections.append(Section("Trade-off (Theorem 1)", tuple(_tradeoff_blocks(source, tradeoff))))
-    sections.append(_reproduction_configuration(source, summary.config))
-    return ReportDocument(
-        title="Toy reproduction: trigger-conditional tasks and attention sinks",
-        subtitle=f"sinkscope toy reproduce · {source}",
-        findings=tuple(findings),
-        sections=tuple(sections),
-    )
-
-
 # probe ------------------------------------------------------------------------------
-
-
-def _source_run_dir(source: Path) -> Path | None:
-    """The run a probe or patch directory came from: its provenance's source, else the
-    parent (the default layouts ``RUN_DIR/probe`` and ``RUN_DIR/patch``)."""
-    provenance = read_provenance(source)
-    candidates = [Path(provenance.source)] if provenance is not None and provenance.source else []
-    candidates.append(source.resolve().parent)
-    return next((path for path in candidates if (path / CONFIG_FILE).is_file()), None)
 
 
 def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> list[str]:
@@ -334,7 +78,7 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
         sink_head_phrase(
             probe.heads, probe.config.sink_eps, f"at non-trigger queries, {probe.n_inputs:,} test sequences"
         ),
-        (f"{name}: " + default_state_finding(state.all_sink_heads, WHAT, _sinks_subject(state)))
+        (f"{name}: " + default_state_finding(state.all_sink_heads, WHAT, sinks_subject(state)))
         if state.all_sink_heads is not None
         else f"Default-state test: {state.note}.",
         f"Sink rate (Gu et al., alpha over queries from BOS on > sink-rate threshold ε): "
@@ -373,25 +117,9 @@ def _probe_default_state(state: ToyDefaultState, name: str, figure_dir: Path) ->
     )
 
 
-def _run_configuration(
-    source: Path, blocks: list[Block], run_config: RunConfig | None, with_training: bool = True
-) -> Section:
-    """``blocks`` (what the result measured), then the training run's model, task and (if
-    ``with_training``) optimisation settings when the run is found, then provenance."""
-    if run_config is not None:
-        blocks = [
-            *blocks,
-            config_block("Toy model (training run)", run_config.model),
-            task_block(run_config.task),
-        ]
-        if with_training:
-            blocks.append(config_block("Training", run_config.train))
-    return Section("Configuration", (*blocks, provenance_block(read_provenance(source))))
-
-
 def _probe_configuration(source: Path, probe: ProbeResult, run_config: RunConfig | None) -> Section:
     """The probed model, the probe's settings, the training run's (when found) and provenance."""
-    return _run_configuration(
+    return run_configuration(
         source, [config_block("Model (as probed)", probe.model), probe_config_block("Probe", probe.config)], run_config
     )
 
@@ -399,11 +127,11 @@ def _probe_configuration(source: Path, probe: ProbeResult, run_config: RunConfig
 def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
     probe = read_result(source / PROBE_FILE, ProbeResult, "regenerate it with sinkscope toy probe")
     state = read_result(source / DEFAULT_STATE_FILE, ToyDefaultState, "regenerate it with sinkscope toy probe")
-    run_dir = _source_run_dir(source)
+    run_dir = source_run_dir(source)
     run_config: RunConfig | None = read_config(run_dir) if run_dir is not None else None
     name = run_dir.name if run_dir is not None else source.name
     findings = _probe_findings(probe, state, name)
-    sink_figures = _existing_figures(
+    sink_figures = existing_figures(
         [
             (source / ANCHOR_MASS_FIGURE, "BOS mass at non-trigger queries (layer x head)"),
             (source / SHARE_FIGURE, "value-weighted anchor share (layer x head)"),
@@ -431,7 +159,7 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
         sections.append(
             Section(
                 "Attention heatmaps",
-                tuple(_existing_figures([(run_dir / figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])),
+                tuple(existing_figures([(run_dir / figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])),
             )
         )
     sections.append(_probe_configuration(source, probe, run_config))
@@ -470,28 +198,26 @@ def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
 def _patch_configuration(source: Path, result: TriggerPatching, run_dir: Path | None) -> Section:
     """The patched model, the training run's model and task (when found) and provenance."""
     run_config = read_config(run_dir) if run_dir is not None else None
-    return _run_configuration(source, [config_block("Model", result.per_head.model)], run_config, with_training=False)
+    return run_configuration(source, [config_block("Model", result.per_head.model)], run_config, with_training=False)
 
 
 def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
     result = read_result(source / PATCHING_FILE, TriggerPatching, "regenerate it with sinkscope toy patch")
-    run_dir = _source_run_dir(source)
+    run_dir = source_run_dir(source)
     name = run_dir.name if run_dir is not None else source.name
     findings = _patch_findings(name, result)
     sections = [
         Section(
             "Heads (z)",
             (
-                *_existing_figures(
-                    [(source / HEADS_FIGURE, f"{name}: z patched per (layer, head), normalised effect")]
-                ),
+                *existing_figures([(source / HEADS_FIGURE, f"{name}: z patched per (layer, head), normalised effect")]),
                 patching_table(result.per_head, "z patched per head"),
             ),
         ),
         Section(
             "Positions (resid_pre)",
             (
-                *_existing_figures(
+                *existing_figures(
                     [(source / POSITIONS_FIGURE, f"{name}: resid_pre patched per (layer, position), normalised effect")]
                 ),
                 patching_table(result.per_position, "resid_pre patched per position"),
@@ -515,9 +241,9 @@ def tradeoff_report(source: Path, figure_dir: Path) -> ReportDocument:
     return ReportDocument(
         title="Theorem 1: default-position error vs sink mass",
         subtitle=f"sinkscope toy tradeoff · {source}",
-        findings=tuple(_tradeoff_findings(result)),
+        findings=tuple(tradeoff_findings(result)),
         sections=(
-            Section("Trade-off", tuple(_tradeoff_blocks(source, result))),
+            Section("Trade-off", tuple(tradeoff_blocks(source, result))),
             Section("Configuration", (task_block(result.task), provenance_block(read_provenance(source)))),
         ),
     )
@@ -546,7 +272,7 @@ def _sweep_findings(result: SweepResult) -> list[str]:
 def sweep_report(source: Path, figure_dir: Path) -> ReportDocument:
     result = read_result(source / SUMMARY_FILE, SweepResult, "regenerate it with sinkscope toy sweep")
     table = SWEEP_TABLE.table(result.rows)
-    figures = _existing_figures(
+    figures = existing_figures(
         [(source / name, name.removesuffix(".png").replace("_", " ")) for name in result.figures]
     )
     return ReportDocument(

@@ -15,14 +15,11 @@ from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
 from sinkscope.execution.outputs import experiment_directory
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
 from sinkscope.interp.attention_kinds import validate_attention_kind
-from sinkscope.reports.plots import bar_chart, heatmap
 from sinkscope.toy.experiment import (
     SUMMARY_FILE,
     ModelSummary,
@@ -32,6 +29,8 @@ from sinkscope.toy.experiment import (
 )
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import RunConfig, TrainConfig
+from sinkscope.toy.sweep_cells import Cell, SweepRow, upgrade_sweep_row_v1
+from sinkscope.toy.sweep_plots import sweep_plots
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tracking import TrackingConfig
 from sinkscope.toy.train import unit_device
@@ -140,68 +139,6 @@ def _cost(config: RunConfig) -> int:
     return model.n_layers * model.n_heads * model.d_model * model.seq_len
 
 
-@dataclass(frozen=True)
-class Cell:
-    """One configuration of the grid."""
-
-    attention: str
-    n_layers: int
-    n_heads: int
-    d_model: int
-    seq_len: int
-    layer_norm: bool = False
-    mlp: bool = False
-
-    @property
-    def extras(self) -> str:
-        return "".join(suffix for flag, suffix in ((self.layer_norm, "-ln"), (self.mlp, "-mlp")) if flag)
-
-    def run_name(self, seed: int) -> str:
-        return (
-            f"{self.attention}-{self.n_layers}x{self.n_heads}-d{self.d_model}-L{self.seq_len}{self.extras}-seed{seed}"
-        )
-
-
-@dataclass
-class SweepRow:
-    """One configuration, aggregated over its seeds. ``sink_fraction``: the share of all
-    its heads (over seeds) with ``anchor_mass_default >= 0.9``; steps and seconds are
-    means over seeds. ``*_range``: the smallest and largest value over the seeds (per
-    seed, the sink fraction is that model's share of sink heads); ``mean_default_mse``:
-    the mean over seeds of the MSE at default (non-trigger) positions."""
-
-    attention: str
-    n_layers: int
-    n_heads: int
-    d_model: int
-    seq_len: int
-    seeds: int
-    converged: int
-    mean_steps: float
-    mean_seconds: float
-    sink_fraction: float
-    mean_anchor_mass_default: float
-    seeds_with_sink: int
-    layer_norm: bool = False
-    mlp: bool = False
-    sink_fraction_range: tuple[float, float] | None = None
-    steps_range: tuple[int, int] | None = None
-    mean_default_mse: float | None = None
-    default_mse_range: tuple[float, float] | None = None
-
-    @property
-    def label(self) -> str:
-        extras = "".join(text for flag, text in ((self.layer_norm, " +LN"), (self.mlp, " +MLP")) if flag)
-        return f"{self.attention} {self.n_layers}x{self.n_heads} d{self.d_model} L{self.seq_len}{extras}"
-
-
-def upgrade_sweep_row_v1(row: dict[str, Any]) -> dict[str, Any]:
-    """A ``SweepRow`` of schema version 1 in today's names: its counts ``layers``/``heads``
-    are ``n_layers``/``n_heads``."""
-    names = {"layers": "n_layers", "heads": "n_heads"}
-    return {names.get(key, key): value for key, value in row.items()}
-
-
 def upgrade_sweep_v1(result: dict[str, Any]) -> dict[str, Any]:
     """A sweep's ``summary.json`` of schema version 1 in version 2's names: each row
     (``upgrade_sweep_row_v1``) and each model summary (``upgrade_model_summary_v1``)."""
@@ -281,118 +218,6 @@ def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[Swe
     return rows
 
 
-def _plots(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str]:
-    """Write every sweep figure into ``out_dir``; their file names, in writing order."""
-    return [
-        *_summary_bars(config, rows, out_dir),
-        *_size_heatmaps(config, rows, out_dir),
-        *_phase_diagrams(config, rows, out_dir),
-    ]
-
-
-def _summary_bars(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str]:
-    """Bar charts of the sink fraction and of the mean training steps per configuration."""
-    labels = [row.label for row in rows]
-    bar_chart(
-        labels,
-        [("sink fraction", [row.sink_fraction for row in rows])],
-        out_dir / "sink_fraction.png",
-        "fraction of sink heads per configuration",
-        "sink fraction",
-    )
-    bar_chart(
-        labels,
-        [("mean steps", [row.mean_steps for row in rows])],
-        out_dir / "steps_to_converge.png",
-        f"mean training steps (cap {config.max_steps})",
-        "steps",
-    )
-    return ["sink_fraction.png", "steps_to_converge.png"]
-
-
-def _size_heatmaps(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str]:
-    """Sink fraction over d_model x seq_len, one heatmap per kind, shape and block (none
-    unless both sizes vary)."""
-    figures = []
-    for attention, layers, heads, layer_norm, mlp in itertools.product(
-        config.attentions, config.layers, config.heads, config.layer_norms, config.mlps
-    ):
-        if len(config.d_models) == 1 or len(config.seq_lens) == 1:
-            break
-        grid = np.array(
-            [
-                [_row(rows, attention, layers, heads, d, L, layer_norm, mlp).sink_fraction for L in config.seq_lens]
-                for d in config.d_models
-            ]
-        )
-        extras = Cell(attention, layers, heads, 0, 0, layer_norm, mlp).extras.replace("-", "_")
-        name = f"sink_fraction_{attention}_{layers}x{heads}{extras}.png"
-        heatmap(
-            grid,
-            out_dir / name,
-            f"{attention} {layers}x{heads}{extras}: sink fraction",
-            "sink fraction",
-            xlabel="seq_len",
-            ylabel="d_model",
-            x_tick_labels=[str(L) for L in config.seq_lens],
-            y_tick_labels=[str(d) for d in config.d_models],
-        )
-        figures.append(name)
-    return figures
-
-
-def _phase_diagrams(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str]:
-    """The phase diagram: sink fraction over layers x heads, one heatmap per kind, block
-    and size (none unless layers or heads vary)."""
-    figures: list[str] = []
-    if len(config.layers) <= 1 and len(config.heads) <= 1:
-        return figures
-    for attention, layer_norm, mlp, d_model, seq_len in itertools.product(
-        config.attentions, config.layer_norms, config.mlps, config.d_models, config.seq_lens
-    ):
-        grid = np.array(
-            [
-                [
-                    _row(rows, attention, layers, heads, d_model, seq_len, layer_norm, mlp).sink_fraction
-                    for heads in config.heads
-                ]
-                for layers in config.layers
-            ]
-        )
-        cell = Cell(attention, 0, 0, d_model, seq_len, layer_norm, mlp)
-        name = f"phase_{attention}_d{d_model}_L{seq_len}{cell.extras.replace('-', '_')}.png"
-        heatmap(
-            grid,
-            out_dir / name,
-            f"{attention}{cell.extras.replace('-', ' +')}: sink fraction by layers x heads",
-            "sink fraction",
-            xlabel="heads",
-            ylabel="layers",
-            vmin=0.0,
-            vmax=1.0,
-            x_tick_labels=[str(h) for h in config.heads],
-            y_tick_labels=[str(n) for n in config.layers],
-        )
-        figures.append(name)
-    return figures
-
-
-def _row(
-    rows: list[SweepRow],
-    attention: str,
-    layers: int,
-    heads: int,
-    d_model: int,
-    seq_len: int,
-    layer_norm: bool,
-    mlp: bool,
-) -> SweepRow:
-    key = (attention, layers, heads, d_model, seq_len, layer_norm, mlp)
-    return next(
-        r for r in rows if (r.attention, r.n_layers, r.n_heads, r.d_model, r.seq_len, r.layer_norm, r.mlp) == key
-    )
-
-
 def sweep(
     config: SweepConfig,
     out_dir: str | os.PathLike,
@@ -430,7 +255,7 @@ def sweep(
         rows = aggregate(config, by_name)
         models = [by_name[name] for name in sorted(by_name)]
         result = SweepResult(config, rows, models, round(time.perf_counter() - started, 2))
-        result.figures = _plots(config, rows, work_dir)
+        result.figures = sweep_plots(config, rows, work_dir)
         write_result(work_dir / SUMMARY_FILE, result)
         write_provenance(work_dir, "toy sweep")
     return result

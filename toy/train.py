@@ -145,13 +145,12 @@ def train_seeds(
             held.enter_context(locked_directory(path))
         held.enter_context(torch_threads(threads))
         interrupt = held.enter_context(interrupts_at_step_boundaries())
-        members: dict[int, RunMember] = {}
-        for index, (config, path) in enumerate(zip(configs, paths)):
-            opened = open_run(config, path, resume, target_device)
-            if isinstance(opened, TrainResult):
-                results[index] = opened
-            else:
-                members[index] = opened
+        opened = {
+            index: open_run(config, path, resume, target_device)
+            for index, (config, path) in enumerate(zip(configs, paths))
+        }
+        results.update({index: run for index, run in opened.items() if isinstance(run, TrainResult)})
+        members = {index: run for index, run in opened.items() if isinstance(run, RunMember)}
         # runs that train now are tracked (one finished earlier has nothing new to log);
         # opened once every directory is accepted, so a refused call leaves no tracked run
         trackers = held.enter_context(RunTrackers(tracking, [(m.run_dir, m.config) for m in members.values()]))

@@ -44,6 +44,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="phase: the sink phase diagram, every attention kind x layers x heads x LayerNorm x MLP "
         "(1,024 models with --device cuda, 64 on a CPU); flags below narrow or widen it",
     )
+    _add_grid(sweep)
+    sweep.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per configuration (default 3)")
+    sweep.add_argument("--max-steps", type=POSITIVE, default=20_000, help="step cap per model (default 20,000)")
+    sweep.add_argument(
+        "--sequences",
+        dest="n_sequences",
+        metavar="SEQUENCES",
+        type=POSITIVE,
+        default=500,
+        help="test sequences per model (default 500)",
+    )
+    sweep.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
+    add_executor(sweep)
+    sweep.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
+    add_device(sweep)
+    add_tracking(sweep)
+    add_common_output(sweep)
+
+
+def _add_grid(sweep: argparse.ArgumentParser) -> None:
+    """The grid's axes: each flag a comma-separated list of values of one setting."""
     sweep.add_argument(
         "--seq-len",
         dest="seq_lens",
@@ -81,22 +102,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument(
         "--mlp", dest="mlps", metavar="MLP", type=switch_list, default=None, help="off, on or off,on (default off)"
     )
-    sweep.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per configuration (default 3)")
-    sweep.add_argument("--max-steps", type=POSITIVE, default=20_000, help="step cap per model (default 20,000)")
-    sweep.add_argument(
-        "--sequences",
-        dest="n_sequences",
-        metavar="SEQUENCES",
-        type=POSITIVE,
-        default=500,
-        help="test sequences per model (default 500)",
-    )
-    sweep.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
-    add_executor(sweep)
-    sweep.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
-    add_device(sweep)
-    add_tracking(sweep)
-    add_common_output(sweep)
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -1,0 +1,158 @@
+"""The audit's ablations of a causal model: next-token loss with nothing ablated, with the
+anchor evicted from every head, and the default-state test of its sink heads (each
+sink removed against the matched control, per head and all together)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
+from sinkscope.pretrained_analysis.prompts import (
+    PromptError,
+    TokenizedPrompts,
+)
+from sinkscope.probes.default_state import (
+    DefaultStateConfig,
+    DefaultStateResult,
+    default_state_test,
+    upgrade_default_state_result_v1,
+)
+from sinkscope.probes.interventions import Intervention, evict_anchor, intervention_hooks
+from sinkscope.probes.probe import ProbeResult
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass(frozen=True)
+class AblationSettings:
+    """What the ablations run on: the first ``n_prompts`` prompts (None: all), in batches of
+    ``batch_size``; at most ``max_single_heads`` sink heads tested alone; the bootstrap's
+    resamples and seed."""
+
+    n_prompts: int | None
+    batch_size: int
+    max_single_heads: int
+    n_bootstrap: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class AblationResult:
+    """Next-token loss under ablations (per prompt mean cross-entropy over its predicted
+    tokens, averaged over prompts).
+
+    default_state: the default-state test (per sink head and all together: ``remove_sink``
+    vs the matched ``mask_random_key`` control); evict_anchor_loss: the loss with the
+    anchor masked as a key in every head."""
+
+    base_loss: float
+    evict_anchor_loss: float
+    default_state: DefaultStateResult
+
+    @property
+    def evict_anchor_delta(self) -> float:
+        return self.evict_anchor_loss - self.base_loss
+
+
+def upgrade_ablation_v1(ablation: dict[str, Any]) -> dict[str, Any]:
+    """An ``AblationResult`` of schema version 1 in version 2's layout: its default-state
+    test was ``sink_heads`` (now ``default_state``, with the all-sink-heads row named)."""
+    upgraded = {key: value for key, value in ablation.items() if key != "sink_heads"}
+    if "sink_heads" in ablation:
+        upgraded["default_state"] = upgrade_default_state_result_v1(ablation["sink_heads"])
+    return upgraded
+
+
+def next_token_loss(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
+    """Per-prompt mean next-token cross-entropy ``[batch]`` from logits ``[batch, pos, vocab]``,
+    over positions whose token and next token are both real."""
+    tokens, mask = batch.model_input, batch.attention_mask
+    valid = (mask[:, 1:] & mask[:, :-1]).to(torch.float64)
+    losses = (
+        F.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten().to(logits.device), reduction="none"
+        )
+        .view(valid.shape)
+        .double()
+    )
+    return (losses * valid.to(losses.device)).sum(dim=1) / valid.sum(dim=1).to(losses.device)
+
+
+def mean_loss(
+    hooked: HookedModel,
+    prompts: TokenizedPrompts,
+    n: int,
+    intervention: Intervention | None,
+    size: int,
+    tick: Callable[[], None],
+) -> float:
+    """Mean next-token loss over the first ``n`` prompts."""
+    total, count = 0.0, 0
+    for start in range(0, n, size):
+        batch = hooked.prepare(*prompts.batch(start, min(start + size, n)))
+        hooks = [] if intervention is None else intervention_hooks(hooked, batch, intervention)
+        with torch.no_grad():
+            losses = next_token_loss(hooked.run_with_hooks(batch, hooks), batch)
+        total += float(losses.sum())
+        count += batch.batch_size
+        tick()
+    return total / count
+
+
+def ablate(
+    hooked: HookedModel,
+    prompts: TokenizedPrompts,
+    probe: ProbeResult,
+    settings: AblationSettings,
+    label: str,
+    progress: bool,
+) -> AblationResult:
+    """The ablations on the first ``settings.n_prompts`` prompts (all when None), the
+    default-state test on the probe's sink heads, strongest first."""
+    if prompts.summary.min_tokens < 2:
+        raise PromptError(
+            "the ablations need prompts of at least 2 tokens to have a next-token loss; drop one-token prompts",
+            field="ablate",
+        )
+    spec = hooked.spec
+    n = len(prompts) if settings.n_prompts is None else min(settings.n_prompts, len(prompts))
+    # strongest sinks first, so that the cap on single-head tests keeps the clearest sinks
+    strongest = sorted((row for row in probe.heads if row.is_sink_head), key=lambda row: -row.anchor_mass)
+    sinks = [(row.layer, row.head) for row in strongest]
+    n_chunks = math.ceil(n / settings.batch_size)
+    n_sets = min(len(sinks), settings.max_single_heads) + (len(sinks) > 1)
+    passes = 2 + (1 + 2 * n_sets if sinks else 0)
+    bar = tqdm(total=passes * n_chunks, desc=f"ablating {label}", unit="batch", disable=not progress, leave=False)
+
+    def loss_fn(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
+        bar.update(1)
+        return next_token_loss(logits, batch)
+
+    try:
+        base = mean_loss(hooked, prompts, n, None, settings.batch_size, lambda: bar.update(1))
+        every_head = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
+        evicted = mean_loss(hooked, prompts, n, evict_anchor(every_head), settings.batch_size, lambda: bar.update(1))
+        sink_test = default_state_test(
+            hooked,
+            prompts.tokens[:n],
+            sinks,
+            loss_fn,
+            attention_mask=prompts.attention_mask[:n],
+            config=DefaultStateConfig(
+                n_bootstrap=settings.n_bootstrap,
+                seed=settings.seed,
+                batch_size=settings.batch_size,
+                max_single_heads=settings.max_single_heads,
+            ),
+        )
+    finally:
+        bar.close()
+    return AblationResult(base_loss=base, evict_anchor_loss=evicted, default_state=sink_test)

@@ -1,0 +1,140 @@
+"""Report pieces shared by the toy reports: the task block, a run's configuration and
+figures, the trade-off's findings and blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sinkscope.infra.provenance import read_provenance
+from sinkscope.probes.report_sections import (
+    provenance_block,
+)
+from sinkscope.reports.document import (
+    Block,
+    Figure,
+    KeyValues,
+    Paragraph,
+    Section,
+    config_block,
+    sig,
+)
+from sinkscope.toy.evaluate import MEAN_FIGURE, STD_FIGURE, ToyDefaultState
+from sinkscope.toy.run_dir import CONFIG_FILE, RunConfig
+from sinkscope.toy.tables import TRADEOFF_TABLE
+from sinkscope.toy.task import TaskConfig
+from sinkscope.toy.tradeoff import (
+    CONSTRUCTION_SERIES,
+    RELU_SERIES,
+    RUN_SERIES_SUFFIX,
+    TRADEOFF_FIGURE,
+    TradeoffResult,
+)
+
+WHAT = "default-position MSE"
+
+
+RUN_FIGURES = (
+    (MEAN_FIGURE, "mean attention over the test sequences"),
+    (STD_FIGURE, "std of attention over the test sequences"),
+)
+
+
+def existing_figures(paths_and_captions: list[tuple[Path, str]]) -> list[Block]:
+    """Figures that exist; a line naming each missing one (a report never fails on a
+    deleted PNG)."""
+    blocks: list[Block] = []
+    for path, caption in paths_and_captions:
+        if path.is_file():
+            blocks.append(Figure(path, caption))
+        else:
+            blocks.append(
+                Paragraph(f"Figure {path.name} is missing from {path.parent}; re-run the command that wrote it.")
+            )
+    return blocks
+
+
+def sinks_subject(state: ToyDefaultState) -> str:
+    n = len(state.sink_heads)
+    return "the sink head" if n == 1 else f"all {n} sink heads"
+
+
+def task_block(task: TaskConfig) -> KeyValues:
+    """The task's settings, its trigger positions counted from 1 as the figures count
+    them (the config's fields are 0-indexed, and say so)."""
+
+    def position(label: str, field: str, value: int) -> tuple[str, str]:
+        return (f"{label} (1-indexed)", f"{value + 1} ({field} {value}, 0-indexed)")
+
+    return config_block(
+        "Task",
+        task,
+        {
+            "train_trigger_min": position(
+                "first training trigger position", "train_trigger_min", task.train_trigger_min
+            ),
+            "train_trigger_max": position("last training trigger position", "train_trigger_max", task.trigger_max),
+            "eval_trigger_position": position(
+                "eval trigger position", "eval_trigger_position", task.eval_trigger_position
+            ),
+        },
+    )
+
+
+def tradeoff_findings(result: TradeoffResult) -> list[str]:
+    findings = []
+    series = result.series
+    construction = series.get(CONSTRUCTION_SERIES, ())
+    if construction:
+        low, high = construction[0], construction[-1]
+        findings.append(
+            f"Trade-off (Theorem 1): the softmax construction's default-position MSE falls from {sig(low.default_mse)} "
+            f"at BOS mass {low.anchor_mass_default:.3f} (scale {low.scale:g}) to {sig(high.default_mse)} at BOS mass "
+            f"{high.anchor_mass_default:.4f} (scale {high.scale:g}): small error only with the sink."
+        )
+    for point in series.get(RELU_SERIES, ()):
+        findings.append(
+            f"The exact ReLU construction reaches default-position MSE {sig(point.default_mse)} with BOS "
+            f"mass {point.anchor_mass_default:.3f}: no sink needed."
+        )
+    for name, points in result.series.items():
+        trained = [p for p in points if p.scale == 1.0]
+        if name.endswith(RUN_SERIES_SUFFIX) and trained:
+            run = name.removesuffix(RUN_SERIES_SUFFIX)
+            findings.append(
+                f"{run} as trained: BOS mass {trained[0].anchor_mass_default:.4f}, default-position MSE "
+                f"{sig(trained[0].default_mse)}."
+            )
+    return findings
+
+
+def tradeoff_blocks(source: Path, result: TradeoffResult) -> list[Block]:
+    points = [(name, point) for name, points in result.series.items() for point in points]
+    return [
+        *existing_figures([(source / TRADEOFF_FIGURE, "default-position MSE against BOS mass at default queries")]),
+        TRADEOFF_TABLE.table(points),
+    ]
+
+
+def source_run_dir(source: Path) -> Path | None:
+    """The run a probe or patch directory came from: its provenance's source, else the
+    parent (the default layouts ``RUN_DIR/probe`` and ``RUN_DIR/patch``)."""
+    provenance = read_provenance(source)
+    candidates = [Path(provenance.source)] if provenance is not None and provenance.source else []
+    candidates.append(source.resolve().parent)
+    return next((path for path in candidates if (path / CONFIG_FILE).is_file()), None)
+
+
+def run_configuration(
+    source: Path, blocks: list[Block], run_config: RunConfig | None, with_training: bool = True
+) -> Section:
+    """``blocks`` (what the result measured), then the training run's model, task and (if
+    ``with_training``) optimisation settings when the run is found, then provenance."""
+    if run_config is not None:
+        blocks = [
+            *blocks,
+            config_block("Toy model (training run)", run_config.model),
+            task_block(run_config.task),
+        ]
+        if with_training:
+            blocks.append(config_block("Training", run_config.train))
+    return Section("Configuration", (*blocks, provenance_block(read_provenance(source))))
