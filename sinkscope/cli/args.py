@@ -198,3 +198,22 @@ def units_bar(total: int, what: str, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=what, unit="unit", disable=not enabled, leave=False)
+
+
+def add_experiment(parser: argparse.ArgumentParser, sequences_default: int, sequences_help: str) -> None:
+    """The flags of a command that trains and evaluates many toy models (reproduce, sweep):
+    test sequences, workers, executor, --overwrite, device, tracking and output."""
+    parser.add_argument(
+        "--sequences",
+        dest="n_sequences",
+        metavar="SEQUENCES",
+        type=POSITIVE,
+        default=sequences_default,
+        help=sequences_help,
+    )
+    parser.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
+    add_executor(parser)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
+    add_device(parser)
+    add_tracking(parser)
+    add_common_output(parser)

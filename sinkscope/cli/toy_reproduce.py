@@ -7,10 +7,7 @@ from pathlib import Path
 
 from sinkscope.cli.args import (
     POSITIVE,
-    add_common_output,
-    add_device,
-    add_executor,
-    add_tracking,
+    add_experiment,
     check_executor,
     experiment_options,
 )
@@ -37,20 +34,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     reproduce.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per model (default 3; --quick: 1)")
     reproduce.add_argument("--quick", action="store_true", help="reduced preset: one seed, at most 8,000 steps")
     reproduce.add_argument("--max-steps", type=POSITIVE, default=None, help="step cap per model (default 50,000)")
-    reproduce.add_argument(
-        "--sequences",
-        dest="n_sequences",
-        metavar="SEQUENCES",
-        type=POSITIVE,
-        default=1000,
-        help="test sequences for heatmaps and tables",
-    )
-    reproduce.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
-    add_executor(reproduce)
-    reproduce.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
-    add_device(reproduce)
-    add_tracking(reproduce)
-    add_common_output(reproduce)
+    add_experiment(reproduce, 1000, "test sequences for heatmaps and tables")
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -8,10 +8,7 @@ from pathlib import Path
 
 from sinkscope.cli.args import (
     POSITIVE,
-    add_common_output,
-    add_device,
-    add_executor,
-    add_tracking,
+    add_experiment,
     check_executor,
     experiment_options,
     int_list,
@@ -47,20 +44,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _add_grid(sweep)
     sweep.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per configuration (default 3)")
     sweep.add_argument("--max-steps", type=POSITIVE, default=20_000, help="step cap per model (default 20,000)")
-    sweep.add_argument(
-        "--sequences",
-        dest="n_sequences",
-        metavar="SEQUENCES",
-        type=POSITIVE,
-        default=500,
-        help="test sequences per model (default 500)",
-    )
-    sweep.add_argument("--workers", type=POSITIVE, default=2, help="parallel training processes (default 2)")
-    add_executor(sweep)
-    sweep.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
-    add_device(sweep)
-    add_tracking(sweep)
-    add_common_output(sweep)
+    add_experiment(sweep, 500, "test sequences per model (default 500)")
 
 
 def _add_grid(sweep: argparse.ArgumentParser) -> None:
