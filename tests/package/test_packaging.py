@@ -44,11 +44,13 @@ def test_the_wheel_has_one_top_level_package_holding_every_module(wheel):
     assert {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")} == {"sinkscope"}
     (top_level,) = [name for name in names if name.endswith("top_level.txt")]
     assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["sinkscope"]
-    for folder in LAYER_FOLDERS:
-        sources = {path.name for path in (ROOT / folder).glob("*.py")}
-        assert sources and sources == {
-            Path(n).name for n in names if n.startswith(f"sinkscope/{folder}/") and n.endswith(".py")
-        }, folder
+    # every package of the source tree, the layers' folders and sinkscope/'s own subpackages
+    packages = {f"sinkscope/{folder}": ROOT / folder for folder in LAYER_FOLDERS}
+    packages |= {str(init.parent.relative_to(ROOT)): init.parent for init in (ROOT / "sinkscope").rglob("__init__.py")}
+    for installed, folder in packages.items():
+        sources = {path.name for path in folder.glob("*.py")}
+        in_wheel = {n.rsplit("/", 1)[1] for n in names if n.rsplit("/", 1)[0] == installed and n.endswith(".py")}
+        assert sources and sources == in_wheel, installed
     assert "sinkscope/pretrained_analysis/data/default_prompts.txt" in names
 
 
@@ -65,6 +67,8 @@ def test_after_a_regular_install_only_the_sinkscope_names_import(wheel, tmp_path
     assert done.returncode == 0, done.stderr
     module_file, prompts_file = done.stdout.split()
     assert Path(module_file).is_relative_to(site) and Path(prompts_file).is_file()
+    cli = subprocess.run([sys.executable, "-m", "sinkscope", "--version"], cwd=tmp_path, env=env, capture_output=True)
+    assert cli.returncode == 0 and cli.stdout.startswith(b"sinkscope "), cli.stderr  # the command line is in it
     for old_name in LAYER_FOLDERS:
         failed = subprocess.run(
             [sys.executable, "-c", f"import {old_name}"], cwd=tmp_path, env=env, capture_output=True
