@@ -110,8 +110,15 @@ def boot_bridge(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> Load
             f"the weights of {spec.label} in {resolved.location} cannot be read ({first_line(error)}); "
             "restore them (save_pretrained writes them)"
         ) from error
-    except (ValueError, KeyError, NotImplementedError, RuntimeError) as error:
-        if is_out_of_memory(error):  # the machine's limit, not the model's architecture
+    except RuntimeError as error:
+        if is_out_of_memory(error) or not _is_state_dict_mismatch(error):
+            raise  # the machine's limit, or a bug: not the model's architecture
+        raise ModelLoadError(
+            f"the weights of {spec.label} in {resolved.location} do not fit its config ({first_line(error)}); "
+            "restore the checkpoint (save_pretrained writes weights and config together)"
+        ) from error
+    except (ValueError, NotImplementedError) as error:  # what transformers and TransformerBridge raise for it
+        if is_out_of_memory(error):
             raise
         raise ModelLoadError(
             f"TransformerBridge could not load {spec.label} ({resolved.location}): {first_line(error)}; "
@@ -120,6 +127,12 @@ def boot_bridge(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> Load
     bridge.eval()
     hooked = HookedModel(bridge).spec  # the probes' own reading of the bridge (causal, kv heads)
     return LoadedModel(bridge=bridge, info=_model_info(spec, resolved, bridge, hooked, quantization))
+
+
+def _is_state_dict_mismatch(error: RuntimeError) -> bool:
+    """torch's refusal of weights whose shapes or names do not fit the model built from the config."""
+    text = str(error)
+    return "Error(s) in loading state_dict" in text or "size mismatch" in text
 
 
 def _hide_download_bars() -> None:
@@ -222,7 +235,7 @@ def boot_in_memory(model: Any, tokenizer: Any) -> Any:
             device=parameter.device,
             dtype=parameter.dtype,
         )
-    except (ValueError, KeyError, NotImplementedError) as error:
+    except (ValueError, NotImplementedError) as error:
         raise ModelLoadError(
             f"TransformerBridge cannot wrap {type(model).__name__}: {first_line(error)}; "
             "pass a model of an architecture TransformerLens supports"

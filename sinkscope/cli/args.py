@@ -217,3 +217,12 @@ def add_experiment(parser: argparse.ArgumentParser, sequences_default: int, sequ
     add_device(parser)
     add_tracking(parser)
     add_common_output(parser)
+
+
+def say(*parts: object) -> None:
+    """Print a command's human-readable output with ``print``'s spacing, through the
+    terminal's one escaper: a control character in a model's, a run's or a file's name is
+    shown as its escape, never sent to the terminal."""
+    from sinkscope.reports.text import terminal_text
+
+    print(terminal_text(" ".join(str(part) for part in parts)))

@@ -15,6 +15,7 @@ from sinkscope.cli.args import (
     check_executor,
     device_name,
     fraction,
+    say,
     units_bar,
 )
 from sinkscope.infra.codec import encode
@@ -265,8 +266,8 @@ def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec)
             del loaded
             write_audit(result, tmp)
     if not args.json:
-        print(_audit_line(result))
-        print(f"wrote {out / 'audit.json'} and figures")
+        say(_audit_line(result))
+        say(f"wrote {out / 'audit.json'} and figures")
     return encode(result)
 
 
@@ -300,8 +301,8 @@ def _audit_suite(
     with bar:
         comparison = audit_suite(suite, out, args.overwrite, done, args.executor, args.workers, args.ray_address)
     if not args.json:
-        print(comparison.to_markdown())
-        print(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and one audit directory per model")
+        say(comparison.to_markdown())
+        say(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and one audit directory per model")
     return {"out": str(out), "comparison": encode(comparison)}
 
 

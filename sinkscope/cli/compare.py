@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output
+from sinkscope.cli.args import POSITIVE, add_common_output, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> dict:
 
         comparison = compare_directories(args.directories, out, overwrite=args.overwrite)
     if not args.json:
-        print(comparison.to_markdown())
-        print(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and a copy of each audit")
+        say(comparison.to_markdown())
+        say(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and a copy of each audit")
     return {"out": str(out), "comparison": encode(comparison)}
 
 
@@ -104,6 +104,6 @@ def _compare_mechanism(args: argparse.Namespace, out: Path) -> dict:
     if not args.json:
         from sinkscope.probes.mechanism_report import mechanism_markdown
 
-        print(mechanism_markdown(comparison))
-        print(f"wrote {out / 'mechanism.md'}, {out / 'mechanism.json'} and {out / 'mechanism.png'}")
+        say(mechanism_markdown(comparison))
+        say(f"wrote {out / 'mechanism.md'}, {out / 'mechanism.json'} and {out / 'mechanism.png'}")
     return {"out": str(out), "mechanism": encode(comparison)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.args import add_common_output
+from sinkscope.cli.args import add_common_output, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> dict:
 
     result = report(args.result_dir, args.out_dir, overwrite=args.overwrite)
     if not args.json:
-        print(f"{result.kind} report:")
-        print("\n".join(f"- {finding}" for finding in result.findings))
-        print(f"wrote {result.html} and {result.markdown}")
+        say(f"{result.kind} report:")
+        say("\n".join(f"- {finding}" for finding in result.findings))
+        say(f"wrote {result.html} and {result.markdown}")
     return encode(result)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output
+from sinkscope.cli.args import POSITIVE, add_common_output, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -45,12 +45,12 @@ def run(args: argparse.Namespace) -> dict:
     )
     if not args.json:
         heads = result.per_head.matrix()
-        print("z patched per (layer, head), normalised effect (1 = carries the trigger):")
+        say("z patched per (layer, head), normalised effect (1 = carries the trigger):")
         for layer, row in enumerate(heads.tolist()):
-            print(f"  layer {layer}: " + "  ".join(f"{value:+.2f}" for value in row))
+            say(f"  layer {layer}: " + "  ".join(f"{value:+.2f}" for value in row))
         positions = result.per_position.matrix()
         strongest = int(positions.nan_to_num().abs().amax(dim=0).argmax())
-        print(f"resid_pre: the trigger lives at position {strongest} (trigger at {result.trigger_position})")
+        say(f"resid_pre: the trigger lives at position {strongest} (trigger at {result.trigger_position})")
         out = args.out_dir or str(Path(args.run_dir) / "patch")
-        print(f"wrote {', '.join(files)} in {out}")
+        say(f"wrote {', '.join(files)} in {out}")
     return encode(result)

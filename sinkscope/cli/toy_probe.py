@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.args import POSITIVE, add_common_output
+from sinkscope.cli.args import POSITIVE, add_common_output, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -49,18 +49,18 @@ def run(args: argparse.Namespace) -> dict:
     )
     if not args.json:
         state = report.default_state
-        print(
+        say(
             f"sink heads: {len(report.probe.sink_heads())} of {len(report.probe.heads)}; "
             f"layer outputs: norm of sum {report.probe.attn_out_norm_of_sum:.3g} vs sum of norms "
             f"{report.probe.attn_out_sum_of_norms:.3g}"
         )
         if state.default_error_before is not None:
-            print(
+            say(
                 f"default-state test: default-position MSE {state.default_error_before:.2e} -> "
                 f"{state.default_error_after_remove:.2e} with the sinks removed, "
                 f"{state.default_error_after_control:.2e} with the matched control"
             )
         else:
-            print(f"default-state test: {state.note}")
-        print(f"wrote {', '.join(report.files)} in {report.out_dir}")
+            say(f"default-state test: {state.note}")
+        say(f"wrote {', '.join(report.files)} in {report.out_dir}")
     return encode(report)

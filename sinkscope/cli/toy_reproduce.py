@@ -10,6 +10,7 @@ from sinkscope.cli.args import (
     add_experiment,
     check_executor,
     experiment_options,
+    say,
 )
 from sinkscope.infra.codec import encode
 
@@ -52,11 +53,11 @@ def run(args: argparse.Namespace) -> dict:
         from sinkscope.reports.text import table_terminal
         from sinkscope.toy.tables import MODEL_TABLE
 
-        print(table_terminal(MODEL_TABLE.table(summary.models)))
+        say(table_terminal(MODEL_TABLE.table(summary.models)))
         failed = [c for c in summary.checks if not c.passed]
-        print(
+        say(
             f"{len(summary.checks) - len(failed)} of {len(summary.checks)} checks against the paper pass"
             + (": failing: " + "; ".join(c.claim for c in failed) if failed else "")
         )
-        print(f"wrote {Path(args.out_dir) / 'summary.json'}; `sinkscope report {args.out_dir}` writes its report")
+        say(f"wrote {Path(args.out_dir) / 'summary.json'}; `sinkscope report {args.out_dir}` writes its report")
     return encode(summary)

@@ -12,6 +12,7 @@ from sinkscope.cli.args import (
     check_executor,
     experiment_options,
     int_list,
+    say,
     str_list,
     switch_list,
 )
@@ -97,8 +98,8 @@ def run(args: argparse.Namespace) -> dict:
         from sinkscope.reports.text import table_terminal
         from sinkscope.toy.tables import SWEEP_TABLE
 
-        print(table_terminal(SWEEP_TABLE.table(result.rows)))
-        print(
+        say(table_terminal(SWEEP_TABLE.table(result.rows)))
+        say(
             f"wrote {Path(args.out_dir) / 'summary.json'} and plots ({result.wall_seconds:.0f} s); "
             f"`sinkscope report {args.out_dir}` writes its report"
         )

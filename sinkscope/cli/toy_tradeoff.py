@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import add_common_output
+from sinkscope.cli.args import add_common_output, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -39,5 +39,5 @@ def run(args: argparse.Namespace) -> dict:
         with atomic_directory(args.out_dir, replace=args.overwrite) as tmp:
             result = write_tradeoff(tmp, args.run)
     if not args.json:
-        print(f"wrote {Path(args.out_dir) / 'tradeoff.png'} and {Path(args.out_dir) / 'tradeoff.json'}")
+        say(f"wrote {Path(args.out_dir) / 'tradeoff.png'} and {Path(args.out_dir) / 'tradeoff.json'}")
     return encode(result)

@@ -12,6 +12,7 @@ from sinkscope.cli.args import (
     add_device,
     add_tracking,
     positive_float,
+    say,
     tracking_config,
 )
 from sinkscope.infra.codec import encode
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> dict:
         raise InputError(f"{out} already exists; pass --resume to continue it or choose another --out")
     result = train(config, out, resume=True, progress=not args.no_progress, device=args.device, tracking=tracking)
     if not args.json:
-        print(
+        say(
             f"{result.status} after {result.steps} steps ({result.wall_seconds:.1f} s), "
             f"batch L-inf error {result.linf_error:.2e}; run directory: {out}"
         )

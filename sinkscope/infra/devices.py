@@ -80,11 +80,21 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return resolved
 
 
+# how allocators word it: PyTorch's CUDA and CPU allocators, cuBLAS, ROCm, Windows' CPU allocator
+OUT_OF_MEMORY_SIGNS = (
+    "out of memory",
+    "can't allocate memory",
+    "cublas_status_alloc_failed",
+    "not enough memory",
+    "failed to allocate",
+)
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether ``error`` says a device (or the host) ran out of memory: ``MemoryError``,
     ``torch.OutOfMemoryError``, or a ``RuntimeError`` whose message says so (PyTorch's CPU
     allocator and older CUDA builds raise plain ``RuntimeError``)."""
     if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
         return True
-    text = str(error)
-    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(sign in text for sign in OUT_OF_MEMORY_SIGNS)

@@ -74,3 +74,36 @@ def test_debug_shows_the_chained_cause(broken_run, tmp_path, capsys, monkeypatch
     assert "json.decoder.JSONDecodeError" in err
     assert "The above exception was the direct cause of the following exception" in err
     assert err.rstrip().splitlines()[-1].startswith("sinkscope.infra.errors.InputError: ")
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+        RuntimeError("[enforce fail at alloc_cpu.cpp:117] not enough memory: you tried to allocate 4294967296 bytes"),
+    ],
+    ids=["cublas", "cpu-allocator"],
+)
+def test_every_allocators_wording_of_out_of_memory_is_out_of_memory(model_dir, tmp_path, capsys, monkeypatch, raised):
+    from transformer_lens.model_bridge import TransformerBridge
+
+    def fail(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(TransformerBridge, "boot_transformers", fail)
+    argv = ["audit", str(model_dir), "--max-len", "16", "--examples", "0", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "out of memory" in err and "architecture" not in err, err
+
+
+def test_a_bug_while_booting_is_a_traceback_not_an_unsupported_architecture(model_dir, tmp_path, monkeypatch):
+    from transformer_lens.model_bridge import TransformerBridge
+
+    def bug(*args, **kwargs):
+        raise KeyError("blocks.0.attn")  # a lookup gone wrong inside the loader: not the user's input
+
+    monkeypatch.setattr(TransformerBridge, "boot_transformers", bug)
+    argv = ["audit", str(model_dir), "--max-len", "16", "--examples", "0", "--out", str(tmp_path / "out")]
+    with pytest.raises(KeyError, match="blocks.0.attn"):
+        main([*argv, "--no-progress"])
