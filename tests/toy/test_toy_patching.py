@@ -32,8 +32,8 @@ def test_remove_trigger_makes_a_content_token():
 )
 def test_constructions_carry_the_trigger_in_their_head_at_the_trigger(build):
     result = trigger_patching(build(), TASK, n_inputs=16)
-    assert result.heads.source_metric == pytest.approx(1.0, abs=1e-3) and abs(result.heads.target_metric) < 1e-3
-    assert result.heads.matrix()[0, 0].item() == pytest.approx(1.0, abs=1e-5)
+    assert result.per_head.source_metric == pytest.approx(1.0, abs=1e-3) and abs(result.per_head.target_metric) < 1e-3
+    assert result.per_head.matrix()[0, 0].item() == pytest.approx(1.0, abs=1e-5)
     positions = result.per_position.matrix()[0]
     assert positions[TASK.eval_trigger_position].item() == pytest.approx(1.0, abs=1e-5)
     assert torch.count_nonzero(positions) == 1
