@@ -110,19 +110,19 @@ def boot_bridge(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> Load
             f"the weights of {spec.label} in {resolved.location} cannot be read ({first_line(error)}); "
             "restore them (save_pretrained writes them)"
         ) from error
-    except RuntimeError as error:
-        if is_out_of_memory(error) or not _is_state_dict_mismatch(error):
-            raise  # the machine's limit, or a bug: not the model's architecture
-        raise ModelLoadError(
-            f"the weights of {spec.label} in {resolved.location} do not fit its config ({first_line(error)}); "
-            "restore the checkpoint (save_pretrained writes weights and config together)"
-        ) from error
     except (ValueError, NotImplementedError) as error:  # what transformers and TransformerBridge raise for it
         if is_out_of_memory(error):
             raise
         raise ModelLoadError(
             f"TransformerBridge could not load {spec.label} ({resolved.location}): {first_line(error)}; "
             "pass a Hugging Face model of an architecture TransformerLens supports"
+        ) from error
+    except RuntimeError as error:  # after NotImplementedError, which is one
+        if is_out_of_memory(error) or not _is_state_dict_mismatch(error):
+            raise  # the machine's limit, or a bug: not the model's architecture
+        raise ModelLoadError(
+            f"the weights of {spec.label} in {resolved.location} do not fit its config ({first_line(error)}); "
+            "restore the checkpoint (save_pretrained writes weights and config together)"
         ) from error
     bridge.eval()
     hooked = HookedModel(bridge).spec  # the probes' own reading of the bridge (causal, kv heads)
