@@ -28,20 +28,20 @@ from sinkscope.probes.report_sections import (
     layer_table,
     sink_head_threshold,
 )
-from sinkscope.reports.document import Block, Figure, KeyValues, Paragraph, ReportDocument, Section, config_block
+from sinkscope.reports.document import (
+    Block,
+    KeyValues,
+    Paragraph,
+    ReportDocument,
+    Section,
+    config_block,
+    result_figures,
+)
 from sinkscope.reports.write import ReportKind
 
 
 def _figures(directory: Path, names_and_captions: list[tuple[str, str]]) -> list[Block]:
-    blocks: list[Block] = []
-    for name, caption in names_and_captions:
-        path = directory / name
-        blocks.append(
-            Figure(path, caption)
-            if path.is_file()
-            else Paragraph(f"Figure {name} is missing from {directory}; re-run the audit to draw it.")
-        )
-    return blocks
+    return result_figures(directory, names_and_captions, "re-run the audit to draw it")
 
 
 def _prompt_block(prompts: PromptSummary) -> KeyValues:

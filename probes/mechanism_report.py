@@ -111,7 +111,11 @@ def mechanism_report(source: Path, figure_dir: Path) -> ReportDocument:
         Section(
             "Sink heads",
             (
-                Figure(figure, "anchor mass vs value-weighted anchor share per sink head; cancellation per model"),
+                Figure(
+                    figure,
+                    "anchor mass vs value-weighted anchor share per sink head; cancellation per model",
+                    figure_dir,
+                ),
                 MECHANISM_HEAD_TABLE.table(comparison.head_pairs()),
             ),
         ),

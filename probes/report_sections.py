@@ -136,7 +136,7 @@ def default_state_chart(
         what + " (log scale)",
         log=True,
     )
-    return Figure(path, f"{title}: {what} before, after removing the sinks and after the matched control")
+    return Figure(path, f"{title}: {what} before, after removing the sinks and after the matched control", path.parent)
 
 
 def default_state_change_chart(
@@ -154,7 +154,9 @@ def default_state_change_chart(
         title,
         f"change in {what}",
     )
-    return Figure(path, f"{title}: change in {what} when the sinks are removed and under the matched control")
+    return Figure(
+        path, f"{title}: change in {what} when the sinks are removed and under the matched control", path.parent
+    )
 
 
 # activation patching ------------------------------------------------------------------

@@ -9,13 +9,14 @@ came from a prompt, a tokenizer or a file name can never become markup.
 from __future__ import annotations
 
 import math
+import os
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from sinkscope.infra.errors import InputError
+from sinkscope.reports.embedded import check_embedded_png, read_embedded_png
 
 # re-exported: reports, tables, findings and inline displays format numbers one way
 from sinkscope.reports.formatting import Cell as Cell
@@ -23,7 +24,6 @@ from sinkscope.reports.formatting import format_cell as format_cell
 from sinkscope.reports.formatting import percent as percent
 from sinkscope.reports.formatting import sig as sig
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 Item = TypeVar("Item")
 
 
@@ -130,16 +130,20 @@ class TableDefinition(Generic[Item]):
 
 @dataclass(frozen=True)
 class Figure:
-    """A PNG file (written by the run, or by the report builder into its figure folder)."""
+    """A PNG file written by the run into its result directory ``root``, or by the report
+    builder into its figure folder (then ``root`` is that folder); it is read only when it
+    lies inside ``root`` (``sinkscope.reports.embedded``)."""
 
     path: Path
     caption: str
+    root: Path
 
     def png_bytes(self) -> bytes:
-        data = self.path.read_bytes()
-        if not data.startswith(PNG_SIGNATURE):
-            raise InputError(f"{self.path} is not a PNG file; regenerate it with the command that wrote it")
-        return data
+        return read_embedded_png(self.path, self.root)
+
+    def real_path(self) -> Path:
+        """The file itself, symlinks resolved, once checked: what a Markdown link points to."""
+        return check_embedded_png(self.path, self.root)
 
     def size(self) -> tuple[int, int]:
         """(width, height) in pixels, from the PNG header."""
@@ -240,3 +244,18 @@ def config_block(caption: str, config: object, shown: Mapping[str, tuple[str, st
             shown.get(item.name, (item.name, str(getattr(config, item.name)))) for item in fields(config) if item.repr
         ),
     )
+
+
+def result_figures(root: Path, names_and_captions: Iterable[tuple[str, str]], missing: str) -> list[Block]:
+    """A ``Figure`` for each name (a path relative to the result directory ``root``) that is
+    there, once checked to be a PNG inside ``root``; a line for each missing one (a report
+    never fails on a deleted PNG) that ends with ``missing``, how to draw it again."""
+    blocks: list[Block] = []
+    for name, caption in names_and_captions:
+        path = root / name
+        if os.path.lexists(path):  # a dangling symlink is there too, and refused
+            check_embedded_png(path, root)
+            blocks.append(Figure(path, caption, root))
+        else:
+            blocks.append(Paragraph(f"Figure {name} is missing from {root}; {missing}."))
+    return blocks

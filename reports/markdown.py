@@ -52,7 +52,7 @@ def _block(block: Block, link: Callable[[Path], str]) -> str:
     if isinstance(block, Table):
         return table_markdown(block)
     if isinstance(block, Figure):
-        return f"![{md_escape(block.caption)}]({_link_target(link(block.path))})"
+        return f"![{md_escape(block.caption)}]({_link_target(link(block.real_path()))})"
     if isinstance(block, KeyValues):
         rows = [f"**{md_escape(block.caption)}**", "", "| | |", "|---|---|"]
         rows += [f"| {md_escape(key)} | {md_escape(value)} |" for key, value in block.items]

@@ -78,10 +78,12 @@ def _write_report_locked(
         staging = Path(staging_name)
         document = build(staging)
 
-        def link(path: Path) -> str:
-            if path.is_relative_to(staging):
-                return f"{FIGURE_DIR}/{path.relative_to(staging).as_posix()}"
-            return Path(os.path.relpath(path.resolve(), out_dir.resolve())).as_posix()
+        real_staging = staging.resolve()
+
+        def link(path: Path) -> str:  # path: a figure checked and resolved (Figure.real_path)
+            if path.is_relative_to(real_staging):
+                return f"{FIGURE_DIR}/{path.relative_to(real_staging).as_posix()}"
+            return Path(os.path.relpath(path, out_dir.resolve())).as_posix()
 
         page = render_html(document, footer)
         markdown = render_markdown(document, link, footer)

@@ -132,10 +132,11 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
     name = run_dir.name if run_dir is not None else source.name
     findings = _probe_findings(probe, state, name)
     sink_figures = existing_figures(
+        source,
         [
-            (source / ANCHOR_MASS_FIGURE, "BOS mass at non-trigger queries (layer x head)"),
-            (source / SHARE_FIGURE, "value-weighted anchor share (layer x head)"),
-        ]
+            (ANCHOR_MASS_FIGURE, "BOS mass at non-trigger queries (layer x head)"),
+            (SHARE_FIGURE, "value-weighted anchor share (layer x head)"),
+        ],
     )
     sections = [
         Section("Sink map", tuple(sink_figures)),
@@ -159,7 +160,7 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
         sections.append(
             Section(
                 "Attention heatmaps",
-                tuple(existing_figures([(run_dir / figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])),
+                tuple(existing_figures(run_dir, [(figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])),
             )
         )
     sections.append(_probe_configuration(source, probe, run_config))
@@ -210,7 +211,7 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
         Section(
             "Heads (z)",
             (
-                *existing_figures([(source / HEADS_FIGURE, f"{name}: z patched per (layer, head), normalised effect")]),
+                *existing_figures(source, [(HEADS_FIGURE, f"{name}: z patched per (layer, head), normalised effect")]),
                 patching_table(result.per_head, "z patched per head"),
             ),
         ),
@@ -218,7 +219,7 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
             "Positions (resid_pre)",
             (
                 *existing_figures(
-                    [(source / POSITIONS_FIGURE, f"{name}: resid_pre patched per (layer, position), normalised effect")]
+                    source, [(POSITIONS_FIGURE, f"{name}: resid_pre patched per (layer, position), normalised effect")]
                 ),
                 patching_table(result.per_position, "resid_pre patched per position"),
             ),
@@ -272,9 +273,7 @@ def _sweep_findings(result: SweepResult) -> list[str]:
 def sweep_report(source: Path, figure_dir: Path) -> ReportDocument:
     result = read_result(source / SUMMARY_FILE, SweepResult, "regenerate it with sinkscope toy sweep")
     table = SWEEP_TABLE.table(result.rows)
-    figures = existing_figures(
-        [(source / name, name.removesuffix(".png").replace("_", " ")) for name in result.figures]
-    )
+    figures = existing_figures(source, [(name, name.removesuffix(".png").replace("_", " ")) for name in result.figures])
     return ReportDocument(
         title="Toy sweep: how often do heads sink?",
         subtitle=f"sinkscope toy sweep · {source}",

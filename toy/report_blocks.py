@@ -11,11 +11,10 @@ from sinkscope.probes.report_sections import (
 )
 from sinkscope.reports.document import (
     Block,
-    Figure,
     KeyValues,
-    Paragraph,
     Section,
     config_block,
+    result_figures,
     sig,
 )
 from sinkscope.toy.evaluate import MEAN_FIGURE, STD_FIGURE, ToyDefaultState
@@ -39,18 +38,10 @@ RUN_FIGURES = (
 )
 
 
-def existing_figures(paths_and_captions: list[tuple[Path, str]]) -> list[Block]:
-    """Figures that exist; a line naming each missing one (a report never fails on a
-    deleted PNG)."""
-    blocks: list[Block] = []
-    for path, caption in paths_and_captions:
-        if path.is_file():
-            blocks.append(Figure(path, caption))
-        else:
-            blocks.append(
-                Paragraph(f"Figure {path.name} is missing from {path.parent}; re-run the command that wrote it.")
-            )
-    return blocks
+def existing_figures(root: Path, names_and_captions: list[tuple[str, str]]) -> list[Block]:
+    """The figures of the result directory ``root`` that exist, each checked to be a PNG
+    inside it; a line naming each missing one (a report never fails on a deleted PNG)."""
+    return result_figures(root, names_and_captions, "re-run the command that wrote it")
 
 
 def sinks_subject(state: ToyDefaultState) -> str:
@@ -110,7 +101,7 @@ def tradeoff_findings(result: TradeoffResult) -> list[str]:
 def tradeoff_blocks(source: Path, result: TradeoffResult) -> list[Block]:
     points = [(name, point) for name, points in result.series.items() for point in points]
     return [
-        *existing_figures([(source / TRADEOFF_FIGURE, "default-position MSE against BOS mass at default queries")]),
+        *existing_figures(source, [(TRADEOFF_FIGURE, "default-position MSE against BOS mass at default queries")]),
         TRADEOFF_TABLE.table(points),
     ]
 

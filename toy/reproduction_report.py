@@ -116,7 +116,7 @@ def _reproduction_default_state(models: list[ModelSummary], figure_dir: Path) ->
 def _model_section(source: Path, m: ModelSummary) -> Section:
     """One model's outcome and the figures its run wrote."""
     figures = [
-        (source / name, f"{m.name}: {caption}")
+        (name, f"{m.name}: {caption}")
         for name, caption in ((figure, Path(figure).stem.replace("_", " ")) for figure in m.figures)
     ]
     return Section(
@@ -125,7 +125,7 @@ def _model_section(source: Path, m: ModelSummary) -> Section:
             Paragraph(
                 f"{m.status} after {m.steps:,} steps; {m.n_sink_heads} of {len(m.heads)} heads sink. Paper: {m.paper}."
             ),
-            *existing_figures(figures),
+            *existing_figures(source, figures),
         ),
     )
 
@@ -172,7 +172,11 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
             "Models",
             (
                 MODEL_TABLE.table(models),
-                Figure(sink_figure, "layer x head sink map of every model: mean BOS weight over non-trigger queries"),
+                Figure(
+                    sink_figure,
+                    "layer x head sink map of every model: mean BOS weight over non-trigger queries",
+                    figure_dir,
+                ),
             ),
         ),
         Section("Checks against the paper", (checks,)),

@@ -254,7 +254,7 @@ def test_a_shrunk_figure_is_caught(tmp_path):
         fig = MplFigure(figsize=(width, 3))
         fig.subplots().set_title("title", fontsize=8)
         save_figure(fig, tmp_path / f"{name}.png")
-        figures.append(Figure(tmp_path / f"{name}.png", name))
+        figures.append(Figure(tmp_path / f"{name}.png", name, tmp_path))
     page_path = tmp_path / "page.html"
     page_path.write_text(
         render_html(ReportDocument("t", "s", ("a", "b"), (Section("Figures", tuple(figures)),))), encoding="utf-8"
