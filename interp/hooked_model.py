@@ -31,6 +31,7 @@ import torch
 from jaxtyping import Bool, Float, Int, Shaped
 from transformer_lens import HookedRootModule
 
+from sinkscope.infra.bounds import POSITIVE
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
 from sinkscope.interp.hook_names import attn_hook, block_hook
@@ -48,13 +49,14 @@ ModelOutput: TypeAlias = Float[torch.Tensor, "batch pos d_model"] | Float[torch.
 class ModelSpec:
     """What a hooked model offers to probes.
 
-    ``family`` is ``"toy"`` or ``"bridge"``; ``prepend_bos`` records the BOS convention
-    used to tokenize strings (None for toy models, whose anchor is their BOS token).
-    ``n_kv_heads``: key/value heads; fewer than ``n_heads`` under grouped-query attention
-    (Llama, Mistral, Qwen2, SmolLM: query head h reads kv head h // (n_heads / n_kv_heads),
-    transformers' ``repeat_kv`` order), one under multi-query attention; None reads as
-    ``n_heads`` (files written before it was recorded).
+    ``family`` is ``"toy"`` or ``"bridge"``; ``prepend_bos`` records the BOS convention used to
+    tokenize strings (None for toy models, whose anchor is their BOS token). ``n_kv_heads``: key/value
+    heads; fewer than ``n_heads`` under grouped-query attention (Llama, Mistral, Qwen2, SmolLM: query
+    head h reads kv head h // (n_heads / n_kv_heads), transformers' ``repeat_kv`` order), one under
+    multi-query attention; None reads as ``n_heads`` (files written before it was recorded).
     """
+
+    BOUNDS = dict.fromkeys(["n_layers", "n_heads", "d_head", "d_model", "n_kv_heads"], POSITIVE)  # codec: sizes >= 1
 
     family: str
     n_layers: int

@@ -7,12 +7,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from sinkscope.infra.bounds import NONNEGATIVE, Bound
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.pretrained_analysis.prompts import (
     PromptError,
@@ -52,6 +53,8 @@ class AblationResult:
     default_state: the default-state test (per sink head and all together: ``remove_sink``
     vs the matched ``mask_random_key`` control); evict_anchor_loss: the loss with the
     anchor masked as a key in every head."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {"base_loss": NONNEGATIVE, "evict_anchor_loss": NONNEGATIVE}
 
     base_loss: float
     evict_anchor_loss: float

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -30,6 +30,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from sinkscope.infra.bounds import (
+    COUNT,
+    FRACTION,
+    NONNEGATIVE,
+    POSITIVE,
+    UNBOUNDED,
+    Bound,
+    Problem,
+    relative_path_problems,
+)
 from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.infra.errors import InputError, RunFailed
 from sinkscope.interp.hooked_model import HookedModel
@@ -83,6 +93,16 @@ class AuditConfig:
     first this many prompts only (None: all); n_examples: prompts drawn as attention
     heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "batch_size": POSITIVE,
+        "sink_eps": FRACTION,
+        "ablate_heads": COUNT,
+        "ablate_prompts": POSITIVE,
+        "n_examples": COUNT,
+        "n_bootstrap": POSITIVE,
+        "seed": UNBOUNDED,
+    }
+
     batch_size: int = 16
     sink_eps: float = 0.1
     ablate: bool = False
@@ -130,6 +150,8 @@ class AuditResult:
     example_prompts: the text of each example's prompt (its first ``EXAMPLE_TEXT_CHARS``
     characters), for the heatmaps' captions."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {"seconds": NONNEGATIVE}
+
     SCHEMA: ClassVar[str] = "audit"
     SCHEMA_VERSION: ClassVar[int] = 2  # 2: the probe's version 2, ablation.default_state
     UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_audit_v1}
@@ -145,6 +167,14 @@ class AuditResult:
     figures: tuple[str, ...]
     examples: tuple[AttentionExample, ...] = field(default=(), metadata={"persist": False})
     example_prompts: tuple[str, ...] = ()
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """The model's size as its probe saw it; figure names inside the audit directory."""
+        for name in ("n_layers", "n_heads"):
+            probed = getattr(self.probe.model, name)
+            if getattr(self.model, name) != probed:
+                yield f"model.{name}", getattr(self.model, name), f"the probe's probe.model.{name} ({probed})"
+        yield from relative_path_problems(self.figures)
 
     @property
     def anchor(self) -> str:

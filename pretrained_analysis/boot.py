@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from safetensors import SafetensorError
 
+from sinkscope.infra.bounds import COUNT, POSITIVE, Bound
 from sinkscope.infra.devices import is_out_of_memory, resolve_device
 from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.gguf_files import gguf_quantization, load_gguf
@@ -39,6 +40,16 @@ class ModelInfo:
     ``n_kv_heads``: key/value heads (fewer than ``n_heads`` under grouped-query
     attention); ``source_file`` / ``quantization``: the GGUF file and its quantisation
     type (e.g. ``Q4_1``) when the weights were dequantised from one, else None."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "n_layers": POSITIVE,
+        "n_heads": POSITIVE,
+        "d_model": POSITIVE,
+        "d_head": POSITIVE,
+        "n_ctx": POSITIVE,
+        "n_params": COUNT,
+        "n_kv_heads": POSITIVE,
+    }
 
     name: str
     label: str

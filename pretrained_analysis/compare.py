@@ -9,7 +9,7 @@ depth, else against relative depth layer / (n_layers - 1)).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from sinkscope.infra.atomic_io import atomic_write_text
+from sinkscope.infra.bounds import COUNT, FRACTION, NONNEGATIVE, PERCENT, POSITIVE, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.codec import read_result, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.audit import AuditResult
@@ -43,6 +44,19 @@ class ComparisonRow:
     layer_anchor_mass ``[layer]``: mean over heads; the loss fields are None without
     ``--ablate`` (or for encoders)."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "n_layers": POSITIVE,
+        "n_heads": POSITIVE,
+        "n_params": COUNT,
+        "n_sink_heads": COUNT,
+        "sink_rate": PERCENT,
+        "mean_anchor_mass": NONNEGATIVE,
+        "layer_anchor_mass": NONNEGATIVE,
+        "base_loss": NONNEGATIVE,
+        "all_sink_heads_loss_delta": UNBOUNDED,
+        "evict_anchor_loss_delta": UNBOUNDED,
+    }
+
     label: str
     model: str
     revision: str | None
@@ -58,11 +72,23 @@ class ComparisonRow:
     all_sink_heads_loss_delta: float | None
     evict_anchor_loss_delta: float | None
 
+    def inconsistencies(self) -> Iterator[Problem]:
+        """One anchor mass per layer; sink heads among the model's heads."""
+        if len(self.layer_anchor_mass) != self.n_layers:
+            yield (
+                "layer_anchor_mass",
+                f"{len(self.layer_anchor_mass)} values",
+                f"one per layer, n_layers = {self.n_layers}",
+            )
+        yield from at_most("n_sink_heads", self.n_sink_heads, self.n_layers * self.n_heads, "n_layers x n_heads")
+
 
 @dataclass(frozen=True)
 class Comparison:
     """Rows in the given order, plus what every audit shared; persisted as
     ``comparison.json`` (``sinkscope.infra.codec``)."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {"sink_eps": FRACTION}
 
     SCHEMA: ClassVar[str] = "comparison"
     SCHEMA_VERSION: ClassVar[int] = 1

@@ -14,8 +14,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from sinkscope.infra.bounds import POSITIVE, Bound
 from sinkscope.infra.devices import check_device_name
 from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.boot import (
@@ -80,6 +81,8 @@ class LoadSpec:
     n_devices: passed through to ``boot_transformers`` to split a large model across
     devices (exclusive with ``device``).
     """
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {"n_devices": POSITIVE}
 
     name: str
     revision: str | None = None

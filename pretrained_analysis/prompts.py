@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from sinkscope.infra.bounds import COUNT, POSITIVE, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class PromptSpec:
     module docstring); max_len: T, the most tokens per prompt, BOS included; n_prompts:
     how many prompts; seed: for random tokens and for subsetting larger sources.
     """
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {"max_len": POSITIVE, "n_prompts": POSITIVE, "seed": UNBOUNDED}
 
     source: str = BUILTIN_SOURCE
     max_len: int = DEFAULT_MAX_LEN
@@ -118,6 +121,15 @@ class PromptSummary:
     prompt texts used (empty for random tokens, which the spec's seed fixes, and in audits
     written before it was recorded)."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "n_available": COUNT,
+        "n_prompts": COUNT,
+        "n_truncated": COUNT,
+        "n_tokens": COUNT,
+        "min_tokens": COUNT,
+        "max_tokens": COUNT,
+    }
+
     spec: PromptSpec
     location: str
     n_available: int
@@ -128,6 +140,12 @@ class PromptSummary:
     max_tokens: int
     anchor_token: str
     texts_sha256: str = ""
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """Truncated prompts among those used, used among those available, lengths in order."""
+        yield from at_most("n_truncated", self.n_truncated, self.n_prompts, "n_prompts")
+        yield from at_most("n_prompts", self.n_prompts, self.n_available, "n_available")
+        yield from at_most("min_tokens", self.min_tokens, self.max_tokens, "max_tokens")
 
     def same_prompts(self, other: PromptSummary) -> bool:
         """Whether two audits ran on the same prompts. Where both recorded their texts'

@@ -15,12 +15,13 @@ at the toy task's default positions, or a language model's per-input loss.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.probes.interventions import HeadRef, Intervention, intervention_hooks, mask_random_key, remove_sink
@@ -65,15 +66,29 @@ class DefaultStateConfig:
 class Estimate:
     """A mean over inputs with its bootstrap confidence interval."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {"mean": UNBOUNDED, "ci_low": UNBOUNDED, "ci_high": UNBOUNDED}
+
     mean: float
     ci_low: float
     ci_high: float
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """An interval whose ends are in order (NaN ends compare as in order)."""
+        yield from at_most("ci_low", self.ci_low, self.ci_high, "ci_high")
 
 
 @dataclass(frozen=True)
 class DefaultStateRow:
     """One tested head set: ``head_set``, the ``(layer, head)`` pairs whose sink it removes,
     ``label`` "L{layer}H{head}" or ``ALL_SINK_HEADS``."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "head_set": COUNT,
+        "error_before": UNBOUNDED,
+        "error_after_remove": UNBOUNDED,
+        "error_after_control": UNBOUNDED,
+        "cohens_d": UNBOUNDED,
+    }
 
     label: str
     head_set: tuple[HeadRef, ...]
@@ -93,6 +108,8 @@ class DefaultStateResult:
     its own when there are several, the one head's row when there is only one (the same
     test), None when nothing was tested; ``note`` says why (no sink heads) or what the cap
     left out."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {"sink_heads": COUNT, "n_inputs": COUNT}
 
     sink_heads: tuple[HeadRef, ...]
     n_inputs: int

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from sinkscope.infra.bounds import COUNT, FRACTION, NONNEGATIVE, POSITIVE, Bound, Problem, at_most
 from sinkscope.infra.codec import Upgrade, read_result
 from sinkscope.infra.errors import InputError
 from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
@@ -62,6 +63,17 @@ class MechanismHead:
     ``LayerProbe`` output norms (``layer_attn_out_norm`` = ||sum of the layer's heads||,
     ``layer_head_out_norm_sum`` = sum of the heads' norms: far apart when the heads cancel)."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "layer": COUNT,
+        "head": COUNT,
+        "anchor_mass": NONNEGATIVE,
+        "value_weighted_anchor_share": FRACTION,
+        "anchor_value_norm": NONNEGATIVE,
+        "head_out_norm": NONNEGATIVE,
+        "layer_attn_out_norm": NONNEGATIVE,
+        "layer_head_out_norm_sum": NONNEGATIVE,
+    }
+
     source: str
     kind: str
     layer: int
@@ -82,6 +94,21 @@ class MechanismModel:
     ``cancellation`` is their ratio (1: nothing cancels; near 0: the layers undo each
     other; NaN without values). The sink-head means are NaN without sink heads."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "n_layers": POSITIVE,
+        "n_heads": POSITIVE,
+        "n_inputs": COUNT,
+        "sink_eps": FRACTION,
+        "n_sink_heads": COUNT,
+        "n_dormant_sink_heads": COUNT,
+        "sink_anchor_mass": NONNEGATIVE,
+        "sink_value_weighted_anchor_share": FRACTION,
+        "sink_anchor_value_norm": NONNEGATIVE,
+        "attn_out_norm_of_sum": NONNEGATIVE,
+        "attn_out_sum_of_norms": NONNEGATIVE,
+        "cancellation": NONNEGATIVE,
+    }
+
     source: str
     kind: str
     model: str
@@ -100,6 +127,11 @@ class MechanismModel:
     attn_out_norm_of_sum: float
     attn_out_sum_of_norms: float
     cancellation: float
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """Sink heads among the model's heads, dormant ones among the sink heads."""
+        yield from at_most("n_sink_heads", self.n_sink_heads, self.n_layers * self.n_heads, "n_layers x n_heads")
+        yield from at_most("n_dormant_sink_heads", self.n_dormant_sink_heads, self.n_sink_heads, "n_sink_heads")
 
     @property
     def writes_anchor(self) -> bool | None:

@@ -20,13 +20,14 @@ clean target run and one patched run per site.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from tqdm.auto import tqdm
 
+from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, index_problems
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch, upgrade_model_spec_v1
@@ -62,6 +63,17 @@ class PatchingRow:
     """One site of the tidy table. ``head``/``position`` are None when ``per`` does not
     iterate over them; metrics are means over inputs."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "layer": COUNT,
+        "head": COUNT,
+        "position": COUNT,
+        "patched": UNBOUNDED,
+        "target": UNBOUNDED,
+        "source": UNBOUNDED,
+        "effect": UNBOUNDED,
+        "normalised_effect": UNBOUNDED,
+    }
+
     layer: int
     head: int | None
     position: int | None
@@ -89,6 +101,15 @@ class PatchingResult:
     ``sinkscope.infra.codec`` (a NaN normalised effect is null in the file).
     """
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "fixed_heads": COUNT,
+        "fixed_positions": COUNT,
+        "n_inputs": COUNT,
+        "n_pos": COUNT,
+        "source_metric": UNBOUNDED,
+        "target_metric": UNBOUNDED,
+    }
+
     SCHEMA: ClassVar[str] = "patching"
     SCHEMA_VERSION: ClassVar[int] = 2  # 2: ModelSpec.attention
     UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_patching_v1}
@@ -104,6 +125,17 @@ class PatchingResult:
     target_metric: float
     rows: tuple[PatchingRow, ...]
     notes: tuple[str, ...] = ()
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """Sites inside the model and the inputs: layers, heads and positions below their counts."""
+        model = self.model
+        for index, row in enumerate(self.rows):
+            sites = [(f"rows[{index}].layer", row.layer, model.n_layers, "model.n_layers")]
+            if row.head is not None:
+                sites.append((f"rows[{index}].head", row.head, model.n_heads, "model.n_heads"))
+            if row.position is not None:
+                sites.append((f"rows[{index}].position", row.position, self.n_pos, "n_pos"))
+            yield from index_problems(sites)
 
     def matrix(self, value: str = "normalised_effect") -> torch.Tensor:
         """One ``PatchingRow`` value laid out over the ``per`` axes, NaN at sites not

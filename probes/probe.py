@@ -6,15 +6,30 @@ computes them; docs/metrics.md defines every metric."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from sinkscope.infra.atomic_io import atomic_write_text
+from sinkscope.infra.bounds import (
+    COUNT,
+    FRACTION,
+    NONNEGATIVE,
+    PERCENT,
+    POSITIVE,
+    UNBOUNDED,
+    Bound,
+    Problem,
+    at_most,
+    head_grid_problems,
+    index_problems,
+    outside,
+)
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
+from sinkscope.interp.attention_kinds import NORMALISED_KINDS
 from sinkscope.interp.hooked_model import ModelSpec, upgrade_model_spec_v1
 from sinkscope.probes.sink_metrics import (
     SINK_EPS,
@@ -39,6 +54,17 @@ class ProbeConfig:
     dormant: row_entropy <= dormant_entropy_max and anchor_mass >= dormant_anchor_min.
     with_values / with_residual: also read hook_v + hook_z / hook_resid_post.
     """
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "sink_eps": FRACTION,
+        "alpha_k": COUNT,
+        "sink_rate_eps": FRACTION,
+        "dormant_entropy_max": UNBOUNDED,
+        "dormant_anchor_min": UNBOUNDED,
+        "massive_abs": NONNEGATIVE,
+        "massive_ratio": NONNEGATIVE,
+        "batch_size": POSITIVE,
+    }
 
     sink_eps: float = SINK_EPS
     alpha_k: int = 0
@@ -83,6 +109,19 @@ class HeadProbe:
     ReLU-family kinds, whether the head attends at all there); the other metrics are
     defined in docs/metrics.md."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "layer": COUNT,
+        "head": COUNT,
+        "anchor_mass": NONNEGATIVE,
+        "anchor_mass_other": NONNEGATIVE,
+        "alpha": NONNEGATIVE,
+        "value_weighted_anchor_share": FRACTION,
+        "anchor_value_norm": NONNEGATIVE,
+        "row_entropy": FRACTION,
+        "head_out_norm": NONNEGATIVE,
+        "row_mass": NONNEGATIVE,
+    }
+
     layer: int
     head: int
     anchor_mass: float
@@ -106,6 +145,19 @@ class LayerProbe:
     tokens, all of d_model), and an entry is massive when |x| > ``massive_abs`` and >
     ``massive_ratio`` x its prompt's median."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "layer": COUNT,
+        "anchor_mass": NONNEGATIVE,
+        "n_sink_heads": COUNT,
+        "attn_out_norm": NONNEGATIVE,
+        "head_out_norm_sum": NONNEGATIVE,
+        "anchor_resid_norm": NONNEGATIVE,
+        "massive_count": COUNT,
+        "massive_at_anchor": COUNT,
+        "max_abs_resid": NONNEGATIVE,
+        "median_abs_resid": NONNEGATIVE,
+    }
+
     layer: int
     anchor_mass: float
     n_sink_heads: int
@@ -127,6 +179,8 @@ def upgrade_layer_probe_v1(layer: dict[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class SinkRate:
     """Gu et al.'s Sink_k^eps in percent of (sample, layer, head) entries."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {"k": COUNT, "eps": FRACTION, "percent": PERCENT}
 
     k: int
     eps: float
@@ -154,6 +208,13 @@ class ProbeResult:
     first far below the second means the layers cancel each other. Persisted as
     ``probe.json`` (``sinkscope.infra.codec``)."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "n_inputs": COUNT,
+        "n_queries": COUNT,
+        "attn_out_norm_of_sum": NONNEGATIVE,
+        "attn_out_sum_of_norms": NONNEGATIVE,
+    }
+
     SCHEMA: ClassVar[str] = "probe"
     SCHEMA_VERSION: ClassVar[int] = 2  # 2: ModelSpec.attention, LayerProbe.n_sink_heads
     UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_probe_v1}
@@ -168,6 +229,27 @@ class ProbeResult:
     attn_out_norm_of_sum: float
     attn_out_sum_of_norms: float
     notes: tuple[str, ...] = field(default=())
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """Rows that do not fit the model: every (layer, head) once, one row per layer, counts
+        within their totals; under softmax (rows sum to one), attention masses of at most 1."""
+        n_layers, n_heads = self.model.n_layers, self.model.n_heads
+        yield from head_grid_problems(self.heads, n_layers, n_heads)
+        if len(self.layers) != n_layers:
+            yield "layers", f"{len(self.layers)} rows", f"one row per layer, n_layers = {n_layers}"
+        for index, layer in enumerate(self.layers):
+            where = f"layers[{index}]"
+            yield from index_problems([(f"{where}.layer", layer.layer, n_layers, "n_layers")])
+            yield from at_most(f"{where}.n_sink_heads", layer.n_sink_heads, n_heads, "n_heads")
+            yield from at_most(
+                f"{where}.massive_at_anchor", layer.massive_at_anchor, layer.massive_count, "massive_count"
+            )
+        if self.model.attention in NORMALISED_KINDS:
+            for index, row in enumerate(self.heads):
+                for name in ("anchor_mass", "anchor_mass_other", "alpha", "row_mass"):
+                    yield from outside(getattr(row, name), FRACTION, f"heads[{index}].{name}")
+            for index, layer in enumerate(self.layers):
+                yield from outside(layer.anchor_mass, FRACTION, f"layers[{index}].anchor_mass")
 
     def anchor_mass_matrix(self) -> torch.Tensor:
         """``[layer, head]`` anchor mass."""

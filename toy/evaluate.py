@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
+from sinkscope.infra.bounds import COUNT, NONNEGATIVE, UNBOUNDED, Bound
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS
@@ -64,6 +65,17 @@ class ToyDefaultState:
     of them at once (the one head's row when there is one), the row the errors above
     come from. Persisted as a toy probe's ``default_state.json``.
     """
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "sink_heads": COUNT,
+        "default_error_before": NONNEGATIVE,
+        "default_error_after_remove": NONNEGATIVE,
+        "default_error_after_control": NONNEGATIVE,
+        "remove_increase_ci": UNBOUNDED,
+        "control_increase_ci": UNBOUNDED,
+        "error_growth_remove": UNBOUNDED,
+        "error_growth_control": UNBOUNDED,
+    }
 
     SCHEMA: ClassVar[str] = "toy_default_state"
     SCHEMA_VERSION: ClassVar[int] = 2  # 2: (layer, head) pairs, rows and all_sink_heads

@@ -11,12 +11,23 @@ per process, and a unit keeps its speed when other work shares the machine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution import Unit, run_units, units_failed
+from sinkscope.infra.bounds import (
+    COUNT,
+    NONNEGATIVE,
+    POSITIVE,
+    UNBOUNDED,
+    Bound,
+    Problem,
+    at_most,
+    head_grid_problems,
+    relative_path_problems,
+)
 from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.probes.probe import HeadProbe
 from sinkscope.reports.frames import dataframe, row_of
@@ -61,6 +72,21 @@ class ModelSummary:
     """One trained and evaluated model of an experiment (a row of ``summary.json``; alone,
     its run's ``evaluation.json``)."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "n_layers": POSITIVE,
+        "n_heads": POSITIVE,
+        "seed": UNBOUNDED,
+        "steps": COUNT,
+        "wall_seconds": NONNEGATIVE,
+        "linf_error": NONNEGATIVE,
+        "heldout_linf_error": NONNEGATIVE,
+        "heldout_mse": NONNEGATIVE,
+        "n_sink_heads": COUNT,
+        "trigger_rows": NONNEGATIVE,
+        "paper_n_sink_heads": COUNT,
+        "default_mse": NONNEGATIVE,
+    }
+
     SCHEMA: ClassVar[str] = "model_summary"
     SCHEMA_VERSION: ClassVar[int] = 2  # 2: n_layers, n_heads, heads, default_state, paper_n_sink_heads
     UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_model_summary_v1}
@@ -85,6 +111,12 @@ class ModelSummary:
     paper_n_sink_heads: int | None
     figures: list[str]
     default_mse: float | None = None  # MSE at default positions (absent from older summaries)
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """Every (layer, head) of the model once; sink heads among them; figures inside the result."""
+        yield from head_grid_problems(self.heads, self.n_layers, self.n_heads)
+        yield from at_most("n_sink_heads", self.n_sink_heads, len(self.heads), "the number of heads")
+        yield from relative_path_problems(self.figures)
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: training outcome and anchor mass per head."""

@@ -14,13 +14,14 @@ Hook names follow TransformerLens: ``hook_embed``, ``hook_pos_embed``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
 import torch
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
+from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, Bound
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import validate_attention_kind
 from sinkscope.toy.attention import HookedAttention
@@ -34,6 +35,16 @@ class ToyModelConfig:
     """Architecture of a toy model. ``d_head=None`` means full width (d_model), as in the
     paper; ``residual=None`` means the paper's choice (no residual for one layer,
     residual for several)."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "n_layers": POSITIVE,
+        "n_heads": POSITIVE,
+        "d_model": POSITIVE,
+        "seq_len": POSITIVE,
+        "d_head": POSITIVE,
+        "d_mlp": POSITIVE,
+        "init_std": NONNEGATIVE,
+    }
 
     n_layers: int = 1
     n_heads: int = 1

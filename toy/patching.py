@@ -12,6 +12,7 @@ patching ``resid_pre`` per (layer, position) finds where in the residual stream 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
+from sinkscope.infra.bounds import COUNT, Bound, Problem, index_problems
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.probes.patching import (
@@ -82,6 +84,8 @@ class TriggerPatching:
     patched per (layer, position); both triggered -> untriggered at ``trigger_position``,
     scored by ``TRIGGER_METRIC``. Persisted as ``patching.json``."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {"trigger_position": COUNT}
+
     SCHEMA: ClassVar[str] = "trigger_patching"
     SCHEMA_VERSION: ClassVar[int] = 2  # 2: per_head and per_position (were heads and positions)
     UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_trigger_patching_v1}
@@ -89,6 +93,10 @@ class TriggerPatching:
     trigger_position: int
     per_head: PatchingResult
     per_position: PatchingResult
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """The trigger inside the patched inputs."""
+        yield from index_problems([("trigger_position", self.trigger_position, self.per_position.n_pos, "n_pos")])
 
 
 def trigger_patching(model: ToyTransformer, task: TaskConfig, n_inputs: int = 256, seed: int = 0) -> TriggerPatching:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
+from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Problem, relative_path_problems
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
@@ -48,6 +50,15 @@ if TYPE_CHECKING:
 class ReproduceConfig:
     """What to train. ``quick()`` is the README's preset: one seed, capped steps.
     Persisted as ``reproduce.json``, the marker that lets a re-run resume."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "seeds": POSITIVE,
+        "first_seed": UNBOUNDED,
+        "architectures": POSITIVE,
+        "max_steps": POSITIVE,
+        "n_sequences": POSITIVE,
+        "workers": POSITIVE,
+    }
 
     SCHEMA: ClassVar[str] = "reproduce_config"
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -117,6 +128,8 @@ def upgrade_reproduction_v1(summary: dict[str, Any]) -> dict[str, Any]:
 class ReproduceSummary:
     """The reproduction (``summary.json``): every model, the paper's claims checked."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {"wall_seconds": NONNEGATIVE}
+
     SCHEMA: ClassVar[str] = "reproduction"
     SCHEMA_VERSION: ClassVar[int] = 2  # 2: ModelSummary version 2
     UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_reproduction_v1}
@@ -126,6 +139,10 @@ class ReproduceSummary:
     checks: list[Check]
     wall_seconds: float
     figures: list[str] = field(default_factory=list)
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """Figures inside the result directory."""
+        yield from relative_path_problems(self.figures)
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: the paper's checks, the models, the anchor-mass map."""

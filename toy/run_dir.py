@@ -22,6 +22,7 @@ from typing import ClassVar
 import torch
 
 from sinkscope.infra.atomic_io import atomic_directory, atomic_write_json, read_json
+from sinkscope.infra.bounds import COUNT, FRACTION, NONNEGATIVE, POSITIVE, UNBOUNDED, Bound
 from sinkscope.infra.codec import encode, read_result, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.toy.checkpoint import load_tensors, save_tensors
@@ -39,6 +40,19 @@ CHECKPOINTS = "checkpoints"
 class TrainConfig:
     """Optimisation settings; defaults are the paper's. ``lr=None`` picks the paper's
     rate for the architecture (1e-3 for one layer, 1e-4 for several)."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "seed": UNBOUNDED,
+        "lr": NONNEGATIVE,
+        "beta1": FRACTION,
+        "beta2": FRACTION,
+        "batch_size": POSITIVE,
+        "max_steps": COUNT,
+        "stop_linf": NONNEGATIVE,
+        "log_every": COUNT,
+        "checkpoint_every": COUNT,
+        "keep_checkpoints": COUNT,
+    }
 
     seed: int = 0
     lr: float | None = None
@@ -101,6 +115,14 @@ class TrainResult:
     """How a run ended. ``status`` is ``converged``, ``max_steps`` or ``diverged``;
     ``linf_error`` is the last training batch's max absolute error. In ``result.json`` a
     non-finite number (a diverged run's loss) is ``null``, so the file is standard JSON."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "steps": COUNT,
+        "wall_seconds": NONNEGATIVE,
+        "linf_error": NONNEGATIVE,
+        "loss": NONNEGATIVE,
+        "resumed_from_step": COUNT,
+    }
 
     SCHEMA: ClassVar[str] = "train_result"
     SCHEMA_VERSION: ClassVar[int] = 1

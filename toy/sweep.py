@@ -10,12 +10,14 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
+from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, Bound, Problem, relative_path_problems
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
@@ -47,6 +49,17 @@ class SweepConfig:
     ``seeds`` seeds; the evaluation trigger sits at 1-indexed 8 or, for shorter
     sequences, at the last position. Persisted as ``sweep.json``, the marker that lets
     a re-run resume (sweeps written before the LayerNorm and MLP axes read them as off)."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "seq_lens": POSITIVE,
+        "d_models": POSITIVE,
+        "heads": POSITIVE,
+        "layers": POSITIVE,
+        "seeds": POSITIVE,
+        "max_steps": POSITIVE,
+        "n_sequences": POSITIVE,
+        "workers": POSITIVE,
+    }
 
     SCHEMA: ClassVar[str] = "sweep_config"
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -153,6 +166,8 @@ def upgrade_sweep_v1(result: dict[str, Any]) -> dict[str, Any]:
 class SweepResult:
     """The sweep (``summary.json``): one row per configuration, every model."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {"wall_seconds": NONNEGATIVE}
+
     SCHEMA: ClassVar[str] = "sweep"
     SCHEMA_VERSION: ClassVar[int] = 2  # 2: SweepRow.n_layers/n_heads, ModelSummary version 2
     UPGRADES: ClassVar[dict[int, Upgrade]] = {1: upgrade_sweep_v1}
@@ -162,6 +177,10 @@ class SweepResult:
     models: list[ModelSummary]
     wall_seconds: float
     figures: list[str] = field(default_factory=list)
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """Figures inside the result directory."""
+        yield from relative_path_problems(self.figures)
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: one row per configuration."""

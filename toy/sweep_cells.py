@@ -3,8 +3,11 @@ seeds measured together (``SweepRow``, a row of ``summary.json``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sinkscope.infra.bounds import COUNT, FRACTION, NONNEGATIVE, POSITIVE, Bound, Problem, at_most
 
 if TYPE_CHECKING:
     pass
@@ -40,6 +43,24 @@ class SweepRow:
     seed, the sink fraction is that model's share of sink heads); ``mean_default_mse``:
     the mean over seeds of the MSE at default (non-trigger) positions."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "n_layers": POSITIVE,
+        "n_heads": POSITIVE,
+        "d_model": POSITIVE,
+        "seq_len": POSITIVE,
+        "seeds": POSITIVE,
+        "converged": COUNT,
+        "mean_steps": NONNEGATIVE,
+        "mean_seconds": NONNEGATIVE,
+        "sink_fraction": FRACTION,
+        "mean_anchor_mass_default": NONNEGATIVE,
+        "seeds_with_sink": COUNT,
+        "sink_fraction_range": FRACTION,
+        "steps_range": COUNT,
+        "mean_default_mse": NONNEGATIVE,
+        "default_mse_range": NONNEGATIVE,
+    }
+
     attention: str
     n_layers: int
     n_heads: int
@@ -58,6 +79,11 @@ class SweepRow:
     steps_range: tuple[int, int] | None = None
     mean_default_mse: float | None = None
     default_mse_range: tuple[float, float] | None = None
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """Counts over seeds of at most the number of seeds."""
+        yield from at_most("converged", self.converged, self.seeds, "seeds")
+        yield from at_most("seeds_with_sink", self.seeds_with_sink, self.seeds, "seeds")
 
     @property
     def label(self) -> str:

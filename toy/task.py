@@ -17,10 +17,11 @@ trigger (flags and bias coordinates included), as the paper's target is a vector
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
+from sinkscope.infra.bounds import COUNT, POSITIVE, Bound
 from sinkscope.infra.errors import InputError
 
 BOS_FLAG = 0
@@ -37,6 +38,14 @@ class TaskConfig:
     training (paper: 2 .. L-1); ``eval_trigger_position`` is the fixed 0-indexed
     position used for evaluation (paper: 7, i.e. 1-indexed 8).
     """
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "d_model": POSITIVE,
+        "seq_len": POSITIVE,
+        "train_trigger_min": COUNT,
+        "train_trigger_max": COUNT,
+        "eval_trigger_position": COUNT,
+    }
 
     d_model: int = 16
     seq_len: int = 16

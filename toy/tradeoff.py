@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
 
+from sinkscope.infra.bounds import NONNEGATIVE, UNBOUNDED, Bound
 from sinkscope.infra.codec import write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
@@ -45,6 +46,14 @@ class TradeoffPoint:
     positions; ``trigger_mse``: mean squared error at the trigger position. ``scale`` is
     the family parameter that produced the model (None outside a family).
     """
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "scale": UNBOUNDED,
+        "anchor_mass_default": NONNEGATIVE,
+        "default_mse": NONNEGATIVE,
+        "default_linf": NONNEGATIVE,
+        "trigger_mse": NONNEGATIVE,
+    }
 
     label: str
     scale: float | None

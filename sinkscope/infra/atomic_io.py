@@ -286,11 +286,20 @@ def atomic_directory(path: str | os.PathLike, replace: bool = True) -> Iterator[
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _refuse_constant(name: str) -> Any:
+    """``NaN`` and ``Infinity`` are not JSON; sinkscope writes an undefined number as null."""
+    raise ValueError(f"{name} is not standard JSON")
+
+
 def read_json(path: str | os.PathLike) -> Any:
+    """The JSON in ``path``, standard JSON only; a file that is not is one ``InputError``
+    (nesting too deep for the parser, integers too long to read, ``NaN`` included)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
     except FileNotFoundError as error:
         raise InputError(f"{path} does not exist") from error
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except RecursionError as error:
+        raise InputError(f"{path} is not a sinkscope file (its JSON nests too deep to read); regenerate it") from error
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError, and an integer of over 4,300 digits
         raise InputError(f"{path} is not valid JSON ({error}); delete or regenerate it") from error

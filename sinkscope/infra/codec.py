@@ -12,6 +12,10 @@ e.g. ``"audit"``) and ``SCHEMA_VERSION``; ``write_result(path, obj)`` writes
 - unknown keys are refused by name, a missing key takes the field's default or is refused;
 - a field with ``metadata={"persist": False}`` (in-memory only, e.g. arrays drawn as
   figures) is not written and reads back as its default;
+- every value is checked against the class's declared ranges and consistency
+  (``sinkscope.infra.bounds``: ``BOUNDS`` and ``inconsistencies``) once it is decoded,
+  so an impossible value (a layer beyond n_layers, a mass of 1e308, a count of -4) is
+  refused in one line naming the file, the field and what is allowed;
 - a file of an older schema version is upgraded step by step through the class's
   ``UPGRADES`` (``{v: fields of version v -> fields of version v + 1}``) where it has them,
   and refused in one line naming the versions otherwise; a file without a version
@@ -24,6 +28,7 @@ files still read).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import types
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar, Union
 
 from sinkscope.infra.atomic_io import atomic_write_json, read_json
+from sinkscope.infra.bounds import MAX_INT, bound_problems
 from sinkscope.infra.errors import InputError
 
 SCHEMA_KEY = "schema"
@@ -111,10 +117,10 @@ def _decode(kind: Any, data: Any, where: str) -> Any:
         if data is None:
             return math.nan
         if isinstance(data, (int, float)) and not isinstance(data, bool):
-            return float(data)
+            return float(_finite(data, where))
     elif kind is int:
         if isinstance(data, int) and not isinstance(data, bool):
-            return data
+            return _finite(data, where)
     elif kind in (str, bool):
         if isinstance(data, kind):
             return data
@@ -126,6 +132,15 @@ def _decode(kind: Any, data: Any, where: str) -> Any:
     else:
         raise TypeError(f"the codec cannot read type {kind!r} (at {where})")
     raise SchemaError(f"{_at(where)} is {_describe(data)}, not {_name(kind)}")
+
+
+def _finite(number: int | float, where: str) -> int | float:
+    """``number``, once it is a finite number and, if an integer, one that fits in 64 bits."""
+    if isinstance(number, int) and abs(number) > MAX_INT:
+        raise SchemaError(f"{_at(where)} is an integer of {len(str(abs(number)))} digits; allowed: at most 2**63 - 1")
+    if isinstance(number, float) and math.isinf(number):
+        raise SchemaError(f"{_at(where)} is {number}; allowed: a finite number (or null where undefined)")
+    return number
 
 
 def _decode_sequence(kind: Any, data: Any, where: str) -> Any:
@@ -155,9 +170,20 @@ def _decode_dataclass(cls: type, data: Any, where: str, top_level: bool = False)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise SchemaError(f"{_at(where)} lacks the field {name!r}")
     try:
-        return cls(**values)
+        decoded = cls(**values)
     except ValueError as error:  # the class's own validation (InputError), e.g. a count out of range
         raise SchemaError(f"{_at(where)}: {error}", field=getattr(error, "field", None)) from error
+    _check_values(decoded, where)
+    return decoded
+
+
+def _check_values(decoded: Any, where: str) -> None:
+    """The first value of ``decoded`` outside its class's ``BOUNDS`` or ``inconsistencies``, as one error."""
+    consistency = getattr(decoded, "inconsistencies", None)
+    problems = itertools.chain(bound_problems(decoded), consistency() if consistency is not None else ())
+    for path, value, allowed in problems:
+        shown = value if isinstance(value, str) else _short(repr(value))
+        raise SchemaError(f"{where + '.' if where else ''}{path} is {shown}; allowed: {allowed}")
 
 
 def _at(where: str) -> str:
@@ -170,8 +196,11 @@ def _name(kind: Any) -> str:
 
 
 def _describe(data: Any) -> str:
-    text = repr(data)
-    return f"{type(data).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+    return f"{type(data).__name__} {_short(repr(data))}"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def write_result(path: str | os.PathLike, result: Persisted) -> None:
