@@ -47,13 +47,14 @@ class Bound:
         return low_ok and (self.high is None or value <= self.high + self.tolerance)
 
     def __str__(self) -> str:
-        if self.low is None and self.high is None:
+        low, high = self.low, None if self.high == MAX_INT else self.high  # the 64-bit cap goes without saying
+        if low is None and high is None:
             return "a finite number"
-        if self.high is None:
-            return f"a number >= {self.low:g}"
-        if self.low is None:
-            return f"a number <= {self.high:g}"
-        return f"a number in [{self.low:g}, {self.high:g}]" + (f" (up to {self.tolerance:g})" if self.tolerance else "")
+        if high is None:
+            return f"a number >= {low:g}"
+        if low is None:
+            return f"a number <= {high:g}"
+        return f"a number in [{low:g}, {high:g}]" + (f" give or take {self.tolerance:g}" if self.tolerance else "")
 
 
 COUNT = Bound(0, MAX_INT)  # a count or an index
