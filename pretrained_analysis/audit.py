@@ -38,6 +38,7 @@ from sinkscope.infra.bounds import (
     UNBOUNDED,
     Bound,
     Problem,
+    head_ref_problems,
     relative_path_problems,
 )
 from sinkscope.infra.codec import Upgrade, read_result, write_result
@@ -175,6 +176,11 @@ class AuditResult:
             if getattr(self.model, name) != probed:
                 yield f"model.{name}", getattr(self.model, name), f"the probe's probe.model.{name} ({probed})"
         yield from relative_path_problems(self.figures)
+        if self.ablation is not None:
+            tested = self.ablation.default_state.sink_heads
+            yield from head_ref_problems(
+                tested, self.model.n_layers, self.model.n_heads, "ablation.default_state.sink_heads"
+            )
 
     @property
     def anchor(self) -> str:

@@ -26,6 +26,7 @@ from sinkscope.infra.bounds import (
     Problem,
     at_most,
     head_grid_problems,
+    head_ref_problems,
     relative_path_problems,
 )
 from sinkscope.infra.codec import Upgrade, read_result, write_result
@@ -117,6 +118,9 @@ class ModelSummary:
         yield from head_grid_problems(self.heads, self.n_layers, self.n_heads)
         yield from at_most("n_sink_heads", self.n_sink_heads, len(self.heads), "the number of heads")
         yield from relative_path_problems(self.figures)
+        if self.default_state is not None:
+            refs = self.default_state.sink_heads
+            yield from head_ref_problems(refs, self.n_layers, self.n_heads, "default_state.sink_heads")
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: training outcome and anchor mass per head."""

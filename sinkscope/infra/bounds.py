@@ -119,6 +119,14 @@ def head_grid_problems(heads: Iterable[Any], n_layers: int, n_heads: int, name: 
         seen.add((row.layer, row.head))
 
 
+def head_ref_problems(refs: Iterable[tuple[int, int]], n_layers: int, n_heads: int, name: str) -> Iterator[Problem]:
+    """``(layer, head)`` pairs (e.g. the sink heads a test removed) outside the model's heads."""
+    for index, (layer, head) in enumerate(refs):
+        yield from index_problems(
+            [(f"{name}[{index}][0]", layer, n_layers, "n_layers"), (f"{name}[{index}][1]", head, n_heads, "n_heads")]
+        )
+
+
 def at_most(path: str, value: float, limit: float, limit_name: str) -> Iterator[Problem]:
     """``value`` above ``limit`` (e.g. sink heads beyond the number of heads)."""
     if value > limit:

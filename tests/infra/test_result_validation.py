@@ -149,6 +149,12 @@ SUMMARY_TAMPERING = [
     ("sweep", "rows.0.converged", 5, "rows[0].converged is 5; allowed: at most seeds (1)"),
     ("sweep", "models.0.heads_table.0.layer", 7, "models[0].heads[0].layer is 7; allowed: an index below n_layers (1)"),
     ("sweep", "models.0.n_sink_heads", -1, "models[0].n_sink_heads is -1; allowed: a number >= 0"),
+    (
+        "sweep",
+        "models.0.default_state_test.sink_heads",
+        [[0, 5]],
+        "models[0].default_state.sink_heads[0][1] is 5; allowed: an index below n_heads (1)",
+    ),
     ("reproduction", "models.2.heads_table", [], "models[2].heads is 0 rows"),
     ("reproduction", "models.0.linf_error", -2.0, "models[0].linf_error is -2.0; allowed: a number >= 0"),
     ("reproduction", "config.max_steps", 0, "max_steps must be >= 1"),
