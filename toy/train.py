@@ -25,7 +25,7 @@ import torch
 from sinkscope.infra.atomic_io import locked_directory
 from sinkscope.infra.devices import resolve_device
 from sinkscope.infra.errors import InputError, RunFailed
-from sinkscope.toy.interrupt import interrupts_at_step_boundaries
+from sinkscope.toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
 from sinkscope.toy.memory import check_fits
 from sinkscope.toy.run_dir import (
     CONFIG_FILE,
@@ -161,19 +161,28 @@ def train_seeds(
         # opened once every directory is accepted, so a refused call leaves no tracked run
         trackers = held.enter_context(RunTrackers(tracking, [(m.run_dir, m.config) for m in members.values()]))
         log = _both(on_log, trackers.on_log if tracking is not None else None)
-        try:
-            for start in sorted({member.step for member in members.values()}):
-                group = [index for index, member in members.items() if member.step == start]
-                trained = train_stack([members[index] for index in group], progress, log, interrupt)
-                results.update(zip(group, trained))
-        except BaseException:
-            _discard_unstarted(members.values())
-            raise
+        results.update(_train_by_start(members, progress, log, interrupt))
     ordered = [results[index] for index in range(len(configs))]
     diverged = [result for result in ordered if result.status == "diverged"]
     if diverged:
         raise TrainingDiverged(_diverged_message(diverged), field="lr")
     return ordered
+
+
+def _train_by_start(
+    members: dict[int, RunMember], progress: bool, log: OnLog | None, interrupt: StepBoundaryInterrupt
+) -> dict[int, TrainResult]:
+    """Train the members in one stack per starting step, earliest first; results by index."""
+    results: dict[int, TrainResult] = {}
+    try:
+        for start in sorted({member.step for member in members.values()}):
+            group = [index for index, member in members.items() if member.step == start]
+            trained = train_stack([members[index] for index in group], progress, log, interrupt)
+            results.update(zip(group, trained))
+    except BaseException:
+        _discard_unstarted(members.values())
+        raise
+    return results
 
 
 def _discard_unstarted(members: Iterable[RunMember]) -> None:
