@@ -135,8 +135,8 @@ def check_trained_as_asked(run_dir: Path, state: dict, config: RunConfig, device
     trained_lr = state["param_groups"][0]["lr"]
     if trained_lr != lr:
         raise RunDirectoryError(
-            f"{run_dir}'s checkpoints were trained at lr {trained_lr:g} but this run asks for train.lr {lr:g}; "
-            "resume with the lr it was trained at, or train with the new lr into another run directory",
+            f"{run_dir}'s checkpoints were trained at lr {trained_lr:g} but its config.json says train.lr {lr:g}; "
+            "put the lr back in config.json and resume with it, or train with the new lr into another run directory",
             field="lr",
         )
     differing = record_differences(state.get(RUN_RECORD) or run_record(config), run_record(config))

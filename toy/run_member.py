@@ -213,12 +213,12 @@ def open_run(config: RunConfig, run_dir: Path, resume: bool, device: torch.devic
     it was. A finished run whose ``max_steps`` was raised keeps its result and final
     weights until the continued run writes its own (``sinkscope.toy.seed_stack``)."""
     existing = _check_existing(config, run_dir, resume)
-    if existing is not None:
-        check_writable(run_dir)
     stored = _stored_result(run_dir, config)
     if stored is not None:
         _check_finished_record(run_dir, config)
-        return stored
+        return stored  # nothing to write: a read-only finished run still answers
+    if existing is not None:
+        check_writable(run_dir)
     member = RunMember(config, run_dir, device)
     if existing is not None and checkpoint_dirs(run_dir):
         point = newest_usable_checkpoint(run_dir, lambda checkpoint: load_checkpoint_into(member, checkpoint))
