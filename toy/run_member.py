@@ -113,10 +113,17 @@ def restore_checkpoint(member: RunMember, point: ResumePoint) -> None:
     # A checkpoint at step s holds the state *before* step s's batch is drawn, so the
     # metrics of step s (computed on that batch) and later belong to steps that will be
     # redone: keep only the ones before it.
-    kept = [r for r in read_metrics(member.run_dir) if r["step"] < state["step"]]
+    kept = [r for r in read_metrics(member.run_dir) if _logged_step(r) < state["step"]]
     atomic_write_text(member.run_dir / METRICS_FILE, "".join(json_line(r) for r in kept))
     member.step, member.wall_before = state["step"], float(state["wall_seconds"])
     member.resumed_from = member.step
+
+
+def _logged_step(record: object) -> float:
+    """A metrics line's step; a line that has none (edited by hand) sorts after every step,
+    so it is dropped with the steps that will be redone rather than stopping the resume."""
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else float("inf")
 
 
 def load_checkpoint_into(member: RunMember, checkpoint: CheckpointRead) -> None:
