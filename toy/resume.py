@@ -66,9 +66,16 @@ def record_differences(old: dict, new: dict) -> list[str]:
     return [
         f"{section}.{key}"
         for section in ("model", "task", "train")
-        for key in sorted(set(old.get(section, {})) | set(new.get(section, {})))
-        if (section, key) not in NUMBER_NEUTRAL and old.get(section, {}).get(key) != new.get(section, {}).get(key)
+        for key in sorted(set(_section(old, section)) | set(_section(new, section)))
+        if (section, key) not in NUMBER_NEUTRAL and _section(old, section).get(key) != _section(new, section).get(key)
     ]
+
+
+def _section(record: dict, name: str) -> dict:
+    """One section of a run record; a section edited into something else reads as empty
+    (so every setting in it differs and is named)."""
+    section = record.get(name)
+    return section if isinstance(section, dict) else {}
 
 
 def _checked_state(state: object, step_name: str) -> dict:
@@ -163,7 +170,7 @@ def check_trained_as_asked(run_dir: Path, state: dict, config: RunConfig, device
 
 def _value(record: dict, dotted: str) -> object:
     section, key = dotted.split(".", 1)
-    return record.get(section, {}).get(key)
+    return _section(record, section).get(key)
 
 
 def check_writable(run_dir: Path) -> None:

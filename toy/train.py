@@ -78,6 +78,11 @@ def unit_device(device: str, executor: str) -> str:
 def _check_stackable(configs: Sequence[RunConfig], run_dirs: Sequence[Path]) -> None:
     if not configs:
         raise InputError("train_seeds needs at least one config")
+    for config in configs:
+        if not isinstance(config, RunConfig):
+            raise InputError(
+                f"config must be a RunConfig (sinkscope.toy.run_dir), got {type(config).__name__}", field="config"
+            )
     if len(configs) != len(run_dirs):
         raise InputError(
             f"got {len(configs)} configs but {len(run_dirs)} run directories; pass one directory per config"

@@ -161,3 +161,17 @@ def test_the_readme_resume_form_on_a_2x2_run_names_the_flags_to_repeat(tmp_path,
     before = snapshot(run)
     one_line_exit_2(capsys, [*TRAIN, "--out", str(run), "--resume"], "--attention relu --layers 2 --heads 2 --seed 1")
     assert snapshot(run) == before
+
+
+def test_a_run_record_edited_into_nonsense_is_refused_naming_the_settings(finished_run, capsys):
+    _edit_state(
+        finished_run, lambda state: {**state, "run": {"model": "x", "task": [], "train": state["run"]["train"]}}
+    )
+    argv = [*TRAIN, "--out", str(finished_run), "--max-steps", "40", "--resume"]
+    _refused_untouched(capsys, finished_run, argv, "were trained with model.")
+
+
+def test_checkpoints_from_before_the_record_still_resume(finished_run, capsys):
+    _edit_state(finished_run, lambda state: {key: value for key, value in state.items() if key != "run"})
+    assert _train(finished_run, "--max-steps", "40", "--resume") == 0
+    assert json.loads(capsys.readouterr().out)["resumed_from_step"] == 30

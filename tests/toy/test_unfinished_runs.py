@@ -137,3 +137,11 @@ def test_wrongly_typed_config_fields_are_input_errors_naming_the_field(build, fi
     with pytest.raises(InputError, match=field) as caught:
         build()
     assert caught.value.field == field
+
+
+def test_train_given_a_dict_for_its_config_names_the_argument(tmp_path):
+    from sinkscope.toy.train import train
+
+    with pytest.raises(InputError, match="config must be a RunConfig") as caught:
+        train({"model": {}}, tmp_path / "run", progress=False)  # type: ignore[arg-type]
+    assert caught.value.field == "config" and not (tmp_path / "run").exists()
