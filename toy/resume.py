@@ -101,12 +101,16 @@ def _checked_state(state: object, step_name: str) -> dict:
 
 def read_checkpoint(directory: Path) -> CheckpointRead:
     """One checkpoint read back whole, or UnusableCheckpoint saying why not."""
+    name = "state.json"
     try:
-        state = _checked_state(read_json(directory / "state.json"), directory.name)
-        weights = load_tensors(directory / "model.safetensors")
-        tensors = load_tensors(directory / "optimizer.safetensors")
+        state = _checked_state(read_json(directory / name), directory.name)
+        name = "model.safetensors"
+        weights = load_tensors(directory / name)
+        name = "optimizer.safetensors"
+        tensors = load_tensors(directory / name)
     except (OSError, ValueError, SafetensorError) as error:
-        raise UnusableCheckpoint(f"{type(error).__name__}: {error}") from error
+        cause = error.__cause__ or error  # the reader's own words, without the remedy meant for one file
+        raise UnusableCheckpoint(f"{name} unreadable: {str(cause).strip() or type(cause).__name__}") from error
     if "rng.data_generator" not in tensors:
         raise UnusableCheckpoint("optimizer.safetensors holds no data generator state")
     return CheckpointRead(directory, state, weights, tensors)
