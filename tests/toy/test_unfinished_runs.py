@@ -54,6 +54,8 @@ def test_tradeoff_refuses_an_unfinished_run_unless_allowed(runs, tmp_path, capsy
     assert "note:" in out and why in out
     notes = json.loads((tmp_path / "t" / "tradeoff.json").read_text())["notes"]
     assert len(notes) == 1 and why in notes[0] and "allow_unfinished" in notes[0]
+    assert main(["report", str(tmp_path / "t")]) == 0
+    assert why in (tmp_path / "t" / "report.md").read_text()
 
 
 @pytest.mark.parametrize(
