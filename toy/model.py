@@ -23,6 +23,7 @@ from transformer_lens.hook_points import HookPoint
 
 from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, Bound
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.field_types import check_field_types
 from sinkscope.interp.attention_kinds import validate_attention_kind
 from sinkscope.toy.attention import HookedAttention
 from sinkscope.toy.layer_norm import HookedLayerNorm
@@ -61,6 +62,7 @@ class ToyModelConfig:
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
+        check_field_types(self)  # a wrong type is named here, not a TypeError further on
         validate_attention_kind(self.attention)
         for name in ("n_layers", "n_heads", "d_model", "seq_len"):
             if getattr(self, name) < 1:

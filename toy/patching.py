@@ -82,7 +82,8 @@ def upgrade_trigger_patching_v1(patching: dict[str, Any]) -> dict[str, Any]:
 class TriggerPatching:
     """``per_head``: ``z`` patched per (layer, head); ``per_position``: ``resid_pre``
     patched per (layer, position); both triggered -> untriggered at ``trigger_position``,
-    scored by ``TRIGGER_METRIC``. Persisted as ``patching.json``."""
+    scored by ``TRIGGER_METRIC``. Persisted as ``patching.json``. Every index is 0-indexed
+    (layers, heads, positions and ``trigger_position``: the paper's 1-indexed position 8 is 7)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {"trigger_position": COUNT}
 
@@ -128,8 +129,8 @@ def patch_run(
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "patch"
+    unfinished = require_finished(run_dir, allow_unfinished, "patch")  # before --out is touched
     with claim_output_directory(out_dir, overwrite, [run_dir], "the run"):
-        unfinished = require_finished(run_dir, allow_unfinished, "patch")
         result = trigger_patching(load_model(run_dir), config.task, n_inputs)
         if unfinished is not None:
             result = replace(
@@ -143,7 +144,7 @@ def patch_run(
             write_result(tmp / HEADS_FILE, result.per_head)
             write_result(tmp / POSITIONS_FILE, result.per_position)
             for patched, figure, what, axis in (
-                (result.per_head, HEADS_FIGURE, "z patched per head", "head"),
+                (result.per_head, HEADS_FIGURE, "z patched per head", "head (0-indexed)"),
                 (result.per_position, POSITIONS_FIGURE, "resid_pre patched per position", "position (0-indexed)"),
             ):
                 heatmap(
@@ -152,7 +153,7 @@ def patch_run(
                     f"{run_dir.name}: {what} (normalised effect)",
                     "normalised effect",
                     xlabel=axis,
-                    ylabel="layer",
+                    ylabel="layer (0-indexed)",
                     vmin=-1.0,
                     vmax=1.0,
                 )

@@ -72,7 +72,7 @@ def task_block(task: TaskConfig) -> KeyValues:
 
 
 def tradeoff_findings(result: TradeoffResult) -> list[str]:
-    findings = []
+    findings = [f"Note: {note}." for note in result.notes]  # e.g. a run measured although unfinished
     series = result.series
     construction = series.get(CONSTRUCTION_SERIES, ())
     if construction:

@@ -21,10 +21,11 @@ from typing import ClassVar
 
 import torch
 
-from sinkscope.infra.atomic_io import atomic_directory, atomic_write_json, read_json
+from sinkscope.infra.atomic_io import atomic_directory, atomic_write_json
 from sinkscope.infra.bounds import COUNT, FRACTION, NONNEGATIVE, POSITIVE, UNBOUNDED, Bound
 from sinkscope.infra.codec import encode, read_result, write_result
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.field_types import check_field_types
 from sinkscope.toy.checkpoint import load_tensors, save_tensors
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.task import TaskConfig
@@ -66,6 +67,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
 
     def __post_init__(self) -> None:
+        check_field_types(self)  # a wrong type is named here, not a TypeError further on
         if self.lr is not None and not self.lr > 0:
             raise InputError(f"lr must be positive, got {self.lr}", field="lr")
         for name in ("batch_size", "max_steps", "log_every", "checkpoint_every", "keep_checkpoints"):
@@ -98,6 +100,7 @@ class RunConfig:
         return replace(self, train=replace(self.train, seed=0))
 
     def __post_init__(self) -> None:
+        check_field_types(self)  # a wrong type is named here, not a TypeError further on
         if self.model.d_model != self.task.d_model:
             raise InputError(
                 f"model d_model={self.model.d_model} differs from task d_model={self.task.d_model}; "
@@ -127,6 +130,8 @@ class TrainResult:
     SCHEMA: ClassVar[str] = "train_result"
     SCHEMA_VERSION: ClassVar[int] = 1
 
+    STATUSES: ClassVar[tuple[str, ...]] = ("converged", "max_steps", "diverged")
+
     run_dir: str
     status: str
     converged: bool
@@ -135,6 +140,14 @@ class TrainResult:
     linf_error: float
     loss: float
     resumed_from_step: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in self.STATUSES:
+            raise InputError(f"status is {self.status!r}, not one of {list(self.STATUSES)}", field="status")
+        if self.steps < 0 or self.converged != (self.status == "converged"):
+            raise InputError(
+                f"steps {self.steps} and converged {self.converged} do not fit status {self.status!r}", field="status"
+            )
 
 
 def write_config(run_dir: Path, config: RunConfig) -> None:
@@ -217,9 +230,12 @@ def unfinished_reason(run_dir: str | os.PathLike) -> str | None:
     run_dir = Path(run_dir)
     if not (run_dir / RESULT_FILE).is_file():
         return f"{run_dir} has not finished training (no {RESULT_FILE}), so only its latest checkpoint exists"
-    result = read_json(run_dir / RESULT_FILE)
-    if isinstance(result, dict) and result.get("status") == "diverged":
-        return f"{run_dir} diverged at step {result.get('steps')}; its weights are the last good checkpoint"
+    try:
+        result = read_train_result(run_dir)
+    except InputError as error:  # tampered or cut short: nothing says how the run ended
+        return f"{run_dir}'s {RESULT_FILE} does not say how the run ended ({error})"
+    if result.status == "diverged":
+        return f"{run_dir} diverged at step {result.steps}; its weights are the last good checkpoint"
     return None
 
 
@@ -246,6 +262,14 @@ def load_model(run_dir: str | os.PathLike) -> ToyTransformer:
         if not checkpoints:
             raise InputError(f"{run_dir} holds no weights yet (no {FINAL_WEIGHTS}, no checkpoint)")
         weights = checkpoints[-1] / "model.safetensors"
-    model.load_state_dict(load_tensors(weights))
+    try:
+        model.load_state_dict(load_tensors(weights))
+    except RuntimeError as error:  # tensors of another shape or name: the file, not the code, is wrong
+        first_line = str(error).strip().splitlines()[-1].strip()
+        raise InputError(
+            f"the weights in {weights} do not fit the architecture in {run_dir / CONFIG_FILE} ({first_line}); "
+            "restore the weights or config.json of this run, or retrain it",
+            field="run_dir",
+        ) from error
     model.eval()
     return model

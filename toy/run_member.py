@@ -14,20 +14,28 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 
-from sinkscope.infra.atomic_io import atomic_write_text, holds_files, read_json
-from sinkscope.infra.codec import encode
-from sinkscope.infra.errors import InputError
+from sinkscope.infra.atomic_io import atomic_write_text, holds_files
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.probes.sink_metrics import anchor_mass
-from sinkscope.toy.checkpoint import (
-    load_tensors,
-    optimizer_from_tensors,
-    optimizer_to_tensors,
-)
+from sinkscope.toy.checkpoint import optimizer_from_tensors, optimizer_to_tensors
 from sinkscope.toy.model import ToyTransformer
+from sinkscope.toy.resume import (
+    RUN_RECORD,
+    CheckpointRead,
+    ResumePoint,
+    RunDirectoryError,
+    UnusableCheckpoint,
+    check_trained_as_asked,
+    check_writable,
+    fresh_quarantine_name,
+    newest_usable_checkpoint,
+    read_checkpoint,
+    record_differences,
+    run_record,
+)
 from sinkscope.toy.run_dir import (
+    CONFIG_FILE,
     FINAL_WEIGHTS,
     METRICS_FILE,
     RESULT_FILE,
@@ -44,10 +52,6 @@ from sinkscope.toy.run_dir import (
 from sinkscope.toy.task import TaskBatch
 
 DATA_SEED_OFFSET = 1_000_003  # data and init draw from different streams of one seed
-
-
-class RunDirectoryError(InputError):
-    """The run directory cannot be used as asked (exists with another config, etc.)."""
 
 
 def head_anchor_masses(model: ToyTransformer, batch: TaskBatch, patterns: dict[str, torch.Tensor]) -> tuple[list, list]:
@@ -89,69 +93,58 @@ def build_member_state(
     return model, optimizer, generator
 
 
-def restore_checkpoint(
-    run_dir: Path, model: ToyTransformer, optimizer: torch.optim.Adam, generator: torch.Generator, lr: float
-) -> tuple[int, float]:
-    """Load the newest intact checkpoint; returns (step, wall seconds spent before it).
+def restore_checkpoint(member: RunMember, point: ResumePoint) -> None:
+    """Start ``member`` from ``point``'s checkpoint (already read and checked): quarantine
+    the newer checkpoints that could not be used, keep the metrics before its step.
 
-    A newer checkpoint that cannot be read (a file cut short by a full disk or a crash
-    outside the atomic write) is passed over with one line on stderr and renamed
-    ``unreadable-step-*``, so that nothing else (pruning, ``load_model``, the divergence
-    message) takes it for a good checkpoint; it is kept for inspection."""
-    for candidate in reversed(checkpoint_dirs(run_dir)):
-        try:
-            state = read_json(candidate / "state.json")
-            weights = load_tensors(candidate / "model.safetensors")
-            tensors = load_tensors(candidate / "optimizer.safetensors")
-        except (OSError, ValueError, SafetensorError) as error:
-            quarantine = candidate.with_name(f"unreadable-{candidate.name}")
-            candidate.rename(quarantine)
-            print(
-                f"sinkscope: checkpoint {candidate} is unreadable ({type(error).__name__}), kept as {quarantine.name}; "
-                "trying an older one",
-                file=sys.stderr,
-            )
-            continue
-        break
-    else:
-        raise RunDirectoryError(
-            f"no checkpoint in {run_dir / 'checkpoints'} can be read; move that folder away to restart the run from step 0"
+    A newer checkpoint that cannot be used (a file cut short by a full disk or a crash
+    outside the atomic write) is renamed ``unreadable-step-*`` (a fresh name when that is
+    taken) with one line on stderr, so that nothing else (pruning, ``load_model``, the
+    divergence message) takes it for a good checkpoint; it is kept for inspection."""
+    for candidate, why in point.passed_over:
+        quarantine = fresh_quarantine_name(candidate)
+        candidate.rename(quarantine)
+        print(
+            f"sinkscope: checkpoint {candidate} is unreadable ({why}), kept as {quarantine.name}; "
+            "resuming from an older one",
+            file=sys.stderr,
         )
-    trained_lr = state["param_groups"][0]["lr"]
-    if trained_lr != lr:  # config.json edited by hand since the checkpoint: refuse before touching anything
-        raise RunDirectoryError(
-            f"{run_dir}'s checkpoints were trained at lr {trained_lr:g} but its config.json says train.lr {lr:g}; "
-            "put the lr back in config.json, or train with the new lr into another run directory",
-            field="lr",
-        )
-    trained_on = state.get("device", "cpu")  # checkpoints from before devices existed are CPU ones
-    if trained_on != generator.device.type:  # the data generator's state only fits its own kind of device
-        raise RunDirectoryError(
-            f"{run_dir} was trained on {trained_on} and its data stream continues only there; "
-            f"resume it on device {trained_on}",
-            field="device",
-        )
-    model.load_state_dict(weights)
-    generator.set_state(tensors.pop("rng.data_generator"))
-    optimizer_from_tensors(optimizer, tensors, state["param_groups"])
+    state = point.checkpoint.state
     # A checkpoint at step s holds the state *before* step s's batch is drawn, so the
     # metrics of step s (computed on that batch) and later belong to steps that will be
     # redone: keep only the ones before it.
-    kept = [r for r in read_metrics(run_dir) if r["step"] < state["step"]]
-    atomic_write_text(run_dir / METRICS_FILE, "".join(json_line(r) for r in kept))
-    return state["step"], state["wall_seconds"]
+    kept = [r for r in read_metrics(member.run_dir) if _logged_step(r) < state["step"]]
+    atomic_write_text(member.run_dir / METRICS_FILE, "".join(json_line(r) for r in kept))
+    member.step, member.wall_before = state["step"], float(state["wall_seconds"])
+    member.resumed_from = member.step
+
+
+def _logged_step(record: object) -> float:
+    """A metrics line's step; a line that has none (edited by hand) sorts after every step,
+    so it is dropped with the steps that will be redone rather than stopping the resume."""
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else float("inf")
+
+
+def load_checkpoint_into(member: RunMember, checkpoint: CheckpointRead) -> None:
+    """Check that ``checkpoint`` was trained as ``member`` asks (a refusal otherwise), then
+    load it into the member's model, Adam and data generator (in memory only);
+    UnusableCheckpoint when its tensors do not fit them."""
+    check_trained_as_asked(member.run_dir, checkpoint.state, member.config, member.device.type)
+    tensors = dict(checkpoint.tensors)
+    try:
+        member.model.load_state_dict(checkpoint.weights)
+        member.generator.set_state(tensors.pop("rng.data_generator"))
+        optimizer_from_tensors(member.optimizer, tensors, checkpoint.state["param_groups"])
+    except (RuntimeError, ValueError, KeyError, TypeError) as error:  # shapes or names of another model
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UnusableCheckpoint(f"its tensors do not fit the run's model ({first_line})") from error
 
 
 def config_differences(existing: RunConfig, wanted: RunConfig) -> list[str]:
-    """Dotted names of the settings that differ, ignoring ``train.max_steps`` (a run may be
-    extended or stopped earlier; everything else changes the numbers)."""
-    old, new = encode(existing), encode(wanted)
-    return [
-        f"{section}.{key}"
-        for section in ("model", "task", "train")
-        for key in sorted(set(old[section]) | set(new[section]))
-        if (section, key) != ("train", "max_steps") and old[section].get(key) != new[section].get(key)
-    ]
+    """Dotted names of the settings that differ and change the numbers (a run may be
+    extended or stopped earlier, and checkpointed at another rhythm)."""
+    return record_differences(run_record(existing), run_record(wanted))
 
 
 def json_line(record: dict) -> str:
@@ -172,47 +165,77 @@ class RunMember:
         self.resumed_from: int | None = None
 
 
+def _check_existing(config: RunConfig, run_dir: Path, resume: bool) -> RunConfig | None:
+    """The run's own config when ``run_dir`` holds a run ``config`` may continue (None for
+    a new or empty directory); refusals otherwise."""
+    if not (run_dir / CONFIG_FILE).exists():
+        if holds_files(run_dir):
+            raise RunDirectoryError(
+                f"{run_dir} exists and is not a toy run directory; choose an empty or new directory", field="run_dir"
+            )
+        return None
+    existing = read_config(run_dir)
+    differing = config_differences(existing, config)
+    if differing:
+        raise RunDirectoryError(
+            f"{run_dir} already holds a run with a different config ({', '.join(differing)}; only "
+            "train.max_steps may change on resume, besides the checkpoint settings); resume it with its own "
+            "settings, or train the new ones into another run directory",
+            field="run_dir",
+        )
+    if not resume:
+        raise RunDirectoryError(
+            f"{run_dir} already holds a run; pass resume=True or choose another directory", field="resume"
+        )
+    return existing
+
+
+def _stored_result(run_dir: Path, config: RunConfig) -> TrainResult | None:
+    """The stored result of a run that is finished for ``config`` (None when it must train)."""
+    if not ((run_dir / RESULT_FILE).exists() and (run_dir / FINAL_WEIGHTS).exists()):
+        return None
+    result = read_train_result(run_dir)
+    if result.status == "converged" or (result.status == "max_steps" and result.steps >= config.train.max_steps):
+        return result
+    return None
+
+
+def _check_finished_record(run_dir: Path, config: RunConfig) -> None:
+    """A finished run answers only for the settings its newest readable checkpoint recorded."""
+    for candidate in reversed(checkpoint_dirs(run_dir)):
+        try:
+            state = read_checkpoint(candidate).state
+        except UnusableCheckpoint:
+            continue
+        check_trained_as_asked(run_dir, state, config, None)
+        return
+
+
 def open_run(config: RunConfig, run_dir: Path, resume: bool, device: torch.device) -> TrainResult | RunMember:
     """The run directory's one owner: validate it against ``config`` and return either
     the stored result of a finished run or a member ready to train (fresh, or restored
-    from its newest intact checkpoint)."""
-    existing: RunConfig | None = None
-    if (run_dir / "config.json").exists():
-        existing = read_config(run_dir)
-        differing = config_differences(existing, config)
-        if differing:
-            raise RunDirectoryError(
-                f"{run_dir} already holds a run with a different config ({', '.join(differing)}; only "
-                "train.max_steps may change on resume); choose another run directory or delete it",
-                field="run_dir",
-            )
-        if not resume:
-            raise RunDirectoryError(
-                f"{run_dir} already holds a run; pass resume=True or choose another directory", field="resume"
-            )
-    elif holds_files(run_dir):
-        raise RunDirectoryError(f"{run_dir} exists and is not a toy run directory; choose an empty or new directory")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if (run_dir / RESULT_FILE).exists() and (run_dir / FINAL_WEIGHTS).exists():
-        result = read_train_result(run_dir)
-        if result.status == "converged" or (result.status == "max_steps" and result.steps >= config.train.max_steps):
-            return result
-        # max_steps was raised: continue from the final checkpoint. Drop the stale result and
-        # final weights first so an interruption cannot leave them describing an older step.
-        (run_dir / RESULT_FILE).unlink()
-        (run_dir / FINAL_WEIGHTS).unlink()
+    from its newest usable checkpoint).
+
+    Everything is decided before anything is changed: a refusal leaves the directory as
+    it was. A finished run whose ``max_steps`` was raised keeps its result and final
+    weights until the continued run writes its own (``sinkscope.toy.seed_stack``)."""
+    existing = _check_existing(config, run_dir, resume)
+    stored = _stored_result(run_dir, config)
+    if stored is not None:
+        _check_finished_record(run_dir, config)
+        return stored  # nothing to write: a read-only finished run still answers
+    if existing is not None:
+        check_writable(run_dir)
     member = RunMember(config, run_dir, device)
-    if checkpoint_dirs(run_dir):
-        lr = config.train.learning_rate(config.model)
-        member.step, member.wall_before = restore_checkpoint(
-            run_dir, member.model, member.optimizer, member.generator, lr
-        )
-        member.resumed_from = member.step
-        if existing is not None and existing != config:
-            write_config(run_dir, config)  # record the new max_steps
-    else:
-        write_config(run_dir, config)
-        (run_dir / METRICS_FILE).unlink(missing_ok=True)
+    if existing is not None and checkpoint_dirs(run_dir):
+        point = newest_usable_checkpoint(run_dir, lambda checkpoint: load_checkpoint_into(member, checkpoint))
+        restore_checkpoint(member, point)  # every check passed: only now is anything changed
+        if existing != config:
+            write_config(run_dir, config)  # record the new max_steps or checkpoint settings
+        return member
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_config(run_dir, config)
+    (run_dir / METRICS_FILE).unlink(missing_ok=True)
     return member
 
 
@@ -226,7 +249,12 @@ def write_step_checkpoint(member: RunMember, step: int, data_state: torch.Tensor
         step,
         member.model,
         tensors,
-        {"wall_seconds": wall, "param_groups": groups, "device": member.device.type},
+        {
+            "wall_seconds": wall,
+            "param_groups": groups,
+            "device": member.device.type,
+            RUN_RECORD: run_record(member.config),
+        },
         member.config.train.keep_checkpoints,
     )
 

@@ -22,6 +22,7 @@ from sinkscope.toy.interrupt import StepBoundaryInterrupt
 from sinkscope.toy.progress import LOG_INTERVAL_S, TERMINAL_INTERVAL_S
 from sinkscope.toy.run_dir import (
     FINAL_WEIGHTS,
+    RESULT_FILE,
     TrainResult,
     write_train_result,
 )
@@ -229,10 +230,16 @@ class StackTraining:
         assert self.stack is not None  # called for members of the stack being stepped
         member = self.stack.members[k]
         self.stack.sync_member(k)
+        # a run continued past an earlier finish still holds that finish's result and
+        # weights: the stale result goes first, so a kill in between leaves an unfinished
+        # run (resumable), never a result describing other weights
+        (member.run_dir / RESULT_FILE).unlink(missing_ok=True)
         if status != "diverged":
             if self.step != self.last_checkpoint:
                 write_step_checkpoint(member, self.step, data_state, self.elapsed(member))
             save_tensors(member.run_dir / FINAL_WEIGHTS, member.model.state_dict())
+        else:
+            (member.run_dir / FINAL_WEIGHTS).unlink(missing_ok=True)  # the last good checkpoint speaks for it
         result = TrainResult(
             str(member.run_dir),
             status,

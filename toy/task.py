@@ -23,6 +23,7 @@ import torch
 
 from sinkscope.infra.bounds import COUNT, POSITIVE, Bound
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.field_types import check_field_types
 
 BOS_FLAG = 0
 TRIGGER_FLAG = 1
@@ -54,6 +55,7 @@ class TaskConfig:
     eval_trigger_position: int = 7
 
     def __post_init__(self) -> None:
+        check_field_types(self)  # a wrong type is named here, not a TypeError further on
         if self.d_model < 4:
             raise InputError(
                 f"d_model={self.d_model} cannot hold the task layout (BOS flag, trigger flag, "

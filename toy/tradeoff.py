@@ -31,7 +31,7 @@ from sinkscope.probes.sink_metrics import anchor_mass
 from sinkscope.reports.plots import LABEL_PT, SMALL_PT, TICK_PT, TITLE_PT, save_figure
 from sinkscope.toy.constructions import relu_exact_model, softmax_scaled_model
 from sinkscope.toy.model import ToyTransformer
-from sinkscope.toy.run_dir import load_model, read_config
+from sinkscope.toy.run_dir import load_model, read_config, require_finished
 from sinkscope.toy.task import TaskConfig, eval_batch
 
 MSE_FLOOR = 1e-16  # where the log-scale plot draws errors that are exactly (or nearly) 0
@@ -227,6 +227,17 @@ class TradeoffResult:
 
     task: TaskConfig
     series: dict[str, tuple[TradeoffPoint, ...]]
+    notes: tuple[str, ...] = ()  # e.g. a run analysed although unfinished (allow_unfinished)
+
+
+def unfinished_notes(run_dirs: Iterable[Path], allow_unfinished: bool) -> tuple[str, ...]:
+    """Every run's status checked before any is analysed (``require_finished``); the notes
+    of the unfinished ones that ``allow_unfinished`` lets through."""
+    notes = []
+    for run_dir in run_dirs:
+        read_config(run_dir)  # not a run at all: said first
+        notes.append(require_finished(run_dir, allow_unfinished, "measure the trade-off of"))
+    return tuple(note for note in notes if note is not None)
 
 
 def write_tradeoff(
@@ -234,11 +245,15 @@ def write_tradeoff(
     run_dirs: Iterable[str | Path] = (),
     task: TaskConfig | None = None,
     n_sequences: int = 1000,
+    allow_unfinished: bool = False,
 ) -> TradeoffResult:
     """The trade-off experiment: the softmax construction over its scale, the exact ReLU
     construction, and each trained one-layer run (under a sweep of its query scale).
-    Writes ``tradeoff.json``, ``tradeoff.png`` and ``provenance.json`` in ``out_dir``."""
+    Writes ``tradeoff.json``, ``tradeoff.png`` and ``provenance.json`` in ``out_dir``.
+    An unfinished or diverged run is refused unless ``allow_unfinished`` (then the
+    result's notes say so)."""
     run_paths = [Path(r) for r in run_dirs]
+    notes = unfinished_notes(run_paths, allow_unfinished)
     if task is None:
         task = read_config(run_paths[0]).task if run_paths else TaskConfig()
     series: dict[str, list[TradeoffPoint]] = {
@@ -254,7 +269,7 @@ def write_tradeoff(
         )
     out_dir = Path(out_dir)
     plot_tradeoff(series, out_dir / TRADEOFF_FIGURE)
-    result = TradeoffResult(task, {name: tuple(points) for name, points in series.items()})
+    result = TradeoffResult(task, {name: tuple(points) for name, points in series.items()}, notes)
     write_result(out_dir / TRADEOFF_FILE, result)
     write_provenance(out_dir, "toy tradeoff", source=", ".join(str(run_dir.resolve()) for run_dir in run_paths))
     return result

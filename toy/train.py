@@ -16,7 +16,7 @@ directory (``sinkscope.toy.run_dir`` format), so any of them can be resumed or i
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -25,8 +25,12 @@ import torch
 from sinkscope.infra.atomic_io import locked_directory
 from sinkscope.infra.devices import resolve_device
 from sinkscope.infra.errors import InputError, RunFailed
-from sinkscope.toy.interrupt import interrupts_at_step_boundaries
+from sinkscope.toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
+from sinkscope.toy.memory import check_fits
 from sinkscope.toy.run_dir import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
     RunConfig,
     TrainResult,
     checkpoint_dirs,
@@ -74,6 +78,11 @@ def unit_device(device: str, executor: str) -> str:
 def _check_stackable(configs: Sequence[RunConfig], run_dirs: Sequence[Path]) -> None:
     if not configs:
         raise InputError("train_seeds needs at least one config")
+    for config in configs:
+        if not isinstance(config, RunConfig):
+            raise InputError(
+                f"config must be a RunConfig (sinkscope.toy.run_dir), got {type(config).__name__}", field="config"
+            )
     if len(configs) != len(run_dirs):
         raise InputError(
             f"got {len(configs)} configs but {len(run_dirs)} run directories; pass one directory per config"
@@ -139,6 +148,8 @@ def train_seeds(
     paths = [Path(run_dir) for run_dir in run_dirs]
     _check_stackable(configs, paths)
     target_device = resolve_device(device)
+    # refused before any directory is made or any tensor allocated
+    check_fits(configs[0].model, configs[0].train.batch_size, len(configs), target_device)
     results: dict[int, TrainResult] = {}
     with ExitStack() as held:
         for path in paths:  # a second trainer on any of these directories is refused, not interleaved
@@ -155,15 +166,39 @@ def train_seeds(
         # opened once every directory is accepted, so a refused call leaves no tracked run
         trackers = held.enter_context(RunTrackers(tracking, [(m.run_dir, m.config) for m in members.values()]))
         log = _both(on_log, trackers.on_log if tracking is not None else None)
-        for start in sorted({member.step for member in members.values()}):
-            group = [index for index, member in members.items() if member.step == start]
-            trained = train_stack([members[index] for index in group], progress, log, interrupt)
-            results.update(zip(group, trained))
+        results.update(_train_by_start(members, progress, log, interrupt))
     ordered = [results[index] for index in range(len(configs))]
     diverged = [result for result in ordered if result.status == "diverged"]
     if diverged:
         raise TrainingDiverged(_diverged_message(diverged), field="lr")
     return ordered
+
+
+def _train_by_start(
+    members: dict[int, RunMember], progress: bool, log: OnLog | None, interrupt: StepBoundaryInterrupt
+) -> dict[int, TrainResult]:
+    """Train the members in one stack per starting step, earliest first; results by index."""
+    results: dict[int, TrainResult] = {}
+    try:
+        for start in sorted({member.step for member in members.values()}):
+            group = [index for index, member in members.items() if member.step == start]
+            trained = train_stack([members[index] for index in group], progress, log, interrupt)
+            results.update(zip(group, trained))
+    except BaseException:
+        _discard_unstarted(members.values())
+        raise
+    return results
+
+
+def _discard_unstarted(members: Iterable[RunMember]) -> None:
+    """A run that failed before its first checkpoint never trained anything: leave no
+    half-made run directory (its config alone) behind. One with a checkpoint or a result
+    is a run that can be resumed or read, and is kept whole."""
+    for member in members:
+        if member.resumed_from is None and not checkpoint_dirs(member.run_dir):
+            if not (member.run_dir / RESULT_FILE).exists():
+                (member.run_dir / METRICS_FILE).unlink(missing_ok=True)
+                (member.run_dir / CONFIG_FILE).unlink(missing_ok=True)
 
 
 def _both(first: OnLog | None, second: OnLog | None) -> OnLog | None:

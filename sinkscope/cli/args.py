@@ -32,9 +32,19 @@ def add_debug(parser: argparse.ArgumentParser, default: object = False) -> None:
     )
 
 
+def list_items(text: str) -> list[str]:
+    """The items of a comma-separated list, stripped; an empty item (``8,``, ``8,,16``) is
+    refused rather than dropped, since it is usually a value left out by mistake."""
+    parts = [part.strip() for part in text.split(",")]
+    if any(not part for part in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item; remove the extra comma or fill in the value")
+    return parts
+
+
 def int_list(text: str) -> tuple[int, ...]:
+    parts = list_items(text)
     try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
+        values = tuple(int(part) for part in parts)
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 8,16,32, got {text!r}") from error
     if not values or min(values) < 1:
@@ -175,14 +185,14 @@ def check_executor(args: argparse.Namespace) -> None:
 
 def switch_list(text: str) -> tuple[bool, ...]:
     values = {"off": False, "on": True}
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts or any(part not in values for part in parts):
+    parts = list_items(text)
+    if any(part not in values for part in parts):
         raise argparse.ArgumentTypeError(f"expected off, on or off,on, got {text!r}")
     return tuple(dict.fromkeys(values[part] for part in parts))
 
 
 def str_list(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+    return tuple(list_items(text))
 
 
 class Parser(argparse.ArgumentParser):

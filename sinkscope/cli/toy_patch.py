@@ -45,12 +45,21 @@ def run(args: argparse.Namespace) -> dict:
     )
     if not args.json:
         heads = result.per_head.matrix()
-        say("z patched per (layer, head), normalised effect (1 = carries the trigger):")
+        say(
+            "z patched per (layer, head), normalised effect (1 = carries the trigger); layers, heads and positions 0-indexed:"
+        )
         for layer, row in enumerate(heads.tolist()):
             say(f"  layer {layer}: " + "  ".join(f"{value:+.2f}" for value in row))
         positions = result.per_position.matrix()
         strongest = int(positions.nan_to_num().abs().amax(dim=0).argmax())
-        say(f"resid_pre: the trigger lives at position {strongest} (trigger at {result.trigger_position})")
+        trigger = result.trigger_position
+        say(
+            f"resid_pre: the trigger lives at 0-indexed position {strongest} (the trigger is at 0-indexed position "
+            f"{trigger}, 1-indexed {trigger + 1})"
+        )
+        for note in result.per_head.notes:
+            if "allow_unfinished" in note:
+                say(f"note: {note}")
         out = args.out_dir or str(Path(args.run_dir) / "patch")
         say(f"wrote {', '.join(files)} in {out}")
     return encode(result)

@@ -62,5 +62,8 @@ def run(args: argparse.Namespace) -> dict:
             )
         else:
             say(f"default-state test: {state.note}")
+        for note in report.probe.notes:
+            if "allow_unfinished" in note:
+                say(f"note: {note}")
         say(f"wrote {', '.join(report.files)} in {report.out_dir}")
     return encode(report)

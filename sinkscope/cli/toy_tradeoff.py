@@ -28,16 +28,24 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--run", action="append", default=[], help="a trained single-layer run directory to add (repeatable)"
     )
     tradeoff.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
+    tradeoff.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="measure an interrupted or diverged run's latest weights anyway (the result says so)",
+    )
     add_common_output(tradeoff)
 
 
 def run(args: argparse.Namespace) -> dict:
     from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
-    from sinkscope.toy.tradeoff import write_tradeoff
+    from sinkscope.toy.tradeoff import unfinished_notes, write_tradeoff
 
+    unfinished_notes([Path(run) for run in args.run], args.allow_unfinished)  # refused before --out is touched
     with claim_output_directory(args.out_dir, args.overwrite, args.run, "the run"):
         with atomic_directory(args.out_dir, replace=args.overwrite) as tmp:
-            result = write_tradeoff(tmp, args.run)
+            result = write_tradeoff(tmp, args.run, allow_unfinished=args.allow_unfinished)
     if not args.json:
+        for note in result.notes:
+            say(f"note: {note}")
         say(f"wrote {Path(args.out_dir) / 'tradeoff.png'} and {Path(args.out_dir) / 'tradeoff.json'}")
     return encode(result)

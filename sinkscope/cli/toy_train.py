@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sinkscope.cli.args import (
     NON_NEGATIVE,
@@ -15,14 +16,20 @@ from sinkscope.cli.args import (
     say,
     tracking_config,
 )
+from sinkscope.cli.toy_run_flags import refuse_other_settings
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
+
+if TYPE_CHECKING:
+    from sinkscope.toy.run_dir import RunConfig
 
 EXAMPLES = """examples:
   sinkscope toy train --out runs/softmax-1x1
   sinkscope toy train --attention relu --layers 2 --heads 2 --seed 1 --out runs/relu-2x2
   sinkscope toy train --attention sigmoid --layer-norm --mlp --out runs/sigmoid-ln-mlp
   sinkscope toy train --out runs/softmax-1x1 --resume      # continue an interrupted run
+  sinkscope toy train --attention relu --layers 2 --heads 2 --seed 1 --out runs/relu-2x2 --resume
+                                                           # resume repeats the run's own flags
   sinkscope toy train --out runs/softmax-1x1 --tensorboard tb   # log to TensorBoard: tensorboard --logdir tb
 """
 
@@ -71,12 +78,22 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--checkpoint-every",
         type=POSITIVE,
-        default=2_000,
-        help="steps between checkpoints; an interrupted run resumes from the last one (default 2000)",
+        default=None,
+        help="steps between checkpoints; an interrupted run resumes from the last one (default 2000; "
+        "with --resume: the run's own, and it may differ)",
     )
     add_device(train)
     add_tracking(train)
     add_common_output(train)
+
+
+def _resumed_config(args: argparse.Namespace) -> RunConfig | None:
+    """The config of the run ``--resume`` continues (None without --resume or a run)."""
+    from sinkscope.toy.run_dir import CONFIG_FILE, read_config
+
+    if args.resume and (Path(args.run_dir) / CONFIG_FILE).is_file():
+        return read_config(args.run_dir)
+    return None
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -87,12 +104,9 @@ def run(args: argparse.Namespace) -> dict:
 
     tracking = tracking_config(args)
     residual = {"auto": None, "yes": True, "no": False}[args.residual]
-    max_steps = args.max_steps
-    if max_steps is None:
-        from sinkscope.toy.run_dir import CONFIG_FILE, read_config
-
-        resuming = args.resume and (Path(args.run_dir) / CONFIG_FILE).is_file()
-        max_steps = read_config(args.run_dir).train.max_steps if resuming else 50_000
+    existing = _resumed_config(args)
+    max_steps = args.max_steps or (existing.train.max_steps if existing else 50_000)
+    checkpoint_every = args.checkpoint_every or (existing.train.checkpoint_every if existing else 2_000)
     config = RunConfig(
         model=ToyModelConfig(
             n_layers=args.n_layers,
@@ -107,8 +121,10 @@ def run(args: argparse.Namespace) -> dict:
             scale_scores=args.scale_scores,
         ),
         task=TaskConfig(d_model=args.d_model, seq_len=args.seq_len, eval_trigger_position=min(7, args.seq_len - 1)),
-        train=TrainConfig(seed=args.seed, lr=args.lr, max_steps=max_steps, checkpoint_every=args.checkpoint_every),
+        train=TrainConfig(seed=args.seed, lr=args.lr, max_steps=max_steps, checkpoint_every=checkpoint_every),
     )
+    if existing is not None:
+        refuse_other_settings(Path(args.run_dir), existing, config)
     from sinkscope.infra.atomic_io import holds_files
 
     out = Path(args.run_dir)
