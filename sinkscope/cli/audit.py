@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> dict:
     slugs = unique_slugs([where.label for where in resolved])
     out = Path(args.out_dir or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
     inputs = [Path(where.location) for where in resolved if where.is_local]
-    if prompt_spec.kind == "file":
+    if prompt_spec.kind == "file" and Path(prompt_spec.source).is_file():  # anything else is refused as prompts
         inputs.append(Path(prompt_spec.source))
     if len(specs) > 1:
         return _audit_suite(args, out, specs, resolved, slugs, prompt_spec, inputs)
