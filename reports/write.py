@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,10 +112,22 @@ def _write_report_locked(
                 return f"{FIGURE_DIR}/{path.relative_to(staging).as_posix()}"
             return Path(os.path.relpath(path.resolve(), out_dir.resolve())).as_posix()
 
-        page = render_html(document, footer)
-        markdown = render_markdown(document, link, footer)
+        texts = {REPORT_HTML: render_html(document, footer), REPORT_MD: render_markdown(document, link, footer)}
         generated = sorted(path for path in staging.iterdir() if path.is_file())
         out_dir.mkdir(parents=True, exist_ok=True)
+        _put_in_place(out_dir, texts, generated)
+    figures = tuple(out_dir / FIGURE_DIR / path.name for path in generated)
+    return document, ReportFiles(out_dir / REPORT_HTML, out_dir / REPORT_MD, figures)
+
+
+def _put_in_place(out_dir: Path, texts: dict[str, str], generated: list[Path]) -> None:
+    """Both pages are written in full beside their names first, so a full disk or an
+    interrupt leaves the old report as it was; then the figures are swapped in and the
+    pages renamed over the old ones, HTML last (its presence means complete)."""
+    with ExitStack() as pages:
+        for name, text in texts.items():  # entered HTML first, so it is renamed last
+            tmp = pages.enter_context(atomic_path(out_dir / name))
+            tmp.write_text(text, encoding="utf-8")
         folder = out_dir / FIGURE_DIR
         if not generated or folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
             _clear_figure_folder(folder)  # a stale folder, or what no folder swap may follow or replace
@@ -122,8 +135,3 @@ def _write_report_locked(
             with atomic_directory(folder) as figure_dir:
                 for path in generated:
                     shutil.copyfile(path, figure_dir / path.name)
-    for name, text in ((REPORT_MD, markdown), (REPORT_HTML, page)):  # HTML last: its presence means complete
-        with atomic_path(out_dir / name) as tmp:
-            tmp.write_text(text, encoding="utf-8")
-    figures = tuple(out_dir / FIGURE_DIR / path.name for path in generated)
-    return document, ReportFiles(out_dir / REPORT_HTML, out_dir / REPORT_MD, figures)

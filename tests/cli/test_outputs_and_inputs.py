@@ -192,3 +192,94 @@ def test_report_overwrite_onto_a_page_that_is_a_directory_changes_nothing(probe_
     before = snapshot(out)
     one_line_exit_2(capsys, ["report", str(out), "--overwrite"], "is a directory, not a report page")
     assert snapshot(out) == before
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 32 KiB tmpfs (a really full disk); skipped where this user cannot mount one."""
+    import subprocess
+
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(mount_point)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the injected ENOSPC tests still run")
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_really_full_disk_is_one_line_and_leaves_nothing(probe_dir, toy_run, small_tmpfs, capsys):
+    for argv in (
+        ["report", str(probe_dir), "--out", str(small_tmpfs / "report")],
+        ["toy", "probe", str(toy_run), "--sequences", "20", "--no-progress", "--out", str(small_tmpfs / "probe")],
+    ):
+        one_line_exit_2(capsys, argv, "free space on its device or choose another output location")
+        assert list(small_tmpfs.iterdir()) == []
+
+
+def test_a_full_disk_is_one_line_and_the_old_result_is_kept(audits, tmp_path, capsys, monkeypatch):
+    """ENOSPC injected (any user can run this): while compare copies audits, and while training
+    saves a checkpoint (safetensors reports it only in words)."""
+    import shutil
+
+    from safetensors import SafetensorError
+
+    out = tmp_path / "cmp"
+    assert main(["compare", str(audits["a"]), str(audits["b"]), "--out", str(out)]) == 0
+    before = snapshot(tmp_path)
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    argv = ["compare", str(audits["a"]), str(audits["b"]), "--out", str(out), "--overwrite"]
+    one_line_exit_2(capsys, argv, "free space on its device or choose another output location")
+    assert snapshot(tmp_path) == before
+
+    def words(*args, **kwargs):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, message: "No space left on device" })')
+
+    monkeypatch.setattr("sinkscope.toy.checkpoint.save_file", words)
+    argv = ["toy", "train", "--max-steps", "5", "--checkpoint-every", "5", "--out", str(tmp_path / "run")]
+    one_line_exit_2(capsys, argv + ["--no-progress"], "free space on its device")
+
+
+def test_a_read_only_location_is_one_line(toy_run, tmp_path, capsys, monkeypatch):
+    real_mkdir = os.mkdir
+
+    def read_only(path, *args, **kwargs):
+        if Path(path).parent == tmp_path:
+            raise OSError(30, "Read-only file system", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", read_only)
+    argv = ["toy", "probe", str(toy_run), "--sequences", "20", "--no-progress", "--out", str(tmp_path / "p")]
+    one_line_exit_2(capsys, argv, "Read-only file system")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _probe_process(toy_run: Path, out: Path, stdout) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "sinkscope", "toy", "probe", str(toy_run), "--sequences", "20", "--no-progress"]
+    process = subprocess.Popen([*argv, "--out", str(out), "--json"], stdout=stdout, stderr=subprocess.PIPE)
+    if stdout is subprocess.PIPE:
+        process.stdout.close()  # the reader is gone before anything is printed (`| head -c 0`)
+    stderr = process.stderr.read().decode()
+    return process.wait(timeout=300), stderr
+
+
+def test_json_to_a_full_file_is_one_line(toy_run, tmp_path):
+    with open("/dev/full", "w") as full:
+        code, stderr = _probe_process(toy_run, tmp_path / "p", full)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
+    assert "no space left writing standard output" in stderr
+
+
+def test_a_closed_pipe_ends_quietly(toy_run, tmp_path):
+    import subprocess
+
+    code, stderr = _probe_process(toy_run, tmp_path / "p", subprocess.PIPE)
+    assert code == 1 and stderr == "", stderr
+    assert (tmp_path / "p" / "probe.json").is_file()  # the result itself is complete
