@@ -24,7 +24,9 @@ def toy_run(tmp_path_factory) -> Path:
     from sinkscope.toy.train import train
 
     run = tmp_path_factory.mktemp("toy") / "softmax-1x1"
-    train(RunConfig(ToyModelConfig(), TaskConfig(), TrainConfig(max_steps=50, checkpoint_every=25)), run, progress=False)
+    train(
+        RunConfig(ToyModelConfig(), TaskConfig(), TrainConfig(max_steps=50, checkpoint_every=25)), run, progress=False
+    )
     return run
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from sinkscope.cli import main
 from sinkscope.infra import swap
 from sinkscope.infra.atomic_io import atomic_directory, check_output_directory
 from sinkscope.infra.swap import begin_staging, exchange, recover_swaps
