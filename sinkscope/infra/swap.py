@@ -203,5 +203,8 @@ def recover_swaps(target: Path) -> None:
         if record is None or record.get("target") != target.name or _writer_alive(record):
             continue
         if not os.path.lexists(target) and staging.old.is_dir():
-            os.rename(staging.old, target)
+            try:
+                os.rename(staging.old, target)
+            except OSError:  # another command restored it first, or this one may not: leave it all
+                continue
         staging.remove_leftovers()

@@ -161,6 +161,28 @@ def test_compare_describes_the_audits_it_ships_when_one_is_replaced_meanwhile(au
     assert [row["label"] for row in rows] == ["model-a", "model-c"]
 
 
+def test_compare_refuses_an_audit_replaced_while_it_was_copied(audits, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    import sinkscope.pretrained_analysis.gather as gather
+
+    source = tmp_path / "in-b"
+    shutil.copytree(audits["b"], source)
+    real_copytree = shutil.copytree
+
+    def swapped_midway(src, dst, **kwargs):
+        if Path(src) == source:  # an `audit --overwrite` swaps a new directory in during the copy
+            real_copytree(audits["c"], tmp_path / "incoming")
+            os.rename(source, tmp_path / "gone")
+            os.rename(tmp_path / "incoming", source)
+        return real_copytree(src, dst, **kwargs)
+
+    monkeypatch.setattr(gather.shutil, "copytree", swapped_midway)
+    argv = ["compare", str(audits["a"]), str(source), "--out", str(tmp_path / "cmp")]
+    one_line_exit_2(capsys, argv, "was replaced while it was being copied")
+    assert not (tmp_path / "cmp").exists()
+
+
 @pytest.mark.parametrize("kind", ["symlink", "file"])
 def test_report_overwrite_replaces_a_figure_folder_that_is_a_link_or_a_file(probe_dir, tmp_path, capsys, kind):
     import shutil
