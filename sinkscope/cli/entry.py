@@ -99,8 +99,12 @@ def _fail(error: BaseException, line: str, code: int, args: argparse.Namespace) 
 
 
 def _units_failed(error: UnitsFailed, parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    # a unit's full disk arrives as its message (its OSError stayed in the worker): not a bug
+    disk_full = [failure for failure in error.failures if disk_full_cause(Exception(failure.message)) is not None]
+    if disk_full and len(disk_full) == len(error.failures):
+        return _disk_full(error, args)
     for failure in error.failures:  # a bug in a unit shows its traceback, as it would here
-        if failure.kind == "bug":
+        if failure.kind == "bug" and failure not in disk_full:
             print(f"sinkscope: unit {failure.name} raised:\n{failure.traceback.rstrip()}", file=sys.stderr)
     if error.field is not None:  # every unit failed on the same bad setting: bad input
         return _fail(error, f"error: {_with_flag(error, parser, args)}", EXIT_USAGE, args)

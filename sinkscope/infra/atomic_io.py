@@ -55,8 +55,9 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 class OutputError(InputError):
-    """The output location cannot take the result (unwritable, a symlink, a mount point,
-    or written by another run meanwhile); nothing existing was changed."""
+    """The output location cannot take the result (unwritable, a broken symlink, a mount
+    point, overlapping an input, or written by another run meanwhile); nothing existing was
+    changed."""
 
 
 def _temporary(make: Callable[..., Any], path: Path) -> Any:

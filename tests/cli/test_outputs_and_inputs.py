@@ -268,6 +268,19 @@ def test_a_full_disk_is_one_line_and_the_old_result_is_kept(audits, tmp_path, ca
     one_line_exit_2(capsys, argv + ["--no-progress"], "free space on its device")
 
 
+def test_a_full_disk_in_a_sweeps_units_is_one_line(tmp_path, capsys, monkeypatch):
+    """The units' ENOSPC reaches the command only as their messages: still one line, no traceback."""
+    from safetensors import SafetensorError
+
+    def words(*args, **kwargs):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, message: "No space left on device" })')
+
+    monkeypatch.setattr("sinkscope.toy.checkpoint.save_file", words)
+    argv = ["toy", "sweep", "--d-model", "8", "--attention", "softmax", "--seeds", "1", "--max-steps", "2"]
+    argv += ["--sequences", "8", "--workers", "1", "--no-progress", "--out", str(tmp_path / "sweep")]
+    one_line_exit_2(capsys, argv, "free space on its device")
+
+
 def test_a_read_only_location_is_one_line(toy_run, tmp_path, capsys, monkeypatch):
     real_mkdir = os.mkdir
 
