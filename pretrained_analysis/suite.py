@@ -13,7 +13,6 @@ same comparison from audit directories written anywhere.
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from sinkscope.infra.atomic_io import atomic_directory
 from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.audit import AUDIT_FILE, AuditConfig, AuditResult, audit, read_audit, write_audit
 from sinkscope.pretrained_analysis.compare import Comparison, check_comparable, compare_audits, write_comparison
+from sinkscope.pretrained_analysis.gather import snapshot_audits
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set
 
@@ -115,18 +115,25 @@ def audit_suite(
 
 def compare_directories(directories: Sequence[str | Path], out_dir: str | Path, overwrite: bool = False) -> Comparison:
     """The comparison of audits written anywhere (separate commands, machines or clusters):
-    each audit directory is copied into ``out_dir/<slug>/`` so that the comparison and its
-    report are self-contained, then ``comparison.json``, ``comparison.md`` and the figures
-    are written. The audits must share their prompts and sink threshold."""
+    each audit directory is copied into ``out_dir/<slug>/`` first and the comparison is
+    made from the copies (``sinkscope.pretrained_analysis.gather``), so the comparison and
+    its report are self-contained and describe exactly the audits shipped; then
+    ``comparison.json``, ``comparison.md`` and the figures are written. The audits (two
+    or more) must share their prompts and sink threshold."""
     sources = [Path(directory) for directory in directories]
-    if not sources:
-        raise InputError("nothing to compare; pass at least one audit directory", field="directories")
-    results = [read_audit(source) for source in sources]
-    check_comparable(results, sources)
-    slugs = unique_slugs([result.model.label for result in results])
+    if len(sources) < 2:
+        raise InputError(
+            f"a comparison needs at least two audit directories, got {len(sources)}; pass two or more",
+            field="directories",
+        )
+    check_comparable([read_audit(source) for source in sources], sources)  # fails fast, naming the sources
     with atomic_directory(out_dir, replace=overwrite) as tmp:
-        for source, name in zip(sources, slugs):
-            shutil.copytree(source, tmp / name, ignore=shutil.ignore_patterns("report*", ".*"))
+        copies = snapshot_audits(sources, tmp, AUDIT_FILE)
+        results = [read_audit(copy) for copy in copies]
+        check_comparable(results, sources)
+        slugs = unique_slugs([result.model.label for result in results])
+        for copy, name in zip(copies, slugs):
+            copy.rename(tmp / name)
         comparison = compare_audits(results, list(slugs))
         write_comparison(comparison, tmp)
     return comparison

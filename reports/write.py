@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from sinkscope.infra.atomic_io import atomic_directory, atomic_path, locked_directory
+from sinkscope.infra.atomic_io import atomic_directory, atomic_path, inside, locked_directory
 from sinkscope.infra.errors import InputError
 from sinkscope.reports.document import ReportDocument
 from sinkscope.reports.html import render_html
@@ -46,14 +47,39 @@ class ReportFiles:
     figures: tuple[Path, ...]
 
 
-def _refuse_existing_report(out_dir: Path, overwrite: bool) -> None:
+def _refuse_existing_report(out_dir: Path, overwrite: bool, inputs: Sequence[Path] = ()) -> None:
+    """Every target checked before anything is written: a page that is a directory is never
+    replaced (it is not a report), nor is anything without ``overwrite``; the folder
+    ``report_figures`` (replaced whole) must not hold the result it reports."""
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir} is a file, not a directory; choose a directory for the report", field="out_dir")
+    for name in (REPORT_HTML, REPORT_MD):
+        if (out_dir / name).is_dir():
+            raise InputError(
+                f"{out_dir / name} is a directory, not a report page; remove it or choose another output directory",
+                field="out_dir",
+            )
     for name in (REPORT_HTML, REPORT_MD, FIGURE_DIR):
-        if (out_dir / name).exists() and not overwrite:
+        if os.path.lexists(out_dir / name) and not overwrite:
             raise InputError(
                 f"{out_dir / name} exists; overwrite the report or choose another output directory", field="overwrite"
             )
+    for item in inputs:
+        if inside(item, out_dir / FIGURE_DIR):
+            raise InputError(
+                f"{out_dir / FIGURE_DIR}, which the report replaces, holds the result {item}; "
+                "choose another output directory",
+                field="out_dir",
+            )
+
+
+def _clear_figure_folder(folder: Path) -> None:
+    """Remove an old ``report_figures`` that is not a real folder (a link, never followed out
+    of the directory, or a file), or a folder when the new report has no figures."""
+    if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
+        folder.unlink()
+    elif folder.is_dir():
+        shutil.rmtree(folder)
 
 
 def write_report(
@@ -61,19 +87,22 @@ def write_report(
     out_dir: str | os.PathLike,
     overwrite: bool = False,
     footer: str = "",
+    inputs: Sequence[str | os.PathLike] = (),
 ) -> tuple[ReportDocument, ReportFiles]:
     """``build(figure_dir)`` makes the document (drawing any new figures into
-    ``figure_dir``); the rendered pages go to ``out_dir``."""
+    ``figure_dir``); the rendered pages go to ``out_dir``. ``inputs``: the result
+    directories the report reads, which ``report_figures`` must not hold."""
     out_dir = Path(out_dir)
-    _refuse_existing_report(out_dir, overwrite)
+    sources = [Path(item) for item in inputs]
+    _refuse_existing_report(out_dir, overwrite, sources)
     with locked_directory(out_dir):  # two reports into one directory: the second is refused
-        return _write_report_locked(build, out_dir, overwrite, footer)
+        _refuse_existing_report(out_dir, overwrite, sources)  # again: another report may have landed meanwhile
+        return _write_report_locked(build, out_dir, footer)
 
 
 def _write_report_locked(
-    build: Callable[[Path], ReportDocument], out_dir: Path, overwrite: bool, footer: str
+    build: Callable[[Path], ReportDocument], out_dir: Path, footer: str
 ) -> tuple[ReportDocument, ReportFiles]:
-    _refuse_existing_report(out_dir, overwrite)  # again: another report may have landed meanwhile
     with tempfile.TemporaryDirectory(prefix="sinkscope-report-") as staging_name:
         staging = Path(staging_name)
         document = build(staging)
@@ -85,18 +114,26 @@ def _write_report_locked(
                 return f"{FIGURE_DIR}/{path.relative_to(real_staging).as_posix()}"
             return Path(os.path.relpath(path, out_dir.resolve())).as_posix()
 
-        page = render_html(document, footer)
-        markdown = render_markdown(document, link, footer)
+        texts = {REPORT_HTML: render_html(document, footer), REPORT_MD: render_markdown(document, link, footer)}
         generated = sorted(path for path in staging.iterdir() if path.is_file())
         out_dir.mkdir(parents=True, exist_ok=True)
-        if generated:
-            with atomic_directory(out_dir / FIGURE_DIR) as figure_dir:
-                for path in generated:
-                    shutil.copyfile(path, figure_dir / path.name)
-        elif (out_dir / FIGURE_DIR).exists():
-            shutil.rmtree(out_dir / FIGURE_DIR)  # a stale folder from the replaced report
-    for name, text in ((REPORT_MD, markdown), (REPORT_HTML, page)):  # HTML last: its presence means complete
-        with atomic_path(out_dir / name) as tmp:
-            tmp.write_text(text, encoding="utf-8")
+        _put_in_place(out_dir, texts, generated)
     figures = tuple(out_dir / FIGURE_DIR / path.name for path in generated)
     return document, ReportFiles(out_dir / REPORT_HTML, out_dir / REPORT_MD, figures)
+
+
+def _put_in_place(out_dir: Path, texts: dict[str, str], generated: list[Path]) -> None:
+    """Both pages are written in full beside their names first, so a full disk or an
+    interrupt leaves the old report as it was; then the figures are swapped in and the
+    pages renamed over the old ones, HTML last (its presence means complete)."""
+    with ExitStack() as pages:
+        for name, text in texts.items():  # entered HTML first, so it is renamed last
+            tmp = pages.enter_context(atomic_path(out_dir / name))
+            tmp.write_text(text, encoding="utf-8")
+        folder = out_dir / FIGURE_DIR
+        if not generated or folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
+            _clear_figure_folder(folder)  # a stale folder, or what no folder swap may follow or replace
+        if generated:
+            with atomic_directory(folder) as figure_dir:
+                for path in generated:
+                    shutil.copyfile(path, figure_dir / path.name)

@@ -130,7 +130,7 @@ def patch_run(
     config = read_config(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "patch"
     unfinished = require_finished(run_dir, allow_unfinished, "patch")  # before --out is touched
-    with claim_output_directory(out_dir, overwrite, [run_dir], "the run"):
+    with claim_output_directory(out_dir, overwrite, [run_dir], "the run", own_places=[run_dir / "patch"]):
         result = trigger_patching(load_model(run_dir), config.task, n_inputs)
         if unfinished is not None:
             result = replace(

@@ -83,7 +83,7 @@ def probe_run(
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "probe"
     if n_sequences < 1:
         raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
-    with claim_output_directory(out_dir, overwrite, [run_dir], "the run"):
+    with claim_output_directory(out_dir, overwrite, [run_dir], "the run", own_places=[run_dir / "probe"]):
         batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
         default_mask = batch.default_query_mask()
         probe = _figure_set_probe(model, batch.tokens, default_mask, unfinished)

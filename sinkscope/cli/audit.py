@@ -203,14 +203,20 @@ def run(args: argparse.Namespace) -> dict:
     slugs = unique_slugs([where.label for where in resolved])
     out = Path(args.out_dir or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
     inputs = [Path(where.location) for where in resolved if where.is_local]
-    if prompt_spec.kind == "file":
+    if prompt_spec.kind == "file" and Path(prompt_spec.source).is_file():  # anything else is refused as prompts
         inputs.append(Path(prompt_spec.source))
     if len(specs) > 1:
         return _audit_suite(args, out, specs, resolved, slugs, prompt_spec, inputs)
     from sinkscope.infra.atomic_io import claim_output_directory
 
-    with claim_output_directory(out, args.overwrite, inputs, "this audit's own input"):
+    with claim_output_directory(out, args.overwrite, inputs, "this audit's own input", _own_places(args, out)):
         return _audit_one(args, out, specs[0], resolved[0], prompt_spec)
+
+
+def _own_places(args: argparse.Namespace, out: Path) -> list[Path]:
+    """The default output (under the current directory) is the audit's own, even when the
+    current directory is the model's (``sinkscope audit .``); an --out given is checked."""
+    return [] if args.out_dir else [out]
 
 
 def _audit_line(result) -> str:
@@ -282,7 +288,8 @@ def _audit_suite(
     from sinkscope.infra.atomic_io import refuse_output_directory
     from sinkscope.pretrained_analysis.suite import AuditSuite, audit_suite
 
-    refuse_output_directory(out, True, inputs, "this audit's own input")  # overwriting out would delete an input
+    # overwriting out would delete an input
+    refuse_output_directory(out, True, inputs, "this audit's own input", _own_places(args, out))
     suite = AuditSuite(
         tuple(_absolute(spec, where) for spec, where in zip(specs, resolved)),
         slugs,

@@ -10,6 +10,7 @@ code).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -24,6 +25,8 @@ from sinkscope.infra.devices import is_out_of_memory
 from sinkscope.infra.errors import InputError, RunFailed, SinkscopeError
 
 DEBUG_VARIABLE = "SINKSCOPE_DEBUG"
+# what the machine, not sinkscope or its input, caused: a full disk or quota, a read-only filesystem
+ENVIRONMENT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 OUT_OF_MEMORY_FIX = (
     "lower the sizes and counts (--sequences, --inputs, --heads, --d-model, --batch-size, --n-prompts, "
     "--max-len), or pass --device cpu when a GPU's memory ran out"
@@ -96,20 +99,86 @@ def _fail(error: BaseException, line: str, code: int, args: argparse.Namespace) 
 
 
 def _units_failed(error: UnitsFailed, parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    # a unit's full disk arrives as its message (its OSError stayed in the worker): not a bug
+    disk_full = [failure for failure in error.failures if disk_full_cause(Exception(failure.message)) is not None]
+    if disk_full and len(disk_full) == len(error.failures):
+        return _disk_full(error, args)
     for failure in error.failures:  # a bug in a unit shows its traceback, as it would here
-        if failure.kind == "bug":
+        if failure.kind == "bug" and failure not in disk_full:
             print(f"sinkscope: unit {failure.name} raised:\n{failure.traceback.rstrip()}", file=sys.stderr)
     if error.field is not None:  # every unit failed on the same bad setting: bad input
         return _fail(error, f"error: {_with_flag(error, parser, args)}", EXIT_USAGE, args)
     return _fail(error, f"run failed: {error}", EXIT_FAILED, args)
 
 
+def _quiet_stdout() -> None:
+    """Send what is left to print to devnull (Python's documented recipe for a closed pipe),
+    so the interpreter's exit does not fail a second time flushing it."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):  # an in-process caller's captured stdout has no descriptor
+        return
+    os.dup2(os.open(os.devnull, os.O_WRONLY), descriptor)
+
+
+def disk_full_cause(error: BaseException) -> OSError | None:
+    """The full-disk (or quota, or read-only filesystem) ``OSError`` behind ``error``: itself,
+    a cause in its chain, or one a library reports only in words (safetensors' ``IoError``)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in ENVIRONMENT_ERRORS:
+            return seen
+        for code in ENVIRONMENT_ERRORS:
+            if os.strerror(code) in str(seen):
+                return OSError(code, os.strerror(code))
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _disk_line(error: OSError, where: object) -> str:
+    """The one line for a full disk (or quota) or a read-only location, naming where and the fix."""
+    if error.errno == errno.EROFS:
+        return f"{where} is on a read-only filesystem ({error.strerror}); choose a writable output location"
+    return (
+        f"no space left writing {where} ({error.strerror}); free space on its device or choose another output location"
+    )
+
+
+def _disk_full(error: Exception, args: argparse.Namespace) -> int:
+    """One line for a full disk or a read-only filesystem behind ``error``; any other
+    exception is a bug in sinkscope or below it and is raised again (its traceback shows)."""
+    cause = disk_full_cause(error)
+    if cause is None:
+        raise error
+    where = cause.filename or getattr(args, "out_dir", None) or getattr(args, "run_dir", None) or "the output"
+    return _fail(error, f"error: {_disk_line(cause, where)}", EXIT_USAGE, args)
+
+
+def _print_result(result: object, args: argparse.Namespace) -> int:
+    """Print a ``--json`` result and flush what the command printed: a closed pipe ends
+    quietly (exit 1, as Python's recipe), a full file is one line."""
+    try:
+        if args.json:
+            print(json.dumps(result, indent=2))
+        sys.stdout.flush()  # a full disk or a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_FAILED
+    except OSError as error:
+        if error.errno not in ENVIRONMENT_ERRORS:
+            raise
+        _quiet_stdout()
+        return _fail(error, f"error: {_disk_line(error, 'standard output')}", EXIT_USAGE, args)
+    return EXIT_OK
+
+
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """The command's run function, its result printed; an error sinkscope means is one line."""
     try:
         result = handler(args)(args)
-        if args.json:
-            print(json.dumps(result, indent=2))
+    except BrokenPipeError:  # a human-readable line printed while the command ran
+        _quiet_stdout()
+        return EXIT_FAILED
     except UnitsFailed as error:
         return _units_failed(error, parser, args)
     except InputError as error:
@@ -121,12 +190,14 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except (RuntimeError, MemoryError) as error:
         if not is_out_of_memory(error):
-            raise  # any other exception is a bug in sinkscope or below it: its traceback shows
+            return _disk_full(error, args)  # or any other exception, a bug: its traceback shows
         # a count too large for this machine: the input, not the code
         from sinkscope.pretrained_analysis.resolve import first_line
 
         return _fail(error, f"error: out of memory ({first_line(error)}); {OUT_OF_MEMORY_FIX}", EXIT_USAGE, args)
-    return EXIT_OK
+    except Exception as error:
+        return _disk_full(error, args)  # or any other exception, a bug: its traceback shows
+    return _print_result(result, args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import stat
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.swap import begin_staging, recover_swaps, short_name, swap_in
 
 
 def _umask() -> int:
@@ -55,20 +55,44 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 class OutputError(InputError):
-    """The output location cannot take the result (unwritable, a symlink, a mount point,
-    or written by another run meanwhile); nothing existing was changed."""
+    """The output location cannot take the result (unwritable, a broken symlink, a mount
+    point, overlapping an input, or written by another run meanwhile); nothing existing was
+    changed."""
 
 
 def _temporary(make: Callable[..., Any], path: Path) -> Any:
     """``make`` (``tempfile.mkstemp`` or ``mkdtemp``) of a hidden temporary beside ``path``,
     its parent created first; an unwritable location is one ``OutputError``."""
-    try:
+    with _writable_location(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        return make(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        return make(prefix=f".{short_name(path.name)}.", suffix=".tmp", dir=path.parent)
+
+
+@contextmanager
+def _writable_location(path: Path) -> Iterator[None]:
+    """Making a temporary beside ``path``: an unwritable location is one ``OutputError``."""
+    try:
+        yield
     except OSError as error:
         raise OutputError(
             f"cannot write in {path.parent} ({error.strerror}); choose a writable output location"
         ) from error
+
+
+def followed(path: str | os.PathLike) -> Path:
+    """``path``, or where it points when it is a symbolic link: results go into a linked
+    output's target (cluster scratch is often reached through a link) and the link stays.
+    A link to nothing is ``OutputError``."""
+    path = Path(path)
+    if not path.is_symlink():
+        return path
+    target = Path(os.path.realpath(path))
+    if not target.exists():
+        raise OutputError(
+            f"{path} is a broken symbolic link (to {target}); create its target or choose another output directory",
+            field="out_dir",
+        )
+    return target
 
 
 def inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
@@ -92,18 +116,16 @@ def _refuse_non_directory(path: Path) -> None:
 
 def check_output_directory(path: str | os.PathLike) -> None:
     """Refuse, before any work, an output directory that ``atomic_directory`` could not
-    replace whole: a symbolic link (the result would replace the link, never reaching its
-    target), a mount point (it cannot be renamed), a regular file, or the current
-    directory or one above it."""
-    path = Path(path)
-    if inside(Path.cwd(), path):
+    replace whole: a mount point (it cannot be renamed), a regular file, a broken symbolic
+    link, or the current directory or one above it. A half-done swap that a killed writer
+    left there is first undone (``recover_swaps``). A symbolic link is checked as its target."""
+    given = Path(path)
+    if inside(Path.cwd(), given):
         raise OutputError(
-            f"{path} is the current directory or contains it; pass a new directory below it", field="out_dir"
+            f"{given} is the current directory or contains it; pass a new directory below it", field="out_dir"
         )
-    if path.is_symlink():
-        raise OutputError(
-            f"{path} is a symbolic link; pass the directory it points to, {os.path.realpath(path)}", field="out_dir"
-        )
+    path = followed(given)
+    recover_swaps(path)
     _refuse_non_directory(path)
     if path.is_dir() and os.path.ismount(path):
         raise OutputError(
@@ -116,22 +138,44 @@ def refuse_output_directory(
     overwrite: bool,
     inputs: Sequence[str | os.PathLike] = (),
     inputs_name: str = "the input",
+    own_places: Sequence[str | os.PathLike] = (),
 ) -> None:
     """Refuse, before any work, an output directory that cannot take a command's result:
-    one ``check_output_directory`` refuses, one holding any of the command's ``inputs``
-    (which replacing it would delete), or a non-empty one without ``overwrite``."""
+    one ``check_output_directory`` refuses, one that overlaps any of the command's ``inputs``
+    (``refuse_overlap``), or a non-empty one without ``overwrite``."""
     out_dir = Path(out_dir)
     check_output_directory(out_dir)
+    refuse_overlap(out_dir, inputs, inputs_name, own_places)
+    if holds_files(out_dir) and not overwrite:
+        raise InputError(
+            f"{out_dir} exists and is not empty; choose another output directory or overwrite it", field="overwrite"
+        )
+
+
+def refuse_overlap(
+    out_dir: str | os.PathLike,
+    inputs: Sequence[str | os.PathLike],
+    inputs_name: str = "the input",
+    own_places: Sequence[str | os.PathLike] = (),
+) -> None:
+    """Refuse an output directory that holds an input (replacing it would delete the input)
+    or lies in one (it would replace, or be copied into, what the command reads), compared
+    on real paths after symbolic links. ``own_places``: directories inside an input that the
+    command itself owns (``toy probe``'s ``RUN_DIR/probe``), which are fine."""
+    out_dir = Path(out_dir)
+    owned = any(inside(out_dir, place) and inside(place, out_dir) for place in own_places)
     for item in inputs:
         if inside(item, out_dir):
             raise OutputError(
                 f"{out_dir} holds {inputs_name} {item}, which replacing it would delete; choose another output directory",
                 field="out_dir",
             )
-    if holds_files(out_dir) and not overwrite:
-        raise InputError(
-            f"{out_dir} exists and is not empty; choose another output directory or overwrite it", field="overwrite"
-        )
+        if inside(out_dir, item) and not owned and Path(item).is_dir():  # only a folder input can hold out
+            raise OutputError(
+                f"{out_dir} lies inside {inputs_name} {item}, which writing there would change; "
+                "choose an output directory outside it",
+                field="out_dir",
+            )
 
 
 def _make_directory(path: Path) -> bool:
@@ -232,58 +276,57 @@ def claim_output_directory(
     overwrite: bool,
     inputs: Sequence[str | os.PathLike] = (),
     inputs_name: str = "the input",
+    own_places: Sequence[str | os.PathLike] = (),
 ) -> Iterator[Path]:
     """Lock ``out_dir`` for the block (``locked_directory``) after
     ``refuse_output_directory``'s checks, which run again once the lock is held, so a
     writer that finished in between is not replaced without ``overwrite``. Build the
     result with ``atomic_directory(out_dir, replace=overwrite)`` inside the block."""
-    refuse_output_directory(out_dir, overwrite, inputs, inputs_name)  # before creating anything
+    refuse_output_directory(out_dir, overwrite, inputs, inputs_name, own_places)  # before creating anything
     with locked_directory(out_dir):
-        refuse_output_directory(out_dir, overwrite, inputs, inputs_name)
+        refuse_output_directory(out_dir, overwrite, inputs, inputs_name, own_places)
         yield Path(out_dir)
 
 
 @contextmanager
 def atomic_directory(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
-    """Build a directory under a temporary name; rename it to ``path`` when complete.
+    """Build a directory under a temporary name; put it at ``path`` when complete.
 
-    An existing ``path`` is replaced only after the new one is fully written, and keeps
-    its permission bits. Nothing beside ``path`` is touched except this call's own
-    uniquely named temporary directories. ``replace=False``: a ``path`` that another run
-    filled meanwhile is kept, and ``OutputError`` says so (two writers on one path:
-    exactly one wins).
+    An existing ``path`` is replaced only after the new one is fully written (in one
+    exchange where the OS has one, else recoverably: ``sinkscope.infra.swap``), and keeps
+    its permission bits. A symbolic link at ``path`` is followed (its target is replaced;
+    the link stays). Nothing beside ``path`` is touched except this call's own uniquely
+    named, journaled temporaries. ``replace=False``: a ``path`` that another run filled
+    meanwhile is kept, and ``OutputError`` says so (two writers on one path: exactly one wins).
     """
-    path = Path(path)
+    path = followed(path)
     check_output_directory(path)
-    tmp = Path(_temporary(tempfile.mkdtemp, path))
+    with _writable_location(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging, tmp = begin_staging(path)
     try:
         yield tmp
         mode = stat.S_IMODE(path.stat().st_mode) if path.is_dir() else 0o777 & ~_umask()
         tmp.chmod(mode)  # an existing directory's mode, else a normal mkdir's (not mkdtemp's 0700)
         check_output_directory(path)
         if not path.exists() or not replace:
-            try:
-                os.rename(tmp, path)  # onto nothing or an empty directory only: a filled one raises
-            except OSError as error:
-                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise
-                raise OutputError(
-                    f"{path} was filled by another run while this one worked; it was kept and this result "
-                    "discarded; choose another output directory"
-                ) from error
+            _rename_onto_empty(tmp, path)
         else:
-            # the old result moves to a fresh, uniquely named directory: no existing name is reused
-            trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, trash)
-            try:
-                os.replace(tmp, path)
-            except BaseException:
-                os.replace(trash, path)  # put the old result back before anything else
-                raise
-            shutil.rmtree(trash, ignore_errors=True)
+            swap_in(staging, tmp)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        staging.remove_leftovers()  # the build directory on failure, the old result on success
+
+
+def _rename_onto_empty(tmp: Path, path: Path) -> None:
+    try:
+        os.rename(tmp, path)  # onto nothing or an empty directory only: a filled one raises
+    except OSError as error:
+        if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        raise OutputError(
+            f"{path} was filled by another run while this one worked; it was kept and this result "
+            "discarded; choose another output directory"
+        ) from error
 
 
 def _refuse_constant(name: str) -> Any:

@@ -78,13 +78,18 @@ def test_a_sibling_named_like_the_old_trash_survives(model_dir, prompts, tmp_pat
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == [".out.old", "out"]  # no temporary left
 
 
-def test_a_symlinked_out_is_refused_and_left_alone(model_dir, prompts, tmp_path, capsys):
+def test_a_symlinked_out_is_followed_and_the_link_stays(model_dir, prompts, tmp_path, capsys):
+    """Issue 22 (was: refused): results go into the link's target, the link stays, and
+    --overwrite replaces the target, never the link."""
     target = tmp_path / "target"
     target.mkdir()
     link = tmp_path / "link"
     link.symlink_to(target, target_is_directory=True)
-    one_line_exit_2(capsys, audit_argv(model_dir, prompts, link), "is a symbolic link")
-    assert link.is_symlink() and os.readlink(link) == str(target) and not any(target.iterdir())
+    assert main(audit_argv(model_dir, prompts, link)) == 0
+    assert link.is_symlink() and os.readlink(link) == str(target) and (target / "audit.json").is_file()
+    assert main(audit_argv(model_dir, prompts, link, "--overwrite")) == 0
+    assert link.is_symlink() and os.readlink(link) == str(target) and (target / "audit.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "prompts.txt", "target"]  # no temporary left
 
 
 def test_an_empty_out_keeps_its_mode(model_dir, prompts, tmp_path):
