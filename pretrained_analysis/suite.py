@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from sinkscope.execution import Unit, run_units, skip_finished, units_failed
 from sinkscope.execution.outputs import experiment_directory
+from sinkscope.infra.arguments import PATH_TYPES, check_argument, check_items, check_path
 from sinkscope.infra.atomic_io import atomic_directory
 from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.audit import AUDIT_FILE, AuditConfig, AuditResult, audit, read_audit, write_audit
@@ -118,7 +119,9 @@ def compare_directories(directories: Sequence[str | Path], out_dir: str | Path, 
     each audit directory is copied into ``out_dir/<slug>/`` so that the comparison and its
     report are self-contained, then ``comparison.json``, ``comparison.md`` and the figures
     are written. The audits must share their prompts and sink threshold."""
-    sources = [Path(directory) for directory in directories]
+    sources = [Path(directory) for directory in check_items(directories, PATH_TYPES, "directories", "directory paths")]
+    check_path(out_dir, "out_dir")
+    check_argument(overwrite, bool, "overwrite", "True or False")
     if not sources:
         raise InputError("nothing to compare; pass at least one audit directory", field="directories")
     results = [read_audit(source) for source in sources]
