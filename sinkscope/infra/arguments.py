@@ -40,7 +40,10 @@ def check_items(values: Any, expected: type | tuple[type, ...], name: str, what:
     """``values`` as a list, every item an instance of ``expected``; else ``InputError``
     naming ``name`` and the first bad item's index and type. One string or path is not a
     list of them."""
-    if isinstance(values, (str, bytes, os.PathLike)) or not isinstance(values, Iterable):
+    if isinstance(values, (str, bytes)):
+        one = "string" if isinstance(values, str) else "bytes object"
+        raise InputError(f"{name} must be a list of {what}, not one {one} ({_shown(values)})", field=name)
+    if isinstance(values, os.PathLike) or not isinstance(values, Iterable):
         raise InputError(
             f"{name} must be a list of {what}, got a {type(values).__name__} ({_shown(values)})", field=name
         )
