@@ -66,7 +66,7 @@ def special_text_note(texts: Sequence[str], specials: Sequence[str], parse_speci
     holding = [text for text in texts if any(special in text for special in specials)]
     if not holding:
         return None
-    example = next(special for special in specials if special in holding[0])
+    example = min((special for special in specials if special in holding[0]), key=holding[0].index)
     how = (
         "parsed as special tokens (parse_special_tokens)"
         if parse_special

@@ -11,12 +11,16 @@ Sources (``PromptSpec.source``):
   ``Salesforce/wikitext:wikitext-2-raw-v1``), with ``split`` (``datasets`` slicing such as
   ``train[:2000]`` works) and ``text_column``; needs the hub or the local datasets cache.
 
-Empty and whitespace-only texts are skipped. When a source holds more than
+Local files are checked before they are read (``prompt_files``: a regular file, sniffed
+from its first bytes, streamed). Prompts given in Python must be strings. Empty and
+whitespace-only texts are skipped. When a source holds more than
 ``n_prompts`` prompts, a ``seed``-ed random subset is taken (kept in source order).
 Every prompt is tokenized with TransformerLens' ``to_tokens`` and ``prepend_bos``
 (True: the tokenizer's BOS, or [CLS] for encoders, comes first), then truncated to
 ``max_len`` tokens (BOS included); shorter prompts are kept whole and right-padded, with
-an ``attention_mask`` marking real tokens.
+an ``attention_mask`` marking real tokens. Special-token text inside a prompt
+(``<|endoftext|>``) is tokenized as text unless ``parse_special_tokens`` (``prompt_tokens``),
+and the tokenizer must fit the model's vocabulary.
 """
 
 from __future__ import annotations
