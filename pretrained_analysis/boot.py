@@ -136,7 +136,10 @@ def _is_state_dict_mismatch(error: RuntimeError) -> bool:
 
 def _misfit(spec: LoadSpec, resolved: ResolvedModel, error: RuntimeError) -> ModelLoadError:
     """Weights that do not fit config.json, in one line naming the tensor and both shapes when it can."""
-    detail = weight_mismatch(resolved) or first_line(error)
+    said = first_line(error)
+    if "above report" in said:  # transformers points at a report it logged, which is silenced
+        said = "some tensors have other shapes than the model config.json describes"
+    detail = weight_mismatch(resolved) or said
     return ModelLoadError(
         f"the weights of {spec.label} in {resolved.location} do not fit its config.json: {detail}; restore the "
         "config.json saved with these weights (save_pretrained writes both together), or the weights it was saved with"

@@ -94,6 +94,9 @@ def audit_suite(
     """Audit every model of ``suite`` into ``out_dir/<slug>/`` (skipping those a previous
     run of the same suite finished), then compare them. ``on_done(result)`` runs here as
     each audit finishes. Failed audits are one ``UnitsFailed`` after the others finish."""
+    check_argument(suite, AuditSuite, "suite", "an AuditSuite")
+    check_path(out_dir, "out_dir")
+    check_argument(overwrite, bool, "overwrite", "True or False")
     with experiment_directory(out_dir, SUITE_FILE, suite, "an audit suite", overwrite) as work_dir:
         units = [
             unit_of(spec, suite.prompts, suite.config, (work_dir / name).resolve(), name)

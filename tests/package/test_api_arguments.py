@@ -99,6 +99,7 @@ def test_a_prompt_spec_takes_a_path(tmp_path):
         (lambda: sinkscope.compare_audits(None), "results"),
         (lambda: sinkscope.compare_directories("one-directory", "out"), "directories"),
         (lambda: sinkscope.compare_directories([None], "out"), "directories"),
+        (lambda: sinkscope.audit_suite([sinkscope.LoadSpec("gpt2")], "out"), "suite"),
         (lambda: sinkscope.probe_model(None, [b"x"]), "inputs"),
         (lambda: sinkscope.probe_model(None, ["x"], config={}), "config"),
     ],

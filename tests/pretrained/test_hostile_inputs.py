@@ -169,6 +169,23 @@ def test_cli_weights_that_do_not_fit_config_name_the_tensor(model_dir, prompts, 
     refused(capsys, tmp_path, argv, fix)
 
 
+def test_cli_pickled_weights_that_do_not_fit_config_never_point_to_an_unseen_report(
+    model_dir, prompts, tmp_path, capsys
+):
+    """Without safetensors headers to read, the line still says what is wrong, not "see the above report"."""
+    edited = shutil.copytree(model_dir, tmp_path / "edited", ignore=shutil.ignore_patterns("*.safetensors"))
+    import torch
+
+    torch.save(_hf_model(model_dir).state_dict(), edited / "pytorch_model.bin")
+    capsys.readouterr()  # transformers' loading bar, from the line above
+    config = json.loads((edited / "config.json").read_text())
+    config["n_embd"] = 64
+    (edited / "config.json").write_text(json.dumps(config))
+    before = snapshot(tmp_path)
+    one_line_exit_2(capsys, audit_argv(edited, prompts, tmp_path / "out"), "some tensors have other shapes than")
+    assert snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_cli_prompts_that_are_not_a_regular_file(model_dir, tmp_path, capsys, kind):
     if kind == "fifo":
