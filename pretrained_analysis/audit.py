@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.bounds import (
     COUNT,
     FRACTION,
@@ -60,6 +61,7 @@ from sinkscope.pretrained_analysis.prompts import (
     PromptSummary,
     TokenizedPrompts,
     load_prompt_set,
+    prompt_texts,
     tokenize_prompts,
 )
 from sinkscope.pretrained_analysis.prompts import (
@@ -114,6 +116,11 @@ class AuditConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("batch_size", "ablate_heads", "n_examples", "n_bootstrap", "seed"):
+            check_argument(getattr(self, name), int, name, "an integer")
+        check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
+        check_argument(self.sink_eps, (float, int), "sink_eps", "a number in [0, 1)")
+        check_argument(self.ablate, bool, "ablate", "True or False")
         if self.ablate_heads < 0:
             raise InputError(f"ablate_heads must be >= 0, got {self.ablate_heads}", field="ablate_heads")
         if self.ablate_prompts is not None and self.ablate_prompts < 1:
@@ -215,6 +222,7 @@ def figure_names(n_examples: int) -> tuple[str, ...]:
 
 def read_audit(directory: str | Path) -> AuditResult:
     """``directory/audit.json`` read back (without the attention examples)."""
+    check_path(directory, "directory")
     return read_result(Path(directory) / AUDIT_FILE, AuditResult, "regenerate it with sinkscope audit")
 
 
@@ -313,8 +321,14 @@ def audit(
     model: a ``LoadSpec`` to load, a ``LoadedModel``, or a model already in memory (a
     ``TransformerBridge``, or a Hugging Face ``PreTrainedModel`` with its ``tokenizer``;
     see ``loading.wrap_model``). prompts: a ``PromptSpec`` to read, a ``PromptSet``, or a
-    list of strings (all used, at most ``PromptSpec``'s default length each)."""
+    list of strings (all used, at most ``PromptSpec``'s default length each; special-token
+    text in them is text: ``prompt_set(texts, parse_special_tokens=True)`` parses it).
+    An argument of the wrong type is an ``InputError`` naming it."""
     start = time.perf_counter()
+    check_argument(config, AuditConfig, "config", "an AuditConfig")
+    check_argument(progress, bool, "progress", "True or False")
+    if not isinstance(prompts, (PromptSet, PromptSpec)):
+        prompts = prompt_texts(prompts)  # before the model loads: a bad list fails at once
     loaded = load_model(model, progress=progress) if isinstance(model, LoadSpec) else wrap_model(model, tokenizer)
     if isinstance(prompts, PromptSet):
         prompt_set = prompts
@@ -347,7 +361,7 @@ def audit(
         probe=probe,
         ablation=ablation,
         examples=examples,
-        notes=_notes(info, tokenized.summary, probe, config),
+        notes=tokenized.notes + _notes(info, tokenized.summary, probe, config),
         versions=_versions(),
         seconds=time.perf_counter() - start,
         figures=figure_names(len(examples)),
@@ -358,6 +372,8 @@ def audit(
 def write_audit(result: AuditResult, directory: str | Path) -> Path:
     """Write ``audit.json``, ``heads.csv`` and the PNG figures into ``directory``; returns it.
     ``audit.json`` is written last, so its presence means the directory is complete."""
+    check_argument(result, AuditResult, "result", "an AuditResult (what audit returns)")
+    check_path(directory, "directory")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     label = plot_text(result.model.label)

@@ -27,6 +27,7 @@ from sinkscope.pretrained_analysis.resolve import (
     ResolvedModel,
     first_line,
 )
+from sinkscope.pretrained_analysis.weight_shapes import weight_mismatch
 
 if TYPE_CHECKING:
     from sinkscope.interp.hooked_model import ModelSpec
@@ -131,19 +132,29 @@ def boot_bridge(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> Load
     except RuntimeError as error:  # after NotImplementedError, which is one
         if is_out_of_memory(error) or not _is_state_dict_mismatch(error):
             raise  # the machine's limit, or a bug: not the model's architecture
-        raise ModelLoadError(
-            f"the weights of {spec.label} in {resolved.location} do not fit its config ({first_line(error)}); "
-            "restore the checkpoint (save_pretrained writes weights and config together)"
-        ) from error
+        raise _misfit(spec, resolved, error) from error
     bridge.eval()
     hooked = HookedModel(bridge).spec  # the probes' own reading of the bridge (causal, kv heads)
     return LoadedModel(bridge=bridge, info=_model_info(spec, resolved, bridge, hooked, quantization))
 
 
 def _is_state_dict_mismatch(error: RuntimeError) -> bool:
-    """torch's refusal of weights whose shapes or names do not fit the model built from the config."""
+    """torch's or transformers' refusal of weights whose shapes or names do not fit the model
+    built from the config (transformers 5 says only ``ignore_mismatched_sizes``)."""
     text = str(error)
-    return "Error(s) in loading state_dict" in text or "size mismatch" in text
+    return any(sign in text for sign in ("Error(s) in loading state_dict", "size mismatch", "ignore_mismatched_sizes"))
+
+
+def _misfit(spec: LoadSpec, resolved: ResolvedModel, error: RuntimeError) -> ModelLoadError:
+    """Weights that do not fit config.json, in one line naming the tensor and both shapes when it can."""
+    said = first_line(error)
+    if "above report" in said:  # transformers points at a report it logged, which is silenced
+        said = "some tensors have other shapes than the model config.json describes"
+    detail = weight_mismatch(resolved) or said
+    return ModelLoadError(
+        f"the weights of {spec.label} in {resolved.location} do not fit its config.json: {detail}; restore the "
+        "config.json saved with these weights (save_pretrained writes both together), or the weights it was saved with"
+    )
 
 
 def _hide_download_bars() -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from sinkscope.infra.arguments import check_argument, check_items, check_path
 from sinkscope.infra.atomic_io import atomic_write_text
 from sinkscope.infra.bounds import COUNT, FRACTION, NONNEGATIVE, PERCENT, POSITIVE, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.codec import read_result, write_result
@@ -189,6 +190,9 @@ def check_comparable(results: Sequence[AuditResult], names: Sequence[str | Path]
 
 def compare_audits(results: Sequence[AuditResult], directories: Sequence[str] | None = None) -> Comparison:
     """One row per audit; ``directories``: where each audit was written (relative paths)."""
+    results = check_items(results, AuditResult, "results", "AuditResults (what audit or read_audit returns)")
+    if directories is not None:
+        directories = check_items(directories, str, "directories", "directory names")
     if not results:
         raise InputError("nothing to compare; pass at least one audit result")
     if directories is not None and len(directories) != len(results):
@@ -203,11 +207,14 @@ def compare_audits(results: Sequence[AuditResult], directories: Sequence[str] | 
 
 def read_comparison(directory: str | Path) -> Comparison:
     """``directory/comparison.json`` read back."""
+    check_path(directory, "directory")
     return read_result(Path(directory) / COMPARISON_JSON, Comparison, "regenerate it with sinkscope audit")
 
 
 def write_comparison(comparison: Comparison, directory: str | Path) -> Path:
     """Write ``comparison.json``, ``comparison.md`` and the two figures into ``directory``."""
+    check_argument(comparison, Comparison, "comparison", "a Comparison (what compare_audits returns)")
+    check_path(directory, "directory")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     labels = [plot_text(row.label) for row in comparison.rows]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sinkscope.infra.devices import is_out_of_memory
 from sinkscope.pretrained_analysis.resolve import GGUF_INSTALL, ModelLoadError, ResolvedModel, first_line
 
 if TYPE_CHECKING:
@@ -41,10 +42,35 @@ def gguf_field(reader: Any, key: str) -> Any:
     return None if field is None else field.contents()
 
 
+# metadata key prefixes that belong to no model family
+SHARED_PREFIXES = frozenset({"GGUF", "general", "tokenizer", "split", "adapter", "quantize"})
+
+
+def gguf_architecture(reader: Any, resolved: ResolvedModel) -> str:
+    """``general.architecture``, checked against the family its own metadata keys name
+    (``llama.block_count``...): an edited field would load the weights as another family."""
+    architecture = gguf_field(reader, "general.architecture")
+    families = sorted({key.split(".")[0] for key in reader.fields if "." in key} - SHARED_PREFIXES)
+    if not isinstance(architecture, str) or not architecture:
+        raise ModelLoadError(
+            f"{resolved.gguf_file} records no general.architecture; pass an intact .gguf checkpoint "
+            "(download or convert it again)"
+        )
+    if families and architecture not in families:
+        raise ModelLoadError(
+            f"{resolved.gguf_file} says architecture {architecture} but its metadata is for {' and '.join(families)} "
+            f"({families[0]}.block_count ...), so the field was edited or the file is damaged; pass an intact "
+            ".gguf checkpoint (download or convert it again)"
+        )
+    return architecture
+
+
 def gguf_quantization(resolved: ResolvedModel) -> str:
     """The checkpoint's quantisation type as llama.cpp names it (``Q4_1``, ``Q8_0``, ``F16``, ...),
-    from ``general.file_type``; when that is absent, the most common tensor type."""
+    from ``general.file_type``; when that is absent, the most common tensor type. The
+    architecture is checked on the way (``gguf_architecture``)."""
     reader = gguf_reader(resolved)  # names the install command when gguf is missing
+    gguf_architecture(reader, resolved)
     import gguf
 
     file_type = gguf_field(reader, "general.file_type")
@@ -62,8 +88,8 @@ def gguf_quantization(resolved: ResolvedModel) -> str:
 def gguf_context_length(resolved: ResolvedModel) -> int | None:
     """The context length in a GGUF file's metadata (None when it records none)."""
     reader = gguf_reader(resolved)
-    architecture = gguf_field(reader, "general.architecture")
-    value = gguf_field(reader, f"{architecture}.context_length") if architecture else None
+    architecture = gguf_architecture(reader, resolved)
+    value = gguf_field(reader, f"{architecture}.context_length")
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
@@ -97,10 +123,26 @@ def load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[s
     except (ValueError, KeyError, NotImplementedError, OSError) as error:
         raise ModelLoadError(
             f"transformers could not read {resolved.gguf_file}: {first_line(error)}; "
-            "pass a GGUF of an architecture transformers can dequantise (llama, mistral, qwen2, gemma, ...)"
+            f"pass a GGUF of an architecture transformers can dequantise ({_supported()})"
+        ) from error
+    except RuntimeError as error:  # torch's refusal of tensors that do not fit the metadata's shapes
+        if is_out_of_memory(error):
+            raise
+        raise ModelLoadError(
+            f"the tensors of {resolved.gguf_file} do not fit the model its metadata describes "
+            f"({first_line(error)}); pass an intact .gguf checkpoint (download or convert it again)"
         ) from error
     finally:
         gguf_utils.tqdm = bar
     if spec.device is not None:
         hf_model = hf_model.to(spec.device)  # type: ignore[arg-type]  # transformers' stub takes a dtype only
     return {"hf_model": hf_model.eval(), "tokenizer": tokenizer}
+
+
+def _supported() -> str:
+    """The model families transformers' GGUF loader reads, from transformers itself."""
+    try:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    except ImportError:
+        return "llama, mistral, qwen2, ..."
+    return ", ".join(name for name in GGUF_SUPPORTED_ARCHITECTURES if name not in SHARED_PREFIXES)

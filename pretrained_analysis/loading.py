@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.bounds import POSITIVE, Bound
 from sinkscope.infra.devices import check_device_name
 from sinkscope.infra.errors import InputError
@@ -92,6 +93,7 @@ class LoadSpec:
     n_devices: int | None = None
 
     def __post_init__(self) -> None:
+        check_path(self.name, "name", "a model name, Hugging Face id or local path")
         object.__setattr__(self, "name", os.fspath(self.name))  # accept a pathlib.Path for local directories
         if not self.name.strip():
             raise UnknownModelError(
@@ -151,6 +153,8 @@ def context_length(resolved: ResolvedModel) -> int | None:
 
 def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: bool = True) -> LoadedModel:
     """Boot ``spec`` through ``TransformerBridge.boot_transformers`` (raw weights, eager attention)."""
+    check_argument(spec, LoadSpec, "spec", "a LoadSpec, e.g. LoadSpec('gpt2')")
+    check_argument(resolved, (ResolvedModel, type(None)), "resolved", "a ResolvedModel or None")
     resolved = resolved or resolve_model(spec.name, spec.revision)
     return boot_bridge(spec, resolved, progress)
 

@@ -11,17 +11,22 @@ Sources (``PromptSpec.source``):
   ``Salesforce/wikitext:wikitext-2-raw-v1``), with ``split`` (``datasets`` slicing such as
   ``train[:2000]`` works) and ``text_column``; needs the hub or the local datasets cache.
 
-Empty and whitespace-only texts are skipped. When a source holds more than
+Local files are checked before they are read (``prompt_files``: a regular file, sniffed
+from its first bytes, streamed). Prompts given in Python must be strings. Empty and
+whitespace-only texts are skipped. When a source holds more than
 ``n_prompts`` prompts, a ``seed``-ed random subset is taken (kept in source order).
 Every prompt is tokenized with TransformerLens' ``to_tokens`` and ``prepend_bos``
 (True: the tokenizer's BOS, or [CLS] for encoders, comes first), then truncated to
 ``max_len`` tokens (BOS included); shorter prompts are kept whole and right-padded, with
-an ``attention_mask`` marking real tokens.
+an ``attention_mask`` marking real tokens. Special-token text inside a prompt
+(``<|endoftext|>``) is tokenized as text unless ``parse_special_tokens`` (``prompt_tokens``),
+and the tokenizer must fit the model's vocabulary.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -29,8 +34,21 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from sinkscope.infra.arguments import check_argument, check_items
 from sinkscope.infra.bounds import COUNT, POSITIVE, UNBOUNDED, Bound, Problem, at_most
-from sinkscope.infra.errors import InputError
+from sinkscope.pretrained_analysis.prompt_files import (
+    PromptError,
+    cache_error,
+    column_values,
+    read_file,
+)
+from sinkscope.pretrained_analysis.prompt_tokens import (
+    check_token_ids,
+    check_vocabulary,
+    special_text_note,
+    special_texts,
+    text_ids,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -40,19 +58,8 @@ if TYPE_CHECKING:
 BUILTIN_SOURCE = "default"
 RANDOM_SOURCE = "random"
 TEXTS_SOURCE = "texts"  # a list of strings given in Python (``prompt_set``), not a file
-FILE_BUILDERS: dict[str, str] = {
-    ".txt": "text",
-    ".jsonl": "json",
-    ".json": "json",
-    ".csv": "csv",
-    ".parquet": "parquet",
-}
 DEFAULT_MAX_LEN = 64
 DEFAULT_N_PROMPTS = 64
-
-
-class PromptError(InputError):
-    """The prompt set cannot be built (missing file, empty set, unknown column, too long)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,9 @@ class PromptSpec:
 
     source: ``default``, ``random``, a file path or a Hugging Face dataset id (see the
     module docstring); max_len: T, the most tokens per prompt, BOS included; n_prompts:
-    how many prompts; seed: for random tokens and for subsetting larger sources.
+    how many prompts; seed: for random tokens and for subsetting larger sources;
+    parse_special_tokens: read special-token text in a prompt (``<|endoftext|>``) as the
+    special token, not as text (the default: prompts are text).
     """
 
     BOUNDS: ClassVar[dict[str, Bound]] = {"max_len": POSITIVE, "n_prompts": POSITIVE, "seed": UNBOUNDED}
@@ -73,8 +82,16 @@ class PromptSpec:
     prepend_bos: bool = True
     text_column: str = "text"
     split: str = "train"
+    parse_special_tokens: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.source, os.PathLike):  # a pathlib.Path to a prompt file
+            object.__setattr__(self, "source", os.fspath(self.source))
+        check_argument(self.source, str, "source", "default, random, a file path or a dataset id")
+        for name in ("max_len", "n_prompts", "seed"):
+            check_argument(getattr(self, name), int, name, "an integer")
+        for name in ("prepend_bos", "parse_special_tokens"):
+            check_argument(getattr(self, name), bool, name, "True or False")
         if self.max_len < 2:
             raise PromptError(f"max_len must be >= 2 tokens, got {self.max_len}", field="max_len")
         if self.n_prompts < 1:
@@ -153,10 +170,11 @@ class PromptSummary:
         (wherever they were read from: a list in Python, a file on another machine);
         otherwise (random tokens, older audits) the same spec."""
         if self.texts_sha256 and other.texts_sha256:
-            return (self.texts_sha256, self.spec.max_len, self.spec.prepend_bos) == (
+            return (self.texts_sha256, self.spec.max_len, self.spec.prepend_bos, self.spec.parse_special_tokens) == (
                 other.texts_sha256,
                 other.spec.max_len,
                 other.spec.prepend_bos,
+                other.spec.parse_special_tokens,
             )
         return self.spec == other.spec
 
@@ -170,12 +188,14 @@ def texts_digest(texts: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class TokenizedPrompts:
     """tokens: ``[n, pos]`` long, right-padded; attention_mask: ``[n, pos]`` bool, True at
-    real tokens; texts: the source texts (decoded tokens for random prompts)."""
+    real tokens; texts: the source texts (decoded tokens for random prompts); notes: what
+    the audit should say about the tokenization (special-token text)."""
 
     tokens: torch.Tensor
     attention_mask: torch.Tensor
     texts: tuple[str, ...]
     summary: PromptSummary
+    notes: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -200,59 +220,6 @@ def _builtin_path() -> Path:
     return Path(str(resources.files("sinkscope.pretrained_analysis") / "data" / "default_prompts.txt"))
 
 
-def _read_file(path: Path, text_column: str) -> tuple[list[Any], str]:
-    """All values of the text column of a local file, via ``datasets``; and the column used."""
-    if path.is_dir():
-        raise PromptError(f"{path} is a directory; pass a prompt file (.txt, .jsonl, .csv or .parquet)")
-    if not path.is_file():
-        raise PromptError(
-            f"prompt file {path} does not exist; pass an existing .txt/.jsonl/.csv/.parquet file, default, random or a dataset id"
-        )
-    builder = FILE_BUILDERS.get(path.suffix.lower())
-    if builder is None:
-        raise PromptError(f"{path} has an unknown extension; use one of {', '.join(FILE_BUILDERS)}")
-    if builder != "parquet":
-        _check_text_file(path)
-    column = "text" if builder == "text" else text_column
-    import datasets
-    from datasets.exceptions import DatasetsError
-    from pyarrow import ArrowException
-
-    datasets.disable_progress_bars()
-    verbosity = datasets.logging.get_verbosity()
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its parsers log the error we report below
-    try:
-        dataset = datasets.load_dataset(builder, data_files=str(path), split="train")
-    # datasets wraps its parsers' errors (pandas', pyarrow's: ValueError, TypeError) in its
-    # own classes, or lets them through; a file it cannot open is an OSError
-    except (DatasetsError, ArrowException, ValueError, TypeError, OSError) as error:
-        cause = error.__cause__ or error
-        reason = (str(cause).strip().splitlines() or [""])[0][:200]
-        raise PromptError(
-            f"cannot read prompts from {path} ({type(cause).__name__}: {reason}); "
-            "check that it is an intact file of its format"
-        ) from error
-    finally:
-        datasets.logging.set_verbosity(verbosity)
-    return _column(dataset, column, str(path)), column
-
-
-def _check_text_file(path: Path) -> None:
-    """A text prompt file must be non-empty UTF-8 (a UTF-16 export or a binary file would
-    otherwise be read as garbage prompts)."""
-    raw = path.read_bytes()
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise PromptError(f"{path} is UTF-16 text; save it as UTF-8")
-    if b"\x00" in raw:
-        raise PromptError(f"{path} holds NUL bytes, so it is binary, not text; save the prompts as UTF-8 text")
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise PromptError(f"{path} is not UTF-8 text (byte {error.start}); save it as UTF-8") from error
-    if not raw.strip():
-        raise PromptError(f"prompt file {path} is empty; add prompts (one per line for .txt)")
-
-
 def _read_hub(spec: PromptSpec) -> list[Any]:
     import datasets
 
@@ -263,26 +230,24 @@ def _read_hub(spec: PromptSpec) -> list[Any]:
     try:
         dataset = datasets.load_dataset(dataset_id, config or None, split=spec.split)
     except (ConnectionError, FileNotFoundError) as error:
+        cached = cache_error(error)
+        if cached is not None:
+            raise cached from error
         where = "the hub is offline" if hub_offline() else f"the hub could not be reached ({type(error).__name__})"
         raise PromptError(
             f"dataset {spec.source} is not in the local datasets cache and {where}; pass a local "
             ".txt/.jsonl/.csv/.parquet file, the default prompts, or connect so it downloads once",
             field="source",
         ) from error
+    except OSError as error:  # datasets keeps its cache under HOME
+        cached = cache_error(error)
+        if cached is None:
+            raise
+        raise cached from error
     except ValueError as error:  # unknown split or config
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise PromptError(f"cannot load dataset {spec.source} split {spec.split!r}: {reason}", field="split") from error
-    return _column(dataset, spec.text_column, spec.source)
-
-
-def _column(dataset: Any, column: str, where: str) -> list[Any]:
-    if column not in dataset.column_names:
-        raise PromptError(
-            f"{where} has no column {column!r}; available columns: {', '.join(dataset.column_names)}; "
-            "set text_column to one of them",
-            field="text_column",
-        )
-    return list(dataset[column])
+    return column_values(dataset, spec.text_column, spec.source)
 
 
 def _texts(values: list[Any], column: str, where: str) -> list[str]:
@@ -295,14 +260,27 @@ def _texts(values: list[Any], column: str, where: str) -> list[str]:
     return [value.strip() for value in values if isinstance(value, str) and value.strip()]
 
 
-def prompt_set(texts: Sequence[str], max_len: int = DEFAULT_MAX_LEN, prepend_bos: bool = True) -> PromptSet:
-    """A list of strings as a prompt set, every one used (empty ones are skipped)."""
-    if isinstance(texts, str):
-        raise PromptError("pass a list of prompt strings, not one string", field="prompts")
-    kept = tuple(str(text) for text in texts if str(text).strip())
+def prompt_texts(texts: Any, name: str = "prompts") -> list[str]:
+    """``texts`` as a list of strings; an ``InputError`` naming ``name`` and the first item
+    that is not a ``str`` (bytes, None, a number would otherwise be audited as their repr)."""
+    return check_items(texts, str, name, "prompt strings")
+
+
+def prompt_set(
+    texts: Sequence[str], max_len: int = DEFAULT_MAX_LEN, prepend_bos: bool = True, parse_special_tokens: bool = False
+) -> PromptSet:
+    """A list of strings as a prompt set, every one used (empty ones are skipped);
+    ``parse_special_tokens`` as ``PromptSpec``'s."""
+    kept = tuple(text for text in prompt_texts(texts) if text.strip())
     if not kept:
         raise PromptError("the prompt list holds no non-empty prompt; pass at least one", field="prompts")
-    spec = PromptSpec(source=TEXTS_SOURCE, max_len=max_len, n_prompts=len(kept), prepend_bos=prepend_bos)
+    spec = PromptSpec(
+        source=TEXTS_SOURCE,
+        max_len=max_len,
+        n_prompts=len(kept),
+        prepend_bos=prepend_bos,
+        parse_special_tokens=parse_special_tokens,
+    )
     return PromptSet(spec=spec, texts=kept, n_available=len(kept), location=f"{len(kept)} prompts given in Python")
 
 
@@ -316,7 +294,7 @@ def load_prompt_set(spec: PromptSpec) -> PromptSet:
         location, column, values = spec.source, spec.text_column, _read_hub(spec)
     else:
         path = _builtin_path() if spec.kind == "builtin" else Path(spec.source).expanduser()
-        values, column = _read_file(path, spec.text_column)
+        values, column = read_file(path, spec.text_column)
         location = "built-in default prompts" if spec.kind == "builtin" else str(path)
     texts = _texts(values, column, location)
     if not texts:
@@ -355,24 +333,38 @@ def _random_rows(prompt_set: PromptSet, model: LoadedModel) -> list[list[int]]:
     return [prefix + row for row in body.tolist()]
 
 
+def _text_rows(prompt_set: PromptSet, model: LoadedModel) -> tuple[list[list[int]], list[int], tuple[str, ...]]:
+    """The prompts' token ids cut to T, their full lengths, and notes on special-token text."""
+    spec, bridge = prompt_set.spec, model.bridge
+    if spec.prepend_bos:
+        _anchor_token_id(model)
+    specials = special_texts(bridge.tokenizer)
+    rows, full_lengths = [], []
+    for text in prompt_set.texts:
+        ids = text_ids(bridge, text, spec.prepend_bos, spec.parse_special_tokens, specials)
+        full_lengths.append(len(ids))
+        rows.append(ids[: spec.max_len])
+    note = special_text_note(prompt_set.texts, specials, spec.parse_special_tokens)
+    return rows, full_lengths, () if note is None else (note,)
+
+
 def tokenize_prompts(prompt_set: PromptSet, model: LoadedModel) -> TokenizedPrompts:
-    """Tokens ``[n, pos]`` (pos <= T), right-padded, with the attention mask and a summary."""
+    """Tokens ``[n, pos]`` (pos <= T), right-padded, with the attention mask and a summary;
+    refused when the tokenizer is not the model's (``check_vocabulary``)."""
     import torch
 
     spec = prompt_set.spec
     check_context(spec, model.info.n_ctx, model.info.label)
     bridge = model.bridge
+    d_vocab = int(bridge.cfg.d_vocab)
+    check_vocabulary(bridge.tokenizer, d_vocab, model.info.label)
+    notes: tuple[str, ...] = ()
     if spec.kind == "random":
         rows = _random_rows(prompt_set, model)
         full_lengths = [len(row) for row in rows]
     else:
-        if spec.prepend_bos:
-            _anchor_token_id(model)
-        rows, full_lengths = [], []
-        for text in prompt_set.texts:
-            ids = bridge.to_tokens(text, prepend_bos=spec.prepend_bos, truncate=False, move_to_device=False)[0].tolist()
-            full_lengths.append(len(ids))
-            rows.append(ids[: spec.max_len])
+        rows, full_lengths, notes = _text_rows(prompt_set, model)
+    check_token_ids(rows, d_vocab, model.info.label)
     lengths = [len(row) for row in rows]
     width = max(lengths)
     tokenizer = bridge.tokenizer
@@ -395,4 +387,4 @@ def tokenize_prompts(prompt_set: PromptSet, model: LoadedModel) -> TokenizedProm
         anchor_token=str(tokenizer.convert_ids_to_tokens(rows[0][0])),
         texts_sha256=texts_digest(prompt_set.texts),
     )
-    return TokenizedPrompts(tokens=tokens, attention_mask=mask, texts=texts, summary=summary)
+    return TokenizedPrompts(tokens=tokens, attention_mask=mask, texts=texts, summary=summary, notes=notes)

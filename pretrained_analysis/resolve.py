@@ -53,7 +53,17 @@ CONTEXT_FIELDS: tuple[str, ...] = (
     "max_sequence_length",
     "seq_length",
 )
+# what save_pretrained writes for a tokenizer (one of these is enough: fast, BPE, WordPiece, SentencePiece)
+TOKENIZER_FILES: tuple[str, ...] = (
+    "tokenizer.json",
+    "vocab.json",
+    "vocab.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
 GGUF_SUFFIX = ".gguf"
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file, whatever its name
 GGUF_INSTALL = "pip install 'sinkscope[gguf]'"
 OFFLINE_FIX = (
     "pass a local directory saved with save_pretrained, or connect to the internet and unset "
@@ -260,13 +270,29 @@ def _local_directory(name: str, path: Path, revision: str | None) -> ResolvedMod
         raise ModelLoadError(
             f"{name} has no weights ({', '.join(WEIGHT_FILES)}); pass a directory written by save_pretrained"
         )
+    if not any((path / tokenizer).is_file() for tokenizer in TOKENIZER_FILES):
+        # transformers would build an empty tokenizer that reads every prompt as one unknown token
+        raise ModelLoadError(
+            f"{name} has no tokenizer ({', '.join(TOKENIZER_FILES[:2])}, ...); save the model's tokenizer "
+            "into it with tokenizer.save_pretrained"
+        )
     return ResolvedModel(name=name, location=str(path.resolve()), is_local=True, revision=None)
 
 
+def _has_gguf_magic(path: Path) -> bool:
+    """Whether ``path`` is a regular file that starts as a GGUF file does."""
+    try:
+        with path.open("rb") as file:
+            return file.read(len(GGUF_MAGIC)) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
 def _gguf_checkpoint(path: Path) -> Path | None:
-    """The GGUF file ``path`` names: the file itself, or the single ``.gguf`` in a directory
-    without ``config.json``; None when ``path`` is not a GGUF checkpoint."""
-    if path.is_file() and path.suffix.lower() == GGUF_SUFFIX:
+    """The GGUF file ``path`` names: the file itself (by its extension or its first bytes),
+    or the single ``.gguf`` in a directory without ``config.json``; None when ``path`` is
+    not a GGUF checkpoint."""
+    if path.is_file() and (path.suffix.lower() == GGUF_SUFFIX or _has_gguf_magic(path)):
         return path
     if not path.is_dir() or (path / CONFIG_FILE).is_file():
         return None

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from sinkscope.execution import Unit, run_units, skip_finished, units_failed
 from sinkscope.execution.outputs import experiment_directory
+from sinkscope.infra.arguments import PATH_TYPES, check_argument, check_items, check_path
 from sinkscope.infra.atomic_io import atomic_directory
 from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.audit import AUDIT_FILE, AuditConfig, AuditResult, audit, read_audit, write_audit
@@ -93,6 +94,9 @@ def audit_suite(
     """Audit every model of ``suite`` into ``out_dir/<slug>/`` (skipping those a previous
     run of the same suite finished), then compare them. ``on_done(result)`` runs here as
     each audit finishes. Failed audits are one ``UnitsFailed`` after the others finish."""
+    check_argument(suite, AuditSuite, "suite", "an AuditSuite")
+    check_path(out_dir, "out_dir")
+    check_argument(overwrite, bool, "overwrite", "True or False")
     with experiment_directory(out_dir, SUITE_FILE, suite, "an audit suite", overwrite) as work_dir:
         units = [
             unit_of(spec, suite.prompts, suite.config, (work_dir / name).resolve(), name)
@@ -120,7 +124,9 @@ def compare_directories(directories: Sequence[str | Path], out_dir: str | Path, 
     its report are self-contained and describe exactly the audits shipped; then
     ``comparison.json``, ``comparison.md`` and the figures are written. The audits (two
     or more) must share their prompts and sink threshold."""
-    sources = [Path(directory) for directory in directories]
+    sources = [Path(directory) for directory in check_items(directories, PATH_TYPES, "directories", "directory paths")]
+    check_path(out_dir, "out_dir")
+    check_argument(overwrite, bool, "overwrite", "True or False")
     if len(sources) < 2:
         raise InputError(
             f"a comparison needs at least two audit directories, got {len(sources)}; pass two or more",

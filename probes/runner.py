@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sinkscope.infra.arguments import check_argument, check_items
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
@@ -411,4 +412,7 @@ def probe_model(
     attention_mask: ``[n, pos]`` (token ids only); query_mask: ``[n, pos]`` bool, the
     queries that count (e.g. the toy task's default positions).
     """
+    check_argument(config, ProbeConfig, "config", "a ProbeConfig")
+    if not isinstance(inputs, torch.Tensor):
+        inputs = check_items(inputs, str, "inputs", "prompt strings (or a tensor of token ids or toy tokens)")
     return probe_batches(model, iterate_batches(inputs, attention_mask, query_mask, config.batch_size), config)

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import package_version
 from sinkscope.pretrained_analysis.report import REPORT_KINDS as PRETRAINED_KINDS
@@ -57,6 +58,10 @@ def report(
 ) -> ReportResult:
     """Write ``report.html`` and ``report.md`` for ``result_dir`` into ``out`` (default:
     ``result_dir`` itself). An existing report is refused unless ``overwrite``."""
+    check_path(result_dir, "result_dir", "a result directory (str or pathlib.Path)")
+    if out is not None:
+        check_path(out, "out", "a directory path (str or pathlib.Path) or None")
+    check_argument(overwrite, bool, "overwrite", "True or False")
     source = Path(result_dir)
     kind = detect_kind(source)
     out_dir = source if out is None else Path(out)

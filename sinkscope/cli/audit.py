@@ -105,6 +105,12 @@ def _add_input_flags(audit: argparse.ArgumentParser) -> None:
         default=True,
         help="put the tokenizer's BOS ([CLS] for encoders) first; it is the anchor (default: yes)",
     )
+    audit.add_argument(
+        "--parse-special-tokens",
+        action="store_true",
+        help="read special-token text in prompts (e.g. <|endoftext|>) as special tokens; by default it is "
+        "tokenized as the text it spells",
+    )
     audit.add_argument("--text-column", default="text", help="text column of .jsonl/.csv/.parquet files and datasets")
     audit.add_argument(
         "--split", default="train", help="dataset split, slicing allowed, e.g. 'test[:500]' (default train)"
@@ -172,7 +178,7 @@ def _add_placement_flags(audit: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict:
     check_executor(args)
     from sinkscope.pretrained_analysis.loading import LoadSpec, context_length, resolve_model
-    from sinkscope.pretrained_analysis.prompts import PromptSpec, check_context
+    from sinkscope.pretrained_analysis.prompts import PromptSpec, check_context, load_prompt_set
 
     revisions = args.revision or [None]
     if len(args.models) > 1 and len(revisions) > 1:
@@ -193,11 +199,15 @@ def run(args: argparse.Namespace) -> dict:
         prepend_bos=args.prepend_bos,
         text_column=args.text_column,
         split=args.split,
+        parse_special_tokens=args.parse_special_tokens,
     )
     for where in resolved:
         n_ctx = context_length(where)
         if n_ctx is not None:
             check_context(prompt_spec, n_ctx, where.label)
+    # before torch and matplotlib load: a bad prompt file (or a HOME the datasets cache
+    # cannot live in) fails in about a second, with nothing else said
+    prompt_set = load_prompt_set(prompt_spec)
     from sinkscope.pretrained_analysis.suite import unique_slugs
 
     slugs = unique_slugs([where.label for where in resolved])
@@ -210,7 +220,7 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.infra.atomic_io import claim_output_directory
 
     with claim_output_directory(out, args.overwrite, inputs, "this audit's own input", _own_places(args, out)):
-        return _audit_one(args, out, specs[0], resolved[0], prompt_spec)
+        return _audit_one(args, out, specs[0], resolved[0], prompt_spec, prompt_set)
 
 
 def _own_places(args: argparse.Namespace, out: Path) -> list[Path]:
@@ -245,12 +255,8 @@ def _audit_config(args: argparse.Namespace):
     )
 
 
-def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec) -> dict:
-    """One model into ``out``, once it is checked and locked."""
-    from sinkscope.pretrained_analysis.prompts import load_prompt_set
-
-    prompt_set = load_prompt_set(prompt_spec)  # before torch loads: a bad prompt file fails in about a second
-
+def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec, prompt_set) -> dict:
+    """One model into ``out``, once it is checked and locked, on ``prompt_set`` (read already)."""
     from sinkscope.infra.atomic_io import atomic_directory
     from sinkscope.pretrained_analysis.audit import audit, write_audit
     from sinkscope.pretrained_analysis.loading import load_model
@@ -280,11 +286,8 @@ def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec)
 def _audit_suite(
     args: argparse.Namespace, out: Path, specs: list, resolved: list, slugs: tuple[str, ...], prompt_spec, inputs
 ) -> dict:
-    """Several models or revisions: one unit each, resumable (``sinkscope.pretrained_analysis.suite``)."""
-    from sinkscope.pretrained_analysis.prompts import load_prompt_set
-
-    load_prompt_set(prompt_spec)  # a bad prompt file fails here, in about a second, before any unit
-
+    """Several models or revisions: one unit each, resumable (``sinkscope.pretrained_analysis.suite``);
+    the prompts were read once already, so a bad prompt file failed before any unit."""
     from sinkscope.infra.atomic_io import refuse_output_directory
     from sinkscope.pretrained_analysis.suite import AuditSuite, audit_suite
 

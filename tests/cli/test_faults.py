@@ -4,7 +4,6 @@ traceback. (Issue 11; the cases covered so far are listed in each test's name.)"
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from pathlib import Path
@@ -12,30 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from fault_checks import one_line_exit_2, snapshot  # noqa: F401  (re-exported: other test modules import them from here)
 from sinkscope.cli import main
 from sinkscope.infra.atomic_io import OutputError, atomic_directory
 from tiny_models import TINY_GPT2_PROMPTS, build_tiny_gpt2
-
-
-def snapshot(root: Path) -> dict[str, tuple[int, str]]:
-    """Every path under ``root`` (``root`` included): its mode and, for files, a content hash."""
-    found = {}
-    for path in [root, *sorted(root.rglob("*"))]:
-        info = path.lstat()
-        digest = hashlib.sha256(path.read_bytes()).hexdigest() if stat.S_ISREG(info.st_mode) else ""
-        found[str(path.relative_to(root))] = (info.st_mode, digest)
-    return found
-
-
-def one_line_exit_2(capsys, argv: list[str], fix: str) -> None:
-    try:
-        code = main(argv)
-    except SystemExit as exit_:  # argparse's own exit, as the console script would see it
-        code = exit_.code
-    assert code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert fix in err, err
 
 
 @pytest.fixture(scope="module")
