@@ -24,8 +24,9 @@ from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult
 from sinkscope.probes.runner import probe_model
 from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.document import HeadMaps
+from sinkscope.reports.embedded import read_embedded_png
 from sinkscope.reports.plots import draw_head_maps
-from sinkscope.toy.evaluate import FIGURE_SEED, ToyDefaultState, default_position_mse
+from sinkscope.toy.evaluate import FIGURE_SEED, MEAN_FIGURE, STD_FIGURE, ToyDefaultState, default_position_mse
 from sinkscope.toy.run_dir import load_model, read_config, require_finished
 from sinkscope.toy.task import eval_batch
 
@@ -52,6 +53,17 @@ def _figure_set_probe(
     on the same number of sequences."""
     probe = probe_model(model, tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
     return probe if unfinished is None else replace(probe, notes=(*probe.notes, unfinished))
+
+
+def _copy_run_figures(run_dir: Path, out_dir: Path) -> list[str]:
+    """The training run's attention heatmaps, copied beside the probe (each checked to be a
+    PNG inside the run), so that the probe's report embeds only files of its own directory."""
+    copied = []
+    for name in (MEAN_FIGURE, STD_FIGURE):
+        if (run_dir / name).is_file():
+            (out_dir / name).write_bytes(read_embedded_png(run_dir / name, run_dir))
+            copied.append(name)
+    return copied
 
 
 def probe_of_run(run_dir: str | os.PathLike, n_sequences: int = 1000, allow_unfinished: bool = False) -> ProbeResult:
@@ -115,6 +127,7 @@ def probe_run(
                 ),
                 tmp / SHARE_FIGURE,
             )
+            copied = _copy_run_figures(run_dir, tmp)
             write_provenance(tmp, "toy probe", source=str(run_dir.resolve()))
-    files = [PROBE_FILE, HEADS_CSV, DEFAULT_STATE_FILE, ANCHOR_MASS_FIGURE, SHARE_FIGURE, PROVENANCE_FILE]
+    files = [PROBE_FILE, HEADS_CSV, DEFAULT_STATE_FILE, ANCHOR_MASS_FIGURE, SHARE_FIGURE, *copied, PROVENANCE_FILE]
     return ToyProbeReport(str(run_dir), str(out_dir), probe, state, files)

@@ -156,13 +156,9 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
         Section("Layers", (layer_table(probe.layers),)),
         _probe_default_state(state, name, figure_dir),
     ]
-    if run_dir is not None:
-        sections.append(
-            Section(
-                "Attention heatmaps",
-                tuple(existing_figures(run_dir, [(figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])),
-            )
-        )
+    # the training run's heatmaps as the probe copied them: a report reads only its own directory
+    heatmaps = existing_figures(source, [(figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])
+    sections.append(Section("Attention heatmaps", tuple(heatmaps)))
     sections.append(_probe_configuration(source, probe, run_config))
     return ReportDocument(
         title=f"Sink probes: {name}",

@@ -5,6 +5,7 @@ file that is not a PNG is one line and exit 2, and no report is written."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -118,3 +119,20 @@ def test_a_symlink_inside_the_directory_is_followed_and_linked_to_its_target(aud
     markdown = (out / "report.md").read_text()
     assert "../result/anchor_mass_by_layer.png" in markdown
     assert "../result/anchor_mass_map.png" not in markdown
+
+
+def test_a_toy_probe_report_embeds_the_runs_heatmaps_from_its_own_copies(tmp_path):
+    """The probe copies the run's heatmaps beside itself; its report never reads the run (or
+    whatever run a tampered provenance names) again."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "toy-run", run, ignore=shutil.ignore_patterns("probe"))
+    shutil.copyfile(FIXTURES / "toy-tradeoff" / "tradeoff.png", run / "attention_mean.png")
+    assert main(["toy", "probe", str(run), "--sequences", "8", "--no-progress"]) == 0
+    probe = run / "probe"
+    assert (probe / "attention_mean.png").read_bytes() == (run / "attention_mean.png").read_bytes()
+    shutil.copyfile(FIXTURES / "sweep" / "sink_fraction.png", run / "attention_mean.png")
+    assert main(["report", str(probe), "--no-progress"]) == 0
+    page = (probe / "report.html").read_text()
+    encoded = base64.b64encode((probe / "attention_mean.png").read_bytes()).decode()
+    assert encoded in page
+    assert base64.b64encode((run / "attention_mean.png").read_bytes()).decode() not in page
