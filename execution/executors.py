@@ -4,7 +4,9 @@ nothing else, and the caller gets one ``UnitsReport``.
 ``run_units(units, executor="local", workers=1)`` runs the units in this process
 (``workers=1``) or in a pool of ``workers`` spawned processes (the pool of
 ``sinkscope.toy.experiment.run_jobs``: a worker interrupted by Ctrl-C exits quietly, and the pool
-is closed and joined at the end so no worker is killed holding a lock).
+is closed and joined at the end so no worker is killed holding a lock). A worker dies
+with this process, even when it is SIGKILLed (``worker_lifetime``). A unit that runs out
+of memory fails as bad input, naming the fix (fewer workers, smaller units).
 
 ``executor="ray"`` runs each unit as a Ray task needing ``unit.cpus`` CPUs and
 ``unit.gpus`` GPUs, so GPU units land on GPU nodes. ``ray_address=None`` starts a local
@@ -23,6 +25,7 @@ their directories, and a re-run with ``skip=skip_finished(out_dir)`` skips them.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import socket
 import time
 import traceback
@@ -30,10 +33,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sinkscope.execution.units import Unit, UnitFailure, UnitsReport
+from sinkscope.execution.worker_lifetime import die_with_parent
+from sinkscope.infra.devices import is_out_of_memory
 from sinkscope.infra.errors import InputError, RunFailed
 
 EXECUTORS = ("local", "ray")
 RAY_INSTALL = "pip install 'sinkscope[ray]'"
+OUT_OF_MEMORY_FIX = "run fewer units at once (workers), or make each smaller (batch_size, the model's size)"
 DEFAULT_RETRIES = 3  # Ray's own default for tasks: a unit runs at most 4 times in all
 POLL_SECONDS = 0.2
 CONNECT_SECONDS = 5  # to a cluster's head, before ray.init (which would retry for minutes)
@@ -120,13 +126,23 @@ def _check(units: Sequence[Unit], executor: str, workers: int, ray_address: str 
 def run_unit(unit: Unit) -> Outcome:
     """``unit.function(*unit.args)`` as an outcome: ``("done", value)``, or
     ``("failed", UnitFailure)`` with the traceback text of an exception (formatted where
-    it happened, so the exception itself need not survive pickling)."""
+    it happened, so the exception itself need not survive pickling). Running out of
+    memory is the machine's limit, not a bug: a failure of kind ``"input"`` naming the fix."""
     try:
         return "done", unit.function(*unit.args)
     except Exception as error:
+        if is_out_of_memory(error):
+            return "failed", _out_of_memory(unit, error)
         kind = "input" if isinstance(error, InputError) else "run" if isinstance(error, RunFailed) else "bug"
         field = getattr(error, "field", None) if kind == "input" else None
         return "failed", UnitFailure(unit.name, type(error).__name__, str(error), traceback.format_exc(), kind, field)
+
+
+def _out_of_memory(unit: Unit, error: Exception) -> UnitFailure:
+    text = str(error).strip()
+    cause = text.splitlines()[0] if text else type(error).__name__
+    message = f"out of memory ({cause}); {OUT_OF_MEMORY_FIX}"
+    return UnitFailure(unit.name, type(error).__name__, message, traceback.format_exc(), "input", "workers")
 
 
 def _set_threads(unit: Unit) -> None:
@@ -150,7 +166,8 @@ def _run_unit_in_worker(unit: Unit) -> Outcome:
 
 def _run_in_pool(units: list[Unit], workers: int, record: Callable[[str, Outcome], None]) -> None:
     context = multiprocessing.get_context("spawn")
-    with context.Pool(min(workers, len(units))) as pool:
+    # each worker stops when this process dies, even by SIGKILL (worker_lifetime)
+    with context.Pool(min(workers, len(units)), initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         pending = {unit.name: pool.apply_async(_run_unit_in_worker, (unit,)) for unit in units}
         while pending:
             time.sleep(POLL_SECONDS)
