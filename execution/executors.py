@@ -152,12 +152,24 @@ def _set_threads(unit: Unit) -> None:
     torch.set_num_threads(max(1, int(unit.cpus)))
 
 
+_started: Any = None  # in a pool worker: the queue that tells the driver which unit it runs
+
+
+def _start_worker(parent_pid: int, started: Any) -> None:
+    """A pool worker's initializer: it dies with the driver (``worker_lifetime``) and
+    reports each unit it starts on ``started``."""
+    global _started
+    _started = started
+    die_with_parent(parent_pid)
+
+
 def _run_unit_in_worker(unit: Unit) -> Outcome:
     """``run_unit`` in a pool worker. An interrupt (the parent's pool sends SIGTERM;
     Ctrl-C reaches every process) makes the worker exit quietly instead of printing a
     traceback per process; the unit's output directory is written atomically, so
     nothing half-done is left."""
     try:
+        _started.put((unit.name, os.getpid()))
         _set_threads(unit)
         return run_unit(unit)
     except KeyboardInterrupt as error:
@@ -166,21 +178,54 @@ def _run_unit_in_worker(unit: Unit) -> Outcome:
 
 def _run_in_pool(units: list[Unit], workers: int, record: Callable[[str, Outcome], None]) -> None:
     context = multiprocessing.get_context("spawn")
-    # each worker stops when this process dies, even by SIGKILL (worker_lifetime)
-    with context.Pool(min(workers, len(units)), initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+    started = context.SimpleQueue()
+    with context.Pool(min(workers, len(units)), _start_worker, (os.getpid(), started)) as pool:
         pending = {unit.name: pool.apply_async(_run_unit_in_worker, (unit,)) for unit in units}
+        running: dict[str, int] = {}  # unit name -> pid of the worker that started it
+        lost = False
         while pending:
             time.sleep(POLL_SECONDS)
+            while not started.empty():
+                name, pid = started.get()
+                running[name] = pid
             for name in [name for name, result in pending.items() if result.ready()]:
-                try:
-                    outcome = pending.pop(name).get()
-                except Exception as error:  # e.g. a return value that cannot be pickled back
-                    outcome = "failed", UnitFailure(name, type(error).__name__, str(error), traceback.format_exc())
-                record(name, outcome)
+                record(name, _pool_outcome(name, pending.pop(name)))
+            for name in _lost(pool, pending, running):
+                del pending[name]
+                lost = True
+                record(name, ("failed", _worker_died(name)))
+        if lost:  # the pool still counts the lost units as pending: close() would wait for them forever
+            pool.terminate()
+            return
         # let the workers exit on their own: the context manager's terminate() can kill
         # one holding a queue lock, which leaks a semaphore (a warning at shutdown)
         pool.close()
         pool.join()
+
+
+def _pool_outcome(name: str, result: Any) -> Outcome:
+    try:
+        return result.get()
+    except Exception as error:  # e.g. a return value that cannot be pickled back
+        return "failed", UnitFailure(name, type(error).__name__, str(error), traceback.format_exc())
+
+
+def _lost(pool: Any, pending: dict[str, Any], running: dict[str, int]) -> list[str]:
+    """The pending units whose worker died (the OOM killer, a kill -9): a pool does not
+    notice; it starts a new worker, and the unit would be waited for forever."""
+    alive = {process.pid for process in list(pool._pool) if process.exitcode is None}
+    # a worker that sent its result and then died: the result may still be on its way
+    dead = [name for name in pending if name in running and running[name] not in alive]
+    for name in dead:
+        pending[name].wait(1)
+    return [name for name in dead if not pending[name].ready()]
+
+
+def _worker_died(name: str) -> UnitFailure:
+    message = (
+        "its worker process died (killed from outside, often by the system when memory ran out); " + OUT_OF_MEMORY_FIX
+    )
+    return UnitFailure(name, "WorkerDied", message, "", "lost")
 
 
 def _run_unit_on_ray(unit: Unit) -> Outcome:

@@ -189,3 +189,26 @@ def test_a_sweep_whose_units_run_out_of_memory_is_one_line_naming_workers(tmp_pa
     # besides what was there, only the sweep's settings, which the same command reads to resume it
     assert sorted(set(after) - set(before)) == ["sweep", "sweep/sweep.json"], after
     assert {path: after[path] for path in before} == before
+
+
+def test_a_unit_whose_worker_is_killed_fails_as_lost_and_the_others_finish(tmp_path):
+    """A pool worker killed mid-unit (the OOM killer, a kill -9): the pool would wait for
+    that unit forever; it is one lost failure naming the fix, and the other units finish."""
+    import threading
+
+    import ray_units
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    units = [Unit("victim", ray_units.die_once, (str(tmp_path), "victim", 7, str(marks)))]
+    units += [Unit(f"cell{i}", ray_units.compute, (str(tmp_path), f"cell{i}", i)) for i in range(3)]
+    reports = []
+    batch = threading.Thread(target=lambda: reports.append(run_units(units, workers=2)), daemon=True)
+    batch.start()
+    batch.join(timeout=120)
+    assert reports, "run_units waited for the killed worker's unit"
+    [report] = reports
+    assert sorted(report.finished) == ["cell0", "cell1", "cell2"]
+    [failure] = report.failed
+    assert (failure.name, failure.kind, failure.error_type) == ("victim", "lost", "WorkerDied")
+    assert "worker process died" in failure.message and "fewer units at once (workers)" in failure.message
