@@ -14,7 +14,8 @@ come to it:
 
 The kernel's signal is sent when the *thread* that started the worker exits, not the
 whole process; the pool starts its workers from the thread that calls ``run_units``,
-which waits for every unit, so that thread outlives them.
+which waits for every unit, so that thread outlives them (a worker started in place of
+a dead one comes from the pool's own thread, which lasts until the pool is closed).
 """
 
 from __future__ import annotations
