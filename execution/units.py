@@ -113,9 +113,11 @@ class UnitsReport:
 def units_failed(failures: Sequence[UnitFailure], total: int, what: str) -> UnitsFailed:
     """The error for a batch whose ``failures`` (of ``total`` units) failed, listing each."""
     listed = "; ".join(failure.line() for failure in failures)
+    # the same command would fail the same way on bad input (or too little memory)
+    again = "fix that and run" if all(failure.kind == "input" for failure in failures) else "run the same command"
     return UnitsFailed(
         f"{len(failures)} of {total} {what} units failed ({listed}); the finished ones are kept: "
-        "run the same command again to redo the rest",
+        f"{again} again to redo the rest",
         failures,
     )
 

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
+
+# A shell starts a background job (`pytest &`, `nohup pytest &`) with SIGINT ignored, and an
+# ignored signal stays ignored through fork and exec: every process a test starts would
+# ignore the test's Ctrl-C, and Python would give it no KeyboardInterrupt. A handled signal
+# is reset to its default at exec, so with Python's own handler here each child starts with
+# SIGINT's default, as from a terminal, however the suite was started.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 # processes the tests start (Ray's workers, spawned pool workers) import test modules

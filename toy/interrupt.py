@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM during training stop at the next step boundary, so the trainer can
 checkpoint a consistent state (weights, Adam moments and the data generator of one
 step) before it raises ``KeyboardInterrupt``: an interrupted run loses no finished step.
+A pool worker whose driver died stops there too (``sinkscope.execution.worker_lifetime``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from sinkscope.execution.worker_lifetime import parent_gone
+
 
 class StepBoundaryInterrupt:
     """Set by SIGINT or SIGTERM inside ``interrupts_at_step_boundaries``; the training
@@ -17,12 +20,18 @@ class StepBoundaryInterrupt:
     insists), as does any signal outside the block."""
 
     def __init__(self) -> None:
-        self.requested = False
+        self.signalled = False
+
+    @property
+    def requested(self) -> bool:
+        """A signal arrived, or this pool worker's driver died (the portable check; Linux
+        also sends the worker SIGTERM then)."""
+        return self.signalled or parent_gone()
 
     def _handle(self, signum: int, frame: object) -> None:
-        if self.requested:
+        if self.signalled:
             raise KeyboardInterrupt
-        self.requested = True
+        self.signalled = True
 
 
 @contextmanager
@@ -32,7 +41,7 @@ def interrupts_at_step_boundaries() -> Iterator[StepBoundaryInterrupt]:
     ends, so a caller with more work (the next model of an experiment) stops too.
 
     Signal handlers can only be set from the main thread; elsewhere the block runs with
-    the process's handlers unchanged (``requested`` stays False)."""
+    the process's handlers unchanged (only a dead driver sets ``requested``)."""
     latch = StepBoundaryInterrupt()
     if threading.current_thread() is not threading.main_thread():
         yield latch
