@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from sinkscope.toy.model import ToyModelConfig
-from sinkscope.toy.run_dir import RunConfig, TrainConfig, read_result
+from sinkscope.toy.run_dir import RunConfig, TrainConfig, read_train_result
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.train import train
 
@@ -94,7 +94,7 @@ def steps_per_second(case: str, way: str, steps: int, workdir: Path) -> float:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        result = read_result(run_dir)  # the default stop rule: a run that converges early still has a speed
+        result = read_train_result(run_dir)  # the default stop rule: a run that converges early still has a speed
     else:
         config = RunConfig(
             ToyModelConfig(n_layers=layers, n_heads=heads),
