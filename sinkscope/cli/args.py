@@ -183,6 +183,13 @@ def check_executor(args: argparse.Namespace) -> None:
             check_ray_address(args.ray_address)
 
 
+def out_path(text: str) -> str:
+    """An output directory's path: an empty one would silently mean the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; pass the directory to write, e.g. --out results/run")
+    return text
+
+
 def switch_list(text: str) -> tuple[bool, ...]:
     values = {"off": False, "on": True}
     parts = list_items(text)

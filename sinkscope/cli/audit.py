@@ -15,6 +15,7 @@ from sinkscope.cli.args import (
     check_executor,
     device_name,
     fraction,
+    out_path,
     say,
     units_bar,
 )
@@ -72,6 +73,7 @@ def _add_input_flags(audit: argparse.ArgumentParser) -> None:
     )
     audit.add_argument(
         "--out",
+        type=out_path,
         dest="out_dir",
         default=None,
         help="output directory (default sinkscope-out/audit/<model>); refused if it exists and is not "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output, say
+from sinkscope.cli.args import POSITIVE, add_common_output, out_path, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -39,7 +39,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="audit directories (audit.json), audit comparisons, toy runs, toy probes, reproductions or sweeps",
     )
     compare.add_argument(
-        "--out", dest="out_dir", metavar="OUT", required=True, help="the comparison directory to write"
+        "--out", type=out_path, dest="out_dir", metavar="OUT", required=True, help="the comparison directory to write"
     )
     compare.add_argument(
         "--mechanism",

@@ -200,9 +200,18 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return _print_result(result, args)
 
 
+def _closed_streams_to_devnull() -> None:
+    """A stream the caller closed (``>&-``) is None in Python; what would be written to it
+    goes to the null device instead of failing as an AttributeError."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as the process)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script (``argv=None``: the process's arguments) or an in-process call
     (tests); an in-process caller gets its own SIGTERM handler back at the end."""
+    _closed_streams_to_devnull()
     parser = build_parser()
     args = parser.parse_args(argv)
     in_main_thread = threading.current_thread() is threading.main_thread()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.args import add_common_output, say
+from sinkscope.cli.args import add_common_output, out_path, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -28,7 +28,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     report.add_argument("result_dir", metavar="DIR", help="a directory written by sinkscope toy or audit")
     report.add_argument(
-        "--out", dest="out_dir", metavar="OUT", default=None, help="where to write the report (default DIR itself)"
+        "--out",
+        type=out_path,
+        dest="out_dir",
+        metavar="OUT",
+        default=None,
+        help="where to write the report (default DIR itself)",
     )
     report.add_argument("--overwrite", action="store_true", help="replace an existing report in --out")
     add_common_output(report)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output, say
+from sinkscope.cli.args import POSITIVE, add_common_output, out_path, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -23,7 +23,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     patch.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
     patch.add_argument(
-        "--out", dest="out_dir", metavar="OUT", default=None, help="output directory (default RUN_DIR/patch)"
+        "--out",
+        type=out_path,
+        dest="out_dir",
+        metavar="OUT",
+        default=None,
+        help="output directory (default RUN_DIR/patch)",
     )
     patch.add_argument(
         "--inputs", dest="n_inputs", metavar="INPUTS", type=POSITIVE, default=256, help="paired inputs (default 256)"

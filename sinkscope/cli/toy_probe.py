@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.args import POSITIVE, add_common_output, say
+from sinkscope.cli.args import POSITIVE, add_common_output, out_path, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -22,7 +22,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     probe.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by toy train/reproduce")
     probe.add_argument(
-        "--out", dest="out_dir", metavar="OUT", default=None, help="output directory (default RUN_DIR/probe)"
+        "--out",
+        type=out_path,
+        dest="out_dir",
+        metavar="OUT",
+        default=None,
+        help="output directory (default RUN_DIR/probe)",
     )
     probe.add_argument(
         "--sequences",

@@ -10,6 +10,7 @@ from sinkscope.cli.args import (
     add_experiment,
     check_executor,
     experiment_options,
+    out_path,
     say,
 )
 from sinkscope.infra.codec import encode
@@ -30,7 +31,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     reproduce.add_argument(
-        "--out", dest="out_dir", metavar="OUT", required=True, help="output directory (re-running resumes it)"
+        "--out",
+        type=out_path,
+        dest="out_dir",
+        metavar="OUT",
+        required=True,
+        help="output directory (re-running resumes it)",
     )
     reproduce.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per model (default 3; --quick: 1)")
     reproduce.add_argument("--quick", action="store_true", help="reduced preset: one seed, at most 8,000 steps")

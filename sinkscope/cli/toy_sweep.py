@@ -12,6 +12,7 @@ from sinkscope.cli.args import (
     check_executor,
     experiment_options,
     int_list,
+    out_path,
     say,
     str_list,
     switch_list,
@@ -33,7 +34,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sweep.add_argument(
-        "--out", dest="out_dir", metavar="OUT", required=True, help="output directory (re-running resumes it)"
+        "--out",
+        type=out_path,
+        dest="out_dir",
+        metavar="OUT",
+        required=True,
+        help="output directory (re-running resumes it)",
     )
     sweep.add_argument(
         "--preset",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import add_common_output, say
+from sinkscope.cli.args import add_common_output, out_path, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -22,7 +22,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tradeoff.add_argument(
-        "--out", dest="out_dir", metavar="OUT", required=True, help="directory for tradeoff.json and tradeoff.png"
+        "--out",
+        type=out_path,
+        dest="out_dir",
+        metavar="OUT",
+        required=True,
+        help="directory for tradeoff.json and tradeoff.png",
     )
     tradeoff.add_argument(
         "--run", action="append", default=[], help="a trained single-layer run directory to add (repeatable)"

@@ -12,6 +12,7 @@ from sinkscope.cli.args import (
     add_common_output,
     add_device,
     add_tracking,
+    out_path,
     positive_float,
     say,
     tracking_config,
@@ -42,7 +43,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument(
-        "--out", dest="run_dir", metavar="OUT", required=True, help="run directory to create (or resume with --resume)"
+        "--out",
+        type=out_path,
+        dest="run_dir",
+        metavar="OUT",
+        required=True,
+        help="run directory to create (or resume with --resume)",
     )
     train.add_argument(
         "--attention", default="softmax", help="softmax | relu | relu_prefix | sigmoid (default softmax)"

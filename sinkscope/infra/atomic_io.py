@@ -334,11 +334,30 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not standard JSON")
 
 
+# far above any result sinkscope writes (a 70B model's audit is a few MB): a larger file is
+# not one of them, and reading it whole would exhaust memory before the JSON is refused
+MAX_JSON_BYTES = 256 * 2**20
+
+
+def _check_readable_size(path: Path) -> None:
+    """Refuse, before reading, what is not a regular file (a FIFO would block) or is too large."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a pipe, device or socket)"
+        raise InputError(f"{path} is {kind}; restore the file or regenerate the result")
+    if info.st_size > MAX_JSON_BYTES:
+        raise InputError(
+            f"{path} is {info.st_size / 2**20:,.0f} MiB, larger than any sinkscope result "
+            f"({MAX_JSON_BYTES // 2**20} MiB at most); restore the file or regenerate the result"
+        )
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """The JSON in ``path``, standard JSON only; a file that is not is one ``InputError``
     (nesting too deep for the parser, integers too long to read, ``NaN`` included)."""
     path = Path(path)
     try:
+        _check_readable_size(path)
         return json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
     except FileNotFoundError as error:
         raise InputError(f"{path} does not exist") from error

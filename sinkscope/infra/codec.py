@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar, Union
 
+from sinkscope.infra.arguments import check_path
 from sinkscope.infra.atomic_io import atomic_write_json, read_json
 from sinkscope.infra.bounds import MAX_INT, bound_problems
 from sinkscope.infra.errors import InputError
@@ -203,8 +204,16 @@ def _short(text: str) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _check_persisted(cls: object, message: str, argument: str) -> None:
+    """A class ``write_result``/``read_result`` can handle: a dataclass with a ``SCHEMA``."""
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and hasattr(cls, "SCHEMA")):
+        raise InputError(f"{message}; pass a result dataclass such as AuditResult", field=argument)
+
+
 def write_result(path: str | os.PathLike, result: Persisted) -> None:
     """Write ``result`` to ``path`` atomically, with its schema name and version first."""
+    check_path(path, "path")
+    _check_persisted(type(result), f"result must be a sinkscope result, got a {type(result).__name__}", "result")
     cls = type(result)
     atomic_write_json(path, {SCHEMA_KEY: cls.SCHEMA, VERSION_KEY: cls.SCHEMA_VERSION, **encode(result)})
 
@@ -216,6 +225,8 @@ def read_result(path: str | os.PathLike, cls: type[T], remedy: str = "") -> T:
     A file of an older schema version is read when ``cls.UPGRADES`` holds every step from
     its version to the current one (``UPGRADES[v]`` turns version v's fields into version
     v + 1's), so result directories written by earlier releases keep working."""
+    check_path(path, "path")
+    _check_persisted(cls, f"cls must be a sinkscope result class, got {cls!r}", "cls")
     path = Path(path)
     data = read_json(path)
     suffix = f"; {remedy}" if remedy else ""
