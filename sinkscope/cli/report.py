@@ -26,7 +26,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    report.add_argument("result_dir", metavar="DIR", help="a directory written by sinkscope toy or audit")
+    report.add_argument(
+        "result_dir",
+        metavar="DIR",
+        help="a result directory: toy reproduce, sweep, probe, patch or tradeoff; audit; compare (audits or --mechanism)",
+    )
     report.add_argument(
         "--out",
         type=out_path,
