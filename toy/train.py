@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from sinkscope.infra.arguments import PATH_TYPES, check_argument, check_items, check_path
 from sinkscope.infra.atomic_io import locked_directory
 from sinkscope.infra.devices import resolve_device
 from sinkscope.infra.errors import InputError, RunFailed
@@ -110,6 +111,8 @@ def train(
 ) -> TrainResult:
     """Train one toy model into ``run_dir`` and return how it ended (``train_seeds`` with
     K = 1; the arguments are the same)."""
+    check_argument(config, RunConfig, "config", "a RunConfig")
+    check_path(run_dir, "run_dir", "a run directory path (str or pathlib.Path)")
     return train_seeds([config], [run_dir], resume, progress, on_log, threads, device, tracking)[0]
 
 
@@ -143,7 +146,10 @@ def train_seeds(
     not part of the run's config, so a run resumes with it on or off.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
     """
+    configs = check_items(configs, RunConfig, "configs", "RunConfigs")
+    run_dirs = check_items(run_dirs, PATH_TYPES, "run_dirs", "run directory paths")
     if tracking is not None:
+        check_argument(tracking, TrackingConfig, "tracking", "a TrackingConfig or None")
         tracking.check()  # a missing package: one line before any directory is touched
     paths = [Path(run_dir) for run_dir in run_dirs]
     _check_stackable(configs, paths)

@@ -31,6 +31,19 @@ def check_path(value: Any, name: str, what: str = "a path (str or pathlib.Path)"
         raise InputError(f"{name} is empty; pass {what}", field=name)
 
 
+MAX_SEED = 2**63 - 1  # torch's generators take 64 bits; a signed 64-bit range leaves room for offsets
+
+
+def check_seed(value: int, name: str = "seed") -> None:
+    """A random seed torch and ``random`` accept: an integer in [0, 2**63 - 1]; else an
+    ``InputError(field=name)``, not torch's "Overflow when unpacking long long"."""
+    check_argument(value, int, name, "an integer")
+    if not 0 <= value <= MAX_SEED:
+        raise InputError(
+            f"{name} must be an integer in [0, 2**63 - 1], got {_shown(value)}; pick a seed in that range", field=name
+        )
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
