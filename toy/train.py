@@ -76,6 +76,20 @@ def unit_device(device: str, executor: str) -> str:
     return kind
 
 
+def _checked_arguments(
+    configs: Sequence[RunConfig], run_dirs: Sequence[str | os.PathLike], tracking: TrackingConfig | None
+) -> tuple[list[RunConfig], list[Path]]:
+    """``train_seeds``'s arguments checked (types, one directory per config, configs that
+    can train together, the tracking packages installed) before anything is touched."""
+    configs = check_items(configs, object, "configs", "RunConfigs")  # each item's type: _check_stackable
+    paths = [Path(p) for p in check_items(run_dirs, PATH_TYPES, "run_dirs", "run directory paths")]
+    if tracking is not None:
+        check_argument(tracking, TrackingConfig, "tracking", "a TrackingConfig or None")
+        tracking.check()  # a missing package: one line before any directory is touched
+    _check_stackable(configs, paths)
+    return configs, paths
+
+
 def _check_stackable(configs: Sequence[RunConfig], run_dirs: Sequence[Path]) -> None:
     if not configs:
         raise InputError("train_seeds needs at least one config")
@@ -146,13 +160,7 @@ def train_seeds(
     not part of the run's config, so a run resumes with it on or off.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
     """
-    configs = check_items(configs, RunConfig, "configs", "RunConfigs")
-    run_dirs = check_items(run_dirs, PATH_TYPES, "run_dirs", "run directory paths")
-    if tracking is not None:
-        check_argument(tracking, TrackingConfig, "tracking", "a TrackingConfig or None")
-        tracking.check()  # a missing package: one line before any directory is touched
-    paths = [Path(run_dir) for run_dir in run_dirs]
-    _check_stackable(configs, paths)
+    configs, paths = _checked_arguments(configs, run_dirs, tracking)
     target_device = resolve_device(device)
     # refused before any directory is made or any tensor allocated
     check_fits(configs[0].model, configs[0].train.batch_size, len(configs), target_device)
