@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
-from sinkscope.infra.arguments import check_argument, check_path, check_seed
+from sinkscope.infra.arguments import check_argument, check_path, check_seed, refuse_duplicates
 from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Problem, relative_path_problems
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
@@ -85,6 +85,8 @@ class ReproduceConfig:
             raise InputError(f"max_steps must be >= 1, got {self.max_steps}", field="max_steps")
         if self.n_sequences < 1:
             raise InputError(f"n_sequences must be >= 1, got {self.n_sequences}", field="n_sequences")
+        refuse_duplicates(self.architectures, "architectures")
+        refuse_duplicates(self.attentions, "attentions")
         for layers, heads in self.architectures:
             if layers < 1 or heads < 1:
                 raise InputError(f"architecture {layers}x{heads} needs >= 1 layer and head", field="architectures")

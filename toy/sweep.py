@@ -17,7 +17,7 @@ from statistics import mean
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
-from sinkscope.infra.arguments import check_argument, check_path
+from sinkscope.infra.arguments import check_argument, check_path, refuse_duplicates
 from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, Bound, Problem, relative_path_problems
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
@@ -82,7 +82,7 @@ class SweepConfig:
         for name in ("seq_lens", "d_models", "heads", "layers", "attentions", "layer_norms", "mlps"):
             if not getattr(self, name):
                 raise InputError(f"the sweep needs at least one value for {name}", field=name)
-            _refuse_duplicates(name, getattr(self, name))
+            refuse_duplicates(getattr(self, name), name)
         for attention in self.attentions:
             validate_attention_kind(attention, field="attentions")
         for name in ("seeds", "max_steps", "n_sequences", "workers"):
@@ -120,16 +120,6 @@ class SweepConfig:
                 jobs.append((cell.run_name(seed), config))
         # costliest first (layers x heads x width x length) so parallel workers finish together
         return sorted(jobs, key=lambda job: -_cost(job[1]))
-
-
-def _refuse_duplicates(name: str, values: tuple) -> None:
-    """A value listed twice would train the same runs twice into one directory: refuse it
-    before anything is written."""
-    seen: list = []
-    for value in values:
-        if value in seen:
-            raise InputError(f"{name} lists {value!r} twice; list each value once", field=name)
-        seen.append(value)
 
 
 def phase_diagram(

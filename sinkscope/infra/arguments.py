@@ -44,6 +44,16 @@ def check_seed(value: int, name: str = "seed") -> None:
         )
 
 
+def refuse_duplicates(values: Iterable[Any], name: str) -> None:
+    """Refuse a value listed twice in the list setting ``name`` (a grid axis, a set of
+    architectures): it would train the same runs twice into one directory."""
+    seen: list[Any] = []
+    for value in values:
+        if value in seen:
+            raise InputError(f"{name} lists {_shown(value)} twice; list each value once", field=name)
+        seen.append(value)
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

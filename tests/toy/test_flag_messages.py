@@ -188,3 +188,9 @@ def test_a_rerun_sweep_says_what_it_resumes_on_stderr_only(tmp_path, capsys):
         f"sinkscope: resuming {tmp_path / 's'}: 1 finished run(s) kept, 1 run(s) continue from their checkpoints, "
         "0 start from step 0"
     ]
+
+
+def test_a_reproduction_refuses_an_architecture_listed_twice():
+    with pytest.raises(InputError, match=r"architectures lists \(1, 1\) twice") as error:
+        sinkscope.ReproduceConfig(architectures=((1, 1), (2, 2), (1, 1)))
+    assert error.value.field == "architectures"
