@@ -10,6 +10,7 @@ Toy reproductions and sweeps, and audit suites, keep their units' directories in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -51,9 +52,11 @@ def experiment_directory(
     with locked_directory(out_dir):
         marker = out_dir / marker_file
         if marker.exists() and not overwrite:
-            if read_result(marker, type(settings), f"use another output directory or overwrite {what}") != settings:
+            recorded = read_result(marker, type(settings), f"use another output directory or overwrite {what}")
+            if recorded != settings:
                 raise InputError(
-                    f"{out_dir} holds {what} with different settings; choose another output directory or overwrite it",
+                    f"{out_dir} holds {what} with different settings ({setting_differences(recorded, settings)}); "
+                    "repeat its settings to resume it, choose another output directory or overwrite it",
                     field="overwrite",
                 )
             yield out_dir  # same settings: resume
@@ -76,6 +79,21 @@ def experiment_directory(
                     failures,
                 ) from error
             _record_final_location(staging, out_dir)
+
+
+def setting_differences(recorded: Any, asked: Any, prefix: str = "") -> str:
+    """The compared fields of two settings dataclasses that differ, as ``name recorded
+    (asked: value)``, nested settings by dotted name (``task.seq_len 16 (asked: 32)``)."""
+    parts = []
+    for item in dataclasses.fields(recorded):
+        old, new = getattr(recorded, item.name), getattr(asked, item.name)
+        if not item.compare or old == new:
+            continue
+        if dataclasses.is_dataclass(old) and type(old) is type(new):
+            parts.append(setting_differences(old, new, f"{prefix}{item.name}."))
+        else:
+            parts.append(f"{prefix}{item.name} {old!r} (asked: {new!r})")
+    return ", ".join(parts)
 
 
 def _record_final_location(staging: Path, out_dir: Path) -> None:

@@ -28,9 +28,11 @@ ATTENTION_KINDS: tuple[str, ...] = ("softmax", "relu", "relu_prefix", "sigmoid")
 NORMALISED_KINDS: tuple[str, ...] = ("softmax",)
 
 
-def validate_attention_kind(kind: str) -> str:
+def validate_attention_kind(kind: str, field: str = "attention") -> str:
+    """``kind`` when it is one of ``ATTENTION_KINDS``; else an InputError naming the setting
+    ``field`` (so the command line names its flag)."""
     if kind not in ATTENTION_KINDS:
-        raise InputError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}")
+        raise InputError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}", field=field)
     return kind
 
 

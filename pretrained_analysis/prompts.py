@@ -34,7 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sinkscope.infra.arguments import check_argument, check_items
+from sinkscope.infra.arguments import check_argument, check_items, check_seed
 from sinkscope.infra.bounds import COUNT, POSITIVE, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.pretrained_analysis.prompt_files import (
     PromptError,
@@ -92,6 +92,7 @@ class PromptSpec:
             check_argument(getattr(self, name), int, name, "an integer")
         for name in ("prepend_bos", "parse_special_tokens"):
             check_argument(getattr(self, name), bool, name, "True or False")
+        check_seed(self.seed)
         if self.max_len < 2:
             raise PromptError(f"max_len must be >= 2 tokens, got {self.max_len}", field="max_len")
         if self.n_prompts < 1:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
@@ -50,6 +51,7 @@ class DefaultStateConfig:
     max_single_heads: int | None = None
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         if self.max_single_heads is not None and self.max_single_heads < 0:
             raise InputError(
                 f"max_single_heads must be >= 0 or None, got {self.max_single_heads}", field="max_single_heads"

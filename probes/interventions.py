@@ -32,6 +32,7 @@ from typing import Any, Literal
 import torch
 from jaxtyping import Bool, Float, Int, Shaped
 
+from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
@@ -70,6 +71,7 @@ class Intervention:
     means: HeadMeans | None = None
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         if self.kind not in INTERVENTION_KINDS:
             raise InputError(f"unknown intervention {self.kind!r}; choose one of {', '.join(INTERVENTION_KINDS)}")
         if not self.heads:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
+from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.bounds import COUNT, NONNEGATIVE, UNBOUNDED, Bound
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
@@ -274,6 +275,8 @@ def evaluate_model(
 
 def evaluate_run(run_dir: str | os.PathLike, n_sequences: int = 1000, write_figures: bool = True) -> ModelEvaluation:
     """``evaluate_model`` on a run directory's trained model; figures go into the run dir."""
+    check_path(run_dir, "run_dir", "a toy run directory (str or pathlib.Path)")
+    check_argument(n_sequences, int, "n_sequences", "an integer")
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     model = load_model(run_dir)

@@ -11,6 +11,7 @@ per process, and a unit keeps its speed when other work shares the machine.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.toy.evaluate import ToyDefaultState, evaluate_run, upgrade_toy_default_state_v1
 from sinkscope.toy.paper_reference import PAPER_SINK_HEADS, paper_reference
 from sinkscope.toy.progress import ExperimentProgress
-from sinkscope.toy.run_dir import RunConfig, TrainResult
+from sinkscope.toy.run_dir import RunConfig, TrainResult, checkpoint_dirs
 from sinkscope.toy.tracking import RunTrackers, TrackingConfig
 from sinkscope.toy.train import train_seeds
 
@@ -260,6 +261,18 @@ def _evaluate(name: str, config: RunConfig, result: TrainResult, out_dir: Path, 
     )
 
 
+def _say_what_resumes(out_dir: Path, to_train: list[str], finished: int) -> None:
+    """One stderr line when a re-run picks up earlier work: how many finished runs it
+    keeps and how many continue from their checkpoints (stdout and --json unchanged)."""
+    resumed = sum(1 for name in to_train if checkpoint_dirs(out_dir / name))
+    if finished or resumed:
+        print(
+            f"sinkscope: resuming {out_dir}: {finished} finished run(s) kept, {resumed} run(s) continue from their "
+            f"checkpoints, {len(to_train) - resumed} start from step 0",
+            file=sys.stderr,
+        )
+
+
 def run_jobs(
     jobs: list[tuple[str, RunConfig]],
     out_dir: Path,
@@ -284,6 +297,8 @@ def run_jobs(
     # absolute paths: a Ray worker on another node has its own working directory
     units = [_unit(group, out_dir.resolve(), n_sequences, device, tracking) for group in groups]
     done = {unit.name: _evaluated(group, out_dir) for unit, group in zip(units, groups)}
+    pending = [name for unit, group in zip(units, groups) if done[unit.name] is None for name, _ in group]
+    _say_what_resumes(out_dir, pending, finished=len(jobs) - len(pending))
     with ExperimentProgress(out_dir, jobs, enabled=progress):
         report = run_units(
             units,

@@ -15,10 +15,12 @@ import torch
 
 from sinkscope.infra.errors import InputError
 from sinkscope.toy.model import ToyModelConfig
+from sinkscope.toy.run_dir import TrainConfig
 
 FLOAT_BYTES = 4
 COPIES_PER_PARAMETER = 4  # weight, gradient, Adam's first and second moment
 ACTIVATION_MARGIN = 2  # the forward pass's activations and their gradients
+_DEFAULT, _DEFAULT_TRAIN = ToyModelConfig(), TrainConfig()  # "large" is measured against the defaults
 
 
 def parameter_count(model: ToyModelConfig) -> int:
@@ -68,12 +70,40 @@ def check_fits(model: ToyModelConfig, batch_size: int, models: int, device: torc
     needed = training_bytes(model, batch_size, models)
     free = available_bytes(device)
     if needed > free:
+        culprit, others = settings_to_lower(model, batch_size)
         raise InputError(
             f"training {models} model(s) of {model.n_layers} layer(s) x {model.n_heads} head(s), d_model "
-            f"{model.d_model} ({parameter_count(model):,} parameters each) needs about {_size(needed)} but "
-            f"{device.type} has {_size(free)} free; lower n_layers, n_heads or d_model",
-            field="n_layers",
+            f"{model.d_model}, seq_len {model.seq_len} ({parameter_count(model):,} parameters each) needs about "
+            f"{_size(needed)} but {device.type} has {_size(free)} free; lower {culprit}"
+            + (f" (and {', '.join(others)})" if others else ""),
+            field=culprit,
         )
+
+
+def settings_to_lower(model: ToyModelConfig, batch_size: int) -> tuple[str, list[str]]:
+    """The setting most to blame for the estimate, and the others above their defaults.
+
+    The larger term decides which settings count: the activations of one batch grow with
+    ``seq_len`` squared, ``batch_size``, layers and heads; the parameters (weights and
+    Adam's moments) with layers, heads and ``d_model`` (and ``seq_len`` with positional
+    embeddings). Among those, the one furthest above its default is named first."""
+    if ACTIVATION_MARGIN * activation_count(model, batch_size) >= COPIES_PER_PARAMETER * parameter_count(model):
+        growth = {
+            "seq_len": (model.seq_len / _DEFAULT.seq_len) ** 2,
+            "batch_size": batch_size / _DEFAULT_TRAIN.batch_size,
+            "n_layers": model.n_layers / _DEFAULT.n_layers,
+            "n_heads": model.n_heads / _DEFAULT.n_heads,
+        }
+    else:
+        growth = {
+            "n_layers": model.n_layers / _DEFAULT.n_layers,
+            "n_heads": model.n_heads / _DEFAULT.n_heads,
+            "d_model": (model.d_model / _DEFAULT.d_model) ** 2,
+        }
+        if model.positional_embedding:
+            growth["seq_len"] = model.seq_len / _DEFAULT.seq_len
+    ranked = sorted(growth, key=lambda name: -growth[name])
+    return ranked[0], [name for name in ranked[1:] if growth[name] > 1]
 
 
 def _size(count: int) -> str:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
 from sinkscope.infra.bounds import COUNT, Bound, Problem, index_problems
 from sinkscope.infra.codec import Upgrade, write_result
@@ -126,6 +127,10 @@ def patch_run(
 ) -> tuple[TriggerPatching, list[str]]:
     """`sinkscope toy patch RUN_DIR`: patching results as JSON and heatmaps in ``out_dir``
     (default ``RUN_DIR/patch``); returns the result and the files written."""
+    check_path(run_dir, "run_dir", "a toy run directory (str or pathlib.Path)")
+    if out_dir is not None:
+        check_path(out_dir, "out_dir", "an output directory path (str or pathlib.Path) or None")
+    check_argument(n_inputs, int, "n_inputs", "an integer")
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "patch"

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
 from sinkscope.infra.codec import write_result
 from sinkscope.infra.errors import InputError
@@ -88,6 +89,10 @@ def probe_run(
     """Probe a trained toy run; results go to ``out_dir`` (default ``RUN_DIR/probe``).
     An unfinished or diverged run is refused unless ``allow_unfinished`` (then the result
     says so in its notes)."""
+    check_path(run_dir, "run_dir", "a toy run directory (str or pathlib.Path)")
+    if out_dir is not None:
+        check_path(out_dir, "out_dir", "an output directory path (str or pathlib.Path) or None")
+    check_argument(n_sequences, int, "n_sequences", "an integer")
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     unfinished = require_finished(run_dir, allow_unfinished, "probe")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
+from sinkscope.infra.arguments import check_argument, check_path, check_seed, refuse_duplicates
 from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Problem, relative_path_problems
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
@@ -76,12 +77,16 @@ class ReproduceConfig:
     def __post_init__(self) -> None:
         if self.seeds < 1:
             raise InputError(f"seeds must be >= 1, got {self.seeds}", field="seeds")
+        check_seed(self.first_seed, "first_seed")
+        check_seed(self.first_seed + self.seeds - 1, "first_seed")  # the last seed trained
         if self.workers < 1:
             raise InputError(f"workers must be >= 1, got {self.workers}", field="workers")
         if self.max_steps < 1:
             raise InputError(f"max_steps must be >= 1, got {self.max_steps}", field="max_steps")
         if self.n_sequences < 1:
             raise InputError(f"n_sequences must be >= 1, got {self.n_sequences}", field="n_sequences")
+        refuse_duplicates(self.architectures, "architectures")
+        refuse_duplicates(self.attentions, "attentions")
         for layers, heads in self.architectures:
             if layers < 1 or heads < 1:
                 raise InputError(f"architecture {layers}x{heads} needs >= 1 layer and head", field="architectures")
@@ -258,6 +263,8 @@ def reproduce(
     runs on the CPU. ``executor``/``ray_address``: where the units run (``run_jobs``).
     ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
     ``out_dir``'s name (``sinkscope.toy.tracking``); not a resume setting."""
+    check_argument(config, ReproduceConfig, "config", "a ReproduceConfig")
+    check_path(out_dir, "out_dir", "an output directory path (str or pathlib.Path)")
     out_dir = Path(out_dir)
     target_device = unit_device(device, executor)  # before anything is written
     if tracking is not None:

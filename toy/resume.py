@@ -21,7 +21,8 @@ from sinkscope.infra.atomic_io import read_json
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 from sinkscope.toy.checkpoint import load_tensors
-from sinkscope.toy.run_dir import CHECKPOINTS, RunConfig, checkpoint_dirs
+from sinkscope.toy.model import ToyModelConfig
+from sinkscope.toy.run_dir import CHECKPOINTS, RunConfig, TrainConfig, checkpoint_dirs
 
 # settings that decide when checkpoints are written or how many are kept, never the numbers
 NUMBER_NEUTRAL = {("train", "max_steps"), ("train", "checkpoint_every"), ("train", "keep_checkpoints")}
@@ -62,13 +63,24 @@ def run_record(config: RunConfig) -> dict:
 
 def record_differences(old: dict, new: dict) -> list[str]:
     """Dotted names of the settings that change the numbers and differ between two
-    ``run_record`` dicts (the checkpoint settings and ``max_steps`` may differ)."""
+    ``run_record`` dicts (the checkpoint settings and ``max_steps`` may differ). The lr is
+    compared as the rate it resolves to: no lr and the default lr train the same numbers."""
+    old, new = _with_resolved_lr(old), _with_resolved_lr(new)
     return [
         f"{section}.{key}"
         for section in ("model", "task", "train")
         for key in sorted(set(_section(old, section)) | set(_section(new, section)))
         if (section, key) not in NUMBER_NEUTRAL and _section(old, section).get(key) != _section(new, section).get(key)
     ]
+
+
+def _with_resolved_lr(record: dict) -> dict:
+    """``record`` with ``train.lr`` None replaced by the rate the architecture defaults to."""
+    train, n_layers = _section(record, "train"), _section(record, "model").get("n_layers")
+    if train.get("lr") is not None or not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
+        return record
+    default = TrainConfig().learning_rate(ToyModelConfig(n_layers=n_layers))
+    return {**record, "train": {**train, "lr": default}}
 
 
 def _section(record: dict, name: str) -> dict:

@@ -21,6 +21,7 @@ from typing import ClassVar
 
 import torch
 
+from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.atomic_io import atomic_directory, atomic_write_json
 from sinkscope.infra.bounds import COUNT, FRACTION, NONNEGATIVE, POSITIVE, UNBOUNDED, Bound
 from sinkscope.infra.codec import encode, read_result, write_result
@@ -68,6 +69,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)  # a wrong type is named here, not a TypeError further on
+        check_seed(self.seed)
         if self.lr is not None and not self.lr > 0:
             raise InputError(f"lr must be positive, got {self.lr}", field="lr")
         for name in ("batch_size", "max_steps", "log_every", "checkpoint_every", "keep_checkpoints"):

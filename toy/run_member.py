@@ -8,7 +8,6 @@ directory's files.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,6 +18,7 @@ from sinkscope.infra.atomic_io import atomic_write_text, holds_files
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.probes.sink_metrics import anchor_mass
 from sinkscope.toy.checkpoint import optimizer_from_tensors, optimizer_to_tensors
+from sinkscope.toy.metrics_log import metrics_before
 from sinkscope.toy.model import ToyTransformer
 from sinkscope.toy.resume import (
     RUN_RECORD,
@@ -44,7 +44,6 @@ from sinkscope.toy.run_dir import (
     append_metrics,
     checkpoint_dirs,
     read_config,
-    read_metrics,
     read_train_result,
     write_checkpoint,
     write_config,
@@ -101,6 +100,8 @@ def restore_checkpoint(member: RunMember, point: ResumePoint) -> None:
     outside the atomic write) is renamed ``unreadable-step-*`` (a fresh name when that is
     taken) with one line on stderr, so that nothing else (pruning, ``load_model``, the
     divergence message) takes it for a good checkpoint; it is kept for inspection."""
+    state = point.checkpoint.state
+    kept = metrics_before(member.run_dir, state["step"])  # may refuse: before anything is renamed
     for candidate, why in point.passed_over:
         quarantine = fresh_quarantine_name(candidate)
         candidate.rename(quarantine)
@@ -109,21 +110,12 @@ def restore_checkpoint(member: RunMember, point: ResumePoint) -> None:
             "resuming from an older one",
             file=sys.stderr,
         )
-    state = point.checkpoint.state
     # A checkpoint at step s holds the state *before* step s's batch is drawn, so the
     # metrics of step s (computed on that batch) and later belong to steps that will be
     # redone: keep only the ones before it.
-    kept = [r for r in read_metrics(member.run_dir) if _logged_step(r) < state["step"]]
-    atomic_write_text(member.run_dir / METRICS_FILE, "".join(json_line(r) for r in kept))
+    atomic_write_text(member.run_dir / METRICS_FILE, kept)
     member.step, member.wall_before = state["step"], float(state["wall_seconds"])
     member.resumed_from = member.step
-
-
-def _logged_step(record: object) -> float:
-    """A metrics line's step; a line that has none (edited by hand) sorts after every step,
-    so it is dropped with the steps that will be redone rather than stopping the resume."""
-    step = record.get("step") if isinstance(record, dict) else None
-    return step if isinstance(step, int) and not isinstance(step, bool) else float("inf")
 
 
 def load_checkpoint_into(member: RunMember, checkpoint: CheckpointRead) -> None:
@@ -145,10 +137,6 @@ def config_differences(existing: RunConfig, wanted: RunConfig) -> list[str]:
     """Dotted names of the settings that differ and change the numbers (a run may be
     extended or stopped earlier, and checkpointed at another rhythm)."""
     return record_differences(run_record(existing), run_record(wanted))
-
-
-def json_line(record: dict) -> str:
-    return json.dumps(record) + "\n"
 
 
 class RunMember:

@@ -17,6 +17,7 @@ from statistics import mean
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
+from sinkscope.infra.arguments import check_argument, check_path, refuse_duplicates
 from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, Bound, Problem, relative_path_problems
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
@@ -81,8 +82,9 @@ class SweepConfig:
         for name in ("seq_lens", "d_models", "heads", "layers", "attentions", "layer_norms", "mlps"):
             if not getattr(self, name):
                 raise InputError(f"the sweep needs at least one value for {name}", field=name)
+            refuse_duplicates(getattr(self, name), name)
         for attention in self.attentions:
-            validate_attention_kind(attention)
+            validate_attention_kind(attention, field="attentions")
         for name in ("seeds", "max_steps", "n_sequences", "workers"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
@@ -253,6 +255,8 @@ def sweep(
     ``executor``/``ray_address``: where the units run (``sinkscope.toy.experiment.run_jobs``).
     ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
     ``out_dir``'s name (``sinkscope.toy.tracking``); not a resume setting."""
+    check_argument(config, SweepConfig, "config", "a SweepConfig")
+    check_path(out_dir, "out_dir", "an output directory path (str or pathlib.Path)")
     out_dir = Path(out_dir)
     target_device = unit_device(device, executor)  # before anything is written
     if tracking is not None:

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
 
+from sinkscope.infra.arguments import PATH_TYPES, check_argument, check_items, check_path
 from sinkscope.infra.bounds import NONNEGATIVE, UNBOUNDED, Bound
 from sinkscope.infra.codec import write_result
 from sinkscope.infra.errors import InputError
@@ -69,7 +70,8 @@ def _check_tradeoff_model(model: ToyTransformer, task: TaskConfig) -> None:
         raise InputError(
             f"the trade-off is measured on one-layer, one-head models without a residual "
             f"(Theorem 1's setting, trained on the 'single' target); got n_layers={cfg.n_layers}, "
-            f"n_heads={cfg.n_heads}, residual={cfg.has_residual}"
+            f"n_heads={cfg.n_heads}, residual={cfg.has_residual}; pass a run trained with n_layers=1, n_heads=1 "
+            "and no residual (the defaults of sinkscope toy train)"
         )
     if cfg.d_model != task.d_model:
         raise InputError(
@@ -252,7 +254,10 @@ def write_tradeoff(
     Writes ``tradeoff.json``, ``tradeoff.png`` and ``provenance.json`` in ``out_dir``.
     An unfinished or diverged run is refused unless ``allow_unfinished`` (then the
     result's notes say so)."""
-    run_paths = [Path(r) for r in run_dirs]
+    check_path(out_dir, "out_dir", "an output directory path (str or pathlib.Path)")
+    run_paths = [Path(r) for r in check_items(run_dirs, PATH_TYPES, "run_dirs", "run directory paths")]
+    if task is not None:
+        check_argument(task, TaskConfig, "task", "a TaskConfig or None")
     notes = unfinished_notes(run_paths, allow_unfinished)
     if task is None:
         task = read_config(run_paths[0]).task if run_paths else TaskConfig()

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from sinkscope.infra.arguments import PATH_TYPES, check_argument, check_items, check_path
 from sinkscope.infra.atomic_io import locked_directory
 from sinkscope.infra.devices import resolve_device
 from sinkscope.infra.errors import InputError, RunFailed
@@ -75,6 +76,20 @@ def unit_device(device: str, executor: str) -> str:
     return kind
 
 
+def _checked_arguments(
+    configs: Sequence[RunConfig], run_dirs: Sequence[str | os.PathLike], tracking: TrackingConfig | None
+) -> tuple[list[RunConfig], list[Path]]:
+    """``train_seeds``'s arguments checked (types, one directory per config, configs that
+    can train together, the tracking packages installed) before anything is touched."""
+    configs = check_items(configs, object, "configs", "RunConfigs")  # each item's type: _check_stackable
+    paths = [Path(p) for p in check_items(run_dirs, PATH_TYPES, "run_dirs", "run directory paths")]
+    if tracking is not None:
+        check_argument(tracking, TrackingConfig, "tracking", "a TrackingConfig or None")
+        tracking.check()  # a missing package: one line before any directory is touched
+    _check_stackable(configs, paths)
+    return configs, paths
+
+
 def _check_stackable(configs: Sequence[RunConfig], run_dirs: Sequence[Path]) -> None:
     if not configs:
         raise InputError("train_seeds needs at least one config")
@@ -110,6 +125,8 @@ def train(
 ) -> TrainResult:
     """Train one toy model into ``run_dir`` and return how it ended (``train_seeds`` with
     K = 1; the arguments are the same)."""
+    check_argument(config, RunConfig, "config", "a RunConfig")
+    check_path(run_dir, "run_dir", "a run directory path (str or pathlib.Path)")
     return train_seeds([config], [run_dir], resume, progress, on_log, threads, device, tracking)[0]
 
 
@@ -143,10 +160,7 @@ def train_seeds(
     not part of the run's config, so a run resumes with it on or off.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
     """
-    if tracking is not None:
-        tracking.check()  # a missing package: one line before any directory is touched
-    paths = [Path(run_dir) for run_dir in run_dirs]
-    _check_stackable(configs, paths)
+    configs, paths = _checked_arguments(configs, run_dirs, tracking)
     target_device = resolve_device(device)
     # refused before any directory is made or any tensor allocated
     check_fits(configs[0].model, configs[0].train.batch_size, len(configs), target_device)

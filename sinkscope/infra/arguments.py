@@ -31,6 +31,29 @@ def check_path(value: Any, name: str, what: str = "a path (str or pathlib.Path)"
         raise InputError(f"{name} is empty; pass {what}", field=name)
 
 
+MAX_SEED = 2**63 - 1  # torch's generators take 64 bits; a signed 64-bit range leaves room for offsets
+
+
+def check_seed(value: int, name: str = "seed") -> None:
+    """A random seed torch and ``random`` accept: an integer in [0, 2**63 - 1]; else an
+    ``InputError(field=name)``, not torch's "Overflow when unpacking long long"."""
+    check_argument(value, int, name, "an integer")
+    if not 0 <= value <= MAX_SEED:
+        raise InputError(
+            f"{name} must be an integer in [0, 2**63 - 1], got {_shown(value)}; pick a seed in that range", field=name
+        )
+
+
+def refuse_duplicates(values: Iterable[Any], name: str) -> None:
+    """Refuse a value listed twice in the list setting ``name`` (a grid axis, a set of
+    architectures): it would train the same runs twice into one directory."""
+    seen: list[Any] = []
+    for value in values:
+        if value in seen:
+            raise InputError(f"{name} lists {_shown(value)} twice; list each value once", field=name)
+        seen.append(value)
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -96,7 +96,7 @@ def test_probe_of_weights_of_the_wrong_shape_is_one_line(runs, tmp_path, capsys)
 
 def test_a_model_too_large_for_memory_is_refused_before_allocating(tmp_path, capsys):
     argv = ["toy", "train", "--layers", "100000", "--heads", "100000", "--out", str(tmp_path / "huge")]
-    one_line_exit_2(capsys, argv, "lower n_layers, n_heads or d_model")
+    one_line_exit_2(capsys, argv, "lower n_layers (and n_heads) (--layers)")
     assert list(tmp_path.iterdir()) == []
 
 
