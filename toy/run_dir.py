@@ -205,7 +205,9 @@ def write_train_result(run_dir: Path, result: TrainResult) -> None:
 
 
 def read_train_result(run_dir: str | os.PathLike) -> TrainResult:
-    return read_result(Path(run_dir) / RESULT_FILE, TrainResult, "delete it and resume the run")
+    path = Path(run_dir) / RESULT_FILE
+    is_regular_file(path)  # a named pipe is named, never opened (reading it would wait forever)
+    return read_result(path, TrainResult, "delete it and resume the run")
 
 
 def append_metrics(run_dir: Path, record: dict) -> dict:

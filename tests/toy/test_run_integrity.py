@@ -137,3 +137,17 @@ def test_patch_writes_provenance_and_its_report_says_the_note_once(finished, tmp
     report = (out / "report.md").read_text()
     assert report.count("has not finished training") == 1, report
     assert "predates provenance" not in report
+
+
+def test_resume_names_a_result_that_is_a_named_pipe_without_opening_it(run, tmp_path, capsys):
+    (run / RESULT_FILE).unlink()
+    os.mkfifo(run / RESULT_FILE)  # opening it to read would wait forever for a writer
+    argv = ["toy", "train", "--no-progress", "--max-steps", "4", "--checkpoint-every", "2", "--resume"]
+    _refused(capsys, tmp_path, [*argv, "--out", str(run)], "is a named pipe", "restore it or retrain")
+
+
+def test_a_finished_run_records_the_hash_of_its_final_weights(finished):
+    import hashlib
+
+    result = json.loads((finished / RESULT_FILE).read_text())
+    assert result["weights_sha256"] == hashlib.sha256((finished / FINAL_WEIGHTS).read_bytes()).hexdigest()
