@@ -251,7 +251,10 @@ def unfinished_reason(run_dir: str | os.PathLike) -> str | None:
     if not is_regular_file(run_dir / FINAL_WEIGHTS):  # never a checkpoint silently in the final weights' place
         newest = checkpoint_dirs(run_dir)
         left = f"only its checkpoint at step {int(newest[-1].name[5:])}" if newest else "no checkpoint"
-        return f"{run_dir}'s final weights ({FINAL_WEIGHTS}) are missing although it finished at step {result.steps}, so {left} is left"
+        return (
+            f"{run_dir}'s {RESULT_FILE} says it finished at step {result.steps} but its final weights "
+            f"({FINAL_WEIGHTS}) are missing, so {left} is left"
+        )
     return None
 
 
