@@ -25,6 +25,7 @@ from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
 from sinkscope.infra.bounds import COUNT, Bound, Problem, index_problems
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.provenance import PROVENANCE_FILE, write_provenance
 from sinkscope.probes.patching import (
     MetricContext,
     MetricFn,
@@ -148,6 +149,7 @@ def patch_run(
             write_result(tmp / PATCHING_FILE, result)
             write_result(tmp / HEADS_FILE, result.per_head)
             write_result(tmp / POSITIONS_FILE, result.per_position)
+            write_provenance(tmp, "toy patch", source=str(run_dir.resolve()))
             for patched, figure, what, axis in (
                 (result.per_head, HEADS_FIGURE, "z patched per head", "head (0-indexed)"),
                 (result.per_position, POSITIONS_FIGURE, "resid_pre patched per position", "position (0-indexed)"),
@@ -162,5 +164,5 @@ def patch_run(
                     vmin=-1.0,
                     vmax=1.0,
                 )
-    files = [PATCHING_FILE, HEADS_FILE, POSITIONS_FILE, HEADS_FIGURE, POSITIONS_FIGURE]
+    files = [PATCHING_FILE, HEADS_FILE, POSITIONS_FILE, HEADS_FIGURE, POSITIONS_FIGURE, PROVENANCE_FILE]
     return result, files

@@ -189,7 +189,8 @@ def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
             + ", ".join(f"{row.normalised_effect:+.2f} in layer {row.layer}" for row in at_trigger)
             + "."
         )
-    return findings + [*result.per_head.notes, *result.per_position.notes]
+    # both halves carry the run's notes (each file stands alone): say each once
+    return findings + list(dict.fromkeys([*result.per_head.notes, *result.per_position.notes]))
 
 
 def _patch_configuration(source: Path, result: TriggerPatching, run_dir: Path | None) -> Section:

@@ -29,6 +29,12 @@ from sinkscope.infra.errors import InputError
 from sinkscope.infra.field_types import check_field_types
 from sinkscope.toy.checkpoint import load_tensors, save_tensors
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
+from sinkscope.toy.run_integrity import (
+    check_config_against_record,
+    check_final_weights,
+    check_result_fits_config,
+    is_regular_file,
+)
 from sinkscope.toy.task import TaskConfig
 
 CONFIG_FILE = "config.json"
@@ -119,7 +125,9 @@ class RunConfig:
 class TrainResult:
     """How a run ended. ``status`` is ``converged``, ``max_steps`` or ``diverged``;
     ``linf_error`` is the last training batch's max absolute error. In ``result.json`` a
-    non-finite number (a diverged run's loss) is ``null``, so the file is standard JSON."""
+    non-finite number (a diverged run's loss) is ``null``, so the file is standard JSON.
+    ``weights_sha256`` is the hash of the final ``model.safetensors`` (None for a diverged
+    run, and in results written before it was recorded)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "steps": COUNT,
@@ -142,6 +150,7 @@ class TrainResult:
     linf_error: float
     loss: float
     resumed_from_step: int | None = None
+    weights_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in self.STATUSES:
@@ -156,7 +165,7 @@ def write_config(run_dir: Path, config: RunConfig) -> None:
 
 def read_config(run_dir: str | os.PathLike) -> RunConfig:
     run_dir = Path(run_dir)
-    if not (run_dir / CONFIG_FILE).is_file():
+    if not is_regular_file(run_dir / CONFIG_FILE):
         raise InputError(
             f"{run_dir} is not a toy run directory (no {CONFIG_FILE}); pass a directory written by toy training "
             "(sinkscope toy train)",
@@ -198,7 +207,9 @@ def write_train_result(run_dir: Path, result: TrainResult) -> None:
 
 
 def read_train_result(run_dir: str | os.PathLike) -> TrainResult:
-    return read_result(Path(run_dir) / RESULT_FILE, TrainResult, "delete it and resume the run")
+    path = Path(run_dir) / RESULT_FILE
+    is_regular_file(path)  # a named pipe is named, never opened (reading it would wait forever)
+    return read_result(path, TrainResult, "delete it and resume the run")
 
 
 def append_metrics(run_dir: Path, record: dict) -> dict:
@@ -226,22 +237,48 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
 
 def unfinished_reason(run_dir: str | os.PathLike) -> str | None:
     """Why the run's weights are not a trained model (None when they are): interrupted or
-    still training (no result yet), or diverged (the weights are the last good checkpoint)."""
+    still training (no result yet), diverged (the weights are the last good checkpoint), or
+    finished without its final weights (only a checkpoint is left). A result that
+    contradicts the run's config, or a file that is not a regular one, is refused here."""
     run_dir = Path(run_dir)
-    if not (run_dir / RESULT_FILE).is_file():
+    if not is_regular_file(run_dir / RESULT_FILE):
         return f"{run_dir} has not finished training (no {RESULT_FILE}), so only its latest checkpoint exists"
     try:
         result = read_train_result(run_dir)
     except InputError as error:  # tampered or cut short: nothing says how the run ended
         return f"{run_dir}'s {RESULT_FILE} does not say how the run ended ({error})"
+    check_result_fits_config(run_dir / RESULT_FILE, result, read_config(run_dir).train)
     if result.status == "diverged":
         return f"{run_dir} diverged at step {result.steps}; its weights are the last good checkpoint"
+    if not is_regular_file(run_dir / FINAL_WEIGHTS):  # never a checkpoint silently in the final weights' place
+        newest = checkpoint_dirs(run_dir)
+        left = f"only its checkpoint at step {int(newest[-1].name[5:])}" if newest else "no checkpoint"
+        return (
+            f"{run_dir}'s {RESULT_FILE} says it finished at step {result.steps} but its final weights "
+            f"({FINAL_WEIGHTS}) are missing, so {left} is left"
+        )
     return None
+
+
+def check_run_files(run_dir: Path) -> None:
+    """``config.json`` as the run's checkpoints recorded it, and the final weights as its
+    finish hashed them (each checked where the record exists)."""
+    config = read_config(run_dir)
+    newest = checkpoint_dirs(run_dir)
+    check_config_against_record(run_dir / CONFIG_FILE, config, newest[-1] / "state.json" if newest else None)
+    if is_regular_file(run_dir / RESULT_FILE) and is_regular_file(run_dir / FINAL_WEIGHTS):
+        try:
+            expected = read_train_result(run_dir).weights_sha256
+        except InputError:  # a tampered result: unfinished_reason names it
+            return
+        check_final_weights(run_dir / FINAL_WEIGHTS, expected)
 
 
 def require_finished(run_dir: str | os.PathLike, allow_unfinished: bool, command: str) -> str | None:
     """Refuse to analyse an unfinished or diverged run unless ``allow_unfinished``; returns
-    the note to record in the result when it is allowed (None for a finished run)."""
+    the note to record in the result when it is allowed (None for a finished run). Files
+    that disagree with each other are refused either way."""
+    check_run_files(Path(run_dir))
     reason = unfinished_reason(run_dir)
     if reason is not None and not allow_unfinished:
         raise InputError(
@@ -254,10 +291,11 @@ def require_finished(run_dir: str | os.PathLike, allow_unfinished: bool, command
 def load_model(run_dir: str | os.PathLike) -> ToyTransformer:
     """The trained model of a run: final weights, else the latest checkpoint."""
     run_dir = Path(run_dir)
+    check_run_files(run_dir)
     config = read_config(run_dir)
     model = ToyTransformer(config.model)
     weights = run_dir / FINAL_WEIGHTS
-    if not weights.is_file():
+    if not is_regular_file(weights):
         checkpoints = checkpoint_dirs(run_dir)
         if not checkpoints:
             raise InputError(f"{run_dir} holds no weights yet (no {FINAL_WEIGHTS}, no checkpoint)")

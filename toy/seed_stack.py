@@ -26,6 +26,7 @@ from sinkscope.toy.run_dir import (
     TrainResult,
     write_train_result,
 )
+from sinkscope.toy.run_integrity import file_sha256
 from sinkscope.toy.run_member import RunMember, log_step, paper_adam, write_step_checkpoint
 from sinkscope.toy.task import TaskBatch, sample_batch
 
@@ -249,6 +250,8 @@ class StackTraining:
             linf,
             loss,
             member.resumed_from,
+            # readers check the final weights against it: a swapped file is not this result
+            None if status == "diverged" else file_sha256(member.run_dir / FINAL_WEIGHTS),
         )
         write_train_result(member.run_dir, result)
         self.results[self.index_of[id(member)]] = result
