@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from sinkscope.infra.atomic_io import read_json
 from sinkscope.infra.errors import InputError
+from sinkscope.toy.checkpoint import load_tensors
 
 if TYPE_CHECKING:
     from sinkscope.toy.run_dir import RunConfig, TrainConfig, TrainResult
@@ -70,6 +71,7 @@ def check_final_weights(weights: Path, expected_sha256: str | None) -> None:
     """The final weights are the ones the finish hashed into ``result.json`` (results
     written before the hash existed are not checked)."""
     if expected_sha256 is not None and file_sha256(weights) != expected_sha256:
+        load_tensors(weights)  # a damaged file is named as unreadable, which is the more precise fix
         raise InputError(
             f"{weights} is not the weights this run finished with; restore them or retrain", field="run_dir"
         )
