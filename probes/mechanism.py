@@ -172,6 +172,15 @@ class MechanismComparison:
     heads: tuple[MechanismHead, ...]
     notes: tuple[str, ...] = field(default=())
 
+    def inconsistencies(self) -> Iterator[Problem]:
+        """At least one model; every sink head belongs to one of them."""
+        if not self.models:
+            yield "models", "empty", "one row per model compared (at least one)"
+        sources = {model.source for model in self.models}
+        for index, head in enumerate(self.heads):
+            if head.source not in sources:
+                yield f"heads[{index}].source", repr(head.source), "the source of one of the models"
+
     def model(self, source: str) -> MechanismModel:
         for row in self.models:
             if row.source == source:

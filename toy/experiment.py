@@ -119,6 +119,8 @@ class ModelSummary:
         yield from head_grid_problems(self.heads, self.n_layers, self.n_heads)
         yield from at_most("n_sink_heads", self.n_sink_heads, len(self.heads), "the number of heads")
         yield from relative_path_problems(self.figures)
+        if self.converged != (self.status == "converged"):
+            yield "converged", str(self.converged), f"{self.status == 'converged'} (status is {self.status!r})"
         if self.default_state is not None:
             refs = self.default_state.sink_heads
             yield from head_ref_problems(refs, self.n_layers, self.n_heads, "default_state.sink_heads")

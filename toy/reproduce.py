@@ -146,8 +146,16 @@ class ReproduceSummary:
     figures: list[str] = field(default_factory=list)
 
     def inconsistencies(self) -> Iterator[Problem]:
-        """Figures inside the result directory."""
+        """Figures inside the result directory; a model said to converge below the stop threshold."""
         yield from relative_path_problems(self.figures)
+        stop_linf = TrainConfig().stop_linf  # every reproduction trains with the paper's threshold
+        for index, model in enumerate(self.models):
+            if model.converged and not model.linf_error < stop_linf:
+                yield (
+                    f"models[{index}].converged",
+                    f"True with linf_error {model.linf_error:g}",
+                    f"linf_error < {stop_linf:g}",
+                )
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: the paper's checks, the models, the anchor-mass map."""

@@ -181,8 +181,12 @@ class SweepResult:
     figures: list[str] = field(default_factory=list)
 
     def inconsistencies(self) -> Iterator[Problem]:
-        """Figures inside the result directory."""
+        """At least one configuration and one model; figures inside the result directory."""
         yield from relative_path_problems(self.figures)
+        if not self.rows:
+            yield "rows", "empty", "one row per configuration of the grid (at least one)"
+        if not self.models:
+            yield "models", "empty", "one summary per trained model (at least one)"
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: one row per configuration."""

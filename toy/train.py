@@ -160,6 +160,10 @@ def train_seeds(
     not part of the run's config, so a run resumes with it on or off.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
     """
+    if on_log is not None and not callable(on_log):
+        raise InputError(
+            f"on_log must be a function (step, record) or None, got {type(on_log).__name__}", field="on_log"
+        )
     configs, paths = _checked_arguments(configs, run_dirs, tracking)
     target_device = resolve_device(device)
     # refused before any directory is made or any tensor allocated

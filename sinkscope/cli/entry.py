@@ -175,6 +175,7 @@ def _print_result(result: object, args: argparse.Namespace) -> int:
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """The command's run function, its result printed; an error sinkscope means is one line."""
     try:
+        _refuse_unusable_text(args)
         result = handler(args)(args)
     except BrokenPipeError:  # a human-readable line printed while the command ran
         _quiet_stdout()
@@ -198,6 +199,19 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except Exception as error:
         return _disk_full(error, args)  # or any other exception, a bug: its traceback shows
     return _print_result(result, args)
+
+
+def _refuse_unusable_text(args: argparse.Namespace) -> None:
+    """An empty argument (``--run ""`` would silently be the current directory) or one that
+    is not valid UTF-8 (a path no result file or report could name) is one line."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if not isinstance(item, str):
+                continue
+            if not item.strip():
+                raise InputError(f"{name} is empty; pass a value", field=name)
+            if any("\udc80" <= char <= "\udcff" for char in item):
+                raise InputError(f"{item!a} is not valid UTF-8; rename it to a UTF-8 name", field=name)
 
 
 def _closed_streams_to_devnull() -> None:
