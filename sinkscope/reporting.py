@@ -41,6 +41,10 @@ def detect_kind(result_dir: Path) -> ReportKind:
     """The kind of result directory ``result_dir`` is; a one-line error naming the fix if none."""
     if not result_dir.is_dir():
         raise InputError(f"{result_dir} is not a directory; pass a directory written by sinkscope")
+    for marker in sorted({marker for kind in REPORT_KINDS for marker in kind.markers}):
+        path = result_dir / marker
+        if os.path.lexists(path) and not path.is_file():  # a FIFO or folder must not demote the kind
+            raise InputError(f"{path} is not a regular file; restore it or regenerate the result")
     for kind in REPORT_KINDS:
         if kind.matches(result_dir):
             return kind

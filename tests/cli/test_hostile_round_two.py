@@ -77,3 +77,11 @@ def test_a_train_callback_that_is_not_callable_is_named_before_anything_is_made(
     with pytest.raises(InputError, match="on_log must be a function") as caught:
         train(config, tmp_path / "run", progress=False, on_log="x")  # type: ignore[arg-type]
     assert caught.value.field == "on_log" and not (tmp_path / "run").exists()
+
+
+def test_a_summary_that_is_a_fifo_is_named_not_reported_as_another_kind(capsys, tmp_path):
+    result = tmp_path / "reproduction"
+    shutil.copytree(FIXTURES / "reproduction", result)
+    (result / "summary.json").unlink()
+    os.mkfifo(result / "summary.json")  # the kind must not fall back to "toy tradeoff"
+    refused_report(capsys, result, tmp_path, "summary.json is not a regular file")
