@@ -189,9 +189,23 @@ def _value(record: dict, dotted: str) -> object:
     return _section(record, section).get(key)
 
 
+def _refuse_foreign_entries(run_dir: Path) -> None:
+    """The checkpoints folder, and each ``step-*`` entry in it, must be a folder: a file or
+    pipe in their place would only fail later, as an output location to choose anew."""
+    root = run_dir / CHECKPOINTS
+    entries = [root] + (sorted(root.glob("step-*")) if root.is_dir() else [])
+    for entry in entries:
+        if os.path.lexists(entry) and not entry.is_dir():
+            raise RunDirectoryError(
+                f"{entry} is not a checkpoint folder (it is a file, link or pipe); remove it, then resume",
+                field="run_dir",
+            )
+
+
 def check_writable(run_dir: Path) -> None:
     """A resume writes checkpoints, metrics and the config into ``run_dir``: refuse a
     read-only one before anything is written."""
+    _refuse_foreign_entries(run_dir)
     for folder in (run_dir, run_dir / CHECKPOINTS):
         if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
             raise RunDirectoryError(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fault_checks import one_line_exit_2, snapshot
+from sinkscope.cli import main
 from sinkscope.infra.errors import InputError
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import RunConfig, TrainConfig
@@ -85,3 +86,16 @@ def test_a_summary_that_is_a_fifo_is_named_not_reported_as_another_kind(capsys, 
     (result / "summary.json").unlink()
     os.mkfifo(result / "summary.json")  # the kind must not fall back to "toy tradeoff"
     refused_report(capsys, result, tmp_path, "summary.json is not a regular file")
+
+
+@pytest.mark.parametrize("replaced", ["checkpoints/step-00000020", "checkpoints"])
+def test_a_pipe_in_place_of_a_checkpoint_folder_names_the_pipe(capsys, tmp_path, replaced):
+    run = tmp_path / "run"
+    argv = ["toy", "train", "--max-steps", "20", "--checkpoint-every", "10", "--out", str(run), "--no-progress"]
+    assert main(argv) == 0
+    shutil.rmtree(run / replaced)
+    os.mkfifo(run / replaced)
+    before = snapshot(run)
+    argv[argv.index("--max-steps") + 1] = "30"
+    one_line_exit_2(capsys, [*argv, "--resume"], "is not a checkpoint folder (it is a file, link or pipe); remove it")
+    assert snapshot(run) == before
