@@ -112,13 +112,14 @@ def test_a_killed_sweep_stops_its_workers_at_the_next_step_and_the_same_command_
     def logged() -> dict[str, int]:
         return {log.parent.name: len(log.read_text().splitlines()) for log in out.glob("*/metrics.jsonl")}
 
-    at_kill: dict[str, int] = {}
-
     def both_training() -> bool:
-        at_kill.update(logged())
-        return len(at_kill) == 2 and all(at_kill.values())
+        lines = logged()
+        return len(lines) == 2 and all(lines.values())
 
     workers = kill_driver_once_workers_run(driver, both_training)
+    # counted once the driver is dead: on a loaded machine the units log on while the test
+    # finds the workers and sends the kill, so a count taken before it would be stale
+    at_kill = logged()
     try:
         assert len(workers) >= 2, workers
         assert wait_until(lambda: not alive(workers), DEATH_SECONDS), f"still alive: {alive(workers)}"
@@ -128,7 +129,8 @@ def test_a_killed_sweep_stops_its_workers_at_the_next_step_and_the_same_command_
     assert all(lines <= at_kill[name] + 1 for name, lines in logged().items()), (at_kill, logged())
     runs = [out / name for name in sorted(at_kill)]
     assert not any((run / FINAL_WEIGHTS).exists() for run in runs)
-    assert all(len(checkpoint_dirs(run)) == 2 for run in runs)  # step 0, and the step it stopped at
+    # step 0 and the step it stopped at (and a periodic one between, when the kill came late)
+    assert all(len(checkpoint_dirs(run)) >= 2 for run in runs)
     before = snapshot(out)
     time.sleep(1)
     assert snapshot(out) == before
