@@ -29,3 +29,20 @@ def one_line_exit_2(capsys, argv: list[str], fix: str) -> None:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert fix in err, err
+
+
+def audit_argv(model_dir: Path | str, prompts: Path | str, out: Path, *extra: str) -> list[str]:
+    return [
+        "audit",
+        str(model_dir),
+        "--prompts",
+        str(prompts),
+        "--max-len",
+        "16",
+        "--examples",
+        "0",
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]

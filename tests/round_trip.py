@@ -60,3 +60,22 @@ def assert_json_files_round_trip(directory: Path) -> set[str]:
         assert encode(read_result(path, cls)) == fields, path
         seen.add(data["schema"])
     return seen
+
+
+# Every module that defines a persisted (schema'd) result class today.
+PERSISTED_MODULES = (
+    "sinkscope.infra.provenance",
+    "sinkscope.probes.probe",
+    "sinkscope.probes.patching",
+    "sinkscope.probes.mechanism",
+    "sinkscope.toy.run_dir",
+    "sinkscope.toy.evaluate",
+    "sinkscope.toy.experiment",
+    "sinkscope.toy.patching",
+    "sinkscope.toy.tradeoff",
+    "sinkscope.toy.reproduce",
+    "sinkscope.toy.sweep",
+    "sinkscope.pretrained_analysis.audit",
+    "sinkscope.pretrained_analysis.compare",
+    "sinkscope.pretrained_analysis.suite",
+)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fault_checks import one_line_exit_2, snapshot  # noqa: F401  (re-exported: other test modules import them from here)
+from fault_checks import audit_argv, one_line_exit_2, snapshot  # noqa: F401  (re-exported for older imports)
 from sinkscope.cli import main
 from sinkscope.infra.atomic_io import OutputError, atomic_directory
 from tiny_models import TINY_GPT2_PROMPTS, build_tiny_gpt2
@@ -27,23 +27,6 @@ def prompts(tmp_path) -> Path:
     path = tmp_path / "prompts.txt"
     path.write_text("\n".join(TINY_GPT2_PROMPTS) + "\n", encoding="utf-8")
     return path
-
-
-def audit_argv(model_dir: Path, prompts: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "audit",
-        str(model_dir),
-        "--prompts",
-        str(prompts),
-        "--max-len",
-        "16",
-        "--examples",
-        "0",
-        "--out",
-        str(out),
-        "--no-progress",
-        *extra,
-    ]
 
 
 def test_a_sibling_named_like_the_old_trash_survives(model_dir, prompts, tmp_path):

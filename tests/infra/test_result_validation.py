@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.test_faults import audit_argv, one_line_exit_2, snapshot
+from fault_checks import audit_argv, one_line_exit_2, snapshot
+from round_trip import PERSISTED_MODULES
 from sinkscope.cli import main
 from sinkscope.infra.codec import SchemaError, decode, encode, read_result, write_result
 from sinkscope.probes.default_state import Estimate
@@ -24,22 +25,6 @@ from sinkscope.toy.run_dir import TrainResult
 from tiny_models import TINY_GPT2_PROMPTS, build_tiny_gpt2
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "b883e06"
-PERSISTED_MODULES = (
-    "sinkscope.infra.provenance",
-    "sinkscope.probes.probe",
-    "sinkscope.probes.patching",
-    "sinkscope.probes.mechanism",
-    "sinkscope.toy.run_dir",
-    "sinkscope.toy.evaluate",
-    "sinkscope.toy.experiment",
-    "sinkscope.toy.patching",
-    "sinkscope.toy.tradeoff",
-    "sinkscope.toy.reproduce",
-    "sinkscope.toy.sweep",
-    "sinkscope.pretrained_analysis.audit",
-    "sinkscope.pretrained_analysis.compare",
-    "sinkscope.pretrained_analysis.suite",
-)
 
 
 @pytest.fixture(scope="module")

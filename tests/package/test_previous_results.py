@@ -21,30 +21,13 @@ from typing import Any
 
 import pytest
 
+from round_trip import PERSISTED_MODULES
 from sinkscope.cli import main
 from sinkscope.infra.codec import read_result
 from sinkscope.probes.tables import ANCHOR_MASS, HEAD_TABLE, VALUE_SHARE
 from sinkscope.reports.formatting import format_cell, sig
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "b883e06"
-
-# Every module that defines a persisted (schema'd) result class today.
-PERSISTED_MODULES = (
-    "sinkscope.infra.provenance",
-    "sinkscope.probes.probe",
-    "sinkscope.probes.patching",
-    "sinkscope.probes.mechanism",
-    "sinkscope.toy.run_dir",
-    "sinkscope.toy.evaluate",
-    "sinkscope.toy.experiment",
-    "sinkscope.toy.patching",
-    "sinkscope.toy.tradeoff",
-    "sinkscope.toy.reproduce",
-    "sinkscope.toy.sweep",
-    "sinkscope.pretrained_analysis.audit",
-    "sinkscope.pretrained_analysis.compare",
-    "sinkscope.pretrained_analysis.suite",
-)
 
 
 # the per-head numbers are formatted as the one per-head table definition formats them

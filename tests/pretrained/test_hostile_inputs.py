@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_gguf import GGUF_NAME, needs_smollm2, smollm2_dir
 
-from fault_checks import one_line_exit_2, snapshot
+from fault_checks import audit_argv, one_line_exit_2, snapshot
 from sinkscope.cli import main
 from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model, resolve_model, wrap_model
@@ -43,23 +43,6 @@ def prompts(tmp_path) -> Path:
     path = tmp_path / "prompts.txt"
     path.write_text("\n".join(TINY_GPT2_PROMPTS) + "\n", encoding="utf-8")
     return path
-
-
-def audit_argv(model: Path | str, prompts: Path | str, out: Path, *extra: str) -> list[str]:
-    return [
-        "audit",
-        str(model),
-        "--prompts",
-        str(prompts),
-        "--max-len",
-        "16",
-        "--examples",
-        "0",
-        "--out",
-        str(out),
-        "--no-progress",
-        *extra,
-    ]
 
 
 def refused(capsys, tmp_path: Path, argv: list[str], fix: str) -> None:

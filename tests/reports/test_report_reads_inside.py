@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.test_faults import audit_argv, one_line_exit_2, snapshot
+from fault_checks import audit_argv, one_line_exit_2, snapshot
 from sinkscope.cli import main
 from tiny_models import TINY_GPT2_PROMPTS, build_tiny_gpt2
 
