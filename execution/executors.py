@@ -2,11 +2,11 @@
 nothing else, and the caller gets one ``UnitsReport``.
 
 ``run_units(units, executor="local", workers=1)`` runs the units in this process
-(``workers=1``) or in a pool of ``workers`` spawned processes (the pool of
-``sinkscope.toy.experiment.run_jobs``: a worker interrupted by Ctrl-C exits quietly, and the pool
-is closed and joined at the end so no worker is killed holding a lock). A worker dies
-with this process, even when it is SIGKILLed (``worker_lifetime``). A unit that runs out
-of memory fails as bad input, naming the fix (fewer workers, smaller units).
+(``workers=1``) or in a pool of ``workers`` spawned processes (``process_pool``: a worker
+interrupted by Ctrl-C exits quietly; a unit whose worker is killed fails as lost and the
+others run on). A worker dies with this process, even when it is SIGKILLed
+(``worker_lifetime``). A unit that runs out of memory fails as bad input, naming the fix
+(fewer workers, smaller units).
 
 ``executor="ray"`` runs each unit as a Ray task needing ``unit.cpus`` CPUs and
 ``unit.gpus`` GPUs, so GPU units land on GPU nodes. ``ray_address=None`` starts a local
@@ -24,30 +24,24 @@ their directories, and a re-run with ``skip=skip_finished(out_dir)`` skips them.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import socket
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sinkscope.execution.units import Unit, UnitFailure, UnitsReport
-from sinkscope.execution.worker_lifetime import die_with_parent
+from sinkscope.execution.process_pool import Outcome, run_in_processes
+from sinkscope.execution.units import OUT_OF_MEMORY_FIX, Unit, UnitFailure, UnitsReport
 from sinkscope.infra.devices import is_out_of_memory
 from sinkscope.infra.errors import InputError, RunFailed
 
 EXECUTORS = ("local", "ray")
 RAY_INSTALL = "pip install 'sinkscope[ray]'"
-OUT_OF_MEMORY_FIX = "run fewer units at once (workers), or make each smaller (batch_size, the model's size)"
 DEFAULT_RETRIES = 3  # Ray's own default for tasks: a unit runs at most 4 times in all
 POLL_SECONDS = 0.2
 CONNECT_SECONDS = 5  # to a cluster's head, before ray.init (which would retry for minutes)
 
 OnDone = Callable[[str, Any], None]
 OnFailed = Callable[[UnitFailure], None]
-# what a worker sends back: ("done", return value) or ("failed", UnitFailure)
-Outcome = tuple[str, Any]
 
 
 def run_units(
@@ -93,7 +87,7 @@ def run_units(
             for unit in to_run:
                 record(unit.name, run_unit(unit))
         else:
-            _run_in_pool(to_run, workers, record)
+            run_in_processes(to_run, workers, _run_unit_in_worker, record)
     for unit in to_run:  # the batch's order, whatever order the units finished in
         status, payload = outcomes[unit.name]
         if status == "done":
@@ -152,80 +146,10 @@ def _set_threads(unit: Unit) -> None:
     torch.set_num_threads(max(1, int(unit.cpus)))
 
 
-_started: Any = None  # in a pool worker: the queue that tells the driver which unit it runs
-
-
-def _start_worker(parent_pid: int, started: Any) -> None:
-    """A pool worker's initializer: it dies with the driver (``worker_lifetime``) and
-    reports each unit it starts on ``started``."""
-    global _started
-    _started = started
-    die_with_parent(parent_pid)
-
-
 def _run_unit_in_worker(unit: Unit) -> Outcome:
-    """``run_unit`` in a pool worker. An interrupt (the parent's pool sends SIGTERM;
-    Ctrl-C reaches every process) makes the worker exit quietly instead of printing a
-    traceback per process; the unit's output directory is written atomically, so
-    nothing half-done is left."""
-    try:
-        _started.put((unit.name, os.getpid()))
-        _set_threads(unit)
-        return run_unit(unit)
-    except KeyboardInterrupt as error:
-        raise SystemExit(1) from error
-
-
-def _run_in_pool(units: list[Unit], workers: int, record: Callable[[str, Outcome], None]) -> None:
-    context = multiprocessing.get_context("spawn")
-    started = context.SimpleQueue()
-    with context.Pool(min(workers, len(units)), _start_worker, (os.getpid(), started)) as pool:
-        pending = {unit.name: pool.apply_async(_run_unit_in_worker, (unit,)) for unit in units}
-        running: dict[str, int] = {}  # unit name -> pid of the worker that started it
-        lost = False
-        while pending:
-            time.sleep(POLL_SECONDS)
-            while not started.empty():
-                name, pid = started.get()
-                running[name] = pid
-            for name in [name for name, result in pending.items() if result.ready()]:
-                record(name, _pool_outcome(name, pending.pop(name)))
-            for name in _lost(pool, pending, running):
-                del pending[name]
-                lost = True
-                record(name, ("failed", _worker_died(name)))
-        if lost:  # the pool still counts the lost units as pending: close() would wait for them forever
-            pool.terminate()
-            return
-        # let the workers exit on their own: the context manager's terminate() can kill
-        # one holding a queue lock, which leaks a semaphore (a warning at shutdown)
-        pool.close()
-        pool.join()
-
-
-def _pool_outcome(name: str, result: Any) -> Outcome:
-    try:
-        return result.get()
-    except Exception as error:  # e.g. a return value that cannot be pickled back
-        return "failed", UnitFailure(name, type(error).__name__, str(error), traceback.format_exc())
-
-
-def _lost(pool: Any, pending: dict[str, Any], running: dict[str, int]) -> list[str]:
-    """The pending units whose worker died (the OOM killer, a kill -9): a pool does not
-    notice; it starts a new worker, and the unit would be waited for forever."""
-    alive = {process.pid for process in list(pool._pool) if process.exitcode is None}
-    # a worker that sent its result and then died: the result may still be on its way
-    dead = [name for name in pending if name in running and running[name] not in alive]
-    for name in dead:
-        pending[name].wait(1)
-    return [name for name in dead if not pending[name].ready()]
-
-
-def _worker_died(name: str) -> UnitFailure:
-    message = (
-        "its worker process died (killed from outside, often by the system when memory ran out); " + OUT_OF_MEMORY_FIX
-    )
-    return UnitFailure(name, "WorkerDied", message, "", "lost")
+    """``run_unit`` in a pool worker, with the unit's torch threads."""
+    _set_threads(unit)
+    return run_unit(unit)
 
 
 def _run_unit_on_ray(unit: Unit) -> Outcome:

@@ -27,6 +27,8 @@ from sinkscope.infra.errors import InputError, RunFailed
 # letters, digits and . _ - = + , @ (a sweep cell "softmax_L2_H2_seed=3", an audit
 # "EleutherAI--pythia-70m@step1000"); not "." or ".."
 _NAME = re.compile(r"[A-Za-z0-9._=+,@-]+")
+# what a unit that ran out of memory, or whose worker was killed, should do differently
+OUT_OF_MEMORY_FIX = "run fewer units at once (workers), or make each smaller (batch_size, the model's size)"
 
 
 class UnitsFailed(RunFailed):

@@ -13,9 +13,9 @@ come to it:
   process), and the loop stops there as on SIGTERM.
 
 The kernel's signal is sent when the *thread* that started the worker exits, not the
-whole process; the pool starts its workers from the thread that calls ``run_units``,
-which waits for every unit, so that thread outlives them (a worker started in place of
-a dead one comes from the pool's own thread, which lasts until the pool is closed).
+whole process; ``process_pool`` starts every worker (a replacement too) from the thread
+that calls ``run_units``, which stops them all before it returns, so that thread
+outlives them.
 """
 
 from __future__ import annotations

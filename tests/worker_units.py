@@ -29,3 +29,23 @@ def out_of_memory(out_dir: str, name: str) -> None:
 def drive_heartbeats(out_dir: str, workers: int) -> None:
     """A driver (run as a subprocess): ``workers`` heartbeat units in a local pool."""
     run_units([Unit(f"beat{i}", heartbeat, (out_dir, f"beat{i}")) for i in range(workers)], workers=workers)
+
+
+def unpicklable_result(out_dir: str, name: str) -> object:
+    """A return value that cannot travel back to the driver (a lock)."""
+    import threading
+
+    return threading.Lock()
+
+
+def die(out_dir: str, name: str) -> None:
+    """Kill this worker process outright, as the OOM killer would."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sleep_then_return(out_dir: str, name: str, seconds: float) -> str:
+    time.sleep(seconds)
+    return name

@@ -130,7 +130,8 @@ def test_a_killed_sweep_stops_its_workers_at_the_next_step_and_the_same_command_
     runs = [out / name for name in sorted(at_kill)]
     assert not any((run / FINAL_WEIGHTS).exists() for run in runs)
     # step 0 and the step it stopped at (and a periodic one between, when the kill came late)
-    assert all(len(checkpoint_dirs(run)) >= 2 for run in runs)
+    checkpoints = {run.name: [path.name for path in checkpoint_dirs(run)] for run in runs}
+    assert all(len(names) >= 2 for names in checkpoints.values()), (checkpoints, logged(), driver.stderr.read())
     before = snapshot(out)
     time.sleep(1)
     assert snapshot(out) == before
