@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sinkscope.probes.tables import HEAD_TABLE, anchor_mass_map, default_state_definition, patching_definition
 from sinkscope.reports.document import Column, Table
-from sinkscope.reports.formatting import format_cell
+from sinkscope.reports.formatting import format_cell, plural
 from sinkscope.reports.html import escape, fragment, head_maps_html, heat_grid, inline_table
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def key_numbers(result: ProbeResult) -> str:
     """Sink heads, sink rates and layer cancellation as a two-column table."""
     sinks = result.sink_heads()
     threshold = 1.0 - result.config.sink_eps
-    listed = ", ".join(f"L{layer}H{head}" for layer, head in sinks[:12]) + (", ..." if len(sinks) > 12 else "")
+    listed = ", ".join(f"L{layer}H{head}" for layer, head in sinks)  # all of them: a list is never cut
     rates = "; ".join(f"{format_cell(rate.percent, '.1f')}% at \u03b5 = {rate.eps:g}" for rate in result.sink_rates)
     ratio = result.attn_out_norm_of_sum / result.attn_out_sum_of_norms if result.attn_out_sum_of_norms > 0 else math.nan
     rows = [
@@ -67,8 +67,9 @@ def default_state_table(result: DefaultStateResult, what: str) -> str:
     removal, beside its matched control."""
     if not result.tested_rows():
         return f"<p>{escape(result.note)}</p>"
-    definition = default_state_definition(what)
-    return inline_table(definition.table(result.tested_rows(), f"Default-state test on {result.n_inputs} inputs"))
+    definition = default_state_definition(what, result.n_inputs)
+    caption = f"Default-state test on {plural(result.n_inputs, 'input')}"
+    return inline_table(definition.table(result.tested_rows(), caption))
 
 
 def default_state_html(result: DefaultStateResult) -> str:

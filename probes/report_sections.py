@@ -18,6 +18,7 @@ from sinkscope.probes.patching import PatchingResult
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
 from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
+from sinkscope.reports.formatting import interval_text
 from sinkscope.reports.plots import bar_chart
 
 
@@ -63,9 +64,11 @@ def sink_head_phrase(heads: Sequence[HeadProbe], sink_eps: float, where: str) ->
     sinks = [head for head in heads if head.is_sink_head]
     rule = f"anchor mass >= {1.0 - sink_eps:g} {where}"
     if sinks:
-        names = ", ".join(f"L{head.layer}H{head.head}" for head in sinks[:8]) + (", ..." if len(sinks) > 8 else "")
+        strongest = sorted(sinks, key=lambda head: -head.anchor_mass)  # every one: a list is never cut
+        names = ", ".join(f"L{head.layer}H{head.head}" for head in strongest)
         verb = "is a sink head" if len(sinks) == 1 else "are sink heads"
-        return f"{len(sinks)} of {len(heads)} heads {verb} ({rule}): {names}."
+        order = "" if len(sinks) == 1 else ", strongest first"
+        return f"{len(sinks)} of {len(heads)} heads {verb} ({rule}){order}: {names}."
     measured = [head for head in heads if not math.isnan(head.anchor_mass)]
     if not measured:
         return f"No head could be measured ({rule})."
@@ -76,10 +79,11 @@ def sink_head_phrase(heads: Sequence[HeadProbe], sink_eps: float, where: str) ->
     )
 
 
-def default_state_finding(row: DefaultStateRow, what: str, subject: str) -> str:
+def default_state_finding(row: DefaultStateRow, what: str, subject: str, n: int) -> str:
     """One sentence from the default-state test's row for all sink heads (or the only one),
     e.g. "Removing the sinks of all 9 sink heads raises default-position MSE from 6.7e-09 to
-    0.12 while the matched control leaves it at 6.4e-09 (...)"."""
+    0.12 while the matched control leaves it at 6.4e-09 (...)"; ``n``: the inputs the
+    interval is over (none from fewer than two)."""
     control_change = row.error_after_control - row.error_before
     remove_change = row.error_after_remove - row.error_before
     digits = next((k for k in range(2, 7) if sig(row.error_before, k) != sig(row.error_after_remove, k)), 6)
@@ -94,7 +98,7 @@ def default_state_finding(row: DefaultStateRow, what: str, subject: str) -> str:
     return (
         f"Removing the sinks of {subject} {verb} {what} from {sig(row.error_before, digits)} to "
         f"{sig(row.error_after_remove, digits)} while the matched control {control} (change {sig(remove_change)}, "
-        f"95% CI {sig(ci.ci_low, 3)} to {sig(ci.ci_high, 3)}, vs {sig(control_change)} for the control)."
+        f"{interval_text(ci.ci_low, ci.ci_high, n)}, vs {sig(control_change)} for the control)."
     )
 
 
@@ -114,9 +118,12 @@ def value_share_phrase(sinks: Sequence[HeadProbe], anchor: str) -> str:
 
 
 def default_state_table(
-    rows: Sequence[DefaultStateRow], what: str, caption: str = "Per sink head and for all sink heads together"
+    rows: Sequence[DefaultStateRow],
+    what: str,
+    caption: str = "Per sink head and for all sink heads together",
+    n_inputs: int | None = None,
 ) -> Table:
-    return default_state_definition(what).table(rows, caption)
+    return default_state_definition(what, n_inputs).table(rows, caption)
 
 
 def default_state_chart(

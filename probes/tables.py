@@ -95,9 +95,15 @@ LAYER_TABLE: TableDefinition[LayerProbe] = TableDefinition(
 )
 
 
-def default_state_definition(what: str) -> TableDefinition[DefaultStateRow]:
+def default_state_definition(what: str, n_inputs: int | None = None) -> TableDefinition[DefaultStateRow]:
     """The default-state test: ``what`` (e.g. "next-token loss") before and after each
-    removal, beside its matched control, one row per tested head set."""
+    removal, beside its matched control, one row per tested head set. With ``n_inputs``
+    under two there is no interval: its cells stay empty and the note says so."""
+    bounds = n_inputs is None or n_inputs >= 2
+
+    def interval(low: float, high: float) -> tuple[float | None, float | None]:
+        return (low, high) if bounds else (None, None)
+
     return TableDefinition(
         "Per sink head and for all sink heads together",
         (
@@ -118,16 +124,16 @@ def default_state_definition(what: str) -> TableDefinition[DefaultStateRow]:
             row.error_after_remove,
             row.error_after_control,
             row.remove_increase.mean,
-            row.remove_increase.ci_low,
-            row.remove_increase.ci_high,
+            *interval(row.remove_increase.ci_low, row.remove_increase.ci_high),
             row.control_increase.mean,
-            row.control_increase.ci_low,
-            row.control_increase.ci_high,
+            *interval(row.control_increase.ci_low, row.control_increase.ci_high),
             row.cohens_d,
         ),
         "Sink removal (remove_sink) zeroes each head's attention to the anchor and renormalises the row; the "
         "matched control masks one random visible non-anchor key per query instead. Intervals are bootstrap "
-        "intervals over inputs; Cohen's d is of the paired difference (removal increase minus control increase).",
+        "intervals over inputs"
+        + ("" if bounds else f" (n = {n_inputs}, no interval)")
+        + "; Cohen's d is of the paired difference (removal increase minus control increase).",
     )
 
 

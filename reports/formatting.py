@@ -34,3 +34,23 @@ def sig(value: float | None, digits: int = 2) -> str:
 
 def percent(value: float | None) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.1f}%"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``count`` with its noun, singular for exactly one: "1 prompt", "16 prompts"."""
+    return f"{count:,} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def interval_text(low: float, high: float, n: int, digits: int = 3, level: str = "95%") -> str:
+    """The one way an interval is written: "95% CI 1.31 to 1.81, n = 16"; from fewer than two
+    units there is no interval (a bootstrap of one value is that value twice), so it says
+    "n = 1, no interval"."""
+    if n < 2:
+        return f"n = {n}, no interval"
+    return f"{level} CI {sig(low, digits)} to {sig(high, digits)}, n = {n:,}"
+
+
+def estimate_text(mean: float, low: float, high: float, n: int, digits: int = 3, signed: bool = True) -> str:
+    """A mean with its interval: "+1.58 (95% CI 1.31 to 1.81, n = 16)"."""
+    value = format(mean, f"+.{digits}g") if signed else sig(mean, digits)
+    return f"{value} ({interval_text(low, high, n, digits)})"

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 
@@ -160,15 +161,25 @@ def heatmap(
     cmap: str = "magma",
     x_tick_labels: Sequence[str] | None = None,
     y_tick_labels: Sequence[str] | None = None,
+    marked: frozenset[tuple[int, int]] = frozenset(),
+    marked_label: str = "",
 ) -> Figure:
     """A ``[rows, columns]`` heatmap with integer ticks (or the given tick labels, one per
     column / row) and each cell annotated (when the cells are large enough to hold a
-    legible value), e.g. layer x head, or layer x position for patching effects."""
+    legible value), e.g. layer x head, or layer x position for patching effects.
+    ``marked`` (row, column) cells are outlined, and a legend says what the outline means
+    (``marked_label``, e.g. sink heads)."""
     n_rows, n_columns = values.shape
     cell_w, cell_h = _cell_size(n_rows, n_columns, PAGE_WIDTH_IN - 2.4)
-    fig = Figure(figsize=(max(3.6, cell_w * n_columns + 2.4), max(2.6, cell_h * n_rows + 1.6)), layout="constrained")
+    legend = 0.35 if marked_label else 0.0
+    fig = Figure(
+        figsize=(max(3.6, cell_w * n_columns + 2.4), max(2.6, cell_h * n_rows + 1.6 + legend)), layout="constrained"
+    )
     ax = fig.subplots()
     image = _draw_grid(ax, values, vmin, vmax, xlabel, ylabel, cmap, cell_w, cell_h)
+    outline_cells(ax, marked)
+    if marked_label:
+        outline_legend(fig, marked_label, len(marked))
     if x_tick_labels is not None:
         ax.set_xticks(range(n_columns), list(x_tick_labels))
     if y_tick_labels is not None:
@@ -179,13 +190,42 @@ def heatmap(
 
 
 CELL_W, CELL_H = 0.55, 0.4  # inches: room for a value such as 0.93 in SMALL_PT
+# the smallest cell that still holds a value such as 0.93 in SMALL_PT (7 pt is 0.1 in high)
+TEXT_CELL_W, TEXT_CELL_H = 0.36, 0.22
+TALL_MAP_IN = 9.0  # a map with many rows gets lower cells (down to TEXT_CELL_H), not a page of its own
+OUTLINE_COLOUR = "#0a6cff"  # sink-head outlines: blue, apart from the colours of magma and viridis
+OUTLINE_WIDTH = 2.0
 
 
 def _cell_size(n_rows: int, n_columns: int, width_in: float) -> tuple[float, float]:
-    """A map cell's width and height in inches: ``CELL_W`` x ``CELL_H``, narrower (and
-    then unannotated) when ``n_columns`` cells would not fit in ``width_in``."""
+    """A map cell's width and height in inches: ``CELL_W`` x ``CELL_H``, lower when many
+    rows would make the map taller than ``TALL_MAP_IN`` (still tall enough for a value),
+    narrower (and then unannotated) when ``n_columns`` cells would not fit in ``width_in``."""
     width = min(CELL_W, width_in / max(n_columns, 1))
-    return width, CELL_H if width >= CELL_W else max(0.12, min(CELL_H, width))
+    if width < TEXT_CELL_W:
+        return width, max(0.12, min(CELL_H, width))
+    return width, max(TEXT_CELL_H, min(CELL_H, TALL_MAP_IN / max(n_rows, 1)))
+
+
+def annotates(cell_w: float, cell_h: float) -> bool:
+    """Whether cells this size (inches) are drawn with their values written in them."""
+    return cell_w >= TEXT_CELL_W and cell_h >= TEXT_CELL_H
+
+
+def outline_cells(ax: Axes, cells: frozenset[tuple[int, int]]) -> None:
+    """A box edge around each (row, column) cell of an ``imshow`` map, drawn over it."""
+    for row, column in sorted(cells):
+        box = Rectangle((column - 0.5, row - 0.5), 1.0, 1.0, fill=False, gid=f"outline-{row}-{column}")
+        box.set(edgecolor=OUTLINE_COLOUR, linewidth=OUTLINE_WIDTH, zorder=3)
+        ax.add_patch(box)
+
+
+def outline_legend(fig: Any, label: str, count: int) -> None:
+    """The legend that says what an outline marks, under the maps."""
+    handle = Patch(
+        facecolor="none", edgecolor=OUTLINE_COLOUR, linewidth=OUTLINE_WIDTH, label=f"outlined: {label} ({count})"
+    )
+    fig.legend(handles=[handle], loc="outside lower center", fontsize=TICK_PT, frameon=False)
 
 
 def _colorbar(fig: Any, image: Any, ax: Any, label: str, shrink: float = 1.0) -> None:
@@ -201,9 +241,12 @@ def layer_head_maps(
     colorbar_label: str,
     vmin: float = 0.0,
     vmax: float = 1.0,
+    marked: Sequence[frozenset[tuple[int, int]]] = (),
+    marked_label: str = "",
 ) -> Figure:
     """Several layer x head heatmaps, one per ``(name, values [layer, head])`` panel (e.g.
-    one per model), on one color scale; panels fill rows as wide as a report's column."""
+    one per model), on one color scale; panels fill rows as wide as a report's column.
+    ``marked[panel]``: the (layer, head) cells outlined, which ``marked_label`` names."""
     if not panels:
         raise InputError("layer_head_maps needs at least one panel")
     margin = 0.9  # a panel's layer ticks and label
@@ -217,7 +260,7 @@ def layer_head_maps(
         rows[-1].append(index)
     heights = [max(sizes[k][1] * panels[k][1].shape[0] for k in row) + 1.3 for row in rows]
     row_width = max(sum(widths[k] for k in row) for row in rows)
-    fig = Figure(figsize=(row_width + 1.4, sum(heights) + 0.4), layout="constrained")
+    fig = Figure(figsize=(row_width + 1.4, sum(heights) + 0.4 + (0.35 if marked_label else 0.0)), layout="constrained")
     figures = fig.subfigures(len(rows), 1, height_ratios=heights, squeeze=False)[:, 0]
     for sub, row in zip(figures, rows):
         pad = row_width - sum(widths[k] for k in row)  # a shorter row keeps its cells' size
@@ -227,20 +270,27 @@ def layer_head_maps(
         for ax, k in zip(axes, row):
             name, values = panels[k]
             image = _draw_grid(ax, values, vmin, vmax, "head", "layer", "magma", *sizes[k])
+            outline_cells(ax, marked[k] if k < len(marked) else frozenset())
             ax.set_title(name, fontsize=TICK_PT)
         for ax in axes[len(row) :]:
             ax.set_axis_off()
         _colorbar(sub, image, list(axes[: len(row)]), colorbar_label, shrink=0.9)
+    if marked_label:
+        outline_legend(fig, marked_label, sum(len(cells) for cells in marked))
     fig.suptitle(title, fontsize=TITLE_PT)
     return save_figure(fig, path)
 
 
 def draw_head_maps(maps: HeadMaps, path: str | os.PathLike) -> Figure:
-    """``maps`` as a PNG: one panel as one layer x head heatmap, several side by side."""
+    """``maps`` as a PNG: one panel as one layer x head heatmap, several side by side; the
+    marked cells (sink heads) outlined on every panel, values written where cells hold them."""
     arrays = [(name, np.array(values, dtype=float).reshape(len(values), -1)) for name, values in maps.panels]
+    label = maps.marked_label
     if len(arrays) == 1:
-        return heatmap(arrays[0][1], path, maps.title, maps.colorbar_label, "head", "layer", maps.vmin, maps.vmax)
-    return layer_head_maps(arrays, path, maps.title, maps.colorbar_label, maps.vmin, maps.vmax)
+        marked = maps.marked[0] if maps.marked else frozenset()
+        title, unit, low, high = maps.title, maps.colorbar_label, maps.vmin, maps.vmax
+        return heatmap(arrays[0][1], path, title, unit, "head", "layer", low, high, marked=marked, marked_label=label)
+    return layer_head_maps(arrays, path, maps.title, maps.colorbar_label, maps.vmin, maps.vmax, maps.marked, label)
 
 
 def _draw_grid(
@@ -255,10 +305,10 @@ def _draw_grid(
     cell_h: float = CELL_H,
 ):
     """Draw one ``[rows, columns]`` map on ``ax``, each cell's value written in it when the
-    cells are ``CELL_W`` x ``CELL_H`` (and at most 256); returns the image."""
+    cells can hold it (``annotates``); returns the image."""
     n_rows, n_columns = values.shape
     image = ax.imshow(values, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
-    if n_rows * n_columns <= 256 and cell_w >= CELL_W and cell_h >= CELL_H:
+    if annotates(cell_w, cell_h):
         for row in range(n_rows):
             for column in range(n_columns):
                 value = values[row, column]
