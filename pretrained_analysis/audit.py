@@ -51,7 +51,6 @@ from sinkscope.pretrained_analysis.examples import (
     AttentionExample,
     attention_examples,
     plot_text,
-    token_label,
 )
 from sinkscope.pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model, wrap_model
 from sinkscope.pretrained_analysis.prompts import (
@@ -191,8 +190,15 @@ class AuditResult:
 
     @property
     def anchor(self) -> str:
-        """Which token is the anchor, in words."""
-        return "the first real token of each prompt" if self.model.causal else "[CLS], the first token"
+        """Which token is the anchor, in words, as the prompts were built: the BOS token
+        prepended to each prompt (named, e.g. ``<|im_start|>``), each prompt's first real
+        token (no BOS), or an encoder's first token, [CLS]."""
+        token = self.prompts.anchor_token
+        if not self.model.causal:
+            return f"{token}, the first token" if token else "[CLS], the first token"
+        if self.prompts.spec.prepend_bos:
+            return f"the prepended BOS token {token}" if token else "the prepended BOS token"
+        return "the first real token of each prompt (no BOS prepended)"
 
     @property
     def sink_rates(self) -> tuple[SinkRate, ...]:
@@ -347,7 +353,7 @@ def audit(
             if config.ablate and info.causal
             else None
         )
-        examples = attention_examples(hooked, loaded, tokenized, config.n_examples)
+        examples = attention_examples(hooked, loaded, tokenized, config.n_examples, probe)
     except torch.OutOfMemoryError as error:
         raise AuditFailed(
             f"{info.label} ran out of memory on {info.device} at batch_size {config.batch_size}; "
@@ -401,13 +407,12 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
     )
     for number, example in enumerate(result.examples):
         attention_grid(
-            example.patterns,
+            example.patterns[None],
             directory / EXAMPLE_FIGURE.format(index=number),
             f"{label}: attention on prompt {example.prompt_index} (query y, key x)",
-            tick_labels=[token_label(token) for token in example.tokens],
+            tick_labels=example.labels,
             vmax=1.0,
-            layer_labels=example.layer_indices,
-            head_labels=example.head_indices,
+            titles=[[f"L{layer}H{head}: {role}" for (layer, head), role in zip(example.heads, example.roles)]],
         )
     result.probe.write_heads_csv(str(directory / HEADS_CSV))
     write_result(directory / AUDIT_FILE, result)

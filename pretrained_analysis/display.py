@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
 from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
 from sinkscope.probes.display import default_state_table, probe_parts
+from sinkscope.reports.formatting import plural
 from sinkscope.reports.html import bullets_html, escape, fragment, heat_grid, inline_table
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ def audit_html(result: AuditResult) -> str:
     model = result.model
     subtitle = (
         f"{model.name}{f' @ {model.revision}' if model.revision else ''}: {model.architecture}, "
-        f"{model.n_layers} layers x {model.heads_text}; {result.prompts.n_prompts} prompts; "
+        f"{model.n_layers} layers x {model.heads_text}; {plural(result.prompts.n_prompts, 'prompt')}; "
         f"anchor: {result.anchor}"
     )
     parts = [bullets_html(audit_findings(result)), *probe_parts(result.probe)]
@@ -28,7 +29,7 @@ def audit_html(result: AuditResult) -> str:
         example = result.examples[0]
         parts.append(
             f"<p>Tokens of prompt {example.prompt_index} (the first attention example; heat maps in the report): "
-            f"<code>{escape(' | '.join(example.tokens))}</code></p>"
+            f"<code>{escape(' | '.join(example.labels))}</code></p>"
         )
     if result.ablation is not None:
         ablation = result.ablation

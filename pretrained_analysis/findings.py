@@ -7,8 +7,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sinkscope.pretrained_analysis.tables import LOSS
-from sinkscope.probes.probe import LayerProbe
+from sinkscope.probes.default_state import Estimate
+from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeResult
 from sinkscope.probes.report_sections import (
     default_state_finding,
     sink_head_phrase,
@@ -16,6 +19,7 @@ from sinkscope.probes.report_sections import (
     value_share_phrase,
 )
 from sinkscope.reports.document import percent, sig
+from sinkscope.reports.formatting import estimate_text, plural
 
 if TYPE_CHECKING:
     from sinkscope.pretrained_analysis.audit import AuditResult
@@ -46,13 +50,70 @@ def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
     return f"{total} massive activations in the residual stream ({at_anchor} at the anchor), from layer {first} on."
 
 
+def _estimate(estimate: Estimate, n: int) -> str:
+    return estimate_text(estimate.mean, estimate.ci_low, estimate.ci_high, n)
+
+
+def _head(probe: ProbeResult, label: str) -> HeadProbe | None:
+    return next((head for head in probe.heads if f"L{head.layer}H{head.head}" == label), None)
+
+
+def _value_phrase(head: HeadProbe, sinks: list[HeadProbe]) -> str:
+    """Whether the head's anchor also carries its value, beside the sink heads' mean."""
+    share = head.value_weighted_anchor_share
+    if math.isnan(share):
+        return ""
+    mean = float(np.nanmean([sink.value_weighted_anchor_share for sink in sinks])) if sinks else math.nan
+    reading = "its anchor also carries its value" if share >= 0.5 else "its anchor carries little of its value"
+    return (
+        f" L{head.layer}H{head.head} puts {head.anchor_mass:.3f} of its attention on the anchor and {reading}: "
+        f"{share:.3f} of its output norm comes from the anchor (value-weighted anchor share; mean over sink heads "
+        f"{sig(mean, 3)})."
+    )
+
+
+def ablation_headline(result: AuditResult) -> str | None:
+    """The largest effect of removing sinks, and the surprise when one head's sink alone
+    costs more than all sink heads' together; says how many heads were tested alone."""
+    ablation = result.ablation
+    if ablation is None or ablation.default_state.all_sink_heads is None:
+        return None
+    test, together = ablation.default_state, ablation.default_state.all_sink_heads
+    n, n_sinks = test.n_inputs, len(test.sink_heads)
+    alone = [row for row in test.rows if len(row.head_set) == 1]
+    if n_sinks < 2 or not alone:
+        return None
+    top = max(alone, key=lambda row: row.remove_increase.mean)
+    tested = f"{len(alone)} of the {n_sinks} sink heads (largest anchor mass first) were removed one at a time"
+    all_text = f"removing all {n_sinks} sink heads together ({_estimate(together.remove_increase, n)})"
+    if top.remove_increase.mean > together.remove_increase.mean:
+        sentence = (
+            f"Removing {top.label}'s sink alone raises the {LOSS} by {_estimate(top.remove_increase, n)}, more than "
+            f"{all_text}; {tested}."
+        )
+    else:
+        sentence = (
+            f"Removing all {n_sinks} sink heads together raises the {LOSS} by "
+            f"{_estimate(together.remove_increase, n)}; of the {len(alone)} sink heads removed one at a time "
+            f"(largest anchor mass first, of {n_sinks}), {top.label} costs most "
+            f"({_estimate(top.remove_increase, n)})."
+        )
+    head = _head(result.probe, top.label)
+    sinks = [row for row in result.probe.heads if row.is_sink_head]
+    return sentence + (_value_phrase(head, sinks) if head is not None else "")
+
+
 def audit_findings(result: AuditResult) -> list[str]:
-    """The audit's findings: the model, sink heads, sink rate, layers, value share,
-    massive activations, the ablations, then the audit's notes."""
+    """The audit's findings: the headline effect of the ablations (when run), the model,
+    sink heads (every one), sink rate, layers, value share, massive activations, the
+    ablations, then the audit's notes."""
     model, probe = result.model, result.probe
+    headline = ablation_headline(result)
     findings = [
+        *([headline] if headline else []),
         f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.heads_text}, "
-        f"{model.n_params:,} parameters) on {result.prompts.n_prompts} prompts from {result.prompts.location}.",
+        f"{model.n_params:,} parameters) on {plural(result.prompts.n_prompts, 'prompt')} from "
+        f"{result.prompts.location}; the anchor is {result.anchor}.",
         sink_head_phrase(probe.heads, result.config.sink_eps, f"on the anchor, {result.anchor}"),
         f"Sink rate (Gu et al. Sink_1^ε, ε the sink-rate threshold): {sink_rate_phrase(result.sink_rates)} "
         "of (prompt, layer, head) entries.",
@@ -68,12 +129,16 @@ def audit_findings(result: AuditResult) -> list[str]:
     if ablation is not None:
         findings.append(
             f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
-            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({ablation.evict_anchor_delta:+.3f})."
+            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({ablation.evict_anchor_delta:+.3f}; mean "
+            f"per prompt over {plural(ablation.default_state.n_inputs, 'prompt')}, no interval recorded)."
         )
         test = ablation.default_state
         if test.all_sink_heads is not None:
             subject = "the sink head" if len(test.sink_heads) == 1 else f"all {len(test.sink_heads)} sink heads"
-            findings.append(default_state_finding(test.all_sink_heads, LOSS, subject))
+            findings.append(
+                default_state_finding(test.all_sink_heads, LOSS, subject, test.n_inputs)
+                + " Each change is a mean over prompts of the per-prompt loss change."
+            )
     return findings + list(result.notes)
 
 
@@ -81,7 +146,7 @@ def comparison_findings(comparison: Comparison) -> list[str]:
     """The shared prompts, the sink-rate range per eps, the most sinks, the ablations."""
     rows, epsilons = comparison.rows, comparison.epsilons()
     findings = [
-        f"{len(rows)} audits on the same prompts ({comparison.prompts.n_prompts} from {comparison.prompt_location}, "
+        f"{len(rows)} audits on the same prompts ({plural(comparison.prompts.n_prompts, 'prompt')} from {comparison.prompt_location}, "
         f"{'BOS prepended' if comparison.prompts.prepend_bos else 'no BOS'}); sink heads: {comparison.sink_head_rule}."
     ]
     for eps in epsilons:

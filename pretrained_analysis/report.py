@@ -18,6 +18,7 @@ from sinkscope.pretrained_analysis.audit import (
 )
 from sinkscope.pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, Comparison, read_comparison
 from sinkscope.pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
+from sinkscope.pretrained_analysis.examples import example_heads
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
 from sinkscope.pretrained_analysis.prompts import PromptSummary
 from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
@@ -30,6 +31,7 @@ from sinkscope.probes.report_sections import (
 )
 from sinkscope.reports.document import (
     Block,
+    Details,
     KeyValues,
     Paragraph,
     ReportDocument,
@@ -37,6 +39,7 @@ from sinkscope.reports.document import (
     config_block,
     result_figures,
 )
+from sinkscope.reports.formatting import plural
 from sinkscope.reports.write import ReportKind
 
 
@@ -89,6 +92,7 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
         Section(
             "Heads",
             (
+                *_sink_list(result),
                 head_table(
                     probe.heads,
                     "Per head",
@@ -102,12 +106,9 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
         Section("Layers", (layer_table(probe.layers),)),
     ]
     names = [name for name in result.figures if name.startswith("attention_example_")]
+    shown = _example_heads_text(result)
     examples = [
-        (
-            name,
-            f"attention on prompt {k}{_prompt_excerpt(result, k)} (query y, key x; a subset of layers and heads "
-            "for large models)",
-        )
+        (name, f"attention on prompt {k}{_prompt_excerpt(result, k)} (query y, key x); {shown}")
         for k, name in enumerate(names)
     ]
     if examples:
@@ -116,6 +117,33 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
 
 
 PROMPT_CAPTION_CHARS = 160
+
+
+def _example_heads_text(result: AuditResult) -> str:
+    """Which heads the heatmaps show and why, of how many (as ``example_heads`` chose them)."""
+    chosen = example_heads(result.probe)
+    n_sinks = sum(head.is_sink_head for head in result.probe.heads)
+    sinks = [f"L{layer}H{head}" for (layer, head), role in chosen if role.startswith("sink head")]
+    contrast = [f"L{layer}H{head}" for (layer, head), role in chosen if role.startswith("contrast")]
+    parts = [
+        f"the {len(sinks)} strongest of the {n_sinks} sink heads by anchor mass ({', '.join(sinks)})"
+        if sinks
+        else "no head is a sink head: the heads with the largest anchor mass"
+    ]
+    if contrast:
+        parts.append(f"for contrast {contrast[0]}, the head with the least anchor mass")
+    return f"heads shown: {' and, '.join(parts)}, of {len(result.probe.heads)} heads"
+
+
+def _sink_list(result: AuditResult) -> list[Block]:
+    """Every sink head, strongest first, with its anchor mass: a count and the whole list."""
+    sinks = sorted((head for head in result.probe.heads if head.is_sink_head), key=lambda head: -head.anchor_mass)
+    if not sinks:
+        return []
+    items = tuple(f"L{head.layer}H{head.head} ({head.anchor_mass:.3f})" for head in sinks)
+    return [
+        Details(f"{plural(len(sinks), 'sink head')} of {len(result.probe.heads)}, largest anchor mass first", items)
+    ]
 
 
 def _prompt_excerpt(result: AuditResult, index: int) -> str:
@@ -133,7 +161,8 @@ def _prompt_excerpt(result: AuditResult, index: int) -> str:
 def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) -> Section:
     """The loss, the anchor evicted from every head, and sink removal against its control."""
     blocks: list[Block] = []
-    rows = ablation.default_state.tested_rows()
+    test = ablation.default_state
+    rows = test.tested_rows()
     if rows:
         blocks.append(
             default_state_change_chart(
@@ -142,11 +171,16 @@ def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) ->
                 LOSS,
                 figure_dir / "ablation.png",
                 f"{label}: removing sinks vs the matched control",
+                test.n_inputs,
             )
         )
     blocks.append(ABLATION_TABLE.table(ablation_rows(ablation)))
     if rows:
-        blocks.append(default_state_table(rows, LOSS, "Sink removal per head and for all sink heads"))
+        caption = (
+            f"Sink removal per head ({len(test.rows)} of {len(test.sink_heads)} sink heads alone, largest anchor "
+            f"mass first) and for all sink heads, on {plural(test.n_inputs, 'prompt')}"
+        )
+        blocks.append(default_state_table(rows, LOSS, caption, test.n_inputs))
     else:
         blocks.append(Paragraph(f"Sink removal not run: {ablation.default_state.note}."))
     return Section("Ablations", tuple(blocks))

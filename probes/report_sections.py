@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
-from sinkscope.probes.default_state import DefaultStateRow
+from sinkscope.probes.default_state import DefaultStateRow, Estimate
 from sinkscope.probes.patching import PatchingResult
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
 from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
+from sinkscope.reports.bars import IntervalSeries, effect_control_chart
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
-from sinkscope.reports.formatting import interval_text
+from sinkscope.reports.formatting import interval_text, plural
 from sinkscope.reports.plots import bar_chart
 
 
@@ -147,22 +148,35 @@ def default_state_chart(
 
 
 def default_state_change_chart(
-    labels: Sequence[str], rows: Sequence[DefaultStateRow], what: str, path: Path, title: str
+    labels: Sequence[str], rows: Sequence[DefaultStateRow], what: str, path: Path, title: str, n_inputs: int
 ) -> Figure:
-    """Grouped bars of the change in the error under ``remove_sink`` and under the
-    control: for errors whose changes are small next to their level (a loss)."""
-    bar_chart(
-        labels,
-        [
-            ("sink removed", [row.remove_increase.mean for row in rows]),
-            ("matched control", [row.control_increase.mean for row in rows]),
-        ],
-        path,
-        title,
-        f"change in {what}",
+    """The change in the error under ``remove_sink`` (left) and under its matched control
+    (right, on its own scale, values written beside the bars), each bar with its interval
+    over the ``n_inputs`` inputs (none from fewer than two): for errors whose changes are
+    small next to their level (a loss)."""
+
+    def series(name: str, estimates: Sequence[Estimate]) -> IntervalSeries:
+        bounded = n_inputs >= 2
+        return IntervalSeries(
+            name,
+            [estimate.mean for estimate in estimates],
+            [estimate.ci_low if bounded else math.nan for estimate in estimates],
+            [estimate.ci_high if bounded else math.nan for estimate in estimates],
+        )
+
+    effect = series("sink removed", [row.remove_increase for row in rows])
+    control = series("matched control", [row.control_increase for row in rows])
+    effect_control_chart(labels, effect, control, path, title, f"change in {what}")
+    whiskers = (
+        f"whiskers: 95% bootstrap intervals over {plural(n_inputs, 'input')}"
+        if n_inputs >= 2
+        else (f"n = {n_inputs}, no interval")
     )
     return Figure(
-        path, f"{title}: change in {what} when the sinks are removed and under the matched control", path.parent
+        path,
+        f"{title}: change in {what} when the sinks are removed (left) and under the matched control (right, on "
+        f"its own scale); {whiskers}",
+        path.parent,
     )
 
 

@@ -60,7 +60,11 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
     "other queries; alpha: Gu et al.'s alpha_0 (mean over all queries); value_weighted_anchor_share: share "
     "of the head's output norm coming from the anchor; row_entropy: normalised by log(#visible keys); "
     "row_mass: total weight of the selected queries' rows (1 under softmax); dormant: low entropy with mass "
-    "on the anchor. A metric measured for no head is left out.",
+    "on the anchor. A metric measured for no head is left out. Sink heads come first, largest anchor mass "
+    "first; then the other heads in layer order.",
+    order=lambda h: (not h.is_sink_head, -h.anchor_mass if h.is_sink_head else 0.0, h.layer, h.head),
+    marked=lambda h: h.is_sink_head,
+    marked_label="sink heads",
 )
 
 LAYER_TABLE: TableDefinition[LayerProbe] = TableDefinition(

@@ -54,13 +54,27 @@ class Column:
 
 
 @dataclass(frozen=True)
+class Details:
+    """A list given whole, never cut: ``summary`` says what and how many (e.g. "27 sink
+    heads, strongest first"); HTML folds ``items`` into a ``<details>`` block, Markdown and
+    text list them all."""
+
+    summary: str
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Table:
-    """A table, ready to render; ``note`` explains the columns under the caption."""
+    """A table, ready to render; ``note`` explains the columns under the caption;
+    ``marked``: the indices of rows that stand out (e.g. sink heads), which
+    ``marked_label`` names; the HTML page can show those rows alone."""
 
     caption: str
     columns: tuple[Column, ...]
     rows: tuple[tuple[Cell, ...], ...]
     note: str = ""
+    marked: frozenset[int] = frozenset()
+    marked_label: str = ""
 
     def __post_init__(self) -> None:
         for row in self.rows:
@@ -79,6 +93,8 @@ class Table:
             tuple(self.columns[k] for k in keep),
             tuple(tuple(row[k] for k in keep) for row in self.rows),
             self.note,
+            self.marked,
+            self.marked_label,
         )
 
 
@@ -98,33 +114,45 @@ class TableDefinition(Generic[Item]):
     cells: Callable[[Item], tuple[Cell, ...]]
     note: str = ""
     order: Callable[[Item], Any] | None = None  # the default sort key; None keeps the given order
+    marked: Callable[[Item], bool] | None = None  # the rows that stand out (e.g. sink heads)
+    marked_label: str = ""  # what a marked row is, e.g. "sink heads"
+
+    def ordered(self, items: Iterable[Item]) -> list[Item]:
+        return sorted(items, key=self.order) if self.order is not None else list(items)
 
     def rows(self, items: Iterable[Item]) -> tuple[tuple[Cell, ...], ...]:
-        ordered = sorted(items, key=self.order) if self.order is not None else list(items)
-        return tuple(self.cells(item) for item in ordered)
+        return tuple(self.cells(item) for item in self.ordered(items))
 
     def table(
         self, items: Iterable[Item], caption: str | None = None, note: str | None = None, limit: int | None = None
     ) -> Table:
         """The items as a table (the first ``limit`` rows in the default order, when given)."""
-        rows = self.rows(items)
+        ordered = self.ordered(items)
+        if limit is not None:
+            ordered = ordered[:limit]
+        marked = self.marked
         return Table(
             self.caption if caption is None else caption,
             self.columns,
-            rows if limit is None else rows[:limit],
+            tuple(self.cells(item) for item in ordered),
             self.note if note is None else note,
+            frozenset(k for k, item in enumerate(ordered) if marked is not None and marked(item)),
+            self.marked_label if marked is not None else "",
         )
 
     def labelled(self, label: Column) -> TableDefinition[tuple[Cell, Item]]:
         """The same table over ``(label, item)`` pairs, with ``label`` as its first column
-        (e.g. the model each head belongs to)."""
-        order = self.order
+        (e.g. the model each head belongs to), in the order given (the labels' order is the
+        caller's: sorting by the item alone would interleave the labels)."""
+        marked = self.marked
         return TableDefinition(
             self.caption,
             (label, *self.columns),
             lambda pair: (pair[0], *self.cells(pair[1])),
             self.note,
-            None if order is None else (lambda pair: order(pair[1])),
+            None,
+            None if marked is None else (lambda pair: marked(pair[1])),
+            self.marked_label,
         )
 
 
@@ -177,7 +205,7 @@ class KeyValues:
     items: tuple[tuple[str, str], ...]
 
 
-Block = Paragraph | Bullets | Table | Figure | KeyValues
+Block = Paragraph | Bullets | Details | Table | Figure | KeyValues
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from sinkscope.reports.document import (
     Block,
     Bullets,
+    Details,
     Figure,
     HeadMaps,
     KeyValues,
@@ -55,6 +56,15 @@ nav a, a { color: var(--accent); text-decoration: none; }
 #findings li { margin: 4px 0; }
 p.note { color: var(--muted); font-size: 13px; margin: 4px 0 8px; }
 .table-wrap { overflow-x: auto; margin: 8px 0 18px; }
+.table-wrap.scroll { max-height: 520px; overflow: auto; border: 1px solid var(--line); }
+.table-tools { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center; font-size: 13px; margin: 8px 0 4px; }
+.table-tools input[type="search"] { font: inherit; padding: 2px 6px; min-width: 16em; }
+.table-tools .shown { color: var(--muted); }
+tr.marked td { background: var(--sink); }
+tr.marked td:first-child { box-shadow: inset 3px 0 0 #0a6cff; }
+details.list { margin: 6px 0 14px; }
+details.list summary { cursor: pointer; font-weight: 600; }
+details.list p { margin: 4px 0 0 18px; overflow-wrap: anywhere; }
 table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: left; vertical-align: top; }
@@ -101,6 +111,25 @@ SCRIPT = """
     Array.prototype.forEach.call(table.tHead.rows[0].cells, function (cell) { cell.setAttribute("aria-sort", "none"); });
     header.setAttribute("aria-sort", ascending ? "ascending" : "descending");
   }
+  function filterTable(tools) {
+    var table = document.getElementById(tools.getAttribute("data-table"));
+    var query = tools.querySelector("input[type=search]").value.trim().toLowerCase();
+    var only = tools.querySelector("input[type=checkbox]");
+    var shown = 0;
+    Array.prototype.forEach.call(table.tBodies[0].rows, function (row) {
+      var keep = (!only || !only.checked || row.classList.contains("marked")) &&
+        (query === "" || row.textContent.toLowerCase().indexOf(query) !== -1);
+      row.hidden = !keep;
+      if (keep) { shown += 1; }
+    });
+    tools.querySelector(".shown").textContent = shown + " of " + table.tBodies[0].rows.length + " rows shown";
+  }
+  Array.prototype.forEach.call(document.querySelectorAll(".table-tools"), function (tools) {
+    Array.prototype.forEach.call(tools.querySelectorAll("input"), function (input) {
+      input.addEventListener("input", function () { filterTable(tools); });
+      input.addEventListener("change", function () { filterTable(tools); });
+    });
+  });
   Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function (table) {
     Array.prototype.forEach.call(table.tHead.rows[0].cells, function (header, index) {
       header.addEventListener("click", function () { sortTable(table, header, index); });
@@ -128,9 +157,28 @@ def escape(text: object) -> str:
 _e = escape
 
 
-def table_html(table: Table, sortable: bool = True, scroll: bool = False) -> str:
-    """A table: numbers right-aligned; ``sortable`` adds the page script's sort buttons and
-    each number's sort key (a notebook fragment has no script); ``scroll`` caps its height."""
+SCROLL_ROWS = 20  # a longer table scrolls inside a box of fixed height; more than 12 rows get a filter box
+
+
+def table_tools(table: Table, table_id: str) -> str:
+    """The filter box above a page's table (and a toggle for its marked rows alone), which
+    the page script wires up."""
+    toggle = (
+        f'<label><input type="checkbox"> {_e(table.marked_label)} only ({len(table.marked)})</label>'
+        if table.marked_label and table.marked
+        else ""
+    )
+    return (
+        f'<div class="table-tools" data-table="{table_id}"><input type="search" placeholder="filter rows" '
+        f'aria-label="filter the rows of {_e(table.caption or "the table")}">{toggle}'
+        f'<span class="shown">{len(table.rows)} rows</span></div>'
+    )
+
+
+def table_html(table: Table, sortable: bool = True, scroll: bool = False, table_id: str = "") -> str:
+    """A table: numbers right-aligned, marked rows (e.g. sink heads) highlighted; ``sortable``
+    adds the page script's sort buttons and each number's sort key (a notebook fragment has
+    no script); ``scroll`` caps its height; ``table_id`` (on the page) adds the filter box."""
     head = []
     for column in table.columns:
         name = _e(column.header).replace("_", "_<wbr>")  # long metric names may break after an underscore
@@ -139,7 +187,7 @@ def table_html(table: Table, sortable: bool = True, scroll: bool = False) -> str
             head.append(f'<th scope="col" aria-sort="none"{numeric}><button type="button">{name}</button></th>')
         else:
             head.append(f'<th scope="col">{name}</th>')
-    body = []
+    body: list[str] = []
     for row in table.rows:
         cells = []
         for column, value in zip(table.columns, row):
@@ -149,15 +197,23 @@ def table_html(table: Table, sortable: bool = True, scroll: bool = False) -> str
                 cells.append(f'<td class="num"{sort}>{text}</td>')
             else:
                 cells.append(f"<td>{text}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+        marked = ' class="marked"' if len(body) in table.marked else ""
+        body.append(f"<tr{marked}>" + "".join(cells) + "</tr>")
     note = f'<p class="note">{_e(table.note)}</p>' if table.note else ""
     caption = f"<caption>{_e(table.caption)}</caption>" if table.caption else ""
     css = ' class="sortable"' if sortable else ""
+    ident = f' id="{table_id}"' if table_id else ""
     wrap = "table-wrap scroll" if scroll else "table-wrap"
+    tools = table_tools(table, table_id) if table_id else ""
     return (
-        f'<div class="{wrap}"><table{css}>{caption}'
-        f"<thead><tr>{''.join(head)}</tr></thead><tbody>{''.join(body)}</tbody></table>{note}</div>"
+        f'{tools}<div class="{wrap}"><table{ident}{css}>{caption}'
+        f"<thead><tr>{''.join(head)}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{note}"
     )
+
+
+def details_html(block: Details) -> str:
+    """A complete list, folded: its summary (what and how many) opens it."""
+    return f'<details class="list"><summary>{_e(block.summary)}</summary><p>{_e(", ".join(block.items))}</p></details>'
 
 
 def bullets_html(items: Iterable[str]) -> str:
@@ -242,6 +298,7 @@ INLINE_STYLE = """
 .sinkscope-inline table { border-collapse: collapse; font-variant-numeric: tabular-nums; margin: 4px 0 8px; }
 .sinkscope-inline th, .sinkscope-inline td { border-bottom: 1px solid #d9dde5; padding: 2px 8px; text-align: left; }
 .sinkscope-inline td.num { text-align: right; white-space: nowrap; }
+.sinkscope-inline tr.marked td { background: #fff4e0; }
 .sinkscope-inline thead th { background: #eef1f6; position: sticky; top: 0; }
 .sinkscope-inline .scroll { max-height: 360px; overflow: auto; display: inline-block; }
 .sinkscope-inline table.grid td { width: 44px; min-width: 44px; text-align: center; padding: 3px 2px; border: 1px solid #fff; }
@@ -283,13 +340,16 @@ def _key_values(block: KeyValues) -> str:
     return f'<div class="table-wrap"><table class="kv">{caption}<tbody>{rows}</tbody></table></div>'
 
 
-def _block(block: Block) -> str:
+def _block(block: Block, anchor: str = "table") -> str:
     if isinstance(block, Paragraph):
         return f"<p>{_e(block.text)}</p>"
     if isinstance(block, Bullets):
         return bullets_html(block.items)
+    if isinstance(block, Details):
+        return details_html(block)
     if isinstance(block, Table):
-        return table_html(block)
+        long = len(block.rows) > SCROLL_ROWS
+        return table_html(block, scroll=long, table_id=anchor if len(block.rows) > 12 else "")
     if isinstance(block, Figure):
         return _figure(block)
     if isinstance(block, KeyValues):
@@ -300,7 +360,7 @@ def _block(block: Block) -> str:
 def _section(section: Section, anchor: str) -> str:
     parts: list[str] = []
     figures: list[str] = []
-    for block in section.blocks:  # consecutive figures share a row, unless one is wide
+    for index, block in enumerate(section.blocks):  # consecutive figures share a row, unless one is wide
         if isinstance(block, Figure):
             if block.size()[0] > HALF_COLUMN_PX:
                 if figures:
@@ -313,7 +373,7 @@ def _section(section: Section, anchor: str) -> str:
         if figures:
             parts.append('<div class="figures">' + "".join(figures) + "</div>")
             figures = []
-        parts.append(_block(block))
+        parts.append(_block(block, f"{anchor}-table-{index}"))
     if figures:
         parts.append('<div class="figures">' + "".join(figures) + "</div>")
     return f'<section id="{anchor}"><h2>{_e(section.title)}</h2>{"".join(parts)}</section>'

@@ -14,7 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from sinkscope.reports.document import Block, Bullets, Figure, KeyValues, Paragraph, ReportDocument, Table, format_cell
+from sinkscope.reports.document import (
+    Block,
+    Bullets,
+    Details,
+    Figure,
+    KeyValues,
+    Paragraph,
+    ReportDocument,
+    Table,
+    format_cell,
+)
 
 MARKDOWN_SPECIAL = "\\`*_[]{}()#+!|~"
 
@@ -49,6 +59,8 @@ def _block(block: Block, link: Callable[[Path], str]) -> str:
         return md_escape(block.text)
     if isinstance(block, Bullets):
         return "\n".join(f"- {md_escape(item)}" for item in block.items)
+    if isinstance(block, Details):  # Markdown has no folding everywhere: the whole list
+        return f"**{md_escape(block.summary)}:** " + md_escape(", ".join(block.items))
     if isinstance(block, Table):
         return table_markdown(block)
     if isinstance(block, Figure):

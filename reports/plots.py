@@ -35,9 +35,8 @@ MAX_GRID_COLUMNS = 6  # attention panels per row; more heads wrap onto further r
 
 
 def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = DPI) -> Figure:
-    """Write ``fig`` to ``path`` as PNG, atomically; returns it. The PNG records the size
-    of its smallest text in pixels (``TEXT_PX_KEY``), so a page that shows it can tell
-    whether that text is still legible at the size it is shown."""
+    """Write ``fig`` to ``path`` as PNG, atomically; returns it. The PNG records the size of
+    its smallest text in pixels (``TEXT_PX_KEY``): a page can tell if it stays legible."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     data = buffer.getvalue()
@@ -80,11 +79,14 @@ def png_text(png: bytes) -> dict[str, str]:
     return found
 
 
-def _tick_step(n: int, length_in: float) -> int:
+def _tick_step(n: int, length_in: float, pitch: float = 1.6) -> int:
     """Every how many ticks to label so that labels of ``SMALL_PT`` do not touch along an
-    axis ``length_in`` inches long."""
-    fits = max(2, int(length_in * 72 / (SMALL_PT * 1.6)))
+    axis ``length_in`` inches long (``pitch``: a label's room in font sizes)."""
+    fits = max(2, int(length_in * 72 / (SMALL_PT * pitch)))
     return max(1, math.ceil(n / fits))
+
+
+TOKEN_PITCH = 1.25  # token labels, one line each side by side, need 1.25 font sizes apiece
 
 
 def attention_grid(
@@ -97,15 +99,17 @@ def attention_grid(
     layer_labels: Sequence[int] | None = None,
     head_labels: Sequence[int] | None = None,
     colorbar_label: str = "attention weight",
+    titles: Sequence[Sequence[str]] | None = None,
 ) -> Figure:
     """Heatmaps of attention for every layer and head, like the paper's figures.
 
     patterns: ``[layer, head, query, key]`` (e.g. the mean or std over test sequences).
     Rows are layers, columns heads (more than ``MAX_GRID_COLUMNS`` heads wrap onto further
     rows); each panel shows query (y) against key (x), with tick labels on the outer
-    panels. The figure fits a report's width, so its labels are shown at the size drawn.
-    layer_labels / head_labels: the model's indices when ``patterns`` holds a subset.
-    """
+    panels. The figure fits a report's width, so its labels are shown at the size drawn;
+    with ``tick_labels`` (tokens) panels grow until every token is labelled (thinned only
+    past the page's width). layer_labels / head_labels: the model's indices when
+    ``patterns`` holds a subset; titles[layer][head]: panel titles."""
     if patterns.ndim != 4:
         raise InputError(f"expected patterns [layer, head, query, key], got shape {patterns.shape}")
     n_layers, n_heads, n_query, n_key = patterns.shape
@@ -113,16 +117,18 @@ def attention_grid(
     head_labels = list(range(n_heads)) if head_labels is None else list(head_labels)
     if len(layer_labels) != n_layers or len(head_labels) != n_heads:
         raise InputError(f"need {n_layers} layer labels and {n_heads} head labels for patterns {patterns.shape}")
-    columns = min(n_heads, MAX_GRID_COLUMNS)
+    margin = 1.9 if tick_labels is None else 1.2 + 0.06 * max(map(len, tick_labels), default=0)  # labels, bar
+    room = PAGE_WIDTH_IN - margin
+    wanted = 0.0 if tick_labels is None else n_key * SMALL_PT * TOKEN_PITCH / 72
+    columns = max(1, min(n_heads, MAX_GRID_COLUMNS, int(room // max(wanted, 1e-9))))
     rows_per_layer = math.ceil(n_heads / columns)
-    margin = 1.9  # query tick labels, colour bar
-    panel = min(2.3, (PAGE_WIDTH_IN - margin) / columns)
+    panel = min(max(2.3, wanted), room / columns)
     n_rows = n_layers * rows_per_layer
     fig = Figure(figsize=(panel * columns + margin, panel * n_rows + 0.9), layout="constrained")
     axes = fig.subplots(n_rows, columns, squeeze=False, sharex=True, sharey=True)
     top = float(np.nanmax(patterns)) if vmax is None else vmax
     image = None
-    step = _tick_step(n_key, panel)
+    step = _tick_step(n_key, panel, 1.6 if tick_labels is None else TOKEN_PITCH)
     for row in range(n_rows):
         for column in range(columns):
             ax = axes[row][column]
@@ -131,7 +137,8 @@ def attention_grid(
                 ax.set_axis_off()
                 continue
             image = ax.imshow(patterns[layer, head], vmin=0.0, vmax=max(top, 1e-9), cmap=cmap)
-            ax.set_title(f"L{layer_labels[layer]} H{head_labels[head]}", fontsize=TICK_PT, pad=3)
+            name = titles[layer][head] if titles is not None else f"L{layer_labels[layer]} H{head_labels[head]}"
+            ax.set_title(name, fontsize=TICK_PT, pad=3)
             ticks = list(range(0, n_key, step))
             ax.set_xticks(ticks, [tick_labels[t] for t in ticks] if tick_labels is not None else ticks)
             ax.set_yticks(ticks, [tick_labels[t] for t in ticks] if tick_labels is not None else ticks)
@@ -171,10 +178,8 @@ def heatmap(
     (``marked_label``, e.g. sink heads)."""
     n_rows, n_columns = values.shape
     cell_w, cell_h = _cell_size(n_rows, n_columns, PAGE_WIDTH_IN - 2.4)
-    legend = 0.35 if marked_label else 0.0
-    fig = Figure(
-        figsize=(max(3.6, cell_w * n_columns + 2.4), max(2.6, cell_h * n_rows + 1.6 + legend)), layout="constrained"
-    )
+    height = max(2.6, cell_h * n_rows + 1.6 + (0.35 if marked_label else 0.0))
+    fig = Figure(figsize=(max(3.6, cell_w * n_columns + 2.4), height), layout="constrained")
     ax = fig.subplots()
     image = _draw_grid(ax, values, vmin, vmax, xlabel, ylabel, cmap, cell_w, cell_h)
     outline_cells(ax, marked)

@@ -78,7 +78,7 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
         sink_head_phrase(
             probe.heads, probe.config.sink_eps, f"at non-trigger queries, {probe.n_inputs:,} test sequences"
         ),
-        (f"{name}: " + default_state_finding(state.all_sink_heads, WHAT, sinks_subject(state), state.n_inputs))
+        (f"{name}: " + default_state_finding(state.all_sink_heads, WHAT, sinks_subject(state), probe.n_inputs))
         if state.all_sink_heads is not None
         else f"Default-state test: {state.note}.",
         f"Sink rate (Gu et al., alpha over queries from BOS on > sink-rate threshold ε): "

@@ -84,7 +84,10 @@ def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult |
     for m in models:
         state = m.default_state
         if state is not None and state.all_sink_heads is not None:
-            findings.append(f"{m.name}: " + default_state_finding(state.all_sink_heads, WHAT, sinks_subject(state), state.n_inputs))
+            findings.append(
+                f"{m.name}: "
+                + default_state_finding(state.all_sink_heads, WHAT, sinks_subject(state), config.n_sequences)
+            )
     if tradeoff is not None:
         findings += tradeoff_findings(tradeoff)
     return findings

@@ -105,7 +105,7 @@ def test_causal_audit_end_to_end_matches_hf(request, tmp_path, capsys, fixture, 
     result = read_audit(out)
     assert result.model.causal and result.model.label == model_dir.name and result.model.revision is None
     assert result.prompts.spec.prepend_bos and result.prompts.anchor_token == "<|endoftext|>"
-    assert result.anchor == "the first real token of each prompt"
+    assert result.anchor == "the prepended BOS token <|endoftext|>"
     assert result.prompts.n_prompts == 6 and result.prompts.spec.max_len == 24 and result.prompts.spec.kind == "builtin"
     assert result.sink_heads() == [sink]
     assert [rate.eps for rate in result.sink_rates] == [0.3, 0.8]

@@ -1,0 +1,130 @@
+"""Bar charts of estimates with their intervals: one bar per category and series, a
+whisker from each interval's low to its high end. An estimate without an interval (NaN
+ends, e.g. from a single unit) is drawn without a whisker, never with a made-up one.
+
+``effect_control_chart`` puts an effect and its matched control on panels of their own,
+each on its own scale: a control a million times smaller than the effect would be an
+invisible bar on the effect's axis, so its panel writes each value beside its bar."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from sinkscope.infra.errors import InputError
+from sinkscope.reports.formatting import sig
+from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, SMALL_PT, TICK_PT, TITLE_PT, legend_below, save_figure
+
+
+@dataclass(frozen=True)
+class IntervalSeries:
+    """One series of estimates: ``values[k]`` with its interval ``lows[k]`` to ``highs[k]``
+    (NaN ends: no interval) for category k; ``colour``: a matplotlib colour or None."""
+
+    name: str
+    values: Sequence[float]
+    lows: Sequence[float]
+    highs: Sequence[float]
+    colour: str | None = None
+
+    def check(self, n_categories: int) -> None:
+        sizes = {len(self.values), len(self.lows), len(self.highs)}
+        if sizes != {n_categories}:
+            raise InputError(
+                f"series {self.name!r} needs {n_categories} values, lows and highs, "
+                f"got {len(self.values)}, {len(self.lows)} and {len(self.highs)}"
+            )
+
+
+def whisker_lengths(series: IntervalSeries) -> np.ndarray:
+    """``[2, n]`` distances below and above each value to its interval's ends (NaN: none)."""
+    values = np.asarray(series.values, dtype=float)
+    lows, highs = np.asarray(series.lows, dtype=float), np.asarray(series.highs, dtype=float)
+    return np.stack([values - lows, highs - values]).clip(min=0.0)
+
+
+def draw_interval_bars(
+    ax: Axes, categories: Sequence[str], series: Sequence[IntervalSeries], width_in: float = PAGE_WIDTH_IN
+) -> None:
+    """Grouped bars with whiskers on ``ax`` (``width_in`` inches wide): one group per
+    category, one bar per series."""
+    width = 0.8 / max(len(series), 1)
+    positions = np.arange(len(categories))
+    for index, one in enumerate(series):
+        one.check(len(categories))
+        ax.bar(
+            positions + (index - (len(series) - 1) / 2) * width,
+            np.asarray(one.values, dtype=float),
+            width,
+            yerr=whisker_lengths(one),
+            capsize=3,
+            error_kw={"elinewidth": 1.0, "ecolor": "#1d2330", "gid": "whisker"},
+            label=one.name,
+            color=one.colour,
+        )
+    ax.axhline(0.0, color="#5b6473", linewidth=0.8)
+    crowded = sum(len(name) + 2 for name in categories) * TICK_PT * 0.6 / 72 > width_in - 1.0
+    ax.set_xticks(positions, list(categories), rotation=30 if crowded else 0, ha="right" if crowded else "center")
+    ax.tick_params(labelsize=TICK_PT)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def interval_bar_chart(
+    categories: Sequence[str], series: Sequence[IntervalSeries], path: str | os.PathLike, title: str, ylabel: str
+) -> Figure:
+    """Grouped bars with interval whiskers, one panel (e.g. a default-state test's increases)."""
+    fig = Figure(
+        figsize=(min(PAGE_WIDTH_IN, max(4.6, 0.35 * len(categories) * len(series) + 2.5)), 3.8),
+        layout="constrained",
+    )
+    ax = fig.subplots()
+    draw_interval_bars(ax, categories, series, fig.get_figwidth())
+    ax.set_ylabel(ylabel, fontsize=LABEL_PT)
+    ax.set_title(title, fontsize=TITLE_PT)
+    if len(series) > 1:
+        legend_below(fig, ax, len(series))
+    return save_figure(fig, path)
+
+
+def effect_control_chart(
+    categories: Sequence[str],
+    effect: IntervalSeries,
+    control: IntervalSeries,
+    path: str | os.PathLike,
+    title: str,
+    ylabel: str,
+) -> Figure:
+    """The effect (left) and its matched control (right), each bar with its whisker, each
+    panel on its own scale; the control's panel writes every value beside its bar and its
+    largest size in its title, so a control too small to see is still read."""
+    fig = Figure(figsize=(PAGE_WIDTH_IN, 4.0), layout="constrained")
+    left, right = fig.subplots(1, 2, width_ratios=[3, 2])
+    draw_interval_bars(left, categories, [effect], PAGE_WIDTH_IN * 0.6)
+    left.set_ylabel(ylabel, fontsize=LABEL_PT)
+    left.set_title(effect.name, fontsize=LABEL_PT)
+    draw_interval_bars(right, categories, [control], PAGE_WIDTH_IN * 0.4)
+    values = np.asarray(control.values, dtype=float)
+    largest = float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else float("nan")
+    right.set_title(f"{control.name} (own scale; |value| at most {sig(largest)})", fontsize=LABEL_PT)
+    right.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    for position, value in enumerate(values):
+        if np.isfinite(value):
+            right.annotate(
+                f"{value:+.2g}",
+                (position, value),
+                xytext=(0, 3 if value >= 0 else -3),
+                textcoords="offset points",
+                ha="center",
+                va="bottom" if value >= 0 else "top",
+                fontsize=SMALL_PT,
+                rotation=90 if len(categories) > 6 else 0,
+                gid="control-value",
+            )
+    right.margins(y=0.25)
+    fig.suptitle(title, fontsize=TITLE_PT)
+    return save_figure(fig, path)
