@@ -49,6 +49,7 @@ from sinkscope.pretrained_analysis.prompt_tokens import (
     special_texts,
     text_ids,
 )
+from sinkscope.reports.formatting import plural
 
 if TYPE_CHECKING:
     import torch
@@ -282,7 +283,9 @@ def prompt_set(
         prepend_bos=prepend_bos,
         parse_special_tokens=parse_special_tokens,
     )
-    return PromptSet(spec=spec, texts=kept, n_available=len(kept), location=f"{len(kept)} prompts given in Python")
+    return PromptSet(
+        spec=spec, texts=kept, n_available=len(kept), location=f"{plural(len(kept), 'prompt')} given in Python"
+    )
 
 
 def load_prompt_set(spec: PromptSpec) -> PromptSet:

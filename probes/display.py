@@ -69,7 +69,8 @@ def default_state_table(result: DefaultStateResult, what: str) -> str:
         return f"<p>{escape(result.note)}</p>"
     definition = default_state_definition(what, result.n_inputs)
     caption = f"Default-state test on {plural(result.n_inputs, 'input')}"
-    return inline_table(definition.table(result.tested_rows(), caption))
+    table = definition.table(result.tested_rows(), caption)
+    return inline_table(table.without_empty_columns() if result.n_inputs < 2 else table)
 
 
 def default_state_html(result: DefaultStateResult) -> str:

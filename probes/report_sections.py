@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from sinkscope.probes.default_state import DefaultStateRow, Estimate
 from sinkscope.probes.patching import PatchingResult
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
 from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
-from sinkscope.reports.bars import IntervalSeries, effect_control_chart
+from sinkscope.reports.bars import CONTROL_COLOUR, EFFECT_COLOUR, IntervalSeries, effect_control_chart
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
 from sinkscope.reports.formatting import interval_text, plural
 from sinkscope.reports.plots import bar_chart
@@ -124,7 +125,8 @@ def default_state_table(
     caption: str = "Per sink head and for all sink heads together",
     n_inputs: int | None = None,
 ) -> Table:
-    return default_state_definition(what, n_inputs).table(rows, caption)
+    table = default_state_definition(what, n_inputs).table(rows, caption)
+    return table.without_empty_columns() if n_inputs is not None and n_inputs < 2 else table
 
 
 def default_state_chart(
@@ -164,8 +166,8 @@ def default_state_change_chart(
             [estimate.ci_high if bounded else math.nan for estimate in estimates],
         )
 
-    effect = series("sink removed", [row.remove_increase for row in rows])
-    control = series("matched control", [row.control_increase for row in rows])
+    effect = replace(series("sink removed", [row.remove_increase for row in rows]), colour=EFFECT_COLOUR)
+    control = replace(series("matched control", [row.control_increase for row in rows]), colour=CONTROL_COLOUR)
     effect_control_chart(labels, effect, control, path, title, f"change in {what}")
     whiskers = (
         f"whiskers: 95% bootstrap intervals over {plural(n_inputs, 'input')}"

@@ -105,8 +105,8 @@ def default_state_definition(what: str, n_inputs: int | None = None) -> TableDef
     under two there is no interval: its cells stay empty and the note says so."""
     bounds = n_inputs is None or n_inputs >= 2
 
-    def interval(low: float, high: float) -> tuple[float | None, float | None]:
-        return (low, high) if bounds else (None, None)
+    def interval(low: float, high: float) -> tuple[float, float]:
+        return (low, high) if bounds else (math.nan, math.nan)
 
     return TableDefinition(
         "Per sink head and for all sink heads together",

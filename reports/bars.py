@@ -20,6 +20,9 @@ from sinkscope.infra.errors import InputError
 from sinkscope.reports.formatting import sig
 from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, SMALL_PT, TICK_PT, TITLE_PT, legend_below, save_figure
 
+EFFECT_COLOUR, CONTROL_COLOUR = "#d9480f", "#5c7cfa"  # an effect and its matched control, told apart
+WHISKER_COLOUR = "#1d2330"
+
 
 @dataclass(frozen=True)
 class IntervalSeries:
@@ -63,7 +66,7 @@ def draw_interval_bars(
             width,
             yerr=whisker_lengths(one),
             capsize=3,
-            error_kw={"elinewidth": 1.0, "ecolor": "#1d2330", "gid": "whisker"},
+            error_kw={"elinewidth": 1.0, "ecolor": WHISKER_COLOUR, "gid": "whisker"},
             label=one.name,
             color=one.colour,
         )

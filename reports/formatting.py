@@ -51,6 +51,7 @@ def interval_text(low: float, high: float, n: int, digits: int = 3, level: str =
 
 
 def estimate_text(mean: float, low: float, high: float, n: int, digits: int = 3, signed: bool = True) -> str:
-    """A mean with its interval: "+1.58 (95% CI 1.31 to 1.81, n = 16)"."""
+    """A mean with its interval: "+1.58 [95% CI 1.31 to 1.81, n = 16]" (brackets: it sits
+    inside prose's parentheses)."""
     value = format(mean, f"+.{digits}g") if signed else sig(mean, digits)
-    return f"{value} ({interval_text(low, high, n, digits)})"
+    return f"{value} [{interval_text(low, high, n, digits)}]"
