@@ -66,7 +66,7 @@ def draw_interval_bars(
             width,
             yerr=whisker_lengths(one),
             capsize=3,
-            error_kw={"elinewidth": 1.0, "ecolor": WHISKER_COLOUR, "gid": "whisker"},
+            error_kw={"elinewidth": 1.6, "capthick": 1.6, "ecolor": WHISKER_COLOUR, "gid": "whisker"},
             label=one.name,
             color=one.colour,
         )
