@@ -58,7 +58,9 @@ def _with_sinks(result: AuditResult, sinks: dict[tuple[int, int], tuple[float, f
 def _with_ablation(result: AuditResult, alone, together, n: int = 16) -> AuditResult:
     assert result.ablation is not None
     sink_heads = tuple((head.layer, head.head) for head in result.probe.heads if head.is_sink_head)
-    state = replace(result.ablation.default_state, sink_heads=sink_heads, n_inputs=n, rows=alone, all_sink_heads=together)
+    state = replace(
+        result.ablation.default_state, sink_heads=sink_heads, n_inputs=n, rows=alone, all_sink_heads=together
+    )
     return replace(result, ablation=replace(result.ablation, default_state=state))
 
 
@@ -67,7 +69,9 @@ def test_one_head_costing_more_than_all_leads_with_its_interval_and_value_share(
     alone = (_row("L0H0", [(0, 0)], 3.69, 2.99, 4.41), _row("L0H1", [(0, 1)], 0.2, 0.1, 0.3))
     together = _row("all sink heads", [(0, 0), (0, 1)], 1.58, 1.31, 1.81)
     headline = audit_findings(_with_ablation(crafted, alone, together))[0]
-    assert headline.startswith("Removing L0H0's sink alone raises the next-token loss by +3.69 [95% CI 2.99 to 4.41, n = 16]")
+    assert headline.startswith(
+        "Removing L0H0's sink alone raises the next-token loss by +3.69 [95% CI 2.99 to 4.41, n = 16]"
+    )
     assert "more than removing all 2 sink heads together (+1.58 [95% CI 1.31 to 1.81, n = 16])" in headline
     assert "2 of the 2 sink heads (largest anchor mass first) were removed one at a time" in headline
     assert "its anchor also carries its value: 0.970 of its output norm" in headline
@@ -78,8 +82,12 @@ def test_when_all_together_cost_most_the_headline_says_so_and_names_the_stronges
     alone = (_row("L0H0", [(0, 0)], 0.4, 0.3, 0.5), _row("L1H1", [(1, 1)], 0.9, 0.7, 1.1))
     together = _row("all sink heads", [(0, 0), (1, 1), (1, 0)], 2.5, 2.1, 2.9)
     headline = audit_findings(_with_ablation(crafted, alone, together))[0]
-    assert headline.startswith("Removing all 3 sink heads together raises the next-token loss by +2.5 [95% CI 2.1 to 2.9")
-    assert "of the 2 sink heads removed one at a time (largest anchor mass first, of 3), L1H1 costs most (+0.9" in headline
+    assert headline.startswith(
+        "Removing all 3 sink heads together raises the next-token loss by +2.5 [95% CI 2.1 to 2.9"
+    )
+    assert (
+        "of the 2 sink heads removed one at a time (largest anchor mass first, of 3), L1H1 costs most (+0.9" in headline
+    )
     assert "its anchor carries little of its value: 0.300" in headline
 
 
@@ -108,7 +116,9 @@ def test_the_list_of_sink_heads_is_never_cut(result):
 
 
 def test_an_audit_of_one_prompt_shows_no_interval(loaded):
-    one = audit(loaded, ["The quick brown fox jumps over the lazy dog."], AuditConfig(ablate=True, n_examples=0), progress=False)
+    one = audit(
+        loaded, ["The quick brown fox jumps over the lazy dog."], AuditConfig(ablate=True, n_examples=0), progress=False
+    )
     assert one.ablation is not None and one.ablation.default_state.n_inputs == 1
     text = " ".join(audit_findings(one))
     assert "95% CI" not in text and "n = 1, no interval" in text
