@@ -129,8 +129,8 @@ def audit_findings(result: AuditResult) -> list[str]:
     if ablation is not None:
         findings.append(
             f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
-            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({ablation.evict_anchor_delta:+.3f}; mean "
-            f"per prompt over {plural(ablation.default_state.n_inputs, 'prompt')}, no interval recorded)."
+            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({ablation.evict_anchor_delta:+.3f}), means "
+            f"of per-prompt losses over {plural(ablation.default_state.n_inputs, 'prompt')} (no interval recorded)."
         )
         test = ablation.default_state
         if test.all_sink_heads is not None:

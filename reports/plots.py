@@ -80,8 +80,8 @@ def png_text(png: bytes) -> dict[str, str]:
 
 
 def _tick_step(n: int, length_in: float, pitch: float = 1.6) -> int:
-    """Every how many ticks to label so that labels of ``SMALL_PT`` do not touch along an
-    axis ``length_in`` inches long (``pitch``: a label's room in font sizes)."""
+    """Every how many ticks to label so that labels of ``SMALL_PT`` (``pitch`` font sizes
+    apart) do not touch along an axis ``length_in`` inches long."""
     fits = max(2, int(length_in * 72 / (SMALL_PT * pitch)))
     return max(1, math.ceil(n / fits))
 
@@ -101,9 +101,8 @@ def attention_grid(
     colorbar_label: str = "attention weight",
     titles: Sequence[Sequence[str]] | None = None,
 ) -> Figure:
-    """Heatmaps of attention for every layer and head, like the paper's figures.
-
-    patterns: ``[layer, head, query, key]`` (e.g. the mean or std over test sequences).
+    """Heatmaps of attention for every layer and head, like the paper's figures:
+    patterns ``[layer, head, query, key]`` (e.g. the mean or std over test sequences).
     Rows are layers, columns heads (more than ``MAX_GRID_COLUMNS`` heads wrap onto further
     rows); each panel shows query (y) against key (x), with tick labels on the outer
     panels. The figure fits a report's width, so its labels are shown at the size drawn;
@@ -117,12 +116,8 @@ def attention_grid(
     head_labels = list(range(n_heads)) if head_labels is None else list(head_labels)
     if len(layer_labels) != n_layers or len(head_labels) != n_heads:
         raise InputError(f"need {n_layers} layer labels and {n_heads} head labels for patterns {patterns.shape}")
-    margin = 1.9 if tick_labels is None else 1.2 + 0.06 * max(map(len, tick_labels), default=0)  # labels, bar
-    room = PAGE_WIDTH_IN - margin
-    wanted = 0.0 if tick_labels is None else n_key * SMALL_PT * TOKEN_PITCH / 72
-    columns = max(1, min(n_heads, MAX_GRID_COLUMNS, int(room // max(wanted, 1e-9))))
+    columns, panel, margin = _grid_shape(n_heads, n_key, tick_labels)
     rows_per_layer = math.ceil(n_heads / columns)
-    panel = min(max(2.3, wanted), room / columns)
     n_rows = n_layers * rows_per_layer
     fig = Figure(figsize=(panel * columns + margin, panel * n_rows + 0.9), layout="constrained")
     axes = fig.subplots(n_rows, columns, squeeze=False, sharex=True, sharey=True)
@@ -150,10 +145,17 @@ def attention_grid(
     fig.supylabel("query", fontsize=LABEL_PT)
     fig.suptitle(title, fontsize=TITLE_PT)
     if image is not None:
-        bar = fig.colorbar(image, ax=axes, shrink=min(1.0, 4.0 / (panel * n_rows)) if n_rows > 1 else 1.0)
-        bar.set_label(colorbar_label, fontsize=LABEL_PT)
-        bar.ax.tick_params(labelsize=TICK_PT)
+        _colorbar(fig, image, axes, colorbar_label, min(1.0, 4.0 / (panel * n_rows)) if n_rows > 1 else 1.0)
     return save_figure(fig, path)
+
+
+def _grid_shape(n_heads: int, n_key: int, tick_labels: Sequence[str] | None) -> tuple[int, float, float]:
+    """(panels per row, a panel's size, the margin) in inches: panels wide enough for one
+    token label per key, when there are labels, and no wider than the page."""
+    margin = 1.9 if tick_labels is None else 1.2 + 0.06 * max(map(len, tick_labels), default=0)  # labels, bar
+    wanted = 0.0 if tick_labels is None else n_key * SMALL_PT * TOKEN_PITCH / 72
+    columns = max(1, min(n_heads, MAX_GRID_COLUMNS, int((PAGE_WIDTH_IN - margin) // max(wanted, 1e-9))))
+    return columns, min(max(2.3, wanted), (PAGE_WIDTH_IN - margin) / columns), margin
 
 
 def heatmap(
@@ -195,11 +197,9 @@ def heatmap(
 
 
 CELL_W, CELL_H = 0.55, 0.4  # inches: room for a value such as 0.93 in SMALL_PT
-# the smallest cell that still holds a value such as 0.93 in SMALL_PT (7 pt is 0.1 in high)
-TEXT_CELL_W, TEXT_CELL_H = 0.36, 0.22
+TEXT_CELL_W, TEXT_CELL_H = 0.36, 0.22  # the smallest cell that still holds such a value (7 pt: 0.1 in high)
 TALL_MAP_IN = 9.0  # a map with many rows gets lower cells (down to TEXT_CELL_H), not a page of its own
-OUTLINE_COLOUR = "#0a6cff"  # sink-head outlines: blue, apart from the colours of magma and viridis
-OUTLINE_WIDTH = 2.0
+OUTLINE_COLOUR, OUTLINE_WIDTH = "#0a6cff", 2.0  # sink-head outlines: blue, apart from magma's and viridis's colours
 
 
 def _cell_size(n_rows: int, n_columns: int, width_in: float) -> tuple[float, float]:
