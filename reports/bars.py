@@ -4,7 +4,7 @@ ends, e.g. from a single unit) is drawn without a whisker, never with a made-up 
 
 ``effect_control_chart`` puts an effect and its matched control on panels of their own,
 each on its own scale: a control a million times smaller than the effect would be an
-invisible bar on the effect's axis, so its panel writes each value beside its bar."""
+invisible bar on the effect's axis, so its panel also writes each value in its label."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from sinkscope.infra.errors import InputError
-from sinkscope.reports.formatting import sig
-from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, SMALL_PT, TICK_PT, TITLE_PT, legend_below, save_figure
+from sinkscope.reports.formatting import format_cell, sig
+from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, TICK_PT, TITLE_PT, legend_below, save_figure
 
 EFFECT_COLOUR, CONTROL_COLOUR = "#d9480f", "#5c7cfa"  # an effect and its matched control, told apart
 WHISKER_COLOUR = "#1d2330"
@@ -71,7 +71,8 @@ def draw_interval_bars(
             color=one.colour,
         )
     ax.axhline(0.0, color="#5b6473", linewidth=0.8)
-    crowded = sum(len(name) + 2 for name in categories) * TICK_PT * 0.6 / 72 > width_in - 1.0
+    slot = (width_in - 1.0) / max(len(categories), 1)  # inches per category
+    crowded = max((len(name) for name in categories), default=0) * TICK_PT * 0.6 / 72 > 0.9 * slot
     ax.set_xticks(positions, list(categories), rotation=30 if crowded else 0, ha="right" if crowded else "center")
     ax.tick_params(labelsize=TICK_PT)
     ax.grid(axis="y", alpha=0.3)
@@ -103,8 +104,8 @@ def effect_control_chart(
     ylabel: str,
 ) -> Figure:
     """The effect (left) and its matched control (right), each bar with its whisker, each
-    panel on its own scale; the control's panel writes every value beside its bar and its
-    largest size in its title, so a control too small to see is still read."""
+    panel on its own scale; the control's panel writes every value in its category's label
+    and its largest size in its title, so a control too small to see is still read."""
     fig = Figure(figsize=(PAGE_WIDTH_IN, 4.0), layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[3, 2])
     draw_interval_bars(left, categories, [effect], PAGE_WIDTH_IN * 0.6)
@@ -115,19 +116,7 @@ def effect_control_chart(
     largest = float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else float("nan")
     right.set_title(f"{control.name} (own scale; |value| at most {sig(largest)})", fontsize=LABEL_PT)
     right.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-    for position, value in enumerate(values):
-        if np.isfinite(value):
-            right.annotate(
-                f"{value:+.2g}",
-                (position, value),
-                xytext=(0, 3 if value >= 0 else -3),
-                textcoords="offset points",
-                ha="center",
-                va="bottom" if value >= 0 else "top",
-                fontsize=SMALL_PT,
-                rotation=90 if len(categories) > 6 else 0,
-                gid="control-value",
-            )
-    right.margins(y=0.25)
+    labels = [f"{name}: {format_cell(float(value), '+.2g')}" for name, value in zip(categories, values)]
+    right.set_xticks(range(len(categories)), labels, rotation=30 if len(categories) > 2 else 0, ha="right")
     fig.suptitle(title, fontsize=TITLE_PT)
     return save_figure(fig, path)

@@ -150,11 +150,11 @@ def attention_grid(
 
 
 def _grid_shape(n_heads: int, n_key: int, tick_labels: Sequence[str] | None) -> tuple[int, float, float]:
-    """(panels per row, a panel's size, the margin) in inches: panels wide enough for one
-    token label per key, when there are labels, and no wider than the page."""
+    """(panels per row, balanced over the rows; a panel's size, the margin, in inches)."""
     margin = 1.9 if tick_labels is None else 1.2 + 0.06 * max(map(len, tick_labels), default=0)  # labels, bar
-    wanted = 0.0 if tick_labels is None else n_key * SMALL_PT * TOKEN_PITCH / 72
-    columns = max(1, min(n_heads, MAX_GRID_COLUMNS, int((PAGE_WIDTH_IN - margin) // max(wanted, 1e-9))))
+    wanted = 0.0 if tick_labels is None else n_key * SMALL_PT * TOKEN_PITCH / 72  # a label per key
+    fit = max(1, min(n_heads, MAX_GRID_COLUMNS, int((PAGE_WIDTH_IN - margin) // max(wanted, 1e-9))))
+    columns = math.ceil(n_heads / math.ceil(n_heads / fit))  # 4 panels as 2 x 2, not 3 + 1
     return columns, min(max(2.3, wanted), (PAGE_WIDTH_IN - margin) / columns), margin
 
 
