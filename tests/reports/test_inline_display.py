@@ -67,7 +67,7 @@ def test_an_audit_shows_its_numbers_and_escapes_what_users_wrote(audits):
     example = result.examples[0]  # every prompt holds markup, so its tokens do
     assert any("<" in token for token in example.tokens)
     code = re.search(r"<code>(.*?)</code>", markup).group(1)
-    assert "<" not in code and html.unescape(code) == " | ".join(example.tokens)
+    assert "<" not in code and html.unescape(code) == " | ".join(example.labels)  # the readable tokens
     cells = grid_cells(markup, "Anchor mass per head")
     assert len(cells) == result.model.n_layers
     for head in result.probe.heads:
@@ -159,7 +159,7 @@ def test_the_displays_render_in_a_browser_without_scripts(audits, reproduction, 
             page.evaluate("document.querySelector('h3').innerText") == f"Attention-sink audit: {audits[0].model.label}"
         )
         assert "<i>" in audits[0].model.label  # shown as text, not as markup
-        tokens = " | ".join(audits[0].examples[0].tokens)
+        tokens = " | ".join(audits[0].examples[0].labels)
         assert page.evaluate("document.querySelector('code').innerText") == tokens
         # every grid cell is drawn at a readable size: at least 11 px text, 30 px wide
         sizes = page.evaluate(
