@@ -123,16 +123,16 @@ def _example_heads_text(result: AuditResult) -> str:
     """Which heads the heatmaps show and why, of how many (as ``example_heads`` chose them)."""
     chosen = example_heads(result.probe)
     n_sinks = sum(head.is_sink_head for head in result.probe.heads)
-    sinks = [f"L{layer}H{head}" for (layer, head), role in chosen if role.startswith("sink head")]
+    top = [f"L{layer}H{head}" for (layer, head), role in chosen if not role.startswith("contrast")]
     contrast = [f"L{layer}H{head}" for (layer, head), role in chosen if role.startswith("contrast")]
-    parts = [
-        f"the {len(sinks)} strongest of the {n_sinks} sink heads by anchor mass ({', '.join(sinks)})"
-        if sinks
-        else "no head is a sink head: the heads with the largest anchor mass"
-    ]
+    shown = (
+        f"the {len(top)} strongest of the {n_sinks} sink heads by anchor mass ({', '.join(top)})"
+        if n_sinks
+        else f"no head is a sink head, so the {len(top)} with the largest anchor mass ({', '.join(top)})"
+    )
     if contrast:
-        parts.append(f"for contrast {contrast[0]}, the head with the least anchor mass")
-    return f"heads shown: {' and, '.join(parts)}, of {len(result.probe.heads)} heads"
+        shown += f" and, for contrast, {contrast[0]} (the head with the least anchor mass)"
+    return f"heads shown: {shown}, of {len(result.probe.heads)} heads"
 
 
 def _sink_list(result: AuditResult) -> list[Block]:

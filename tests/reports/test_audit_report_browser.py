@@ -119,7 +119,7 @@ def test_heatmaps_include_the_top_sink_heads_by_anchor_mass(browser, reports):
     captions = page.evaluate(
         "Array.from(document.querySelectorAll('figcaption')).map(f => f.textContent).filter(t => t.includes('attention on prompt'))"
     )
-    assert captions and all(f"({top[1]})" in text and "for contrast" in text for text in captions)
+    assert captions and all(f"({top[1]})" in text and "for contrast, " in text for text in captions)
 
 
 def test_the_ablation_chart_has_whiskers_and_a_visible_control(browser, reports):
