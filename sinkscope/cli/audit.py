@@ -21,6 +21,7 @@ from sinkscope.cli.args import (
 )
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
+from sinkscope.reports.formatting import plural
 
 EXAMPLES = """examples:
   sinkscope audit gpt2 --out sinkscope-out/audit/gpt2
@@ -235,7 +236,7 @@ def _audit_line(result) -> str:
     line = (
         f"{result.model.label}: {result.model.n_layers} layers x {result.model.heads_text}; sink rate "
         + ", ".join(f"{rate.percent:.1f}% (eps {rate.eps})" for rate in result.sink_rates)
-        + f"; {len(result.sink_heads())} sink heads (anchor mass >= {1 - result.config.sink_eps:g})"
+        + f"; {plural(len(result.sink_heads()), 'sink head')} (anchor mass >= {1 - result.config.sink_eps:g})"
     )
     if result.ablation is not None:
         ablation = result.ablation
