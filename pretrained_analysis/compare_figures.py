@@ -62,8 +62,8 @@ def _finish(fig: Figure, ax: Axes, title: str, xlabel: str, ylabel: str, n_serie
         legend_below(fig, ax, n_series)
 
 
-def _category_ticks(ax: Axes, names: Sequence[str]) -> None:
-    crowded = sum(len(name) + 2 for name in names) * TICK_PT * 0.6 / 72 > ax.figure.get_figwidth() - 1.5
+def _category_ticks(fig: Figure, ax: Axes, names: Sequence[str]) -> None:
+    crowded = sum(len(name) + 2 for name in names) * TICK_PT * 0.6 / 72 > fig.get_figwidth() - 1.5
     ax.set_xticks(range(len(names)), list(names), rotation=30 if crowded else 0, ha="right" if crowded else "center")
     ax.set_xlim(-0.6, len(names) - 0.4)
 
@@ -110,7 +110,7 @@ def sink_rate_figure(comparison: Comparison, path: str | os.PathLike) -> Figure:
     n_positions = len({revision_label(row) for row in comparison.rows}) if checkpoints else len(comparison.rows)
     fig, ax = _figure(n_positions)
     categories, n_series = (_checkpoint_markers if checkpoints else _model_markers)(ax, comparison)
-    _category_ticks(ax, categories)
+    _category_ticks(fig, ax, categories)
     ax.set_ylim(0.0, 100.0)
     title = "sink rate over checkpoints (Gu et al. Sink_1^ε)" if checkpoints else "sink rate (Gu et al. Sink_1^ε)"
     _finish(fig, ax, title, CHECKPOINT_AXIS if checkpoints else MODEL_AXIS, "% of (prompt, layer, head)", n_series)
@@ -119,8 +119,7 @@ def sink_rate_figure(comparison: Comparison, path: str | os.PathLike) -> Figure:
 
 def layer_positions(row: ComparisonRow, same_depth: bool) -> list[float]:
     """Where each of the row's measured layers is drawn: its index, or its relative depth."""
-    layers = np.arange(row.n_layers)
-    return (layers if same_depth else (layers + 0.5) / row.n_layers).tolist()
+    return [float(layer) if same_depth else (layer + 0.5) / row.n_layers for layer in range(row.n_layers)]
 
 
 def layer_figure(comparison: Comparison, path: str | os.PathLike) -> Figure:
@@ -146,3 +145,23 @@ def layer_figure(comparison: Comparison, path: str | os.PathLike) -> Figure:
     xlabel = "layer" if same_depth else "relative depth: (layer + 0.5) / layers (one marker per measured layer)"
     _finish(fig, ax, "anchor mass per layer (mean over heads)", xlabel, "anchor mass", len(rows))
     return save_figure(fig, path)
+
+
+def sink_rate_caption(comparison: Comparison) -> str:
+    if comparison.has_checkpoints():
+        return (
+            "sink rate per checkpoint (Gu et al. Sink_1^ε, per sink-rate threshold ε); "
+            "a line joins the checkpoints of one model"
+        )
+    return "sink rate per model (Gu et al. Sink_1^ε, per sink-rate threshold ε); separate models, no line between them"
+
+
+def layer_caption(comparison: Comparison) -> str:
+    """Says how many layers each model was measured at: one marker each, nothing interpolated."""
+    counts = ", ".join(f"{row.label} {row.n_layers}" for row in comparison.rows)
+    where = (
+        "at its layer index"
+        if len({row.n_layers for row in comparison.rows}) == 1
+        else "at relative depth (layer + 0.5) / layers"
+    )
+    return f"anchor mass per layer (mean over heads), one marker per measured layer {where} ({counts} layers)"
