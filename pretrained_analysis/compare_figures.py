@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from sinkscope.pretrained_analysis.compare import Comparison, ComparisonRow
 
 MARKERS = ("o", "s", "^", "D", "v", "P")  # one per sink-rate threshold
+LINE_STYLES = ("-", "--", ":", "-.")  # one per threshold: a model's lines share its colour
 DEFAULT_REVISION = "(default)"  # a row audited without a revision: the model's default branch
 MODEL_AXIS, CHECKPOINT_AXIS = "model", "checkpoint (revision)"
 
@@ -80,7 +81,7 @@ def _checkpoint_markers(ax: Axes, comparison: Comparison) -> tuple[list[str], in
                 [row.sink_rate[eps] for row in rows],
                 marker=MARKERS[k % len(MARKERS)],
                 markersize=5,
-                linestyle="-" if is_checkpoint_series(rows) else "none",
+                linestyle=LINE_STYLES[k % len(LINE_STYLES)] if is_checkpoint_series(rows) else "none",
                 color=f"C{index % 10}",
                 label=f"{plot_text(model)}, ε = {eps}" if len(groups) > 1 else f"ε = {eps}",
             )
@@ -111,7 +112,7 @@ def sink_rate_figure(comparison: Comparison, path: str | os.PathLike) -> Figure:
     fig, ax = _figure(n_positions)
     categories, n_series = (_checkpoint_markers if checkpoints else _model_markers)(ax, comparison)
     _category_ticks(fig, ax, categories)
-    ax.set_ylim(0.0, 100.0)
+    ax.set_ylim(-2.0, 102.0)  # a rate of 0 is a whole marker, not half hidden by the axis
     title = "sink rate over checkpoints (Gu et al. Sink_1^ε)" if checkpoints else "sink rate (Gu et al. Sink_1^ε)"
     _finish(fig, ax, title, CHECKPOINT_AXIS if checkpoints else MODEL_AXIS, "% of (prompt, layer, head)", n_series)
     return save_figure(fig, path)
@@ -127,12 +128,12 @@ def layer_figure(comparison: Comparison, path: str | os.PathLike) -> Figure:
     rows = comparison.rows
     same_depth = len({row.n_layers for row in rows}) == 1
     fig, ax = _figure(max(row.n_layers for row in rows) // 2)
-    for row in rows:
+    for index, row in enumerate(rows):
         name = plot_text(row.label) if same_depth else f"{plot_text(row.label)} ({row.n_layers} layers)"
         ax.plot(
             layer_positions(row, same_depth),
             list(row.layer_anchor_mass),
-            marker="o",
+            marker=MARKERS[index % len(MARKERS)],  # shapes tell apart models whose points coincide
             markersize=4,
             linewidth=0.8,
             label=name,
@@ -141,7 +142,7 @@ def layer_figure(comparison: Comparison, path: str | os.PathLike) -> Figure:
         ax.set_xticks(range(rows[0].n_layers)[:: max(1, rows[0].n_layers // 15)])
     else:
         ax.set_xlim(0.0, 1.0)
-    ax.set_ylim(0.0, 1.02)
+    ax.set_ylim(-0.02, 1.02)  # a point at 0 is drawn whole
     xlabel = "layer" if same_depth else "relative depth: (layer + 0.5) / layers (one marker per measured layer)"
     _finish(fig, ax, "anchor mass per layer (mean over heads)", xlabel, "anchor mass", len(rows))
     return save_figure(fig, path)
