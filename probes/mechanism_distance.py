@@ -232,7 +232,7 @@ def _cells(distance: Distance) -> tuple[Cell, ...]:
 
 
 DISTANCE_TABLE: TableDefinition[Distance] = TableDefinition(
-    "Distance from the toy",
+    "Each pretrained model's share and cancellation beside the toy's",
     (
         Column("model"),
         Column("quantity"),

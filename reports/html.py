@@ -56,7 +56,7 @@ nav a, a { color: var(--accent); text-decoration: none; }
 p.note { color: var(--muted); font-size: 13px; margin: 4px 0 8px; }
 /* every table scrolls inside its own box: never wider than the page, and a long table's
    horizontal scroll bar and sticky header stay on screen */
-.table-wrap { overflow: auto; max-width: 100%; max-height: 85vh; margin: 8px 0 18px; }
+.table-wrap { overflow: auto; max-width: 100%; max-height: 85vh; margin: 8px 0 18px; scrollbar-color: #9aa3b2 #eef1f6; }
 table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: left; vertical-align: top; }
@@ -64,6 +64,7 @@ td.num { text-align: right; white-space: nowrap; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 thead th { background: #eef1f6; position: sticky; top: 0; vertical-align: bottom; max-width: 10em; }
 td:first-child { white-space: nowrap; }
+td:not(.num):not(:first-child) { overflow-wrap: anywhere; } /* a long name or path wraps instead of widening the table */
 table.sortable thead th { cursor: pointer; user-select: none; }
 table.sortable thead th button { background: none; border: 0; padding: 0; font: inherit; color: inherit; cursor: pointer; }
 table.sortable thead th::after { content: " \\2195"; color: #9aa3b2; font-size: 11px; }
@@ -245,6 +246,7 @@ INLINE_STYLE = """
 .sinkscope-inline th, .sinkscope-inline td { border-bottom: 1px solid #d9dde5; padding: 2px 8px; text-align: left; }
 .sinkscope-inline td.num { text-align: right; white-space: nowrap; }
 .sinkscope-inline thead th { background: #eef1f6; position: sticky; top: 0; }
+.sinkscope-inline .table-wrap, .sinkscope-inline table.grid { scrollbar-color: #9aa3b2 #eef1f6; }
 .sinkscope-inline .table-wrap { max-width: 100%; overflow-x: auto; }
 .sinkscope-inline .scroll { max-height: 360px; overflow: auto; }
 .sinkscope-inline table.grid { display: block; max-width: 100%; overflow-x: auto; }

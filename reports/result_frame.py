@@ -14,7 +14,9 @@ import html
 import pandas
 
 MAX_SHOWN_ROWS = 5000  # beyond this a notebook would stall; the display says what it left out
-BOX_STYLE = "max-height: 420px; max-width: 100%; overflow: auto; border: 1px solid #d9dde5;"
+BOX_STYLE = (
+    "max-height: 420px; max-width: 100%; overflow: auto; border: 1px solid #d9dde5; scrollbar-color: #9aa3b2 #eef1f6;"
+)
 
 
 class ResultFrame(pandas.DataFrame):
