@@ -189,25 +189,28 @@ def distance_phrase(distance: Distance) -> str:
     )
 
 
+def _verdict(own: Sequence[Distance]) -> str:
+    """The sentence the numbers support: which quantities lie close to the toy's, which far."""
+    like = [d.quantity for d in own if d.close]
+    unlike = [d.quantity for d in own if d.close is False]
+    parts = ([f"like the toy in {' and '.join(like)}"] if like else []) + (
+        [f"{'unlike it' if like else 'unlike the toy'} in {' and '.join(unlike)}"] if unlike else []
+    )
+    missing = "" if any(d.quantity == SHARE for d in own) else " (no sink head at this threshold: no share to compare)"
+    return ". So it is " + ", ".join(parts) + missing + "." if parts else "."
+
+
 def distance_verdicts(comparison: MechanismComparison) -> list[str]:
     """Per pretrained model: its quantities beside the toy's and a verdict made from them."""
     distances = toy_distances(comparison)
     if not any(model.kind == "toy" for model in comparison.models):
         return []
     if not distances:
-        return ["No pretrained model has both sink heads and a toy model with sink heads to be measured against."]
+        return ["No pretrained model could be measured against the toy: no toy model has a sink head."]
     verdicts = []
     for source in dict.fromkeys(distance.model for distance in distances):
         own = [distance for distance in distances if distance.model == source]
-        close = [distance.close for distance in own]
-        verdict = (
-            "its sink mechanism measures like the toy's on every quantity compared"
-            if all(close)
-            else "it is unlike the toy on every quantity compared"
-            if not any(close)
-            else "like the toy on " + " and ".join(d.quantity for d in own if d.close) + " only"
-        )
-        verdicts.append(f"{source} beside the toy: " + "; ".join(distance_phrase(d) for d in own) + f". So {verdict}.")
+        verdicts.append(f"{source} beside the toy: " + "; ".join(distance_phrase(d) for d in own) + _verdict(own))
     return verdicts
 
 

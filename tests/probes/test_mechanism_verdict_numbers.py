@@ -6,6 +6,7 @@ because it is under 0.5 while the toy's is 0.0005)."""
 
 from __future__ import annotations
 
+import html
 import math
 
 import pytest
@@ -72,17 +73,17 @@ def test_smollm2_is_reported_by_its_numbers_beside_the_toys():
     assert share.difference == pytest.approx(0.624 - 0.9875)
     assert f"[{share.difference_low:+.3f}, {share.difference_high:+.3f}]" in verdict  # the difference's interval
     assert share.difference_low <= share.difference <= share.difference_high < 0
-    assert "far from the toy's" in verdict and "unlike the toy on every quantity" in verdict
+    assert "far from the toy's" in verdict and f"So it is unlike the toy in {SHARE} and {CANCELLATION}." in verdict
 
 
 def test_a_model_near_the_toy_is_called_like_it_from_its_numbers():
     near = ("near", "pretrained", 6, [0.97, 0.99, 0.96], 0.0011)  # within 0.1 and a factor of 3
     verdict = [line for line in mechanism_findings(comparison_of(TOY, near)) if line.startswith("near beside")][0]
     assert "2.2x the toy's" in verdict and "close to the toy's" in verdict
-    assert "measures like the toy's on every quantity" in verdict
+    assert f"So it is like the toy in {SHARE} and {CANCELLATION}." in verdict
     mixed = ("mixed", "pretrained", 6, [0.97, 0.99, 0.96], 0.4)
     line = [line for line in mechanism_findings(comparison_of(TOY, mixed)) if line.startswith("mixed beside")][0]
-    assert f"like the toy on {SHARE} only" in line
+    assert f"So it is like the toy in {SHARE}, unlike it in {CANCELLATION}." in line
 
 
 def test_one_sink_head_has_no_interval():
@@ -92,6 +93,15 @@ def test_one_sink_head_has_no_interval():
     assert math.isnan(spread([0.3], "sink head").low)
     share = next(d for d in toy_distances(comparison_of(TOY, lone)) if d.quantity == SHARE)
     assert math.isnan(share.difference_low)  # no interval from one head
+
+
+def test_a_model_without_sink_heads_is_measured_on_its_cancellation_only():
+    quiet = ("quiet", "pretrained", 6, [], 0.539)
+    verdict = [line for line in mechanism_findings(comparison_of(TOY, quiet)) if line.startswith("quiet beside")][0]
+    assert "1.08e+03x the toy's" in verdict and SHARE not in verdict.split(":")[1]
+    assert verdict.endswith(
+        f"So it is unlike the toy in {CANCELLATION} (no sink head at this threshold: no share to compare)."
+    )
 
 
 def test_without_a_toy_there_is_no_distance():
@@ -112,4 +122,4 @@ def test_the_report_shows_the_distances_and_says_what_each_quantity_means(tmp_pa
     meanings = [block for block in sections["How to read it"].blocks if getattr(block, "caption", "") == "Quantities"]
     assert {key for key, _ in meanings[0].items} >= {SHARE, CANCELLATION, "anchor mass"}
     assert DISTANCE_TABLE.caption in mechanism_markdown(comparison)
-    assert DISTANCE_TABLE.caption in mechanism_html(comparison)
+    assert html.escape(DISTANCE_TABLE.caption) in mechanism_html(comparison)
