@@ -214,21 +214,25 @@ def distance_verdicts(comparison: MechanismComparison) -> list[str]:
     return verdicts
 
 
+def _interval(low: float, high: float, n: int | None = None) -> str:
+    if math.isnan(low):
+        return f"none (n = {n})" if n is not None and n < 2 else "none"
+    return f"[{sig(low, 3)}, {sig(high, 3)}]"
+
+
 def _cells(distance: Distance) -> tuple[Cell, ...]:
+    value, toy = distance.value, distance.toy
     return (
         distance.model,
         distance.quantity,
-        distance.value.mean,
-        distance.value.low,
-        distance.value.high,
-        distance.value.n,
-        distance.toy.mean,
-        distance.toy.low,
-        distance.toy.high,
-        distance.toy.n,
+        value.mean,
+        _interval(value.low, value.high, value.n),
+        value.n,
+        toy.mean,
+        _interval(toy.low, toy.high, toy.n),
+        toy.n,
         distance.difference,
-        distance.difference_low,
-        distance.difference_high,
+        _interval(distance.difference_low, distance.difference_high),
         distance.ratio,
         {True: "close", False: "far", None: "n/a"}[distance.close],
     )
@@ -240,23 +244,19 @@ DISTANCE_TABLE: TableDefinition[Distance] = TableDefinition(
         Column("model"),
         Column("quantity"),
         Column("value", ".3g", numeric=True),
-        Column("low", ".3g", numeric=True),
-        Column("high", ".3g", numeric=True),
+        Column(f"{int(CONFIDENCE * 100)}% interval"),
         Column("n", numeric=True),
         Column("toy value", ".3g", numeric=True),
-        Column("toy low", ".3g", numeric=True),
-        Column("toy high", ".3g", numeric=True),
+        Column(f"toy {int(CONFIDENCE * 100)}% interval"),
         Column("toy n", numeric=True),
         Column("difference", "+.3g", numeric=True),
-        Column("difference low", "+.3g", numeric=True),
-        Column("difference high", "+.3g", numeric=True),
+        Column("difference interval"),
         Column("ratio", ".3g", numeric=True),
         Column("reading"),
     ),
     _cells,
-    f"value, toy value: means over n units ({int(CONFIDENCE * 100)}% percentile-bootstrap interval low to high over "
-    "those units; blank for n < 2). value-weighted anchor share: units are sink heads; its difference has a "
-    "bootstrap interval over both models' heads. cancellation: one ratio per model, no interval; its difference "
-    "and ratio are against the toy model nearest on a log scale. reading: close or far by the rules under "
-    "'How to read it'.",
+    "value, toy value: means over n units with a percentile-bootstrap interval over those units (none for n < 2). "
+    "value-weighted anchor share: units are sink heads; its difference has a bootstrap interval over both models' "
+    "heads. cancellation: one ratio per model, no interval; its difference and ratio are against the toy model "
+    "nearest on a log scale. reading: close or far by the rules under 'How to read it'.",
 )

@@ -64,7 +64,6 @@ td.num { text-align: right; white-space: nowrap; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 thead th { background: #eef1f6; position: sticky; top: 0; vertical-align: bottom; max-width: 10em; }
 td:first-child { white-space: nowrap; }
-td:not(.num):not(:first-child) { overflow-wrap: anywhere; } /* a long name or path wraps instead of widening the table */
 table.sortable thead th { cursor: pointer; user-select: none; }
 table.sortable thead th button { background: none; border: 0; padding: 0; font: inherit; color: inherit; cursor: pointer; }
 table.sortable thead th::after { content: " \\2195"; color: #9aa3b2; font-size: 11px; }

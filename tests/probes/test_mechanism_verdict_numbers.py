@@ -118,7 +118,8 @@ def test_the_report_shows_the_distances_and_says_what_each_quantity_means(tmp_pa
     (table,) = sections["Distance from the toy"].blocks
     assert [row[:2] for row in table.rows] == [("SmolLM2", SHARE), ("SmolLM2", CANCELLATION)]
     cancellation = table.rows[1]
-    assert cancellation[2] == 0.408 and cancellation[6] == 0.0005 and cancellation[13] == pytest.approx(816.0)
+    assert cancellation[2] == 0.408 and cancellation[5] == 0.0005 and cancellation[10] == pytest.approx(816.0)
+    assert cancellation[3] == "none (n = 1)" and table.rows[0][3].startswith("[")
     meanings = [block for block in sections["How to read it"].blocks if getattr(block, "caption", "") == "Quantities"]
     assert {key for key, _ in meanings[0].items} >= {SHARE, CANCELLATION, "anchor mass"}
     assert DISTANCE_TABLE.caption in mechanism_markdown(comparison)
