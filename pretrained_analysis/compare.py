@@ -2,9 +2,14 @@
 
 ``compare_audits(results)`` makes one row per audit, in the order given (so a checkpoint
 sweep reads left to right); ``write_comparison(comparison, directory)`` writes
-``comparison.json``, ``comparison.md`` and two figures: the sink rate per model and the
-per-layer anchor mass per model (against the layer index when every model has the same
-depth, else against relative depth layer / (n_layers - 1)).
+``comparison.json``, ``comparison.md`` and two figures
+(``sinkscope.pretrained_analysis.compare_figures``): the sink rate per model (one line per
+model through its checkpoints when rows are revisions of one model, separate markers for
+unrelated models) and the anchor mass of every measured layer of every model (never
+interpolated onto another model's depth).
+
+Rows are revisions of one model when they share ``model`` (the name it was loaded by) and
+differ in ``revision``: that is all a comparison knows of where its audits came from.
 """
 
 from __future__ import annotations
@@ -14,21 +19,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
-
 from sinkscope.infra.arguments import check_argument, check_items, check_path
 from sinkscope.infra.atomic_io import atomic_write_text
 from sinkscope.infra.bounds import COUNT, FRACTION, NONNEGATIVE, PERCENT, POSITIVE, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.codec import read_result, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.audit import AuditResult
-from sinkscope.pretrained_analysis.examples import plot_text
+from sinkscope.pretrained_analysis.compare_figures import (
+    is_checkpoint_series,
+    layer_figure,
+    model_label,
+    sink_rate_figure,
+)
 from sinkscope.pretrained_analysis.prompts import PromptSpec
 from sinkscope.pretrained_analysis.tables import comparison_definition
 from sinkscope.reports.document import Table
 from sinkscope.reports.frames import dataframe
 from sinkscope.reports.markdown import md_escape, table_markdown
-from sinkscope.reports.plots import line_chart
 
 if TYPE_CHECKING:
     import pandas
@@ -101,6 +108,18 @@ class Comparison:
 
     def epsilons(self) -> list[str]:
         return list(self.rows[0].sink_rate) if self.rows else []
+
+    def model_groups(self) -> list[tuple[str, tuple[ComparisonRow, ...]]]:
+        """The rows grouped by the model they audit (``model``, in order of first
+        appearance), each named by its label without ``@revision``."""
+        groups: dict[str, list[ComparisonRow]] = {}
+        for row in self.rows:
+            groups.setdefault(row.model, []).append(row)
+        return [(model_label(rows[0]), tuple(rows)) for rows in groups.values()]
+
+    def has_checkpoints(self) -> bool:
+        """Whether some model is audited at two or more revisions (a checkpoint suite)."""
+        return any(is_checkpoint_series(rows) for _, rows in self.model_groups())
 
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per (model, revision, layer): the layer's anchor mass (mean over heads)
@@ -217,35 +236,8 @@ def write_comparison(comparison: Comparison, directory: str | Path) -> Path:
     check_path(directory, "directory")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    labels = [plot_text(row.label) for row in comparison.rows]
-    line_chart(
-        labels,
-        [(f"ε = {eps}", [row.sink_rate[eps] for row in comparison.rows]) for eps in comparison.epsilons()],
-        directory / SINK_RATE_FIGURE,
-        "sink rate (Gu et al. Sink_1^ε)",
-        "model / checkpoint",
-        "% of (prompt, layer, head)",
-        ylim=(0.0, 100.0),
-    )
-    depths = {row.n_layers for row in comparison.rows}
-    same_depth = len(depths) == 1
-    n_layers = max(depths)
-    grid = np.arange(n_layers) if same_depth else np.linspace(0.0, 1.0, n_layers)
-    series = []
-    for label, row in zip(labels, comparison.rows):
-        values = np.asarray(row.layer_anchor_mass)
-        if not same_depth:  # interpolate onto the deepest model's relative depths
-            values = np.interp(grid, np.linspace(0.0, 1.0, len(values)) if len(values) > 1 else [0.0], values)
-        series.append((label, values.tolist()))
-    line_chart(
-        grid.tolist(),
-        series,
-        directory / LAYER_FIGURE,
-        "anchor mass per layer (mean over heads)",
-        "layer" if same_depth else "relative depth",
-        "anchor mass",
-        ylim=(0.0, 1.02),
-    )
+    sink_rate_figure(comparison, directory / SINK_RATE_FIGURE)
+    layer_figure(comparison, directory / LAYER_FIGURE)
     atomic_write_text(directory / COMPARISON_MD, comparison.to_markdown())
     write_result(directory / COMPARISON_JSON, comparison)
     return directory

@@ -142,6 +142,17 @@ def audit_findings(result: AuditResult) -> list[str]:
     return findings + list(result.notes)
 
 
+def _peak_layers(comparison: Comparison) -> str:
+    """Where each model's anchor mass peaks, at its own layers (no model is put on another's depth)."""
+    parts = []
+    for row in comparison.rows:
+        measured = [(mass, layer) for layer, mass in enumerate(row.layer_anchor_mass) if not math.isnan(mass)]
+        if measured:
+            mass, layer = max(measured)
+            parts.append(f"{row.label} in layer {layer} of {row.n_layers} ({mass:.3f})")
+    return "Anchor mass (mean over heads) peaks: " + "; ".join(parts) + "." if parts else "No layer could be measured."
+
+
 def comparison_findings(comparison: Comparison) -> list[str]:
     """The shared prompts, the sink-rate range per eps, the most sinks, the ablations."""
     rows, epsilons = comparison.rows, comparison.epsilons()
@@ -158,6 +169,7 @@ def comparison_findings(comparison: Comparison) -> list[str]:
             else f"Sink rate at ε = {eps} ranges from {percent(low)} ({ranked[0].label}) to "
             f"{percent(high)} ({ranked[-1].label})."
         )
+    findings.append(_peak_layers(comparison))
     most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))
     findings.append(f"Most sink heads: {most.label} with {most.n_sink_heads} of {most.n_layers * most.n_heads}.")
     ablated = [row for row in rows if row.all_sink_heads_loss_delta is not None]

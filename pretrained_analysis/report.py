@@ -18,6 +18,7 @@ from sinkscope.pretrained_analysis.audit import (
 )
 from sinkscope.pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, Comparison, read_comparison
 from sinkscope.pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
+from sinkscope.pretrained_analysis.compare_figures import layer_caption, sink_rate_caption
 from sinkscope.pretrained_analysis.examples import example_heads
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
 from sinkscope.pretrained_analysis.prompts import PromptSummary
@@ -252,8 +253,8 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
                 _figures(
                     source,
                     [
-                        (SINK_RATE_FIGURE, "sink rate per model (Gu et al. Sink_1^ε, per sink-rate threshold ε)"),
-                        (COMPARISON_LAYER_FIGURE, "anchor mass per layer (mean over heads) per model"),
+                        (SINK_RATE_FIGURE, sink_rate_caption(comparison)),
+                        (COMPARISON_LAYER_FIGURE, layer_caption(comparison)),
                     ],
                 )
             ),

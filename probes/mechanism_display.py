@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sinkscope.probes.mechanism_distance import DISTANCE_TABLE, toy_distances
 from sinkscope.probes.mechanism_findings import mechanism_findings
 from sinkscope.probes.mechanism_rules import KINDS
 from sinkscope.probes.tables import MECHANISM_HEAD_TABLE, MECHANISM_MODEL_TABLE
@@ -16,8 +17,10 @@ if TYPE_CHECKING:
 
 
 def mechanism_html(comparison: MechanismComparison) -> str:
+    distances = toy_distances(comparison)
     parts = [
         bullets_html(mechanism_findings(comparison)),
+        *([inline_table(DISTANCE_TABLE.table(distances))] if distances else []),
         inline_table(MECHANISM_MODEL_TABLE.table(comparison.models)),
         inline_table(MECHANISM_HEAD_TABLE.table(comparison.head_pairs())),
     ]

@@ -1,5 +1,6 @@
 """The side-by-side comparison in words: what was compared, what each kind's sink heads
-write, whether the layers cancel, and which mechanism holds where. Shared by the report
+write, whether the layers cancel, and how far each pretrained model lies from the toy in
+numbers (``sinkscope.probes.mechanism_distance``). Shared by the report
 (``sinkscope.probes.mechanism_report``) and the inline display (``sinkscope.probes.mechanism_display``)."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from sinkscope.probes.mechanism_distance import distance_verdicts, toy_distances
 from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
 from sinkscope.reports.formatting import sig
 
@@ -28,14 +30,18 @@ def _count(n: int, singular: str, plural: str) -> str:
     return f"{n} {singular if n == 1 else plural}"
 
 
-def _range(values: Sequence[float], digits: int = 3) -> str:
+def _range(values: Sequence[float], digits: int = 3, significant: bool = False) -> str:
+    """Mean (and range) of the finite values; ``significant``: ``digits`` significant
+    digits, for quantities that span orders of magnitude (a toy's cancellation is 0.0005)."""
     finite = [value for value in values if not math.isnan(value)]
     if not finite:
         return "n/a"
     low, high, mean = min(finite), max(finite), sum(finite) / len(finite)
-    return (
-        f"{mean:.{digits}f}" if len(finite) == 1 else f"{mean:.{digits}f} (from {low:.{digits}f} to {high:.{digits}f})"
-    )
+
+    def shown(value: float) -> str:
+        return sig(value, digits) if significant else f"{value:.{digits}f}"
+
+    return shown(mean) if len(finite) == 1 else f"{shown(mean)} (from {shown(low)} to {shown(high)})"
 
 
 def _kind_findings(comparison: MechanismComparison, kind: str) -> list[str]:
@@ -69,26 +75,28 @@ def _kind_findings(comparison: MechanismComparison, kind: str) -> list[str]:
     deep = [model for model in models if model.n_layers > 1 and not math.isnan(model.cancellation)]
     if deep:
         cancel = [model for model in deep if model.layers_cancel]
-        verdict = (
-            "the layers cancel in every one"
-            if len(cancel) == len(deep)
-            else "the layers cancel in none"
-            if not cancel
-            else f"the layers cancel in {_names(cancel)} only"
-        )
+        if len(deep) == 1:
+            under = f"it is {'' if cancel else 'not '}under {CANCELS_BELOW:g}"
+        else:
+            which = "every one" if len(cancel) == len(deep) else "none" if not cancel else f"{_names(cancel)} only"
+            under = f"it is under {CANCELS_BELOW:g} in {which}"
         findings.append(
             f"In the {f'{len(deep)} multi-layer {kind} models' if len(deep) > 1 else f'multi-layer {kind} model'}, "
-            "||sum of the layers' "
-            f"attention outputs|| / sum of their norms is {_range([m.cancellation for m in deep])}: {verdict} "
-            f"(cancel: below {CANCELS_BELOW:g})."
+            "||sum of the layers' attention outputs|| / sum of their norms is "
+            f"{_range([m.cancellation for m in deep], significant=True)}: the summed output keeps that share of "
+            f"what the layers write, the rest cancels; {under}."
         )
     return findings
 
 
 def _mechanism_answer(comparison: MechanismComparison) -> list[str]:
-    """Which mechanism holds where: one sentence per group of models."""
+    """What each model's numbers read as against the absolute thresholds, one sentence per
+    group of models; how far each lies from the toy is ``distance_verdicts``."""
     groups: dict[str, list[MechanismModel]] = {}
+    measured_against_toy = {distance.model for distance in toy_distances(comparison)}
     for model in comparison.models:
+        if model.source in measured_against_toy:  # its verdict is its distance from the toy's numbers
+            continue
         writes, cancels = model.writes_anchor, model.layers_cancel
         if writes is None:
             key = "no sink head, so no sink to explain"
@@ -98,7 +106,7 @@ def _mechanism_answer(comparison: MechanismComparison) -> list[str]:
                 f"{WRITES_ANCHOR_SHARE:g} of what they write comes from it"
             )
         elif cancels:
-            key = "sink heads write the anchor's value and the layers cancel it (the toy mechanism)"
+            key = f"sink heads write the anchor's value and the layers cancel it (cancellation under {CANCELS_BELOW:g})"
         elif cancels is None and model.n_layers == 1:
             key = "sink heads write the anchor's value (one layer: nothing to cancel)"
         elif cancels is None:
@@ -132,4 +140,4 @@ def mechanism_findings(comparison: MechanismComparison) -> list[str]:
     ]
     for kind in KINDS:
         findings += _kind_findings(comparison, kind)
-    return findings + _mechanism_answer(comparison) + list(comparison.notes)
+    return findings + _mechanism_answer(comparison) + distance_verdicts(comparison) + list(comparison.notes)

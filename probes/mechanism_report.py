@@ -12,16 +12,27 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
-from sinkscope.probes.mechanism import MECHANISM_FILE, MechanismComparison, read_mechanism
+from sinkscope.probes.mechanism import MECHANISM_FILE, MechanismComparison, MechanismModel, read_mechanism
+from sinkscope.probes.mechanism_distance import DISTANCE_TABLE, toy_distances
 from sinkscope.probes.mechanism_findings import mechanism_findings
-from sinkscope.probes.mechanism_rules import CANCELS_BELOW, KINDS, WRITES_ANCHOR_SHARE
+from sinkscope.probes.mechanism_rules import (
+    CANCELLATION_CLOSE_FACTOR,
+    CANCELS_BELOW,
+    KINDS,
+    MEANINGS,
+    SHARE_CLOSE,
+    WRITES_ANCHOR_SHARE,
+)
 from sinkscope.probes.tables import MECHANISM_HEAD_TABLE, MECHANISM_MODEL_TABLE
 from sinkscope.reports.document import Figure, KeyValues, Paragraph, ReportDocument, Section
+from sinkscope.reports.formatting import sig
 from sinkscope.reports.markdown import md_escape, table_markdown
 from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, SMALL_PT, TICK_PT, TITLE_PT, save_figure
 from sinkscope.reports.write import ReportKind
@@ -79,28 +90,57 @@ def mechanism_figure(comparison: MechanismComparison, path: str | os.PathLike) -
     scatter.set_title("sink heads: attention vs what they write from the anchor", fontsize=TITLE_PT)
     scatter.tick_params(labelsize=TICK_PT)
     scatter.grid(alpha=0.3)
+    _cancellation_bars(bars, models, colours)
+    return save_figure(fig, path)
+
+
+def _cancellation_bars(bars: Axes, models: Sequence[MechanismModel], colours: dict[str, str]) -> None:
+    """Each model's cancellation ratio on a log axis, so a toy's 0.0005 and a pretrained
+    model's 0.4 are both visible and their distance reads as a factor; each bar carries its
+    value. A model whose ratio was not measured gets "n/a"."""
     positions = np.arange(len(models))
     ratios = [model.cancellation for model in models]
-    measured = [k for k, ratio in enumerate(ratios) if not math.isnan(ratio)]
-    bars.bar(positions[measured], [ratios[k] for k in measured], color=[colours[models[k].source] for k in measured])
-    for k in sorted(set(range(len(models))) - set(measured)):
-        bars.text(k, 0.02, "n/a", ha="center", va="bottom", fontsize=SMALL_PT, rotation=90)
+    measured = [k for k, ratio in enumerate(ratios) if not math.isnan(ratio) and ratio > 0]
+    floor = min([ratios[k] for k in measured] + [0.01]) / 3
+    bars.bar(
+        positions[measured],
+        [ratios[k] - floor for k in measured],
+        bottom=floor,
+        color=[colours[models[k].source] for k in measured],
+    )
+    labelled = len(models) <= MAX_BAR_LABELS
+    for k in range(len(models)):
+        text = "n/a" if k not in measured else sig(ratios[k], 2) if labelled else ""
+        y = floor * 1.1 if k not in measured else ratios[k] * 1.1
+        bars.text(k, y, text, ha="center", va="bottom", fontsize=SMALL_PT, rotation=90 if k not in measured else 0)
     bars.axhline(CANCELS_BELOW, color="grey", linewidth=0.8, linestyle="--")
     step = max(1, math.ceil(len(models) / MAX_BAR_LABELS))  # a sweep holds hundreds of runs
     bars.set_xticks(positions[::step], [model.source for model in models][::step], rotation=30, ha="right")
     bars.tick_params(labelsize=TICK_PT)
-    bars.set_ylim(0.0, 1.05)
-    bars.set_ylabel("\u2016\u03a3 layer outputs\u2016 / \u03a3 \u2016layer output\u2016", fontsize=LABEL_PT)
-    bars.set_title("cancellation across layers (1: none)", fontsize=TITLE_PT)
+    bars.set_yscale("log")
+    bars.set_ylim(floor, 2.0)
+    bars.set_ylabel("\u2016\u03a3 layer outputs\u2016 / \u03a3 \u2016layer output\u2016 (log)", fontsize=LABEL_PT)
+    bars.set_title("cancellation across layers (1: none; log scale)", fontsize=TITLE_PT)
     bars.grid(axis="y", alpha=0.3)
-    return save_figure(fig, path)
 
 
 def mechanism_markdown(comparison: MechanismComparison) -> str:
     """The findings and the sink-head table as Markdown (every name escaped)."""
     findings = "\n".join(f"- {md_escape(finding)}" for finding in mechanism_findings(comparison))
-    table = table_markdown(MECHANISM_HEAD_TABLE.table(comparison.head_pairs()))
-    return "# Toy and pretrained sink heads side by side\n\n" + findings + "\n\n" + table + "\n"
+    tables = [MECHANISM_HEAD_TABLE.table(comparison.head_pairs())]
+    distances = toy_distances(comparison)
+    if distances:
+        tables.insert(0, DISTANCE_TABLE.table(distances))
+    body = "\n\n".join(table_markdown(table) for table in tables)
+    return "# Toy and pretrained sink heads side by side\n\n" + findings + "\n\n" + body + "\n"
+
+
+def distance_section(comparison: MechanismComparison) -> list[Section]:
+    """Each pretrained model's quantities beside the toy's, when both kinds are compared."""
+    distances = toy_distances(comparison)
+    if not distances:
+        return []
+    return [Section("Distance from the toy", (DISTANCE_TABLE.table(distances),))]
 
 
 def mechanism_report(source: Path, figure_dir: Path) -> ReportDocument:
@@ -119,6 +159,7 @@ def mechanism_report(source: Path, figure_dir: Path) -> ReportDocument:
                 MECHANISM_HEAD_TABLE.table(comparison.head_pairs()),
             ),
         ),
+        *distance_section(comparison),
         Section("Models", (MECHANISM_MODEL_TABLE.table(comparison.models),)),
         Section(
             "How to read it",
@@ -128,11 +169,17 @@ def mechanism_report(source: Path, figure_dir: Path) -> ReportDocument:
                     "trigger task the layers then cancel it at the default positions. A share near 0 means the "
                     "anchor takes the attention while its value is small, so the head writes little."
                 ),
+                KeyValues("Quantities", MEANINGS),
                 KeyValues(
                     "Thresholds",
                     (
                         ("writes the anchor's value", f"value_weighted_anchor_share >= {WRITES_ANCHOR_SHARE:g}"),
                         ("layers cancel", f"cancellation < {CANCELS_BELOW:g} (models with 2 or more layers)"),
+                        ("share close to the toy's", f"|difference of the means| <= {SHARE_CLOSE:g}"),
+                        (
+                            "cancellation close to the toy's",
+                            f"within a factor of {CANCELLATION_CLOSE_FACTOR:g} of the nearest toy model's",
+                        ),
                     ),
                 ),
             ),

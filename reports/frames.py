@@ -1,6 +1,7 @@
 """Results as pandas DataFrames: long format, one row per measured thing (a head, a layer,
 a patched site), every metric a column, so results of many models or revisions stack
-with ``pandas.concat``."""
+with ``pandas.concat``. A notebook shows them whole, in a scrolling box
+(``sinkscope.reports.result_frame``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def row_of(record: Any, **context: Any) -> dict[str, Any]:
 
 
 def dataframe(rows: Iterable[Mapping[str, Any]]) -> pandas.DataFrame:
-    """``rows`` as a DataFrame (pandas is imported here, not when sinkscope loads)."""
-    import pandas
+    """``rows`` as a DataFrame whose notebook display drops no row or column (pandas is
+    imported here, not when sinkscope loads)."""
+    from sinkscope.reports.result_frame import ResultFrame
 
-    return pandas.DataFrame.from_records(list(rows))
+    return ResultFrame.from_records(list(rows))

@@ -55,7 +55,9 @@ nav a, a { color: var(--accent); text-decoration: none; }
 #findings ul { background: #f4f6fb; border-left: 4px solid var(--accent); padding: 12px 16px 12px 34px; margin: 0; }
 #findings li { margin: 4px 0; }
 p.note { color: var(--muted); font-size: 13px; margin: 4px 0 8px; }
-.table-wrap { overflow-x: auto; margin: 8px 0 18px; }
+/* every table scrolls inside its own box: never wider than the page, and a long table's
+   horizontal scroll bar and sticky header stay on screen */
+.table-wrap { overflow: auto; max-width: 100%; max-height: 85vh; margin: 8px 0 18px; scrollbar-color: #9aa3b2 #eef1f6; }
 .table-wrap.scroll { max-height: 520px; overflow: auto; border: 1px solid var(--line); }
 .table-tools { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center; font-size: 13px; margin: 8px 0 4px; }
 .table-tools input[type="search"] { font: inherit; padding: 2px 6px; min-width: 16em; }
@@ -300,7 +302,10 @@ INLINE_STYLE = """
 .sinkscope-inline td.num { text-align: right; white-space: nowrap; }
 .sinkscope-inline tr.marked td { background: #fff4e0; }
 .sinkscope-inline thead th { background: #eef1f6; position: sticky; top: 0; }
-.sinkscope-inline .scroll { max-height: 360px; overflow: auto; display: inline-block; }
+.sinkscope-inline .table-wrap, .sinkscope-inline table.grid { scrollbar-color: #9aa3b2 #eef1f6; }
+.sinkscope-inline .table-wrap { max-width: 100%; overflow-x: auto; }
+.sinkscope-inline .scroll { max-height: 360px; overflow: auto; }
+.sinkscope-inline table.grid { display: block; max-width: 100%; overflow-x: auto; }
 .sinkscope-inline table.grid td { width: 44px; min-width: 44px; text-align: center; padding: 3px 2px; border: 1px solid #fff; }
 .sinkscope-inline table.grid td.sink { outline: 2px solid #d9480f; outline-offset: -2px; font-weight: 600; }
 .sinkscope-inline table.grid th { text-align: center; background: none; font-weight: 600; color: #5b6473; }
