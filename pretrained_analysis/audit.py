@@ -68,6 +68,7 @@ from sinkscope.pretrained_analysis.prompts import (
     prompt_set as make_prompt_set,
 )
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, upgrade_probe_v1
+from sinkscope.probes.probe import check_layers, layer_selection
 from sinkscope.probes.runner import iterate_batches, probe_batches
 from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.frames import dataframe, row_of
@@ -94,7 +95,8 @@ class AuditConfig:
     anchor mass first, are ablated one by one (all of them are ablated together either
     way; each tested set costs two passes with logits); ablate_prompts: ablate on the
     first this many prompts only (None: all); n_examples: prompts drawn as attention
-    heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys."""
+    heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys;
+    layers: the layers probed (None: all), where the sink heads and ablated heads come from."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "batch_size": POSITIVE,
@@ -104,6 +106,7 @@ class AuditConfig:
         "n_examples": COUNT,
         "n_bootstrap": POSITIVE,
         "seed": UNBOUNDED,
+        "layers": COUNT,
     }
 
     batch_size: int = 16
@@ -114,8 +117,10 @@ class AuditConfig:
     n_examples: int = 2
     n_bootstrap: int = 1000
     seed: int = 0
+    layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", layer_selection(self.layers))
         for name in ("batch_size", "ablate_heads", "n_examples", "n_bootstrap", "seed"):
             check_argument(getattr(self, name), int, name, "an integer")
         check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
@@ -135,7 +140,7 @@ class AuditConfig:
             raise InputError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}", field="n_bootstrap")
 
     def probe_config(self) -> ProbeConfig:
-        return ProbeConfig(sink_eps=self.sink_eps, batch_size=self.batch_size)
+        return ProbeConfig(sink_eps=self.sink_eps, batch_size=self.batch_size, layers=self.layers)
 
 
 def upgrade_audit_v1(audit: dict[str, Any]) -> dict[str, Any]:
@@ -330,6 +335,7 @@ def audit(
     if not isinstance(prompts, (PromptSet, PromptSpec)):
         prompts = prompt_texts(prompts)  # before the model loads: a bad list fails at once
     loaded = load_model(model, progress=progress) if isinstance(model, LoadSpec) else wrap_model(model, tokenizer)
+    check_layers(config.layers, loaded.info.n_layers, loaded.info.label)
     if isinstance(prompts, PromptSet):
         prompt_set = prompts
     elif isinstance(prompts, PromptSpec):
@@ -384,10 +390,10 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
     )
     n_heads = result.model.n_heads
     line_chart(
-        list(range(result.model.n_layers)),
+        [layer.layer for layer in result.probe.layers],
         [
             ("mean over heads", [layer.anchor_mass for layer in result.probe.layers]),
-            ("max over heads", [float(np.nanmax(row)) for row in mass]),
+            ("max over heads", [float(np.nanmax(mass[layer.layer])) for layer in result.probe.layers]),
             (
                 f"share of sink heads (>= {1.0 - result.config.sink_eps:g})",
                 [layer.n_sink_heads / n_heads for layer in result.probe.layers],
@@ -409,6 +415,6 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
             layer_labels=example.layer_indices,
             head_labels=example.head_indices,
         )
-    result.probe.write_heads_csv(str(directory / HEADS_CSV))
+    result.probe.write_heads_csv(str(directory / HEADS_CSV), result.model.model_name, result.model.revision)
     write_result(directory / AUDIT_FILE, result)
     return directory
