@@ -299,7 +299,7 @@ class ProbeResult:
         probed = probed_layers(self.config.layers, n_layers)
         yield from head_grid_problems(self.heads, n_layers, n_heads, layers=self.config.layers)
         if tuple(layer.layer for layer in self.layers) != probed:
-            yield "layers", f"{len(self.layers)} rows", f"one row per probed layer, in order ({layers_text(probed)})"
+            yield "layers", f"{len(self.layers)} rows", f"one row per layer, in order (layers {layers_text(probed)})"
         for index, layer in enumerate(self.layers):
             where = f"layers[{index}]"
             yield from index_problems([(f"{where}.layer", layer.layer, n_layers, "n_layers")])
