@@ -68,7 +68,6 @@ from sinkscope.pretrained_analysis.prompts import (
     prompt_set as make_prompt_set,
 )
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, upgrade_probe_v1
-from sinkscope.probes.probe import check_layers, layer_selection
 from sinkscope.probes.runner import iterate_batches, probe_batches
 from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.frames import dataframe, row_of
@@ -120,7 +119,7 @@ class AuditConfig:
     layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "layers", layer_selection(self.layers))
+        object.__setattr__(self, "layers", ProbeConfig(layers=self.layers).layers)  # sorted, checked
         for name in ("batch_size", "ablate_heads", "n_examples", "n_bootstrap", "seed"):
             check_argument(getattr(self, name), int, name, "an integer")
         check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
@@ -335,7 +334,7 @@ def audit(
     if not isinstance(prompts, (PromptSet, PromptSpec)):
         prompts = prompt_texts(prompts)  # before the model loads: a bad list fails at once
     loaded = load_model(model, progress=progress) if isinstance(model, LoadSpec) else wrap_model(model, tokenizer)
-    check_layers(config.layers, loaded.info.n_layers, loaded.info.label)
+    config.probe_config().check_layers(loaded.info.n_layers, loaded.info.label)
     if isinstance(prompts, PromptSet):
         prompt_set = prompts
     elif isinstance(prompts, PromptSpec):

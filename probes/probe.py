@@ -92,6 +92,10 @@ class ProbeConfig:
         if not self.sink_rate_eps:
             raise InputError("sink_rate_eps must name at least one eps, e.g. (0.3, 0.8)", field="sink_rate_eps")
 
+    def check_layers(self, n_layers: int, model: str = "the model") -> None:
+        """An ``InputError`` naming the model's layer count when ``layers`` are not all its."""
+        check_layers(self.layers, n_layers, model)
+
 
 def layer_selection(layers: Any) -> tuple[int, ...] | None:
     """``layers`` (any sequence of layer indices, e.g. ``range(4)``, or None for every
