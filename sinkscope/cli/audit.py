@@ -218,6 +218,7 @@ def _prompts(args: argparse.Namespace):
 
     if args.prompt_texts:
         typed = prompt_set(args.prompt_texts, args.max_len, args.prepend_bos, args.parse_special_tokens)
+        typed = dataclasses.replace(typed, location=f"{len(typed.texts)} prompts typed with --prompt")
         return typed.spec, typed
     spec = PromptSpec(
         source=args.source or "default",
@@ -233,7 +234,6 @@ def _prompts(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> dict:
-    check_executor(args)
     from sinkscope.pretrained_analysis.loading import LoadSpec, context_length, resolve_model
     from sinkscope.pretrained_analysis.prompts import check_context, load_prompt_set
 
@@ -243,6 +243,7 @@ def run(args: argparse.Namespace) -> dict:
             "pass several models or several --revision values, not both (one --revision applies to every model)"
         )
     _check_prompt_flags(args, len(args.models) * len(revisions))
+    check_executor(args)
     specs = [
         LoadSpec(name, revision, args.device, args.dtype, args.device_map, args.n_devices)
         for name in args.models
