@@ -96,6 +96,10 @@ class ProbeConfig:
         """An ``InputError`` naming the model's layer count when ``layers`` are not all its."""
         check_layers(self.layers, n_layers, model)
 
+    def probed_layers(self, n_layers: int) -> tuple[int, ...]:
+        """The layers probed in an ``n_layers``-layer model, ascending."""
+        return probed_layers(self.layers, n_layers)
+
 
 def layer_selection(layers: Any) -> tuple[int, ...] | None:
     """``layers`` (any sequence of layer indices, e.g. ``range(4)``, or None for every

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -35,6 +35,7 @@ from sinkscope.infra.arguments import check_argument, check_items
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate
 from sinkscope.probes.sink_metrics import (
     alpha_k,
     anchor_mass_sums,
@@ -49,20 +50,6 @@ from sinkscope.probes.sink_metrics import (
     value_weighted_anchor_share_sums,
 )
 
-if TYPE_CHECKING:
-    pass
-
-from sinkscope.probes.probe import (
-    HeadProbe,
-    LayerProbe,
-    ProbeBatch,
-    ProbeConfig,
-    ProbeResult,
-    SinkRate,
-    check_layers,
-    probed_layers,
-)
-
 
 class ProbeAccumulator:
     """Per-(layer, head) sums and counts, filled by forward hooks, one batch at a time."""
@@ -71,8 +58,8 @@ class ProbeAccumulator:
         self.model = model
         self.config = config
         spec = model.spec
-        check_layers(config.layers, spec.n_layers)
-        self.layers = probed_layers(config.layers, spec.n_layers)
+        config.check_layers(spec.n_layers)
+        self.layers = config.probed_layers(spec.n_layers)
         shape = (spec.n_layers, spec.n_heads)
         zeros = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
         self.mass, self.mass_count = zeros(shape), zeros(spec.n_layers)

@@ -28,6 +28,8 @@ from sinkscope.infra.errors import InputError
 EXAMPLES = """examples:
   sinkscope audit gpt2 --out sinkscope-out/audit/gpt2
   sinkscope audit gpt2 --prompts random --n-prompts 100 --ablate --out sinkscope-out/audit/gpt2-random
+  sinkscope audit gpt2 --prompt "The cat sat on the mat." --prompt "Where did I put my keys?" --layers 0-3,11 \
+      --out sinkscope-out/audit/gpt2-typed
   sinkscope audit gpt2 gpt2-medium distilgpt2 --prompts my_prompts.txt --out sinkscope-out/audit/gpt2-family
   sinkscope audit pythia-160m --revision step0 --revision step1000 --revision step143000 \\
       --out sinkscope-out/audit/pythia-160m-sweep
@@ -57,16 +59,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="MODEL",
         help="short name, Hugging Face id, local directory, or a GGUF file (or a directory holding one)",
     )
+    _add_prompt_flags(audit)
     _add_input_flags(audit)
     _add_ablation_flags(audit)
     _add_placement_flags(audit)
     add_common_output(audit)
 
 
-def _add_input_flags(audit: argparse.ArgumentParser) -> None:
-    """The prompts, where results go, and how the prompts are cut and batched."""
-    from sinkscope.pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
-
+def _add_prompt_flags(audit: argparse.ArgumentParser) -> None:
+    """The prompts, from a source or typed, and the layers probed."""
     audit.add_argument(
         "--prompts",
         dest="source",
@@ -86,6 +87,12 @@ def _add_input_flags(audit: argparse.ArgumentParser) -> None:
         "--prompts, and for one model on the local executor (several models: put the prompts in a .txt file)",
     )
     add_layers(audit, "the sink heads, and the heads the ablations remove, come from these layers")
+
+
+def _add_input_flags(audit: argparse.ArgumentParser) -> None:
+    """The prompts, where results go, and how the prompts are cut and batched."""
+    from sinkscope.pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
+
     audit.add_argument(
         "--out",
         type=out_path,
