@@ -146,6 +146,16 @@ def layers_text(layers: tuple[int, ...] | None) -> str:
     return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
+def layers_note(layers: tuple[int, ...] | None, n_layers: int) -> tuple[str, ...]:
+    """What a probe of some layers only says about its numbers (nothing for every layer)."""
+    if layers is None or len(layers) == n_layers:
+        return ()
+    return (
+        f"layers {layers_text(layers)} of {n_layers} probed (layers): heads, sink heads, the sink rate and "
+        "the layer-output norms are over these layers only",
+    )
+
+
 def layers_setting(layers: tuple[int, ...] | None) -> tuple[str, str]:
     """The settings line of a probe's or an audit's ``layers``, for ``config_block``."""
     return "layers probed", layers_text(layers)

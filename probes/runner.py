@@ -35,7 +35,7 @@ from sinkscope.infra.arguments import check_argument, check_items
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
-from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate
+from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate, layers_note
 from sinkscope.probes.sink_metrics import (
     alpha_k,
     anchor_mass_sums,
@@ -250,7 +250,7 @@ class ProbeAccumulator:
             sink_rates=self._sink_rates(),
             attn_out_norm_of_sum=float(self.out_of_sum) / total if total > 0 else math.nan,
             attn_out_sum_of_norms=float(self.sum_of_out) / total if total > 0 else math.nan,
-            notes=_normalisation_notes(spec),
+            notes=_normalisation_notes(spec) + layers_note(config.layers, spec.n_layers),
         )
 
     def _head_rows(self, mass: torch.Tensor, sink: torch.Tensor) -> tuple[HeadProbe, ...]:

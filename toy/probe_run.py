@@ -147,7 +147,7 @@ def probe_run(
         # built aside and swapped in whole: an old result stays complete until the new one is
         with atomic_directory(out_dir, replace=overwrite) as tmp:
             write_result(tmp / PROBE_FILE, probe)
-            probe.write_heads_csv(str(tmp / HEADS_CSV), run_dir.name)
+            probe.write_heads_csv(str(tmp / HEADS_CSV), run_dir.resolve().name)
             write_result(tmp / DEFAULT_STATE_FILE, state)
             draw_head_maps(
                 anchor_mass_map(

@@ -58,6 +58,7 @@ def test_layers_restrict_the_probe_the_sink_heads_and_the_ablations(model_dir, t
     assert some.config.layers == (0, 1) and some.probe.config.layers == (0, 1)
     assert {row.layer for row in some.probe.heads} == {0, 1} and [row.layer for row in some.probe.layers] == [0, 1]
     assert all(layer < 2 for layer, _ in some.ablation.default_state.sink_heads)
+    assert any("layers 0-1 of 3 probed" in note for note in some.notes)
     assert all(layer < 2 for row in some.ablation.default_state.rows for layer, _ in row.head_set)
     # the probed layers' numbers do not depend on which other layers were probed
     assert [row.anchor_mass for row in some.probe.heads] == pytest.approx(
