@@ -108,7 +108,7 @@ class PromptSpec:
         if self.kind == "hub" and not is_dataset_id(self.source):
             raise PromptError(
                 f"the prompt source {self.source!r} is not a file, default, random or a dataset id (ID or ID:CONFIG); "
-                "to audit text you type, pass it as a list of prompt strings",
+                "if it is a file, check its path; to audit text you type, pass it in a list of prompt strings",
                 field="source",
             )
 

@@ -74,7 +74,8 @@ def _add_prompt_flags(audit: argparse.ArgumentParser) -> None:
         metavar="SOURCE",
         default=None,
         help="default (built-in English prompts), random (random tokens), a .txt (one prompt per "
-        "line)/.jsonl/.csv/.parquet file, or a Hugging Face dataset ID[:CONFIG] (default: default)",
+        "line)/.jsonl/.csv/.parquet file, or a Hugging Face dataset ID[:CONFIG] (default: default); for text "
+        "typed on the command line, use --prompt",
     )
     audit.add_argument(
         "--prompt",
@@ -214,8 +215,8 @@ def _check_prompt_flags(args: argparse.Namespace, n_audits: int) -> None:
         )
     if args.source is not None and source_kind(args.source) == "hub" and not is_dataset_id(args.source):
         raise InputError(
-            f"--prompts {args.source!r} is not a prompt file, default, random or a dataset id; to audit a prompt "
-            f"typed here, pass --prompt {shlex.quote(args.source)}"
+            f"--prompts {args.source!r} is no existing file, default, random or dataset id; if it is a file, check "
+            f"its path; to audit it as a prompt, pass --prompt {shlex.quote(args.source)}"
         )
 
 

@@ -138,6 +138,7 @@ def test_toy_probe_layers(toy_run, tmp_path, capsys):
         (["--prompt", "  "], "type the prompt's text"),
         (["--prompt", "a b", "--prompts", "default"], "pass one of them"),
         (["--prompts", "The cat sat on the mat."], "pass --prompt 'The cat sat on the mat.'"),
+        (["--prompts", "no such folder/prompts"], "if it is a file, check its path"),
         (["--prompt", "a b", "--executor", "ray"], "pass --prompts FILE"),
     ],
 )
