@@ -93,7 +93,8 @@ class AuditConfig:
     anchor mass first, are ablated one by one (all of them are ablated together either
     way; each tested set costs two passes with logits); ablate_prompts: ablate on the
     first this many prompts only (None: all); n_examples: prompts drawn as attention
-    heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys."""
+    heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys;
+    layers: the layers probed (None: all), where the sink heads and ablated heads come from."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "batch_size": POSITIVE,
@@ -103,6 +104,7 @@ class AuditConfig:
         "n_examples": COUNT,
         "n_bootstrap": POSITIVE,
         "seed": UNBOUNDED,
+        "layers": COUNT,
     }
 
     batch_size: int = 16
@@ -113,8 +115,10 @@ class AuditConfig:
     n_examples: int = 2
     n_bootstrap: int = 1000
     seed: int = 0
+    layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", ProbeConfig(layers=self.layers).layers)  # sorted, checked
         for name in ("batch_size", "ablate_heads", "n_examples", "n_bootstrap", "seed"):
             check_argument(getattr(self, name), int, name, "an integer")
         check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
@@ -134,7 +138,7 @@ class AuditConfig:
             raise InputError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}", field="n_bootstrap")
 
     def probe_config(self) -> ProbeConfig:
-        return ProbeConfig(sink_eps=self.sink_eps, batch_size=self.batch_size)
+        return ProbeConfig(sink_eps=self.sink_eps, batch_size=self.batch_size, layers=self.layers)
 
 
 def upgrade_audit_v1(audit: dict[str, Any]) -> dict[str, Any]:
@@ -336,6 +340,7 @@ def audit(
     if not isinstance(prompts, (PromptSet, PromptSpec)):
         prompts = prompt_texts(prompts)  # before the model loads: a bad list fails at once
     loaded = load_model(model, progress=progress) if isinstance(model, LoadSpec) else wrap_model(model, tokenizer)
+    config.probe_config().check_layers(loaded.info.n_layers, loaded.info.label)
     if isinstance(prompts, PromptSet):
         prompt_set = prompts
     elif isinstance(prompts, PromptSpec):
@@ -390,10 +395,10 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
     )
     n_heads = result.model.n_heads
     line_chart(
-        list(range(result.model.n_layers)),
+        [layer.layer for layer in result.probe.layers],
         [
             ("mean over heads", [layer.anchor_mass for layer in result.probe.layers]),
-            ("max over heads", [float(np.nanmax(row)) for row in mass]),
+            ("max over heads", [float(np.nanmax(mass[layer.layer])) for layer in result.probe.layers]),
             (
                 f"share of sink heads (>= {1.0 - result.config.sink_eps:g})",
                 [layer.n_sink_heads / n_heads for layer in result.probe.layers],
@@ -414,6 +419,6 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
             vmax=1.0,
             titles=[[f"L{layer}H{head}: {role}" for (layer, head), role in zip(example.heads, example.roles)]],
         )
-    result.probe.write_heads_csv(str(directory / HEADS_CSV))
+    result.probe.write_heads_csv(str(directory / HEADS_CSV), result.model.model_name, result.model.revision)
     write_result(directory / AUDIT_FILE, result)
     return directory

@@ -77,6 +77,13 @@ class ModelInfo:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
 
     @property
+    def model_name(self) -> str:
+        """The label without its ``@revision`` (the ``model`` column of ``heads.csv``, beside
+        its ``revision`` column)."""
+        suffix = f"@{self.revision}"
+        return self.label.removesuffix(suffix) if self.revision is not None else self.label
+
+    @property
     def heads_text(self) -> str:
         """``12 heads`` or, under grouped-/multi-query attention, ``9 heads (3 key/value heads)``."""
         if self.n_kv_heads == self.n_heads:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -56,6 +57,9 @@ if TYPE_CHECKING:
 
     from sinkscope.pretrained_analysis.loading import LoadedModel
 
+# a Hugging Face dataset id, ``ID`` or ``ID:CONFIG`` (``org/name:config``): no spaces, so
+# a sentence given as a source is named as such rather than looked up on the hub
+DATASET_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?(:[\w.-]+)?", re.ASCII)
 BUILTIN_SOURCE = "default"
 RANDOM_SOURCE = "random"
 TEXTS_SOURCE = "texts"  # a list of strings given in Python (``prompt_set``), not a file
@@ -102,22 +106,38 @@ class PromptSpec:
             raise PromptError(
                 "the prompt source is empty; pass default, random, a file or a dataset id", field="source"
             )
+        if self.kind == "hub" and not is_dataset_id(self.source):
+            raise PromptError(
+                f"the prompt source {self.source!r} is not a file, default, random or a dataset id (ID or ID:CONFIG); "
+                "if it is a file, check its path; to audit text you type, pass it in a list of prompt strings",
+                field="source",
+            )
 
     @property
     def kind(self) -> str:
         """``builtin``, ``random``, ``texts`` (given in Python), ``file`` or ``hub``."""
-        if self.source == BUILTIN_SOURCE:
-            return "builtin"
-        if self.source == RANDOM_SOURCE:
-            return "random"
-        if self.source == TEXTS_SOURCE:
-            return "texts"
-        path = Path(self.source).expanduser()
-        # a name with a file extension (x.bin, prompts.tsv) is a file, never a dataset id
-        has_extension = bool(path.suffix) and path.suffix[1:].isalnum() and ":" not in self.source
-        if path.exists() or has_extension:
-            return "file"
-        return "hub"
+        return source_kind(self.source)
+
+
+def source_kind(source: str) -> str:
+    """What a prompt source names: ``builtin``, ``random``, ``texts``, ``file`` or ``hub``."""
+    if source == BUILTIN_SOURCE:
+        return "builtin"
+    if source == RANDOM_SOURCE:
+        return "random"
+    if source == TEXTS_SOURCE:
+        return "texts"
+    path = Path(source).expanduser()
+    # a name with a file extension (x.bin, prompts.tsv) is a file, never a dataset id
+    has_extension = bool(path.suffix) and path.suffix[1:].isalnum() and ":" not in source
+    if path.exists() or has_extension:
+        return "file"
+    return "hub"
+
+
+def is_dataset_id(source: str) -> bool:
+    """Whether ``source`` can name a Hugging Face dataset (``ID`` or ``ID:CONFIG``)."""
+    return DATASET_ID.fullmatch(source) is not None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from sinkscope.pretrained_analysis.examples import example_heads
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
 from sinkscope.pretrained_analysis.prompts import PromptSummary
 from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
+from sinkscope.probes.probe import layers_setting
 from sinkscope.probes.report_sections import (
     default_state_change_chart,
     default_state_table,
@@ -193,7 +194,14 @@ def _audit_configuration(result: AuditResult) -> Section:
         (
             config_block("Model", result.model),
             _prompt_block(result.prompts),
-            config_block("Audit", result.config, {"sink_eps": sink_head_threshold(result.config.sink_eps)}),
+            config_block(
+                "Audit",
+                result.config,
+                {
+                    "sink_eps": sink_head_threshold(result.config.sink_eps),
+                    "layers": layers_setting(result.config.layers),
+                },
+            ),
             KeyValues(
                 "Provenance",
                 (("command", "sinkscope audit"), ("seconds", f"{result.seconds:.1f}"), *result.versions),

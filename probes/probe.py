@@ -6,7 +6,7 @@ computes them; docs/metrics.md defines every metric."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,7 +35,7 @@ from sinkscope.probes.sink_metrics import (
     SINK_EPS,
     SINK_RATE_EPSILONS,
 )
-from sinkscope.reports.document import records_table
+from sinkscope.reports.document import Column, Table, records_table
 from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.reports.text import table_csv
 
@@ -53,6 +53,8 @@ class ProbeConfig:
     >= 1 - sink_eps. alpha_k: Gu et al.'s k, counted from each row's first real token.
     dormant: row_entropy <= dormant_entropy_max and anchor_mass >= dormant_anchor_min.
     with_values / with_residual: also read hook_v + hook_z / hook_resid_post.
+    layers: the layers probed, ascending (None: every layer); the result has rows for
+    these layers only, and its sink rates and layer-output norms are over them.
     """
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
@@ -64,6 +66,7 @@ class ProbeConfig:
         "massive_abs": NONNEGATIVE,
         "massive_ratio": NONNEGATIVE,
         "batch_size": POSITIVE,
+        "layers": COUNT,
     }
 
     sink_eps: float = SINK_EPS
@@ -76,8 +79,10 @@ class ProbeConfig:
     batch_size: int = 32
     with_values: bool = True
     with_residual: bool = True
+    layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", layer_selection(self.layers))
         if not 0.0 <= self.sink_eps < 1.0:
             raise InputError(f"sink_eps must lie in [0, 1), got {self.sink_eps}", field="sink_eps")
         if self.alpha_k < 0:
@@ -86,6 +91,74 @@ class ProbeConfig:
             raise InputError(f"batch_size must be >= 1, got {self.batch_size}", field="batch_size")
         if not self.sink_rate_eps:
             raise InputError("sink_rate_eps must name at least one eps, e.g. (0.3, 0.8)", field="sink_rate_eps")
+
+    def check_layers(self, n_layers: int, model: str = "the model") -> None:
+        """An ``InputError`` naming the model's layer count when ``layers`` are not all its."""
+        check_layers(self.layers, n_layers, model)
+
+    def probed_layers(self, n_layers: int) -> tuple[int, ...]:
+        """The layers probed in an ``n_layers``-layer model, ascending."""
+        return probed_layers(self.layers, n_layers)
+
+
+def layer_selection(layers: Any) -> tuple[int, ...] | None:
+    """``layers`` (any sequence of layer indices, e.g. ``range(4)``, or None for every
+    layer) as a sorted tuple without repeats; an ``InputError`` naming ``layers`` for
+    anything else."""
+    if layers is None:
+        return None
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise InputError(f"layers must be a list of layer indices such as [0, 3] or None, got {layers!r}", "layers")
+    chosen = tuple(layers)
+    if any(isinstance(layer, bool) or not isinstance(layer, int) for layer in chosen):
+        raise InputError(f"layers must hold integers, got {chosen!r}; pass indices such as [0, 3]", field="layers")
+    if not chosen or min(chosen) < 0:
+        raise InputError(f"layers must name at least one layer index >= 0, got {chosen!r}", field="layers")
+    return tuple(sorted(set(chosen)))
+
+
+def check_layers(layers: tuple[int, ...] | None, n_layers: int, model: str = "the model") -> None:
+    """An ``InputError`` naming the model's layer count when a chosen layer is not one of its."""
+    outside_model = [layer for layer in layers or () if layer >= n_layers]
+    if outside_model:
+        raise InputError(
+            f"layer {outside_model[0]} is out of range: {model} has {n_layers} layers, "
+            f"numbered 0 to {n_layers - 1}; choose layers in that range",
+            field="layers",
+        )
+
+
+def probed_layers(layers: tuple[int, ...] | None, n_layers: int) -> tuple[int, ...]:
+    """The layers a probe with ``layers`` runs on, in an ``n_layers``-layer model."""
+    return tuple(range(n_layers)) if layers is None else layers
+
+
+def layers_text(layers: tuple[int, ...] | None) -> str:
+    """``layers`` as a reader writes them: ``all``, or runs such as ``0-3, 7``."""
+    if layers is None:
+        return "all"
+    runs: list[list[int]] = []
+    for layer in layers:
+        if runs and layer == runs[-1][-1] + 1:
+            runs[-1].append(layer)
+        else:
+            runs.append([layer])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def layers_note(layers: tuple[int, ...] | None, n_layers: int) -> tuple[str, ...]:
+    """What a probe of some layers only says about its numbers (nothing for every layer)."""
+    if layers is None or len(layers) == n_layers:
+        return ()
+    return (
+        f"layers {layers_text(layers)} of {n_layers} probed (layers): heads, sink heads, the sink rate and "
+        "the layer-output norms are over these layers only",
+    )
+
+
+def layers_setting(layers: tuple[int, ...] | None) -> tuple[str, str]:
+    """The settings line of a probe's or an audit's ``layers``, for ``config_block``."""
+    return "layers probed", layers_text(layers)
 
 
 @dataclass
@@ -231,12 +304,20 @@ class ProbeResult:
     notes: tuple[str, ...] = field(default=())
 
     def inconsistencies(self) -> Iterator[Problem]:
-        """Rows that do not fit the model: every (layer, head) once, one row per layer, counts
-        within their totals; under softmax (rows sum to one), attention masses of at most 1."""
+        """Rows that do not fit the model: every (layer, head) of the probed layers once, one
+        row per probed layer, counts within their totals; under softmax (rows sum to one),
+        attention masses of at most 1."""
         n_layers, n_heads = self.model.n_layers, self.model.n_heads
-        yield from head_grid_problems(self.heads, n_layers, n_heads)
-        if len(self.layers) != n_layers:
-            yield "layers", f"{len(self.layers)} rows", f"one row per layer, n_layers = {n_layers}"
+        yield from index_problems(
+            [
+                (f"config.layers[{index}]", layer, n_layers, "n_layers")
+                for index, layer in enumerate(self.config.layers or ())
+            ]
+        )
+        probed = probed_layers(self.config.layers, n_layers)
+        yield from head_grid_problems(self.heads, n_layers, n_heads, layers=self.config.layers)
+        if tuple(layer.layer for layer in self.layers) != probed:
+            yield "layers", f"{len(self.layers)} rows", f"one row per layer, in order (layers {layers_text(probed)})"
         for index, layer in enumerate(self.layers):
             where = f"layers[{index}]"
             yield from index_problems([(f"{where}.layer", layer.layer, n_layers, "n_layers")])
@@ -279,12 +360,18 @@ class ProbeResult:
         """One row per (layer, head), every ``HeadProbe`` metric a column."""
         return dataframe(row_of(row) for row in self.heads)
 
-    def heads_csv(self) -> str:
-        """``heads.csv``: one line per (layer, head), every ``HeadProbe`` field at full precision."""
-        return table_csv(records_table("", self.heads, HeadProbe))
+    def heads_csv(self, model: str = "", revision: str | None = None) -> str:
+        """``heads.csv``: one line per (layer, head) probed, led by the ``model`` and its
+        ``revision`` (empty for local files), then every ``HeadProbe`` field at full
+        precision, less a metric measured nowhere (``anchor_mass_other`` without a split
+        of the queries, as in audits)."""
+        metrics = records_table("", self.heads, HeadProbe).without_empty_columns()
+        columns = (Column("model"), Column("revision"), *metrics.columns)
+        rows = tuple((model, revision or "", *row) for row in metrics.rows)
+        return table_csv(Table("", columns, rows))
 
-    def write_heads_csv(self, path: str) -> None:
-        atomic_write_text(path, self.heads_csv())
+    def write_heads_csv(self, path: str, model: str = "", revision: str | None = None) -> None:
+        atomic_write_text(path, self.heads_csv(model, revision))
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: key numbers, the sink map, the per-head table."""

@@ -16,7 +16,7 @@ import numpy as np
 from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
 from sinkscope.probes.default_state import DefaultStateRow, Estimate
 from sinkscope.probes.patching import PatchingResult
-from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
+from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate, layers_setting
 from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
 from sinkscope.reports.bars import CONTROL_COLOUR, EFFECT_COLOUR, IntervalSeries, effect_control_chart
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
@@ -56,6 +56,7 @@ def probe_config_block(caption: str, config: ProbeConfig) -> KeyValues:
                 "sink-rate thresholds ε (Gu et al.)",
                 ", ".join(f"{eps:g}" for eps in config.sink_rate_eps),
             ),
+            "layers": layers_setting(config.layers),
         },
     )
 

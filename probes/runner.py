@@ -15,6 +15,9 @@ Every number is a sum over prompts divided by a count (or a maximum), so results
 depend on how prompts are batched (up to float rounding); ``iterate_batches`` groups token
 ids by length.
 
+``ProbeConfig.layers`` restricts the probe to some layers: only their hooks are attached,
+the pass ends after the last of them, and the result holds their rows only.
+
 "Selected queries" below are real queries after the row's anchor that ``query_mask``
 keeps (the toy task's default, non-trigger positions); ``anchor_mass_other`` is the
 anchor mass over the remaining real queries after the anchor (the trigger positions).
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -32,6 +35,7 @@ from sinkscope.infra.arguments import check_argument, check_items
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate, layers_note
 from sinkscope.probes.sink_metrics import (
     alpha_k,
     anchor_mass_sums,
@@ -46,11 +50,6 @@ from sinkscope.probes.sink_metrics import (
     value_weighted_anchor_share_sums,
 )
 
-if TYPE_CHECKING:
-    pass
-
-from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate
-
 
 class ProbeAccumulator:
     """Per-(layer, head) sums and counts, filled by forward hooks, one batch at a time."""
@@ -59,6 +58,8 @@ class ProbeAccumulator:
         self.model = model
         self.config = config
         spec = model.spec
+        config.check_layers(spec.n_layers)
+        self.layers = config.probed_layers(spec.n_layers)
         shape = (spec.n_layers, spec.n_heads)
         zeros = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
         self.mass, self.mass_count = zeros(shape), zeros(spec.n_layers)
@@ -90,7 +91,7 @@ class ProbeAccumulator:
 
     def hooks(self) -> list[tuple[str, Any]]:
         hooks = []
-        for layer in range(self.model.spec.n_layers):
+        for layer in self.layers:
             if self.config.with_values:
                 hooks.append((attn_hook(layer, "v"), self._make_v_hook(layer)))
             hooks.append((attn_hook(layer, "pattern"), self._make_pattern_hook(layer)))
@@ -116,8 +117,8 @@ class ProbeAccumulator:
         self._visible = self.model.visible_keys(batch)
         self._out_total, self._out_norm_total = None, None
         # hooks only read, so inference mode (no autograd bookkeeping at all); the pass
-        # ends after the last block, the last hook point any probe reads
-        last = block_hook(self.model.spec.n_layers - 1, "resid_post")
+        # ends after the last probed block, the last hook point any probe reads
+        last = block_hook(self.layers[-1], "resid_post")
         with torch.inference_mode():
             self.model.run_with_hooks(batch, self.hooks(), stop_after=last)
             if self._out_total is not None:
@@ -243,13 +244,13 @@ class ProbeAccumulator:
             model=spec,
             config=config,
             n_inputs=self.n_inputs,
-            n_queries=int(self.mass_count[0]),
+            n_queries=int(self.mass_count[self.layers[0]]),
             heads=self._head_rows(mass, sink),
             layers=self._layer_rows(mass, sink),
             sink_rates=self._sink_rates(),
             attn_out_norm_of_sum=float(self.out_of_sum) / total if total > 0 else math.nan,
             attn_out_sum_of_norms=float(self.sum_of_out) / total if total > 0 else math.nan,
-            notes=_normalisation_notes(spec),
+            notes=_normalisation_notes(spec) + layers_note(config.layers, spec.n_layers),
         )
 
     def _head_rows(self, mass: torch.Tensor, sink: torch.Tensor) -> tuple[HeadProbe, ...]:
@@ -278,7 +279,7 @@ class ProbeAccumulator:
                 head_out_norm=float(head_out[layer, head]),
                 row_mass=float(row_mass[layer, head]),
             )
-            for layer in range(self.model.spec.n_layers)
+            for layer in self.layers
             for head in range(self.model.spec.n_heads)
         )
 
@@ -301,7 +302,7 @@ class ProbeAccumulator:
                 max_abs_resid=float(self.max_abs[layer]) if self.resid_count[layer] > 0 else math.nan,
                 median_abs_resid=float(median_abs[layer]),
             )
-            for layer in range(self.model.spec.n_layers)
+            for layer in self.layers
         )
 
     def _sink_rates(self) -> tuple[SinkRate, ...]:

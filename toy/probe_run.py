@@ -9,6 +9,7 @@ off-trigger BOS mass and ``anchor_mass_other`` the BOS mass at the trigger.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,14 +22,14 @@ from sinkscope.infra.codec import write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import PROVENANCE_FILE, write_provenance
 from sinkscope.probes.default_state import default_state_test
-from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult
+from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, check_layers, layer_selection
 from sinkscope.probes.runner import probe_model
 from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.document import HeadMaps
 from sinkscope.reports.embedded import read_embedded_png
 from sinkscope.reports.plots import draw_head_maps
 from sinkscope.toy.evaluate import FIGURE_SEED, MEAN_FIGURE, STD_FIGURE, ToyDefaultState, default_position_mse
-from sinkscope.toy.run_dir import load_model, read_config, require_finished
+from sinkscope.toy.run_dir import RunConfig, load_model, read_config, require_finished
 from sinkscope.toy.task import eval_batch
 
 PROBE_FILE = "probe.json"
@@ -47,13 +48,27 @@ class ToyProbeReport:
 
 
 def _figure_set_probe(
-    model: torch.nn.Module, tokens: torch.Tensor, default_mask: torch.Tensor, unfinished: str | None
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    default_mask: torch.Tensor,
+    unfinished: str | None,
+    layers: tuple[int, ...] | None = None,
 ) -> ProbeResult:
-    """The toy probe: every shared probe over the default (non-trigger) queries; the
-    same call as ``sinkscope.toy.evaluate``'s, so a run's heads equal its ``evaluation.json`` rows
-    on the same number of sequences."""
-    probe = probe_model(model, tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
+    """The toy probe: every shared probe over the default (non-trigger) queries of
+    ``layers`` (None: all); the same call as ``sinkscope.toy.evaluate``'s, so a run's heads
+    equal its ``evaluation.json`` rows on the same number of sequences."""
+    config = ProbeConfig(batch_size=250, layers=layers)
+    probe = probe_model(model, tokens, query_mask=default_mask, config=config)
     return probe if unfinished is None else replace(probe, notes=(*probe.notes, unfinished))
+
+
+def _probed_share(probe: ProbeResult) -> np.ndarray:
+    """The value-weighted anchor share per (layer, head): 0 where a probed head's anchor
+    carries no value norm to share, NaN (a blank cell) in layers not probed."""
+    share = probe.matrix("value_weighted_anchor_share").numpy()
+    probed = [layer.layer for layer in probe.layers]
+    share[probed] = np.nan_to_num(share[probed])
+    return share
 
 
 def _copy_run_figures(run_dir: Path, out_dir: Path) -> list[str]:
@@ -67,16 +82,30 @@ def _copy_run_figures(run_dir: Path, out_dir: Path) -> list[str]:
     return copied
 
 
-def probe_of_run(run_dir: str | os.PathLike, n_sequences: int = 1000, allow_unfinished: bool = False) -> ProbeResult:
+def probe_of_run(
+    run_dir: str | os.PathLike,
+    n_sequences: int = 1000,
+    allow_unfinished: bool = False,
+    layers: Sequence[int] | None = None,
+) -> ProbeResult:
     """``probe_run``'s ``ProbeResult`` of a trained toy run, computed and returned, nothing
     written (for comparisons that read runs they do not own)."""
     run_dir = Path(run_dir)
     config = read_config(run_dir)
+    chosen = _checked_layers(layers, config, run_dir)
     unfinished = require_finished(run_dir, allow_unfinished, "probe")
     if n_sequences < 1:
         raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
     batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
-    return _figure_set_probe(load_model(run_dir), batch.tokens, batch.default_query_mask(), unfinished)
+    return _figure_set_probe(load_model(run_dir), batch.tokens, batch.default_query_mask(), unfinished, chosen)
+
+
+def _checked_layers(layers: Sequence[int] | None, config: RunConfig, run_dir: Path) -> tuple[int, ...] | None:
+    """``layers`` as a probe takes them, refused before anything runs when the run's model
+    has no such layer."""
+    chosen = layer_selection(layers)
+    check_layers(chosen, config.model.n_layers, f"the model of {run_dir.name}")
+    return chosen
 
 
 def probe_run(
@@ -85,16 +114,19 @@ def probe_run(
     n_sequences: int = 1000,
     overwrite: bool = False,
     allow_unfinished: bool = False,
+    layers: Sequence[int] | None = None,
 ) -> ToyProbeReport:
     """Probe a trained toy run; results go to ``out_dir`` (default ``RUN_DIR/probe``).
     An unfinished or diverged run is refused unless ``allow_unfinished`` (then the result
-    says so in its notes)."""
+    says so in its notes). ``layers``: the layers probed (None: all); the default-state
+    test removes the sinks of sink heads in these layers only."""
     check_path(run_dir, "run_dir", "a toy run directory (str or pathlib.Path)")
     if out_dir is not None:
         check_path(out_dir, "out_dir", "an output directory path (str or pathlib.Path) or None")
     check_argument(n_sequences, int, "n_sequences", "an integer")
     run_dir = Path(run_dir)
     config = read_config(run_dir)
+    chosen = _checked_layers(layers, config, run_dir)
     unfinished = require_finished(run_dir, allow_unfinished, "probe")
     model = load_model(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "probe"
@@ -103,7 +135,7 @@ def probe_run(
     with claim_output_directory(out_dir, overwrite, [run_dir], "the run", own_places=[run_dir / "probe"]):
         batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
         default_mask = batch.default_query_mask()
-        probe = _figure_set_probe(model, batch.tokens, default_mask, unfinished)
+        probe = _figure_set_probe(model, batch.tokens, default_mask, unfinished, chosen)
         state = ToyDefaultState.from_result(
             default_state_test(
                 model,
@@ -115,7 +147,7 @@ def probe_run(
         # built aside and swapped in whole: an old result stays complete until the new one is
         with atomic_directory(out_dir, replace=overwrite) as tmp:
             write_result(tmp / PROBE_FILE, probe)
-            probe.write_heads_csv(str(tmp / HEADS_CSV))
+            probe.write_heads_csv(str(tmp / HEADS_CSV), run_dir.resolve().name)
             write_result(tmp / DEFAULT_STATE_FILE, state)
             draw_head_maps(
                 anchor_mass_map(
@@ -123,7 +155,7 @@ def probe_run(
                 ),
                 tmp / ANCHOR_MASS_FIGURE,
             )
-            share = np.nan_to_num(probe.matrix("value_weighted_anchor_share").numpy())
+            share = _probed_share(probe)
             draw_head_maps(
                 HeadMaps(
                     f"{run_dir.name}: value-weighted anchor share",

@@ -5,6 +5,7 @@ device, executor, tracking) and the parser class that makes usage errors one lin
 from __future__ import annotations
 
 import argparse
+import re
 from typing import TYPE_CHECKING
 
 from sinkscope.infra.devices import check_device_name
@@ -50,6 +51,48 @@ def int_list(text: str) -> tuple[int, ...]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1 such as 8,16,32, got {text!r}")
     return values
+
+
+LAYERS_EXAMPLE = "0,3,5 or 0-3 or 0-3,7"
+MAX_LAYER = 9999  # beyond any model's depth; a range this long would only fill memory
+
+
+def layer_list(text: str) -> tuple[int, ...]:
+    """``--layers``: layer indices counted from 0, as a list (``0,3,5``), a range
+    (``0-3``, both ends included) or both (``0-3,7``), sorted without repeats. Whether the
+    model has these layers is checked once its size is known."""
+    chosen: set[int] = set()
+    for item in list_items(text):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", item, re.ASCII)
+        if match is None:
+            raise argparse.ArgumentTypeError(f"expected layer indices such as {LAYERS_EXAMPLE}, got {item!r}")
+        first, last = int(match[1]), int(match[2] or match[1])
+        if first > last:
+            raise argparse.ArgumentTypeError(f"the range {item} runs backwards; write it low to high, {last}-{first}")
+        if last > MAX_LAYER:
+            raise argparse.ArgumentTypeError(
+                f"layer {last} is beyond any model's depth; choose layers up to {MAX_LAYER}"
+            )
+        chosen.update(range(first, last + 1))
+    return tuple(sorted(chosen))
+
+
+def prompt_text(text: str) -> str:
+    """``--prompt``: one prompt's text, which must hold more than whitespace."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; type the prompt's text, e.g. --prompt 'The cat sat on the mat.'")
+    return text
+
+
+def add_layers(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--layers",
+        type=layer_list,
+        default=None,
+        metavar="LAYERS",
+        help=f"probe these layers only, counted from 0: a list, a range or both, e.g. {LAYERS_EXAMPLE}; "
+        f"{what} (default: every layer)",
+    )
 
 
 def at_least(minimum: int):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 from pathlib import Path
 
 from sinkscope.cli.args import (
@@ -11,11 +12,13 @@ from sinkscope.cli.args import (
     POSITIVE,
     add_common_output,
     add_executor,
+    add_layers,
     at_least,
     check_executor,
     device_name,
     fraction,
     out_path,
+    prompt_text,
     say,
     units_bar,
 )
@@ -26,6 +29,8 @@ from sinkscope.reports.formatting import plural
 EXAMPLES = """examples:
   sinkscope audit gpt2 --out sinkscope-out/audit/gpt2
   sinkscope audit gpt2 --prompts random --n-prompts 100 --ablate --out sinkscope-out/audit/gpt2-random
+  sinkscope audit gpt2 --prompt "The cat sat on the mat." --prompt "Where did I put my keys?" --layers 0-3,11 \
+      --out sinkscope-out/audit/gpt2-typed
   sinkscope audit gpt2 gpt2-medium distilgpt2 --prompts my_prompts.txt --out sinkscope-out/audit/gpt2-family
   sinkscope audit pythia-160m --revision step0 --revision step1000 --revision step143000 \\
       --out sinkscope-out/audit/pythia-160m-sweep
@@ -55,23 +60,41 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="MODEL",
         help="short name, Hugging Face id, local directory, or a GGUF file (or a directory holding one)",
     )
+    _add_prompt_flags(audit)
     _add_input_flags(audit)
     _add_ablation_flags(audit)
     _add_placement_flags(audit)
     add_common_output(audit)
 
 
+def _add_prompt_flags(audit: argparse.ArgumentParser) -> None:
+    """The prompts, from a source or typed, and the layers probed."""
+    audit.add_argument(
+        "--prompts",
+        dest="source",
+        metavar="SOURCE",
+        default=None,
+        help="default (built-in English prompts), random (random tokens), a .txt (one prompt per "
+        "line)/.jsonl/.csv/.parquet file, or a Hugging Face dataset ID[:CONFIG] (default: default); for text "
+        "typed on the command line, use --prompt",
+    )
+    audit.add_argument(
+        "--prompt",
+        dest="prompt_texts",
+        metavar="TEXT",
+        action="append",
+        type=prompt_text,
+        default=None,
+        help="one prompt, typed here (repeatable: each --prompt is one prompt, all are used); instead of "
+        "--prompts, and for one model on the local executor (several models: put the prompts in a .txt file)",
+    )
+    add_layers(audit, "the sink heads, and the heads the ablations remove, come from these layers")
+
+
 def _add_input_flags(audit: argparse.ArgumentParser) -> None:
     """The prompts, where results go, and how the prompts are cut and batched."""
     from sinkscope.pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
 
-    audit.add_argument(
-        "--prompts",
-        dest="source",
-        default="default",
-        help="default (built-in English prompts), random (random tokens), a .txt (one prompt per "
-        "line)/.jsonl/.csv/.parquet file, or a Hugging Face dataset ID[:CONFIG] (default: default)",
-    )
     audit.add_argument(
         "--out",
         type=out_path,
@@ -178,24 +201,36 @@ def _add_placement_flags(audit: argparse.ArgumentParser) -> None:
     audit.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
 
 
-def run(args: argparse.Namespace) -> dict:
-    check_executor(args)
-    from sinkscope.pretrained_analysis.loading import LoadSpec, context_length, resolve_model
-    from sinkscope.pretrained_analysis.prompts import PromptSpec, check_context, load_prompt_set
+def _check_prompt_flags(args: argparse.Namespace, n_audits: int) -> None:
+    """``--prompt`` and ``--prompts`` are two ways to give the prompts: one of them, and
+    typed prompts go to one local audit (a suite or a Ray unit reads its prompts from a
+    source); a ``--prompts`` value that names no source reads as a typed prompt."""
+    from sinkscope.pretrained_analysis.prompts import is_dataset_id, source_kind
 
-    revisions = args.revision or [None]
-    if len(args.models) > 1 and len(revisions) > 1:
+    if args.prompt_texts and args.source is not None:
+        raise InputError("--prompt and --prompts both give the prompts; pass one of them (--prompt is repeatable)")
+    if args.prompt_texts and (n_audits > 1 or args.executor == "ray"):
         raise InputError(
-            "pass several models or several --revision values, not both (one --revision applies to every model)"
+            "--prompt is for one model on the local executor; put the prompts in a .txt file, one per line, "
+            "and pass --prompts FILE"
         )
-    specs = [
-        LoadSpec(name, revision, args.device, args.dtype, args.device_map, args.n_devices)
-        for name in args.models
-        for revision in revisions
-    ]
-    resolved = [resolve_model(spec.name, spec.revision) for spec in specs]
-    prompt_spec = PromptSpec(
-        source=args.source,
+    if args.source is not None and source_kind(args.source) == "hub" and not is_dataset_id(args.source):
+        raise InputError(
+            f"--prompts {args.source!r} is no existing file, default, random or dataset id; if it is a file, check "
+            f"its path; to audit it as a prompt, pass --prompt {shlex.quote(args.source)}"
+        )
+
+
+def _prompts(args: argparse.Namespace):
+    """The prompts' spec and, for typed prompts (``--prompt``), their set already made."""
+    from sinkscope.pretrained_analysis.prompts import PromptSpec, prompt_set
+
+    if args.prompt_texts:
+        typed = prompt_set(args.prompt_texts, args.max_len, args.prepend_bos, args.parse_special_tokens)
+        typed = dataclasses.replace(typed, location=f"{len(typed.texts)} prompts typed with --prompt")
+        return typed.spec, typed
+    spec = PromptSpec(
+        source=args.source or "default",
         max_len=args.max_len,
         n_prompts=args.n_prompts,
         seed=args.seed,
@@ -204,13 +239,34 @@ def run(args: argparse.Namespace) -> dict:
         split=args.split,
         parse_special_tokens=args.parse_special_tokens,
     )
+    return spec, None
+
+
+def run(args: argparse.Namespace) -> dict:
+    from sinkscope.pretrained_analysis.loading import LoadSpec, context_length, resolve_model
+    from sinkscope.pretrained_analysis.prompts import check_context, load_prompt_set
+
+    revisions = args.revision or [None]
+    if len(args.models) > 1 and len(revisions) > 1:
+        raise InputError(
+            "pass several models or several --revision values, not both (one --revision applies to every model)"
+        )
+    _check_prompt_flags(args, len(args.models) * len(revisions))
+    check_executor(args)
+    specs = [
+        LoadSpec(name, revision, args.device, args.dtype, args.device_map, args.n_devices)
+        for name in args.models
+        for revision in revisions
+    ]
+    resolved = [resolve_model(spec.name, spec.revision) for spec in specs]
+    prompt_spec, typed = _prompts(args)
     for where in resolved:
         n_ctx = context_length(where)
         if n_ctx is not None:
             check_context(prompt_spec, n_ctx, where.label)
     # before torch and matplotlib load: a bad prompt file (or a HOME the datasets cache
     # cannot live in) fails in about a second, with nothing else said
-    prompt_set = load_prompt_set(prompt_spec)
+    prompt_set = typed or load_prompt_set(prompt_spec)
     from sinkscope.pretrained_analysis.suite import unique_slugs
 
     slugs = unique_slugs([where.label for where in resolved])
@@ -255,6 +311,7 @@ def _audit_config(args: argparse.Namespace):
         ablate_prompts=args.ablate_prompts,
         n_examples=args.n_examples,
         seed=args.seed,
+        layers=args.layers,
     )
 
 

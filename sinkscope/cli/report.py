@@ -10,12 +10,22 @@ from sinkscope.infra.codec import encode
 EXAMPLES = """examples:
   sinkscope report sinkscope-out/toy-quick                     # a reproduction: writes report.html, report.md there
   sinkscope report sinkscope-out/toy-quick/softmax-2x2-seed0/probe
-  sinkscope report sinkscope-out/audit/minilm --out reports/minilm --overwrite
+  sinkscope report sinkscope-out/audit/minilm --out sinkscope-out/reports/minilm --overwrite
   sinkscope report sinkscope-out/audit/gpt2-family --json      # a comparison; print what was written as JSON
 
-DIR: a directory written by `sinkscope toy reproduce`, `toy probe`, `toy tradeoff` or `audit`
-(one model, or a comparison of several). report.html is one self-contained page (figures
-embedded, no network needed); report.md has the same findings and tables.
+DIR: a result directory, recognised by its files (the report says which kind it made):
+  audit             audit.json                         sinkscope audit MODEL (one model)
+  comparison        comparison.json                    sinkscope audit with several models or --revision
+                                                       values, or sinkscope compare DIR DIR ...
+  toy reproduction  summary.json + reproduce.json      sinkscope toy reproduce
+  toy sweep         summary.json + sweep.json          sinkscope toy sweep
+  toy probe         probe.json + default_state.json    sinkscope toy probe
+  toy patch         patching.json + patching_heads.json + patching_positions.json
+                                                       sinkscope toy patch
+  toy tradeoff      tradeoff.json                      sinkscope toy tradeoff
+  mechanism         mechanism.json                     sinkscope compare --mechanism
+report.html is one self-contained page (figures embedded, no network needed); report.md has
+the same findings and tables.
 """
 
 
@@ -29,7 +39,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     report.add_argument(
         "result_dir",
         metavar="DIR",
-        help="a result directory: toy reproduce, sweep, probe, patch or tradeoff; audit; compare (audits or --mechanism)",
+        help="a result directory of one of the kinds listed below: audit, comparison, toy reproduction, toy sweep, "
+        "toy probe, toy patch, toy tradeoff or mechanism",
     )
     report.add_argument(
         "--out",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.args import POSITIVE, add_common_output, out_path, say
+from sinkscope.cli.args import POSITIVE, add_common_output, add_layers, out_path, say
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
   sinkscope toy probe sinkscope-out/toy-quick/softmax-2x2-seed0
   sinkscope toy probe runs/relu-1x1 --out probes/relu-1x1 --sequences 500 --json
+  sinkscope toy probe runs/softmax-2x2 --layers 1 --out probes/softmax-2x2-layer1
 """
 
 
@@ -43,6 +44,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="probe an interrupted or diverged run's latest weights anyway (the result says so)",
     )
+    add_layers(probe, "the default-state test removes the sinks of sink heads in these layers")
     add_common_output(probe)
 
 
@@ -50,7 +52,12 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.toy.probe_run import probe_run
 
     report = probe_run(
-        args.run_dir, args.out_dir, args.n_sequences, overwrite=args.overwrite, allow_unfinished=args.allow_unfinished
+        args.run_dir,
+        args.out_dir,
+        args.n_sequences,
+        overwrite=args.overwrite,
+        allow_unfinished=args.allow_unfinished,
+        layers=args.layers,
     )
     if not args.json:
         state = report.default_state

@@ -62,7 +62,7 @@ def _add_grid(sweep: argparse.ArgumentParser) -> None:
         metavar="SEQ_LEN",
         type=int_list,
         default=None,
-        help="comma-separated (default 8,16,32)",
+        help="sequence lengths L, comma-separated (default 8,16,32)",
     )
     sweep.add_argument(
         "--d-model",
@@ -70,17 +70,19 @@ def _add_grid(sweep: argparse.ArgumentParser) -> None:
         metavar="D_MODEL",
         type=int_list,
         default=None,
-        help="comma-separated (default 8,16,32)",
+        help="token widths n, comma-separated (default 8,16,32)",
     )
-    sweep.add_argument("--heads", type=int_list, default=None, help="comma-separated (default 1)")
-    sweep.add_argument("--layers", type=int_list, default=None, help="comma-separated (default 1)")
+    sweep.add_argument("--heads", type=int_list, default=None, help="heads per layer, comma-separated (default 1)")
+    sweep.add_argument(
+        "--layers", type=int_list, default=None, help="model depths (numbers of layers), comma-separated (default 1)"
+    )
     sweep.add_argument(
         "--attention",
         dest="attentions",
         metavar="ATTENTION",
         type=str_list,
         default=None,
-        help="comma-separated (default softmax,relu)",
+        help="attention kinds (softmax, relu, relu_prefix, sigmoid), comma-separated (default softmax,relu)",
     )
     sweep.add_argument(
         "--layer-norm",
@@ -88,10 +90,15 @@ def _add_grid(sweep: argparse.ArgumentParser) -> None:
         metavar="LAYER_NORM",
         type=switch_list,
         default=None,
-        help="off, on or off,on (default off)",
+        help="LayerNorm in each block: off, on or off,on (default off)",
     )
     sweep.add_argument(
-        "--mlp", dest="mlps", metavar="MLP", type=switch_list, default=None, help="off, on or off,on (default off)"
+        "--mlp",
+        dest="mlps",
+        metavar="MLP",
+        type=switch_list,
+        default=None,
+        help="MLP blocks: off, on or off,on (default off)",
     )
 
 

@@ -59,7 +59,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--heads", dest="n_heads", metavar="HEADS", type=POSITIVE, default=1, help="heads per layer (default 1)"
     )
-    train.add_argument("--seed", type=NON_NEGATIVE, default=0)
+    train.add_argument("--seed", type=NON_NEGATIVE, default=0, help="seed of the weights and training data (default 0)")
     train.add_argument("--d-model", type=POSITIVE, default=16, help="token width n (default 16)")
     train.add_argument("--seq-len", type=POSITIVE, default=16, help="sequence length L (default 16)")
     train.add_argument(

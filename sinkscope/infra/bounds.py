@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -99,13 +99,18 @@ def index_problems(pairs: Iterable[tuple[str, int, int, str]]) -> Iterator[Probl
             yield path, index, f"an index below {name} ({count})"
 
 
-def head_grid_problems(heads: Iterable[Any], n_layers: int, n_heads: int, name: str = "heads") -> Iterator[Problem]:
+def head_grid_problems(
+    heads: Iterable[Any], n_layers: int, n_heads: int, name: str = "heads", layers: Sequence[int] | None = None
+) -> Iterator[Problem]:
     """A per-head table that must hold each (layer, head) of an ``n_layers`` x ``n_heads``
-    model once: its length, each row's indices, no row twice."""
+    model once (of its ``layers`` only, when given): its length, each row's indices, no
+    row twice."""
     rows = list(heads)
-    if len(rows) != n_layers * n_heads:
-        yield name, f"{len(rows)} rows", f"n_layers x n_heads = {n_layers * n_heads} rows, one per head"
+    expected, which = (n_layers, "n_layers") if layers is None else (len(layers), f"{len(layers)} probed layers")
+    if len(rows) != expected * n_heads:
+        yield name, f"{len(rows)} rows", f"{which} x n_heads = {expected * n_heads} rows, one per head"
         return
+    allowed = None if layers is None else set(layers)
     seen: set[tuple[int, int]] = set()
     for index, row in enumerate(rows):
         yield from index_problems(
@@ -114,6 +119,8 @@ def head_grid_problems(heads: Iterable[Any], n_layers: int, n_heads: int, name: 
                 (f"{name}[{index}].head", row.head, n_heads, "n_heads"),
             ]
         )
+        if allowed is not None and row.layer not in allowed:
+            yield f"{name}[{index}].layer", row.layer, "one of the probed layers"
         if (row.layer, row.head) in seen:
             yield f"{name}[{index}]", f"layer {row.layer} head {row.head}", "each (layer, head) once"
         seen.add((row.layer, row.head))

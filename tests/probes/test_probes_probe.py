@@ -82,7 +82,8 @@ def test_serialises_to_json_and_csv(task_batch, tmp_path):
     assert frame["anchor_mass"].tolist() == [row.anchor_mass for row in result.heads]
     result.write_heads_csv(str(tmp_path / "heads.csv"))
     lines = (tmp_path / "heads.csv").read_text().splitlines()
-    assert len(lines) == 5 and lines[0].startswith("layer,head,anchor_mass")
+    # led by the model and its revision (empty); anchor_mass_other, measured nowhere here, is left out
+    assert len(lines) == 5 and lines[0].startswith("model,revision,layer,head,anchor_mass,alpha")
 
 
 def test_cancellation_between_layers_is_visible():
