@@ -51,3 +51,34 @@ def test_every_relative_link_of_the_readme_exists():
     assert len(local) >= 10
     missing = [target for target in local if not (ROOT / target).exists()]
     assert not missing, f"README links to missing files: {missing}"
+
+
+def readme_sinkscope_commands() -> list[str]:
+    """Every ``sinkscope ...`` command of the README's shell blocks (continued lines joined,
+    ``&&`` chains split), the two marked commands included."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"^```(?:bash|sh)\n(.+?)^```", text, re.S | re.M):
+        for line in block.replace("\\\n", " ").splitlines():
+            for part in line.split(" && "):
+                part = part.split(" # ")[0].strip()
+                if part.startswith("sinkscope "):
+                    commands.append(part)
+    return commands
+
+
+def test_every_command_the_readme_shows_parses():
+    """The README never names a command, flag or value the command line refuses."""
+    import shlex
+
+    from sinkscope.cli.parser import build_parser
+
+    commands = readme_sinkscope_commands()
+    assert len(commands) >= 10
+    refused = []
+    for command in commands:
+        try:
+            build_parser().parse_args(shlex.split(command)[1:])
+        except SystemExit as exit:
+            refused.append(f"{command}  (exit {exit.code})")
+    assert not refused, "README commands the parser refuses:\n" + "\n".join(refused)
