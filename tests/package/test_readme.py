@@ -40,7 +40,11 @@ def test_the_main_job_is_one_sinkscope_command_after_the_installs():
 
 def test_the_readme_cites_the_paper():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    for part in ("Ran-Milo (2026)", "Attention Sinks Are Provably Necessary in Softmax", "https://arxiv.org/abs/2603.11487"):
+    for part in (
+        "Ran-Milo (2026)",
+        "Attention Sinks Are Provably Necessary in Softmax",
+        "https://arxiv.org/abs/2603.11487",
+    ):
         assert part in text
 
 
