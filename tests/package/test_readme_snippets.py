@@ -119,8 +119,10 @@ def run_snippets(tmp_path: Path, work: Path, env: dict[str, str], skip_hub: bool
     (tmp_path / "snippets.json").write_text(json.dumps(plan))
     (tmp_path / "run.py").write_text(RUN_SNIPPETS)
     command = [sys.executable, str(tmp_path / "run.py"), str(tmp_path / "snippets.json"), str(tmp_path / "out.json")]
+    work_before = set(os.listdir(work))
     done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert set(os.listdir(work)) - work_before <= {"sinkscope-out"}, "the README says they write only there"
     print(done.stderr)
     results = [(line, outcome) for line, outcome in json.loads((tmp_path / "out.json").read_text())]
     assert [line for line, _ in results] == [line for line, _, _ in snippets]
@@ -131,11 +133,10 @@ def _offline_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **extra}
 
 
-def _assert_only_scratch_was_written(work: Path, tree_before: set[str], git_before: set[str]) -> None:
+def _assert_only_scratch_was_written(tree_before: set[str], git_before: set[str]) -> None:
     added_files = sorted(entry.rsplit("@", 1)[0] for entry in _source_tree_files() - tree_before)
     assert not added_files, f"the snippets wrote into the source tree: {added_files}"
     assert _git_status() <= git_before, f"new in git status: {sorted(_git_status() - git_before)}"
-    assert sorted(os.listdir(work)) == ["sinkscope-out"], "the snippets write only under sinkscope-out/"
 
 
 def test_every_python_snippet_in_the_readme_runs_in_order_in_a_scratch_directory(tmp_path):
@@ -148,13 +149,24 @@ def test_every_python_snippet_in_the_readme_runs_in_order_in_a_scratch_directory
     results = run_snippets(tmp_path, work, _offline_env(HF_HUB_CACHE=str(cache)), skip_hub=False)
     failures = [f"README.md:{line}\n{outcome}" for line, outcome in results if outcome]
     assert not failures, "\n".join(failures)
-    _assert_only_scratch_was_written(work, tree_before, git_before)
+    _assert_only_scratch_was_written(tree_before, git_before)
 
 
 def _main_job_work(command: str) -> str:
     """The README's main-job line without its installs (the tests' environment has them)."""
     steps = command.split(" && ")
     return " && ".join(step for step in steps if not step.startswith("pip install "))
+
+
+def _assert_the_readme_check_count_holds(reproduction: Path) -> None:
+    """The README's "All N of N checks of the paper's claims pass", on the real main job."""
+    from sinkscope.infra.codec import read_result
+    from sinkscope.toy.reproduce import ReproduceSummary
+
+    summary = read_result(reproduction / "summary.json", ReproduceSummary)
+    n = len(summary.checks)
+    assert all(check.passed for check in summary.checks)
+    assert f"All {n} of {n} checks" in README.read_text(encoding="utf-8")
 
 
 @pytest.mark.slow
@@ -171,9 +183,10 @@ def test_the_readme_snippets_run_after_the_real_main_job(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     for name in ("toy-paper", "audit-minilm", "audit-smollm2"):
         assert (work / "sinkscope-out" / name / "report.html").is_file()
+    _assert_the_readme_check_count_holds(work / "sinkscope-out" / "toy-paper")
     results = run_snippets(tmp_path, work, _offline_env(), skip_hub=True)
     hub_lines = [line for line, _, hub in readme_python_snippets() if hub]
     assert [line for line, outcome in results if outcome == "skipped"] == hub_lines
     failures = [f"README.md:{line}\n{outcome}" for line, outcome in results if outcome not in (None, "skipped")]
     assert not failures, "\n".join(failures)
-    _assert_only_scratch_was_written(work, tree_before, git_before)
+    _assert_only_scratch_was_written(tree_before, git_before)
