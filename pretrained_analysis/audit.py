@@ -26,7 +26,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -46,11 +45,11 @@ from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.infra.errors import InputError, RunFailed
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.ablation import AblationResult, AblationSettings, ablate, upgrade_ablation_v1
+from sinkscope.pretrained_analysis.audit_figures import EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, draw_audit_figures
 from sinkscope.pretrained_analysis.examples import (
     EXAMPLE_TEXT_CHARS,
     AttentionExample,
     attention_examples,
-    plot_text,
 )
 from sinkscope.pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model, wrap_model
 from sinkscope.pretrained_analysis.prompts import (
@@ -68,17 +67,12 @@ from sinkscope.pretrained_analysis.prompts import (
 )
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, upgrade_probe_v1
 from sinkscope.probes.runner import iterate_batches, probe_batches
-from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.frames import dataframe, row_of
-from sinkscope.reports.plots import attention_grid, draw_head_maps, line_chart
 
 if TYPE_CHECKING:
     import pandas
 
 AUDIT_FILE = "audit.json"
-MAP_FIGURE = "anchor_mass_map.png"
-LAYER_FIGURE = "anchor_mass_by_layer.png"
-EXAMPLE_FIGURE = "attention_example_{index}.png"
 VERSION_PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "transformers", "datasets")
 
 
@@ -387,38 +381,7 @@ def write_audit(result: AuditResult, directory: str | Path) -> Path:
     check_path(directory, "directory")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    label = plot_text(result.model.label)
-    mass = result.probe.anchor_mass_matrix().numpy()
-    draw_head_maps(
-        anchor_mass_map(result.probe, f"{label}: anchor mass (mean A[i, anchor], queries i > anchor)"),
-        directory / MAP_FIGURE,
-    )
-    n_heads = result.model.n_heads
-    line_chart(
-        [layer.layer for layer in result.probe.layers],
-        [
-            ("mean over heads", [layer.anchor_mass for layer in result.probe.layers]),
-            ("max over heads", [float(np.nanmax(mass[layer.layer])) for layer in result.probe.layers]),
-            (
-                f"share of sink heads (>= {1.0 - result.config.sink_eps:g})",
-                [layer.n_sink_heads / n_heads for layer in result.probe.layers],
-            ),
-        ],
-        directory / LAYER_FIGURE,
-        f"{label}: anchor mass per layer",
-        "layer",
-        "anchor mass / share of heads",
-        ylim=(0.0, 1.02),
-    )
-    for number, example in enumerate(result.examples):
-        attention_grid(
-            example.patterns[None],
-            directory / EXAMPLE_FIGURE.format(index=number),
-            f"{label}: attention on prompt {example.prompt_index} (query y, key x)",
-            tick_labels=example.labels,
-            vmax=1.0,
-            titles=[[f"L{layer}H{head}: {role}" for (layer, head), role in zip(example.heads, example.roles)]],
-        )
+    draw_audit_figures(result, directory)
     result.probe.write_heads_csv(str(directory / HEADS_CSV), result.model.model_name, result.model.revision)
     write_result(directory / AUDIT_FILE, result)
     return directory

@@ -198,6 +198,12 @@ def check_comparable(results: Sequence[AuditResult], names: Sequence[str | Path]
     """Audits compare only on the same prompts (``PromptSummary.same_prompts``) and sink
     threshold; every pair is checked, so the order of the audits does not matter."""
     for i, (name, result) in enumerate(zip(names, results)):
+        if result.config.layers is not None:
+            raise InputError(
+                f"{name} probed only layers {', '.join(map(str, result.config.layers))} (layers); a comparison "
+                "draws every layer of each model: compare audits of every layer",
+                field="directories",
+            )
         for earlier, other in zip(names[:i], results[:i]):
             if not result.prompts.same_prompts(other.prompts) or result.config.sink_eps != other.config.sink_eps:
                 raise InputError(

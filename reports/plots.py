@@ -8,29 +8,28 @@ from __future__ import annotations
 import io
 import math
 import os
-import struct
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 
 from sinkscope.infra.atomic_io import atomic_path
 from sinkscope.infra.errors import InputError
 from sinkscope.reports.document import HeadMaps
+from sinkscope.reports.png_text import TEXT_PX_KEY, smallest_text_pt, with_text_chunk
 
 DPI = 110
+NOT_MEASURED_COLOUR = "#e6e6e6"  # a map cell with no value (a layer not probed)
 # A report's column is 1130 px wide (reports/html.py); a figure drawn at most this wide is
 # shown at its own size, so its text keeps the size it was drawn at.
 PAGE_WIDTH_IN = 1100 / DPI
 TITLE_PT, LABEL_PT, TICK_PT, SMALL_PT = 10, 9, 8, 7  # SMALL_PT: cell values, dense tick labels
-TEXT_PX_KEY = "sinkscope:min-text-px"  # PNG text chunk: the smallest text's size in image pixels
 MAX_GRID_COLUMNS = 6  # attention panels per row; more heads wrap onto further rows
 
 
@@ -42,41 +41,10 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = DPI) -> Figure:
     data = buffer.getvalue()
     smallest = smallest_text_pt(fig)  # after the draw: tick labels exist only once drawn
     if smallest is not None:
-        data = _with_text_chunk(data, TEXT_PX_KEY, f"{smallest * dpi / 72:.2f}")
+        data = with_text_chunk(data, TEXT_PX_KEY, f"{smallest * dpi / 72:.2f}")
     with atomic_path(path) as tmp:
         Path(tmp).write_bytes(data)
     return fig
-
-
-def smallest_text_pt(fig: Figure) -> float | None:
-    """The font size in points of the smallest visible, non-empty text in ``fig``."""
-    sizes = [
-        float(text.get_fontsize())
-        for text in fig.findobj(Text)
-        if isinstance(text, Text) and text.get_visible() and text.get_text().strip()
-    ]
-    return min(sizes) if sizes else None
-
-
-def _with_text_chunk(png: bytes, key: str, value: str) -> bytes:
-    """``png`` with a tEXt chunk ``key``=``value`` inserted before its IEND chunk."""
-    iend = png.rindex(b"IEND") - 4  # the chunk starts with its 4-byte length
-    body = b"tEXt" + key.encode("latin-1") + b"\0" + value.encode("latin-1")
-    chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
-    return png[:iend] + chunk + png[iend:]
-
-
-def png_text(png: bytes) -> dict[str, str]:
-    """The tEXt chunks of a PNG file's bytes, e.g. ``TEXT_PX_KEY``."""
-    found, offset = {}, 8
-    while offset + 8 <= len(png):
-        (length,) = struct.unpack(">I", png[offset : offset + 4])
-        kind = png[offset + 4 : offset + 8]
-        if kind == b"tEXt":
-            key, _, value = png[offset + 8 : offset + 8 + length].partition(b"\0")
-            found[key.decode("latin-1")] = value.decode("latin-1")
-        offset += 12 + length
-    return found
 
 
 def _tick_step(n: int, length_in: float, pitch: float = 1.6) -> int:
@@ -312,11 +280,15 @@ def _draw_grid(
     """Draw one ``[rows, columns]`` map on ``ax``, each cell's value written in it when the
     cells can hold it (``annotates``); returns the image."""
     n_rows, n_columns = values.shape
-    image = ax.imshow(values, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
+    # a cell with no value (a layer that was not probed) is drawn blank grey, not as a number
+    colormap = matplotlib.colormaps[cmap].with_extremes(bad=NOT_MEASURED_COLOUR)
+    image = ax.imshow(np.ma.masked_invalid(values), vmin=vmin, vmax=vmax, cmap=colormap, aspect="auto")
     if annotates(cell_w, cell_h):
         for row in range(n_rows):
             for column in range(n_columns):
                 value = values[row, column]
+                if not np.isfinite(value):
+                    continue
                 ax.text(
                     column,
                     row,

@@ -214,6 +214,11 @@ def _check_prompt_flags(args: argparse.Namespace, n_audits: int) -> None:
             "--prompt is for one model on the local executor; put the prompts in a .txt file, one per line, "
             "and pass --prompts FILE"
         )
+    if getattr(args, "layers", None) is not None and n_audits > 1:
+        raise InputError(
+            "--layers restricts the audit of one model, and a comparison of several needs every layer; "
+            "drop --layers, or audit each model alone"
+        )
     if args.source is not None and source_kind(args.source) == "hub" and not is_dataset_id(args.source):
         raise InputError(
             f"--prompts {args.source!r} is no existing file, default, random or dataset id; if it is a file, check "

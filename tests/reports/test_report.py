@@ -26,7 +26,8 @@ from sinkscope.reporting import REPORT_KINDS, report
 from sinkscope.reports.document import Column, Figure, ReportDocument, Section, Table
 from sinkscope.reports.html import render_html
 from sinkscope.reports.markdown import md_escape, render_markdown
-from sinkscope.reports.plots import TEXT_PX_KEY, png_text, save_figure
+from sinkscope.reports.plots import save_figure
+from sinkscope.reports.png_text import TEXT_PX_KEY, png_text
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.patching import patch_run
 from sinkscope.toy.probe_run import probe_run

@@ -1,0 +1,57 @@
+"""The figures of one audit, written beside its ``audit.json``: the layers x heads map of
+anchor mass with its sink heads outlined, anchor mass per layer, and the attention
+patterns of the example heads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sinkscope.pretrained_analysis.examples import plot_text
+from sinkscope.probes.tables import anchor_mass_map
+from sinkscope.reports.plots import attention_grid, draw_head_maps, line_chart
+
+if TYPE_CHECKING:
+    from sinkscope.pretrained_analysis.audit import AuditResult
+
+MAP_FIGURE = "anchor_mass_map.png"
+LAYER_FIGURE = "anchor_mass_by_layer.png"
+EXAMPLE_FIGURE = "attention_example_{index}.png"
+
+
+def draw_audit_figures(result: AuditResult, directory: Path) -> None:
+    """Every figure of ``result`` into ``directory``."""
+    label = plot_text(result.model.label)
+    mass = result.probe.anchor_mass_matrix().numpy()
+    draw_head_maps(
+        anchor_mass_map(result.probe, f"{label}: anchor mass (mean A[i, anchor], queries i > anchor)"),
+        directory / MAP_FIGURE,
+    )
+    n_heads = result.model.n_heads
+    line_chart(
+        [layer.layer for layer in result.probe.layers],
+        [
+            ("mean over heads", [layer.anchor_mass for layer in result.probe.layers]),
+            ("max over heads", [float(np.nanmax(mass[layer.layer])) for layer in result.probe.layers]),
+            (
+                f"share of sink heads (>= {1.0 - result.config.sink_eps:g})",
+                [layer.n_sink_heads / n_heads for layer in result.probe.layers],
+            ),
+        ],
+        directory / LAYER_FIGURE,
+        f"{label}: anchor mass per layer",
+        "layer",
+        "anchor mass / share of heads",
+        ylim=(0.0, 1.02),
+    )
+    for number, example in enumerate(result.examples):
+        attention_grid(
+            example.patterns[None],
+            directory / EXAMPLE_FIGURE.format(index=number),
+            f"{label}: attention on prompt {example.prompt_index} (query y, key x)",
+            tick_labels=example.labels,
+            vmax=1.0,
+            titles=[[f"L{layer}H{head}: {role}" for (layer, head), role in zip(example.heads, example.roles)]],
+        )
