@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 
 from sinkscope.cli.args import (
@@ -209,6 +210,8 @@ def run(args: argparse.Namespace) -> dict:
             check_context(prompt_spec, n_ctx, where.label)
     # before torch and matplotlib load: a bad prompt file (or a HOME the datasets cache
     # cannot live in) fails in about a second, with nothing else said
+    if not args.no_progress:  # reading the prompts and importing torch take seconds before any model loads
+        print(f"reading the prompts ({prompt_spec.source}) and importing torch ...", file=sys.stderr, flush=True)
     prompt_set = load_prompt_set(prompt_spec)
     from sinkscope.pretrained_analysis.suite import unique_slugs
 
@@ -260,8 +263,7 @@ def _audit_config(args: argparse.Namespace):
 def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec, prompt_set) -> dict:
     """One model into ``out``, once it is checked and locked, on ``prompt_set`` (read already)."""
     from sinkscope.infra.atomic_io import atomic_directory
-    from sinkscope.pretrained_analysis.audit import audit, write_audit
-    from sinkscope.pretrained_analysis.loading import load_model
+    from sinkscope.pretrained_analysis.loading import load_model, loading_announced
 
     progress = not args.no_progress
     if args.executor == "ray":  # one unit, written by the Ray worker (out must be on a disk the node shares)
@@ -274,10 +276,17 @@ def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec,
             raise units_failed(report.failed, 1, "audit")
         (result,) = report.finished.values()
     else:
-        with atomic_directory(out, replace=args.overwrite) as tmp:
+        with loading_announced(resolved.label, progress):
+            from sinkscope.pretrained_analysis.audit import audit, write_audit
+
             loaded = load_model(spec, resolved, progress=progress)
+        with atomic_directory(out, replace=args.overwrite) as tmp:
+            if progress:
+                print(f"auditing {resolved.label}: tokenizing, then probing ...", file=sys.stderr, flush=True)
             result = audit(loaded, prompt_set, _audit_config(args), progress=progress)
             del loaded
+            if progress:
+                print(f"drawing the figures and writing {out} ...", file=sys.stderr, flush=True)
             write_audit(result, tmp)
     if not args.json:
         say(_audit_line(result))
