@@ -3,8 +3,8 @@
 One line per running model: step / max steps, the batch L-inf error against the stop
 threshold, steps per second, and how long it still needs by the error's trend (a straight
 line through log L-inf over the later half of its logged steps, extrapolated to the stop
-threshold: ``estimate_steps_left``). While the error is not falling there is no estimate,
-only the speed; the time to ``max_steps`` is never shown as a bound, since the stop rule
+threshold: ``estimate_steps_left``). While the error is not falling steadily enough to
+extrapolate there is no estimate, only the speed; the time to ``max_steps`` is never shown as a bound, since the stop rule
 ends most runs far earlier (a four-minute reproduction read "at most 1h06m"). The lines are read from the run directories
 (``metrics.jsonl``, ``result.json``), so they are the same whether models train in this
 process or in worker processes. On a terminal the block is redrawn in place about once
@@ -27,6 +27,9 @@ from sinkscope.toy.run_dir import METRICS_FILE, RESULT_FILE, RunConfig, read_met
 TERMINAL_INTERVAL_S = 1.0
 LOG_INTERVAL_S = 15.0
 TREND_MIN_POINTS = 4  # fewer logged errors than this in the later half: no trend yet
+# an estimate further ahead than this many times the steps the trend was fitted on is a
+# guess (early plateaus read as hour-long runs that then converge in minutes): none is shown
+EXTRAPOLATION_LIMIT = 3.0
 
 
 def duration_text(seconds: float) -> str:
@@ -43,7 +46,8 @@ def estimate_steps_left(history: list[tuple[int, float]], stop_linf: float) -> f
     """Steps until the L-inf error of ``history`` (``(step, error)`` in step order) falls
     below ``stop_linf``, by a least-squares line through log error over the later half of
     the steps logged; None while there is no falling trend (too few points, or the error
-    flat or rising). 0 once the trend is below the threshold."""
+    flat or rising) or the threshold lies further ahead than ``EXTRAPOLATION_LIMIT`` times
+    the fitted steps. 0 once the trend is below the threshold."""
     if not history or stop_linf <= 0:
         return None
     last_step = history[-1][0]
@@ -59,7 +63,8 @@ def estimate_steps_left(history: list[tuple[int, float]], stop_linf: float) -> f
     if slope >= 0:
         return None
     fitted_now = mean_log + slope * (last_step - mean_step)
-    return max(0.0, (math.log(stop_linf) - fitted_now) / slope)
+    left = max(0.0, (math.log(stop_linf) - fitted_now) / slope)
+    return left if left <= EXTRAPOLATION_LIMIT * (last_step - recent[0][0]) else None
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ class RunLine:
 
     def _estimate(self, steps_per_s: float) -> str:
         if self.steps_left is None:
-            return "no estimate yet (the error is not falling)"
+            return "no estimate yet (the error is not yet falling steadily)"
         if self.step + self.steps_left > self.max_steps:  # the trend meets the cap first: the cap ends it
             left = (self.max_steps - self.step) / steps_per_s
             return f"the error's trend reaches the {self.max_steps:,}-step cap first, in about {duration_text(left)}"
@@ -114,6 +119,7 @@ class ExperimentProgress:
 
     def __enter__(self) -> ExperimentProgress:
         if self.enabled:
+            self._draw()  # at once: a log's first block would otherwise wait LOG_INTERVAL_S
             self._thread = threading.Thread(target=self._run, name="sinkscope-progress", daemon=True)
             self._thread.start()
         return self

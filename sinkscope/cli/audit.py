@@ -210,9 +210,13 @@ def run(args: argparse.Namespace) -> dict:
             check_context(prompt_spec, n_ctx, where.label)
     # before torch and matplotlib load: a bad prompt file (or a HOME the datasets cache
     # cannot live in) fails in about a second, with nothing else said
-    if not args.no_progress:  # reading the prompts and importing torch take seconds before any model loads
-        print(f"reading the prompts ({prompt_spec.source}) and importing torch ...", file=sys.stderr, flush=True)
     prompt_set = load_prompt_set(prompt_spec)
+    if not args.no_progress:  # seconds before any model loads; a bad prompt file has failed in one line already
+        print(
+            f"{len(prompt_set.texts) or prompt_spec.n_prompts} prompts read; importing torch ...",
+            file=sys.stderr,
+            flush=True,
+        )
     from sinkscope.pretrained_analysis.suite import unique_slugs
 
     slugs = unique_slugs([where.label for where in resolved])

@@ -36,6 +36,13 @@ def test_no_estimate_while_the_error_is_flat_rising_or_barely_logged():
     assert estimate_steps_left([], 5e-3) is None
 
 
+def test_no_estimate_from_an_early_slow_trend_far_from_the_threshold():
+    # 0.9 -> 0.8 over steps 400-800 says 0.005 in ~17,000 steps: a guess, not shown
+    slow = [(step, 0.9 * math.exp(-3e-4 * (step - 400))) for step in range(0, 801, 100)]
+    assert estimate_steps_left(slow, 5e-3) is None
+    assert estimate_steps_left(slow, 0.7) is not None  # near enough to the data to extrapolate
+
+
 def test_a_trend_already_below_the_threshold_needs_no_more_steps():
     history = _decaying(1.0, 1e-2, range(0, 1001, 100))
     assert estimate_steps_left(history, stop_linf=0.5) == 0.0
@@ -52,5 +59,5 @@ def test_the_line_shows_the_estimate_in_time_and_no_bound_from_the_cap():
     line = RunLine("softmax-2x2-seed0", 2_000, 50_000, 0.05, 5e-3, 100.0, 3_000).text()
     assert line.endswith("100 steps/s, about 30s more by the error's trend")
     assert "at most" not in line and "1h" not in line  # 48,000 steps to the cap would read 8m00s
-    capped = RunLine("relu-1x1-seed0", 45_000, 50_000, 0.05, 5e-3, 100.0, 9_000).text()
+    capped = RunLine("relu-1x1-seed0", 45_000, 50_000, 0.05, 5e-3, 100.0, 9_000).text()  # cap at 5,000 more
     assert "reaches the 50,000-step cap first, in about 50s" in capped
