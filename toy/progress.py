@@ -112,6 +112,7 @@ class ExperimentProgress:
         self._seen: dict[str, tuple[int, float]] = {}  # name -> (step, time) when first read
         self._speed: dict[str, float] = {}
         self._drawn = 0
+        self._logged: list[str] = []  # the last block written to a log, not repeated word for word
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = time.monotonic()
@@ -170,6 +171,9 @@ class ExperimentProgress:
             f"models: {finished}/{len(self.jobs)} finished, {duration_text(time.monotonic() - self._started)} so far"
         )
         block = [header] if final else [header, *(f"  {line.text()}" for line in lines)]
+        if not self.interactive and block == self._logged:
+            return
+        self._logged = block
         if self.interactive and self._drawn:
             self.stream.write(f"\x1b[{self._drawn}F\x1b[J")  # back to the block's first line, clear below
         self.stream.write("\n".join(block) + "\n")

@@ -205,6 +205,8 @@ def run(args: argparse.Namespace) -> dict:
         parse_special_tokens=args.parse_special_tokens,
     )
     for where in resolved:
+        if where.gguf_file and not args.no_progress:  # its metadata is read from the whole file: seconds
+            print(f"reading {where.gguf_file}'s metadata ...", file=sys.stderr, flush=True)
         n_ctx = context_length(where)
         if n_ctx is not None:
             check_context(prompt_spec, n_ctx, where.label)
