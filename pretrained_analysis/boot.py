@@ -10,6 +10,7 @@ of memory propagates as itself, since it says nothing about the model's architec
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -112,6 +113,8 @@ def boot_bridge(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> Load
     if spec.device is not None:
         spec = dataclasses.replace(spec, device=str(resolve_device(spec.device)))
     placement, quantization = _placement(spec, resolved, progress)
+    if progress and "hf_model" in placement:  # the weights are read; wrapping them takes seconds more, with no bar
+        print("wrapping the model in a TransformerLens bridge ...", file=sys.stderr, flush=True)
     try:
         bridge = TransformerBridge.boot_transformers(
             resolved.location,

@@ -10,8 +10,13 @@ bridge with raw Hugging Face weights and records what was loaded in a ``ModelInf
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -62,11 +67,19 @@ __all__ = [
     "gguf_quantization",
     "hub_offline",
     "load_model",
+    "loading_announced",
+    "masked_lm_from_encoder",
     "resolve_model",
     "wrap_model",
 ]
 
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+# the logger of transformers' load report, and the records of it that a missing head explains
+TRANSFORMERS_LOAD_LOGGER = "transformers.modeling_utils"
+LOAD_REPORT_SIGNS = ("seem corrupted", "LOAD REPORT")
+# a BERT encoder checkpoint (what sentence-transformers ships) lacks the masked-LM head and
+# carries a pooler: the only keys a masked-LM load may miss, and the only ones it may not use
+ENCODER_HEAD_PREFIX, ENCODER_POOLER_PREFIX = "cls.", "pooler."
 # what transformers' from_pretrained accepts as a string device_map
 DEVICE_MAP_PATTERN = r"auto|balanced|balanced_low_0|sequential|cpu|disk|mps|cuda(:\d+)?|\d+"
 
@@ -157,6 +170,76 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
     check_argument(resolved, (ResolvedModel, type(None)), "resolved", "a ResolvedModel or None")
     resolved = resolved or resolve_model(spec.name, spec.revision)
     return boot_bridge(spec, resolved, progress)
+
+
+@contextmanager
+def loading_announced(label: str, enabled: bool = True) -> Iterator[None]:
+    """``loading LABEL ...`` on stderr before the block (importing TransformerLens and
+    reading the weights: ten seconds and more on two busy cores) and ``loaded LABEL in N s``
+    after it, so no stretch of a run is silent."""
+    started = time.monotonic()
+    if enabled:
+        print(f"loading {label} (TransformerLens, the weights) ...", file=sys.stderr, flush=True)
+    yield
+    if enabled:
+        print(f"loaded {label} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+
+
+class _HeldLoadReport(logging.Filter):
+    """Holds transformers' load-report records (``LOAD_REPORT_SIGNS``) back; others pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if any(sign in record.getMessage() for sign in LOAD_REPORT_SIGNS):
+            self.held.append(record)
+            return False
+        return True
+
+
+def only_the_head_is_missing(info: dict[str, Any]) -> bool:
+    """Whether a masked-LM load of an encoder checkpoint (``from_pretrained``'s
+    ``output_loading_info``) missed only the masked-LM head and left only the pooler unused:
+    every weight of the embeddings and the attention layers then came from the checkpoint."""
+    missing, unexpected = info.get("missing_keys", ()), info.get("unexpected_keys", ())
+    return (
+        all(key.startswith(ENCODER_HEAD_PREFIX) for key in missing)
+        and all(key.startswith(ENCODER_POOLER_PREFIX) for key in unexpected)
+        and not info.get("mismatched_keys")
+        and not info.get("error_msgs")
+    )
+
+
+def masked_lm_from_encoder(path: str | os.PathLike) -> tuple[Any, Any]:
+    """(``AutoModelForMaskedLM``, its tokenizer) from a BERT encoder checkpoint such as
+    all-MiniLM-L6-v2, the class TransformerLens wraps BERT with. The checkpoint has no
+    masked-LM head, so transformers initialises one at random and logs a red "This checkpoint
+    seem corrupted" load report; attention audits never read that head, so when the head
+    (and the unused pooler) is all that differs, the report is dropped for this one load and
+    one line says why. Any other difference keeps the report, as transformers wrote it."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    check_path(path, "path", "a local model directory")
+    logger = logging.getLogger(TRANSFORMERS_LOAD_LOGGER)
+    held = _HeldLoadReport()
+    logger.addFilter(held)
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(os.fspath(path), output_loading_info=True)
+    finally:
+        logger.removeFilter(held)
+    if held.held and only_the_head_is_missing(info):
+        print(
+            f"sinkscope: {directory_label(os.fspath(path))} is an encoder checkpoint without a masked-LM head; "
+            "transformers gave the model a random head (and its load report calls that corrupted), but attention "
+            "audits read only the encoder, whose every weight was loaded",
+            file=sys.stderr,
+        )
+    else:
+        for record in held.held:
+            logger.handle(record)
+    return model.eval(), AutoTokenizer.from_pretrained(os.fspath(path))
 
 
 def wrap_model(model: Any, tokenizer: Any = None, name: str | None = None) -> LoadedModel:

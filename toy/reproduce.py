@@ -12,6 +12,7 @@ where it stopped.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -296,6 +297,8 @@ def reproduce(
         one_layer_softmax = [
             work_dir / m.name for m in models if (m.n_layers, m.n_heads, m.attention) == (1, 1, "softmax")
         ]
+        if progress:  # the trade-off and summary take seconds more after the last model finished
+            print(_closing_line(len(one_layer_softmax)), file=sys.stderr, flush=True)
         if one_layer_softmax:
             write_tradeoff(work_dir, one_layer_softmax, config.task, n_sequences=config.n_sequences)
         summary = ReproduceSummary(
@@ -308,6 +311,16 @@ def reproduce(
         write_result(work_dir / SUMMARY_FILE, summary)
         write_provenance(work_dir, "toy reproduce")
     return summary
+
+
+def _closing_line(n_tradeoff_models: int) -> str:
+    """What a reproduction does between its last model finishing and its summary."""
+    tradeoff = (
+        f"measuring Theorem 1's trade-off on {n_tradeoff_models} 1-layer softmax model(s), "
+        if n_tradeoff_models
+        else ""
+    )
+    return f"every model trained and evaluated; {tradeoff}checking the paper's claims, writing summary.json ..."
 
 
 def _job_order(job: tuple[str, RunConfig]) -> tuple:

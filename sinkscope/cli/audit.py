@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
+import sys
 from pathlib import Path
 
 from sinkscope.cli.args import (
@@ -266,12 +267,20 @@ def run(args: argparse.Namespace) -> dict:
     resolved = [resolve_model(spec.name, spec.revision) for spec in specs]
     prompt_spec, typed = _prompts(args)
     for where in resolved:
+        if where.gguf_file and not args.no_progress:  # its metadata is read from the whole file: seconds
+            print(f"reading {where.gguf_file}'s metadata ...", file=sys.stderr, flush=True)
         n_ctx = context_length(where)
         if n_ctx is not None:
             check_context(prompt_spec, n_ctx, where.label)
     # before torch and matplotlib load: a bad prompt file (or a HOME the datasets cache
     # cannot live in) fails in about a second, with nothing else said
     prompt_set = typed or load_prompt_set(prompt_spec)
+    if not args.no_progress:  # seconds before any model loads; a bad prompt file has failed in one line already
+        print(
+            f"{len(prompt_set.texts) or prompt_spec.n_prompts} prompts read; importing torch ...",
+            file=sys.stderr,
+            flush=True,
+        )
     from sinkscope.pretrained_analysis.suite import unique_slugs
 
     slugs = unique_slugs([where.label for where in resolved])
@@ -323,8 +332,7 @@ def _audit_config(args: argparse.Namespace):
 def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec, prompt_set) -> dict:
     """One model into ``out``, once it is checked and locked, on ``prompt_set`` (read already)."""
     from sinkscope.infra.atomic_io import atomic_directory
-    from sinkscope.pretrained_analysis.audit import audit, write_audit
-    from sinkscope.pretrained_analysis.loading import load_model
+    from sinkscope.pretrained_analysis.loading import load_model, loading_announced
 
     progress = not args.no_progress
     if args.executor == "ray":  # one unit, written by the Ray worker (out must be on a disk the node shares)
@@ -337,10 +345,17 @@ def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec,
             raise units_failed(report.failed, 1, "audit")
         (result,) = report.finished.values()
     else:
-        with atomic_directory(out, replace=args.overwrite) as tmp:
+        with loading_announced(resolved.label, progress):
+            from sinkscope.pretrained_analysis.audit import audit, write_audit
+
             loaded = load_model(spec, resolved, progress=progress)
+        with atomic_directory(out, replace=args.overwrite) as tmp:
+            if progress:
+                print(f"auditing {resolved.label}: tokenizing, then probing ...", file=sys.stderr, flush=True)
             result = audit(loaded, prompt_set, _audit_config(args), progress=progress)
             del loaded
+            if progress:
+                print(f"drawing the figures and writing {out} ...", file=sys.stderr, flush=True)
             write_audit(result, tmp)
     if not args.json:
         say(_audit_line(result))

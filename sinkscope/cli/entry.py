@@ -41,6 +41,7 @@ INTERRUPTED = {
     "continue; any old result is as it was",
     "report": "files already replaced are complete; re-run with --overwrite",
     "compare": "nothing was written; any old comparison is as it was",
+    "demo": "the step that stopped said what it kept; run sinkscope demo again to continue",
 }
 
 
@@ -220,6 +221,17 @@ def _closed_streams_to_devnull() -> None:
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as the process)
+
+
+def run_command_line(argv: list[str]) -> int:
+    """One command in this process, its errors handled as ``main`` handles them, without
+    ``main``'s signal handling: how ``sinkscope demo`` runs each of its steps."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as error:  # a usage error, already one line on stderr
+        return error.code if isinstance(error.code, int) else EXIT_USAGE
+    return _run(parser, args)
 
 
 def main(argv: list[str] | None = None) -> int:

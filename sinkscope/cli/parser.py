@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 
 import sinkscope
-from sinkscope.cli import audit, compare, report, toy
+from sinkscope.cli import audit, compare, demo, report, toy
 from sinkscope.cli.args import Parser, add_debug
 
 MAIN_EXAMPLES = """examples:
@@ -24,6 +24,7 @@ HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace], dict]] = {
     **{("toy", name): module.run for name, module in toy.COMMANDS.items()},
     ("report", None): report.run,
     ("compare", None): compare.run,
+    ("demo", None): demo.run,
 }
 
 
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_parser(commands)
     report.add_parser(commands)
     compare.add_parser(commands)
+    demo.add_parser(commands)
     return parser
 
 

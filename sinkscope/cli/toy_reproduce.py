@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from sinkscope.cli.args import (
@@ -46,6 +47,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     check_executor(args)
+    if not args.no_progress:  # torch's import is seconds of silence on a busy machine
+        print("importing torch ...", file=sys.stderr, flush=True)
     from sinkscope.toy.reproduce import ReproduceConfig, reproduce
 
     overrides = {"n_sequences": args.n_sequences, "workers": args.workers}

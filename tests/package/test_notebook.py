@@ -56,6 +56,17 @@ def test_the_tutorial_notebook_runs_offline(tmp_path, monkeypatch):
     client.execute()  # raises CellExecutionError, with the cell and its traceback, on any error
     notebook.cells = notebook.cells[:n_tutorial]
     html = _html_outputs(notebook)
+    printed = "".join(
+        output.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "stream"
+    )
+    # MiniLM's missing masked-LM head is explained in one line, not transformers' red load report
+    assert "seem corrupted" not in printed and "LOAD REPORT" not in printed, printed
+    assert "encoder checkpoint without a masked-LM head" in printed, printed
+    assert "position 8 (1 = BOS)" in printed, printed  # positions count from 1, as the reports do
     titles = ["Toy model softmax-1x1", "Attention-sink probe", "Default-state test", "Activation patching"]
     titles += ["Attention-sink audit: ", "Attention-sink audit: SmolLM2", "Attention-sink comparison"]
     titles += ["Toy and pretrained side by side"]

@@ -16,11 +16,14 @@ def _config(max_steps: int) -> RunConfig:
     return RunConfig(ToyModelConfig(), TaskConfig(), TrainConfig(max_steps=max_steps))
 
 
-def test_a_line_says_step_error_threshold_speed_and_the_longest_it_can_take():
-    line = RunLine("softmax-4x4-seed0", 12_400, 50_000, 0.0123, 5e-3, 61.0).text()
+def test_a_line_says_step_error_threshold_speed_and_the_error_trends_estimate():
+    line = RunLine("softmax-4x4-seed0", 12_400, 50_000, 0.0123, 5e-3, 61.0, 3_050).text()
     assert line == (
-        "softmax-4x4-seed0: step 12,400/50,000, L-inf 1.2e-02 (stops below 0.005), 61 steps/s, at most 10m16s more"
+        "softmax-4x4-seed0: step 12,400/50,000, L-inf 1.2e-02 (stops below 0.005), 61 steps/s, "
+        "about 50s more by the error's trend"
     )
+    assert "no estimate yet" in RunLine("x", 500, 50_000, 0.9, 5e-3, 61.0, None).text()
+    assert "at most" not in RunLine("x", 500, 50_000, 0.9, 5e-3, 61.0, None).text()
     assert "steps/s" not in RunLine("x", 0, 100, None, 5e-3, None).text()
     assert [duration_text(s) for s in (5, 65, 7325)] == ["5s", "1m05s", "2h02m"]
 
@@ -78,4 +81,6 @@ def test_a_logged_reproduction_writes_a_few_lines_not_redraws(tmp_path):
     text = log.read_text()
     assert done.returncode == 0, text
     assert "\r" not in text and len(text) < 4000, text
-    assert text.strip().splitlines()[-1].startswith("models: 6/6 finished"), text
+    *_, final_count, closing = text.strip().splitlines()
+    assert final_count.startswith("models: 6/6 finished"), text
+    assert closing.startswith("every model trained and evaluated; measuring Theorem 1's trade-off"), text
