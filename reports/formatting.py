@@ -34,3 +34,16 @@ def sig(value: float | None, digits: int = 2) -> str:
 
 def percent(value: float | None) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.1f}%"
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun in the number it takes: ``1 seed``, ``2 seeds``, ``0 seeds``
+    (``plural`` for irregular nouns, e.g. ``counted(2, "query", "queries")``)."""
+    return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def value_range(low: float, high: float, spec: str) -> str:
+    """A range of measured values as text: one value when both ends print the same
+    (``2.5e-04``, not ``2.5e-04..2.5e-04``), else ``low–high`` joined by an en dash."""
+    low_text, high_text = format(low, spec), format(high, spec)
+    return low_text if low_text == high_text else f"{low_text}\u2013{high_text}"

@@ -5,13 +5,15 @@ with sink heads outlined (``anchor_mass_maps``, which the reproduction's report 
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sinkscope.probes.sink_metrics import SINK_EPS
 from sinkscope.reports.document import HeadMaps
 from sinkscope.reports.html import bullets_html, fragment, head_maps_html, inline_table
-from sinkscope.toy.tables import EVALUATION_TABLE, MODEL_TABLE, SWEEP_TABLE
+from sinkscope.toy.paper_reference import PAPER_CITATION
+from sinkscope.toy.tables import EVALUATION_TABLE, MODEL_TABLE, sweep_tables
 
 if TYPE_CHECKING:
     from sinkscope.probes.probe import HeadProbe
@@ -46,7 +48,7 @@ def model_html(model: ModelSummary) -> str:
         inline_table(MODEL_TABLE.table([model])),
         head_maps_html(anchor_mass_maps([(model.name, model.heads)])),
     ]
-    return fragment(f"Toy model {model.name}", subtitle, parts)
+    return fragment(f"Toy model {model.name}", subtitle, [*parts, citation_html()])
 
 
 def evaluation_html(evaluation: ModelEvaluation) -> str:
@@ -59,7 +61,7 @@ def evaluation_html(evaluation: ModelEvaluation) -> str:
         inline_table(EVALUATION_TABLE.table([evaluation])),
         head_maps_html(anchor_mass_maps([(name, evaluation.heads)])),
     ]
-    return fragment(f"Toy model {name}", subtitle, parts)
+    return fragment(f"Toy model {name}", subtitle, [*parts, citation_html()])
 
 
 def reproduction_html(summary: ReproduceSummary) -> str:
@@ -73,9 +75,15 @@ def reproduction_html(summary: ReproduceSummary) -> str:
         inline_table(MODEL_TABLE.table(summary.models)),
         head_maps_html(anchor_mass_maps([(m.name, m.heads) for m in summary.models])),
     ]
-    return fragment("Toy reproduction", subtitle, parts)
+    return fragment("Toy reproduction", subtitle, [*parts, citation_html()])
 
 
 def sweep_html(result: SweepResult) -> str:
     subtitle = f"{len(result.rows)} configurations, {len(result.models)} models, {result.wall_seconds:.0f} s"
-    return fragment("Toy sweep", subtitle, [inline_table(SWEEP_TABLE.table(result.rows))])
+    tables = [inline_table(table) for table in sweep_tables(result.rows)]
+    return fragment("Toy sweep", subtitle, [*tables, citation_html()])
+
+
+def citation_html() -> str:
+    """The paper the toy task comes from, as the last line of every toy display."""
+    return f'<p class="sub">{html.escape(PAPER_CITATION)}</p>'

@@ -12,12 +12,14 @@ from sinkscope.probes.report_sections import (
 from sinkscope.reports.document import (
     Block,
     KeyValues,
+    Paragraph,
     Section,
     config_block,
     result_figures,
     sig,
 )
 from sinkscope.toy.evaluate import MEAN_FIGURE, STD_FIGURE, ToyDefaultState
+from sinkscope.toy.paper_reference import PAPER_CITATION
 from sinkscope.toy.run_dir import CONFIG_FILE, RunConfig
 from sinkscope.toy.tables import TRADEOFF_TABLE
 from sinkscope.toy.task import TaskConfig
@@ -47,6 +49,11 @@ def existing_figures(root: Path, names_and_captions: list[tuple[str, str]]) -> l
 def sinks_subject(state: ToyDefaultState) -> str:
     n = len(state.sink_heads)
     return "the sink head" if n == 1 else f"all {n} sink heads"
+
+
+def citation_section() -> Section:
+    """The paper the toy task comes from: the last section of every toy report."""
+    return Section("Reference", (Paragraph(f"The toy task and the claims checked here are from {PAPER_CITATION}."),))
 
 
 def task_block(task: TaskConfig) -> KeyValues:

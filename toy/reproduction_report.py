@@ -23,11 +23,13 @@ from sinkscope.reports.document import (
     ReportDocument,
     Section,
 )
+from sinkscope.reports.formatting import counted
 from sinkscope.reports.plots import draw_head_maps
 from sinkscope.toy.display import anchor_mass_maps
 from sinkscope.toy.experiment import SUMMARY_FILE, ModelSummary
 from sinkscope.toy.report_blocks import (
     WHAT,
+    citation_section,
     existing_figures,
     sinks_subject,
     task_block,
@@ -61,7 +63,7 @@ def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult |
     findings = [
         f"{len(models)} models trained ({', '.join(config.attentions)} attention; "
         f"{', '.join(f'{layers}x{heads}' for layers, heads in config.architectures)} layers x heads; "
-        f"{config.seeds} seed{'s' if config.seeds > 1 else ''} each); "
+        f"{counted(config.seeds, 'seed')} each); "
         f"{len(converged)} of {len(models)} reached the stopping error within {config.max_steps:,} steps.",
         f"{len(passed)} of {len(summary.checks)} checks against the paper pass"
         + (
@@ -200,7 +202,7 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
     sections += [_model_section(source, m) for m in models]
     if tradeoff is not None:
         sections.append(Section("Trade-off (Theorem 1)", tuple(tradeoff_blocks(source, tradeoff))))
-    sections.append(_reproduction_configuration(source, summary.config))
+    sections += [_reproduction_configuration(source, summary.config), citation_section()]
     return ReportDocument(
         title="Toy reproduction: trigger-conditional tasks and attention sinks",
         subtitle=f"sinkscope toy reproduce · {source}",

@@ -1,0 +1,72 @@
+"""The sweep report's findings: the result per attention kind, from converged
+configurations only, with the configurations at the step cap named apart, and what a
+sink head means under a kind whose rows are not normalised."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sinkscope.reports.formatting import counted, sig
+
+if TYPE_CHECKING:
+    from sinkscope.toy.sweep import SweepResult
+    from sinkscope.toy.sweep_cells import SweepRow
+
+# softmax rows sum to 1, so a head with nothing to add must park its weight somewhere (the
+# paper's Theorem 1); the other kinds can output zero by giving every key zero weight
+NORMALISED_KINDS = frozenset({"softmax"})
+
+UNNORMALISED_MEANING = (
+    "{kind} rows are not normalised: a row's weights need not sum to 1 (mean row mass {row_mass} at "
+    "default queries), so a head can output nothing by giving every key ~0 and needs no sink. Here a "
+    '"sink head" (BOS weight >= 0.9) means a head that still gives BOS at least 0.9 in absolute weight, '
+    "and reads BOS's value at default positions; BOS's share of the row is anchor_mass / row mass."
+)
+
+
+def sweep_findings(result: SweepResult) -> list[str]:
+    """The sweep's findings: its size, then one per attention kind, then its meaning for
+    every non-normalised kind in the grid."""
+    config = result.config
+    findings = [
+        f"{counted(len(result.rows), 'configuration')} x {counted(config.seeds, 'seed')} "
+        f"({counted(len(result.models), 'model')}), up to {config.max_steps:,} steps each. A configuration "
+        "counts as a result only when every seed converged; the others are reported apart, at the step cap."
+    ]
+    for attention in config.attentions:
+        rows = [r for r in result.rows if r.attention == attention]
+        findings.append(kind_finding(attention, rows))
+        if attention not in NORMALISED_KINDS:
+            masses = [r.mean_row_mass for r in rows if r.finished and r.mean_row_mass is not None]
+            row_mass = sig(sum(masses) / len(masses)) if masses else "not measured"
+            findings.append(UNNORMALISED_MEANING.format(kind=attention, row_mass=row_mass))
+    return findings
+
+
+def kind_finding(attention: str, rows: list[SweepRow]) -> str:
+    """One kind's result over its converged configurations, the surprise when a kind that
+    needs no sink forms one anyway, and its configurations at the step cap."""
+    finished = [r for r in rows if r.finished]
+    capped = [r for r in rows if not r.finished]
+    parts = [f"{attention}: "]
+    if finished:
+        heads = sum(r.seeds * r.n_layers * r.n_heads for r in finished)
+        sinks = round(sum(r.sink_fraction * r.seeds * r.n_layers * r.n_heads for r in finished))
+        with_sink = sum(r.seeds_with_sink for r in finished)
+        models = sum(r.seeds for r in finished)
+        parts.append(
+            f"in {counted(len(finished), 'converged configuration')}, {sinks} of {counted(heads, 'head')} sink "
+            f"({sinks / heads:.0%}); {with_sink} of {counted(models, 'model')} have at least one sink head"
+        )
+        if attention not in NORMALISED_KINDS and sinks:
+            parts.append(" (a sink although this kind needs none)")
+        parts.append(".")
+    else:
+        parts.append("no configuration converged, so there is no result for this kind.")
+    if capped:
+        parts.append(
+            " At the step cap, not converged (numbers not a result): "
+            + ", ".join(f"{r.n_layers}x{r.n_heads} ({r.converged}/{r.seeds} converged)" for r in capped)
+            + "."
+        )
+    return "".join(parts)
