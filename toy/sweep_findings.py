@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 NORMALISED_KINDS = frozenset({"softmax"})
 
 UNNORMALISED_MEANING = (
-    "{kind} rows are not normalised: a row's weights need not sum to 1 (mean row mass {row_mass} at "
-    "default queries), so a head can output nothing by giving every key ~0 and needs no sink. Here a "
+    "{kind} rows are not normalised: a row's weights need not sum to 1 (mean row mass at default "
+    "queries: {row_mass}), so a head can output nothing by giving every key ~0 and needs no sink. Here a "
     '"sink head" (BOS weight >= 0.9) means a head that still gives BOS at least 0.9 in absolute weight, '
     "and reads BOS's value at default positions; BOS's share of the row is anchor_mass / row mass."
 )
@@ -37,10 +37,21 @@ def sweep_findings(result: SweepResult) -> list[str]:
         rows = [r for r in result.rows if r.attention == attention]
         findings.append(kind_finding(attention, rows))
         if attention not in NORMALISED_KINDS:
-            masses = [r.mean_row_mass for r in rows if r.finished and r.mean_row_mass is not None]
-            row_mass = sig(sum(masses) / len(masses)) if masses else "not measured"
-            findings.append(UNNORMALISED_MEANING.format(kind=attention, row_mass=row_mass))
+            findings.append(UNNORMALISED_MEANING.format(kind=attention, row_mass=_row_mass_text(rows)))
     return findings
+
+
+def _row_mass_text(rows: list[SweepRow]) -> str:
+    """The mean row mass of the converged configurations, else of those at the step cap
+    (said so), else "not measured" (summaries written before row mass was kept)."""
+    for subset, when in (
+        (([r for r in rows if r.finished]), ""),
+        ([r for r in rows if not r.finished], " at the step cap"),
+    ):
+        masses = [r.mean_row_mass for r in subset if r.mean_row_mass is not None]
+        if masses:
+            return sig(sum(masses) / len(masses)) + when
+    return "not measured"
 
 
 def kind_finding(attention: str, rows: list[SweepRow]) -> str:

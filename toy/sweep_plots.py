@@ -36,13 +36,15 @@ def _summary_bars(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> l
     """Bar charts of the sink fraction and of the mean training steps per configuration;
     configurations at the step cap are a series of their own, never a converged value."""
     labels = [row.label if row.finished else f"{row.label} (at step cap)" for row in rows]
-    bar_chart(
+    fractions = bar_chart(
         labels,
         _finished_and_capped([row.sink_fraction for row in rows], rows),
         out_dir / "sink_fraction.png",
         "fraction of sink heads per configuration",
         "sink fraction",
     )
+    fractions.axes[0].set_ylim(0.0, 1.0)  # a fraction: all-zero bars would otherwise get a +-0.05 axis
+    save_figure(fractions, out_dir / "sink_fraction.png")
     bar_chart(
         labels,
         _finished_and_capped([row.mean_steps for row in rows], rows),

@@ -89,7 +89,7 @@ def _range_text(values: tuple[float, float] | None, spec: str) -> str:
 def _sweep_table(caption: str, at_cap: bool, note: str) -> TableDefinition[SweepRow]:
     """The sweep's configurations table; ``at_cap``: its measured columns say they were read
     at the step cap, so no number of an unfinished model reads as a result."""
-    when = " at the step cap" if at_cap else ""
+    when = " at cap" if at_cap else ""
     return TableDefinition(
         caption,
         (
