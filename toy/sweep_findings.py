@@ -77,7 +77,7 @@ def kind_finding(attention: str, rows: list[SweepRow]) -> str:
     if capped:
         parts.append(
             " At the step cap, not converged (numbers not a result): "
-            + ", ".join(f"{r.n_layers}x{r.n_heads} ({r.converged}/{r.seeds} converged)" for r in capped)
+            + ", ".join(f"{r.label.removeprefix(attention + ' ')} ({r.converged}/{r.seeds} converged)" for r in capped)
             + "."
         )
     return "".join(parts)
