@@ -8,7 +8,14 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sinkscope.probes.tables import HEAD_TABLE, anchor_mass_map, default_state_definition, patching_definition
+from sinkscope.probes.tables import (
+    HEAD_TABLE,
+    POSITION_COLUMN,
+    anchor_mass_map,
+    default_state_definition,
+    patching_definition,
+    shown_position,
+)
 from sinkscope.reports.document import Column, Table
 from sinkscope.reports.formatting import format_cell
 from sinkscope.reports.html import escape, fragment, head_maps_html, heat_grid, inline_table
@@ -88,7 +95,10 @@ def patching_html(result: PatchingResult) -> str:
                 matrix,
                 "Normalised effect, (patched - target) / (source - target)",
                 row_name=result.per[0],
-                column_name=result.per[1],
+                column_name=POSITION_COLUMN if result.per[1] == "position" else result.per[1],
+                column_labels=[str(shown_position(c)) for c in range(len(matrix[0]))]
+                if result.per[1] == "position" and matrix
+                else (),
             )
         )
     sites = patching_definition(result.per).table(result.rows, limit=20)

@@ -182,8 +182,9 @@ def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
         row for row in result.per_position.rows if row.position == trigger and not math.isnan(row.normalised_effect)
     ]
     findings = [
-        f"{name}: triggered inputs patched into copies whose trigger (position {trigger + 1}) is a content "
-        f"token; metric: {TRIGGER_METRIC} (1 = the triggered output).",
+        f"{name}: triggered inputs patched into copies whose trigger (position {trigger + 1}, counting BOS as "
+        f"position 1 as everywhere in this report) is a content token; metric: {TRIGGER_METRIC} (1 = the triggered "
+        "output).",
         patching_finding(result.per_head),
         patching_finding(result.per_position),
     ]
