@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
-from sinkscope.probes.default_state import DefaultStateRow
+from sinkscope.probes.default_state import DefaultStateRow, Estimate
+from sinkscope.probes.interval_chart import IntervalSeries, interval_bar_chart
 from sinkscope.probes.patching import PatchingResult
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
 from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
-from sinkscope.reports.plots import bar_chart
 
 
 def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
@@ -123,39 +123,68 @@ def default_state_chart(
     labels: Sequence[str], rows: Sequence[DefaultStateRow], what: str, path: Path, title: str
 ) -> Figure:
     """Grouped bars, log scale, of the error before, after ``remove_sink`` and after the
-    control: for errors that grow by orders of magnitude (the toy task's MSE)."""
-    bar_chart(
+    control, each change's bootstrap interval over inputs as a whisker: for errors that
+    grow by orders of magnitude (the toy task's MSE)."""
+    interval_bar_chart(
         labels,
         [
-            ("no ablation", [row.error_before for row in rows]),
-            ("sink removed", [row.error_after_remove for row in rows]),
-            ("matched control", [row.error_after_control for row in rows]),
+            IntervalSeries("no ablation", [row.error_before for row in rows], [None] * len(rows)),
+            IntervalSeries(
+                "sink removed",
+                [row.error_after_remove for row in rows],
+                [_shifted(row.error_before, row.remove_increase) for row in rows],
+            ),
+            IntervalSeries(
+                "matched control",
+                [row.error_after_control for row in rows],
+                [_shifted(row.error_before, row.control_increase) for row in rows],
+            ),
         ],
         path,
         title,
         what + " (log scale)",
         log=True,
     )
-    return Figure(path, f"{title}: {what} before, after removing the sinks and after the matched control", path.parent)
+    return Figure(
+        path,
+        f"{title}: {what} before, after removing the sinks and after the matched control; whiskers: the "
+        "bootstrap interval over inputs of each change, added to the error before (the no-ablation bar is the "
+        "reference, without one)",
+        path.parent,
+    )
+
+
+def _shifted(before: float, change: Estimate) -> tuple[float, float] | None:
+    """The interval of ``before + change``; None when the change has none (NaN ends)."""
+    if math.isnan(change.ci_low) or math.isnan(change.ci_high):
+        return None
+    return before + change.ci_low, before + change.ci_high
 
 
 def default_state_change_chart(
     labels: Sequence[str], rows: Sequence[DefaultStateRow], what: str, path: Path, title: str
 ) -> Figure:
     """Grouped bars of the change in the error under ``remove_sink`` and under the
-    control: for errors whose changes are small next to their level (a loss)."""
-    bar_chart(
+    control, each with its bootstrap interval as a whisker: for errors whose changes are
+    small next to their level (a loss)."""
+    interval_bar_chart(
         labels,
         [
-            ("sink removed", [row.remove_increase.mean for row in rows]),
-            ("matched control", [row.control_increase.mean for row in rows]),
+            IntervalSeries(name, [e.mean for e in estimates], [_shifted(0.0, e) for e in estimates])
+            for name, estimates in (
+                ("sink removed", [row.remove_increase for row in rows]),
+                ("matched control", [row.control_increase for row in rows]),
+            )
         ],
         path,
         title,
         f"change in {what}",
     )
     return Figure(
-        path, f"{title}: change in {what} when the sinks are removed and under the matched control", path.parent
+        path,
+        f"{title}: change in {what} when the sinks are removed and under the matched control; whiskers: "
+        "bootstrap intervals over inputs",
+        path.parent,
     )
 
 
