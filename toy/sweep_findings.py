@@ -17,10 +17,11 @@ if TYPE_CHECKING:
 NORMALISED_KINDS = frozenset({"softmax"})
 
 UNNORMALISED_MEANING = (
-    "{kind} rows are not normalised: a row's weights need not sum to 1 (mean row mass at default "
-    "queries: {row_mass}), so a head can output nothing by giving every key ~0 and needs no sink. Here a "
-    '"sink head" (BOS weight >= 0.9) means a head that still gives BOS at least 0.9 in absolute weight, '
-    "and reads BOS's value at default positions; BOS's share of the row is anchor_mass / row mass."
+    "{kind} rows are not normalised (a row's weights need not sum to 1; mean row mass at default queries: "
+    "{row_mass}), so BOS's weight is not a share of the row: a head can output nothing by giving every key "
+    '~0 and needs no sink. A "sink head" here (BOS weight >= 0.9) is one that still reads BOS\'s value at '
+    "default positions, using BOS as a default value rather than as a place to park attention; BOS's share "
+    "of its row is anchor_mass / row mass."
 )
 
 
@@ -77,7 +78,14 @@ def kind_finding(attention: str, rows: list[SweepRow]) -> str:
     if capped:
         parts.append(
             " At the step cap, not converged (numbers not a result): "
-            + ", ".join(f"{r.label.removeprefix(attention + ' ')} ({r.converged}/{r.seeds} converged)" for r in capped)
+            + ", ".join(_capped_cell(r, attention) for r in capped)
             + "."
         )
     return "".join(parts)
+
+
+def _capped_cell(row: SweepRow, attention: str) -> str:
+    """A configuration at the step cap: its converged count and, if heads sank before the
+    cap, that sink fraction, said to be read at the cap."""
+    sank = f", sink fraction {row.sink_fraction:.2f} at the cap" if row.sink_fraction > 0 else ""
+    return f"{row.label.removeprefix(attention + ' ')} ({row.converged}/{row.seeds} converged{sank})"
