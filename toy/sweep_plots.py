@@ -15,6 +15,7 @@ from sinkscope.toy.sweep_cells import Cell, SweepRow, find_row
 
 if TYPE_CHECKING:  # typing only: sinkscope.toy.sweep calls sweep_plots
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
     from sinkscope.toy.sweep import SweepConfig
 
@@ -98,39 +99,48 @@ def _size_heatmaps(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> 
 
 
 def _phase_diagrams(config: SweepConfig, rows: list[SweepRow], out_dir: Path) -> list[str]:
-    """The phase diagram: sink fraction over layers x heads, one heatmap per kind, block
-    and size (none unless layers or heads vary). A cell with a seed at the step cap shows
-    no sink fraction: it is hatched grey and labelled with how many seeds converged."""
+    """The phase diagrams, one per kind, block and size (none unless layers or heads vary)."""
     figures: list[str] = []
     if len(config.layers) <= 1 and len(config.heads) <= 1:
         return figures
     for attention, layer_norm, mlp, d_model, seq_len in itertools.product(
         config.attentions, config.layer_norms, config.mlps, config.d_models, config.seq_lens
     ):
-        cells = [
-            [find_row(rows, attention, layers, heads, d_model, seq_len, layer_norm, mlp) for heads in config.heads]
-            for layers in config.layers
-        ]
-        grid = np.array([[row.sink_fraction if row.finished else np.nan for row in line] for line in cells])
-        name = phase_figure_name(attention, d_model, seq_len, layer_norm, mlp)
         cell = Cell(attention, 0, 0, d_model, seq_len, layer_norm, mlp)
-        fig = heatmap(
-            grid,
-            out_dir / name,
-            f"{attention}{cell.extras.replace('-', ' +')}: sink fraction by layers x heads",
-            "sink fraction",
-            xlabel="heads",
-            ylabel="layers",
-            vmin=0.0,
-            vmax=1.0,
-            x_tick_labels=[str(h) for h in config.heads],
-            y_tick_labels=[str(n) for n in config.layers],
-        )
-        if not all(row.finished for line in cells for row in line):
-            _mark_capped(fig.axes[0], cells)
-            save_figure(fig, out_dir / name)
+        name = phase_figure_name(attention, d_model, seq_len, layer_norm, mlp)
+        draw_phase_diagram(config, rows, cell, out_dir / name)
         figures.append(name)
     return figures
+
+
+def draw_phase_diagram(config: SweepConfig, rows: list[SweepRow], cell: Cell, path: Path) -> Figure:
+    """Sink fraction over layers x heads for ``cell``'s kind, block and size. A
+    configuration with a seed at the step cap shows no sink fraction: its cell is hatched
+    grey and says "at step cap" with how many seeds converged."""
+    cells = [
+        [
+            find_row(rows, cell.attention, layers, heads, cell.d_model, cell.seq_len, cell.layer_norm, cell.mlp)
+            for heads in config.heads
+        ]
+        for layers in config.layers
+    ]
+    grid = np.array([[row.sink_fraction if row.finished else np.nan for row in line] for line in cells])
+    fig = heatmap(
+        grid,
+        path,
+        f"{cell.attention}{cell.extras.replace('-', ' +')}: sink fraction by layers x heads",
+        "sink fraction",
+        xlabel="heads",
+        ylabel="layers",
+        vmin=0.0,
+        vmax=1.0,
+        x_tick_labels=[str(h) for h in config.heads],
+        y_tick_labels=[str(n) for n in config.layers],
+    )
+    if not all(row.finished for line in cells for row in line):
+        _mark_capped(fig.axes[0], cells)
+        save_figure(fig, path)
+    return fig
 
 
 def phase_figure_name(attention: str, d_model: int, seq_len: int, layer_norm: bool, mlp: bool) -> str:
