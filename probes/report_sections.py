@@ -19,6 +19,7 @@ from sinkscope.probes.patching import PatchingResult
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate
 from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
+from sinkscope.reports.formatting import counted
 
 
 def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
@@ -71,7 +72,7 @@ def sink_head_phrase(heads: Sequence[HeadProbe], sink_eps: float, where: str) ->
         return f"No head could be measured ({rule})."
     top = max(measured, key=lambda head: head.anchor_mass)
     return (
-        f"None of the {len(heads)} heads is a sink head ({rule}); the largest anchor mass is "
+        f"None of the {counted(len(heads), 'head')} is a sink head ({rule}); the largest anchor mass is "
         f"{top.anchor_mass:.3f} (L{top.layer}H{top.head})."
     )
 
@@ -200,10 +201,9 @@ def patching_finding(result: PatchingResult) -> str:
     largest = abs(getattr(ranked[0], value)) if ranked else 0.0
     strong = [row for row in ranked[:4] if abs(getattr(row, value)) >= 0.1 * largest] or ranked[:1]
     top = ", ".join(f"{patch_site(row)} {getattr(row, value):+.2f}" for row in strong)
-    sites = f"{len(result.rows)} site{'s' if len(result.rows) != 1 else ''}"
+    sites = counted(len(result.rows), "site")
     return (
-        f"Patching {result.hook} per {' x '.join(result.per)} ({sites}, {result.n_inputs} input "
-        f"pairs; metric {sig(result.target_metric, 3)} on the target, {sig(result.source_metric, 3)} on the "
+        f"Patching {result.hook} per {' x '.join(result.per)} ({sites}, {counted(result.n_inputs, 'input pair')}; metric {sig(result.target_metric, 3)} on the target, {sig(result.source_metric, 3)} on the "
         f"source): the largest {value} is at {top or 'no site'}."
     )
 

@@ -131,6 +131,10 @@ def default_state_definition(what: str) -> TableDefinition[DefaultStateRow]:
     )
 
 
+# Gu et al.'s sink rate Sink_1^eps as every medium shows it: a subscript digit and the
+# threshold in parentheses render as text in HTML, Markdown, a terminal and a figure alike
+SINK_RATE_NAME = "Sink\u2081(\u03b5)"
+
 # Reports count a position from 1 (position 1 is BOS), as the paper's figures and the toy
 # task's settings in reports do; layers and heads from 0, as in head names (L0H1)
 POSITION_COLUMN = "position (1 = BOS)"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from sinkscope.probes.sink_metrics import SINK_EPS
 from sinkscope.reports.document import HeadMaps
+from sinkscope.reports.formatting import counted
 from sinkscope.reports.html import bullets_html, fragment, head_maps_html, inline_table
 from sinkscope.toy.paper_reference import PAPER_CITATION
 from sinkscope.toy.tables import EVALUATION_TABLE, MODEL_TABLE, sweep_tables
@@ -43,7 +44,10 @@ def anchor_mass_maps(models: Sequence[tuple[str, Sequence[HeadProbe]]]) -> HeadM
 
 
 def model_html(model: ModelSummary) -> str:
-    subtitle = f"{model.attention} attention, {model.n_layers} layers x {model.n_heads} heads, seed {model.seed}"
+    subtitle = (
+        f"{model.attention} attention, {counted(model.n_layers, 'layer')} x {counted(model.n_heads, 'head')}, "
+        f"seed {model.seed}"
+    )
     parts = [
         inline_table(MODEL_TABLE.table([model])),
         head_maps_html(anchor_mass_maps([(model.name, model.heads)])),
@@ -69,7 +73,7 @@ def reproduction_html(summary: ReproduceSummary) -> str:
     findings = [f"{passed} of {len(summary.checks)} checks of the paper's claims pass."] + [
         f"FAILED: {check.claim} ({check.detail})" for check in summary.checks if not check.passed
     ]
-    subtitle = f"{len(summary.models)} models, {summary.wall_seconds:.0f} s"
+    subtitle = f"{counted(len(summary.models), 'model')}, {summary.wall_seconds:.0f} s"
     parts = [
         bullets_html(findings),
         inline_table(MODEL_TABLE.table(summary.models)),
@@ -79,7 +83,10 @@ def reproduction_html(summary: ReproduceSummary) -> str:
 
 
 def sweep_html(result: SweepResult) -> str:
-    subtitle = f"{len(result.rows)} configurations, {len(result.models)} models, {result.wall_seconds:.0f} s"
+    subtitle = (
+        f"{counted(len(result.rows), 'configuration')}, {counted(len(result.models), 'model')}, "
+        f"{result.wall_seconds:.0f} s"
+    )
     tables = [inline_table(table) for table in sweep_tables(result.rows)]
     return fragment("Toy sweep", subtitle, [*tables, citation_html()])
 

@@ -24,6 +24,7 @@ from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Prob
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
+from sinkscope.reports.formatting import counted
 from sinkscope.toy.experiment import (
     SUMMARY_FILE,
     ModelSummary,
@@ -249,7 +250,7 @@ def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
             Check(
                 f"{m.name}: reaches L-inf < {stop_linf:g}",
                 m.converged,
-                f"{m.status} after {m.steps} steps, batch L-inf {m.linf_error:.2e}, "
+                f"{m.status} after {counted(m.steps, 'step')}, batch L-inf {m.linf_error:.2e}, "
                 f"held-out L-inf {m.heldout_linf_error:.2e}",
             )
         )

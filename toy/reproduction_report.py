@@ -61,7 +61,7 @@ def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult |
     softmax = [m for m in models if m.attention == "softmax"]
     others = [m for m in models if m.attention != "softmax"]
     findings = [
-        f"{len(models)} models trained ({', '.join(config.attentions)} attention; "
+        f"{counted(len(models), 'model')} trained ({', '.join(config.attentions)} attention; "
         f"{', '.join(f'{layers}x{heads}' for layers, heads in config.architectures)} layers x heads; "
         f"{counted(config.seeds, 'seed')} each); "
         f"{len(converged)} of {len(models)} reached the stopping error within {config.max_steps:,} steps.",
