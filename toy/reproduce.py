@@ -233,7 +233,7 @@ def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
                 Check(
                     f"{m.name}: at least one sink head (Theorem 2)",
                     m.n_sink_heads >= 1,
-                    f"{m.n_sink_heads} of {len(m.heads)} heads sink",
+                    f"sink heads: {m.n_sink_heads} of {len(m.heads)}",
                 )
             )
         checks += _default_state_checks(m)

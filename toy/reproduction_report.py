@@ -125,7 +125,8 @@ def _model_section(source: Path, m: ModelSummary) -> Section:
         m.name,
         (
             Paragraph(
-                f"{m.status} after {m.steps:,} steps; {m.n_sink_heads} of {len(m.heads)} heads sink. Paper: {m.paper}."
+                f"{m.status} after {counted(m.steps, 'step')}; sink heads: {m.n_sink_heads} of {len(m.heads)}. "
+                f"Paper: {m.paper}."
             ),
             *existing_figures(source, figures),
         ),

@@ -75,7 +75,8 @@ def test_report_markdown_is_not_overescaped(tradeoff_report):
 def test_md_escape_still_guards_what_markdown_reads_as_markup():
     assert md_escape("a|b") == "a\\|b"
     assert md_escape("[x](y)") == "\\[x\\](y)"
-    assert md_escape("<script>") == "&lt;script&gt;"
+    assert md_escape("<script>") == "&lt;script>"  # no tag can open without its "<"
+    assert md_escape("> quote, x >= 0.9 & y, &lt;") == "\\> quote, x >= 0.9 & y, &amp;lt;"
     assert md_escape("*bold* `code`") == "\\*bold\\* \\`code\\`"
     assert md_escape("# not a heading") == "\\# not a heading"
     assert md_escape("- not a list") == "\\- not a list"
