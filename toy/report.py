@@ -52,7 +52,6 @@ from sinkscope.toy.report_blocks import (
     WHAT,
     citation_section,
     existing_figures,
-    model_block,
     run_configuration,
     sinks_subject,
     source_run_dir,
@@ -124,7 +123,7 @@ def _probe_default_state(state: ToyDefaultState, name: str, figure_dir: Path) ->
 def _probe_configuration(source: Path, probe: ProbeResult, run_config: RunConfig | None) -> Section:
     """The probed model, the probe's settings, the training run's (when found) and provenance."""
     return run_configuration(
-        source, [model_block("Model (as probed)", probe.model), probe_config_block("Probe", probe.config)], run_config
+        source, [config_block("Model (as probed)", probe.model), probe_config_block("Probe", probe.config)], run_config
     )
 
 
@@ -201,7 +200,7 @@ def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
 def _patch_configuration(source: Path, result: TriggerPatching, run_dir: Path | None) -> Section:
     """The patched model, the training run's model and task (when found) and provenance."""
     run_config = read_config(run_dir) if run_dir is not None else None
-    return run_configuration(source, [model_block("Model", result.per_head.model)], run_config, with_training=False)
+    return run_configuration(source, [config_block("Model", result.per_head.model)], run_config, with_training=False)
 
 
 def patch_report(source: Path, figure_dir: Path) -> ReportDocument:

@@ -132,3 +132,10 @@ def test_the_page_marks_the_capped_cell_on_its_map_and_in_its_table(capped_sweep
     finished = next(rows for caption, rows in rows_by_caption.items() if caption.startswith("Converged"))
     assert [row[:2] for row in capped] == [[CAPPED, "at step cap (0/2 converged)"]]
     assert all(row[0] != CAPPED for row in finished)
+
+
+def test_the_notebook_display_keeps_capped_rows_apart_and_cites_the_paper(capped_sweep):
+    _, result = capped_sweep
+    html = result._repr_html_()
+    assert "At the step cap: configurations with a seed that did not converge" in html
+    assert html.index("Converged configurations") < html.index(CAPPED) and "Ran-Milo (2026)" in html
