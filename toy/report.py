@@ -246,7 +246,7 @@ def tradeoff_report(source: Path, figure_dir: Path) -> ReportDocument:
         subtitle=f"sinkscope toy tradeoff · {source}",
         findings=tuple(tradeoff_findings(result)),
         sections=(
-            Section("Trade-off", tuple(tradeoff_blocks(source, result))),
+            Section("Trade-off", tuple(tradeoff_blocks(result, figure_dir))),
             Section("Configuration", (task_block(result.task), provenance_block(read_provenance(source)))),
             citation_section(),
         ),

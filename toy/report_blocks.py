@@ -11,6 +11,7 @@ from sinkscope.probes.report_sections import (
 )
 from sinkscope.reports.document import (
     Block,
+    Figure,
     KeyValues,
     Paragraph,
     Section,
@@ -31,6 +32,7 @@ from sinkscope.toy.tradeoff import (
     RUN_SERIES_SUFFIX,
     TRADEOFF_FIGURE,
     TradeoffResult,
+    plot_tradeoff,
 )
 
 WHAT = "default-position MSE"
@@ -134,11 +136,13 @@ def tradeoff_findings(result: TradeoffResult) -> list[str]:
     return findings
 
 
-def tradeoff_blocks(source: Path, result: TradeoffResult) -> list[Block]:
-    points = [(name, point) for name, points in result.series.items() for point in points]
+def tradeoff_blocks(result: TradeoffResult, figure_dir: Path) -> list[Block]:
+    """The trade-off figure, drawn again from the result's points into the report's
+    ``figure_dir`` (so an older result gets today's labelled figure), and its table."""
+    path = plot_tradeoff({name: list(points) for name, points in result.series.items()}, figure_dir / TRADEOFF_FIGURE)
     return [
-        *existing_figures(source, [(TRADEOFF_FIGURE, "default-position MSE against BOS mass at default queries")]),
-        TRADEOFF_TABLE.table(points),
+        Figure(path, "default-position MSE against BOS mass at default queries", figure_dir),
+        TRADEOFF_TABLE.table([(name, point) for name, points in result.series.items() for point in points]),
     ]
 
 

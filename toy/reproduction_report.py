@@ -202,7 +202,7 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
         sections.append(default_state)
     sections += [_model_section(source, m) for m in models]
     if tradeoff is not None:
-        sections.append(Section("Trade-off (Theorem 1)", tuple(tradeoff_blocks(source, tradeoff))))
+        sections.append(Section("Trade-off (Theorem 1)", tuple(tradeoff_blocks(tradeoff, figure_dir))))
     sections += [_reproduction_configuration(source, summary.config), citation_section()]
     return ReportDocument(
         title="Toy reproduction: trigger-conditional tasks and attention sinks",

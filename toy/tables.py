@@ -13,6 +13,7 @@ from sinkscope.probes.sink_metrics import SINK_EPS
 from sinkscope.probes.tables import HEAD_TABLE
 from sinkscope.reports.document import Cell, Column, Table, TableDefinition
 from sinkscope.reports.formatting import value_range
+from sinkscope.toy.tradeoff import TradeoffPoint, point_label
 
 if TYPE_CHECKING:
     from sinkscope.probes.probe import HeadProbe
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
     from sinkscope.toy.experiment import ModelSummary
     from sinkscope.toy.reproduce import Check
     from sinkscope.toy.sweep import SweepRow
-    from sinkscope.toy.tradeoff import TradeoffPoint
 
 HELDOUT_LINF = Column("held-out L-inf", ".2e", numeric=True)
 HELDOUT_MSE = Column("held-out MSE", ".2e", numeric=True)
@@ -156,6 +156,7 @@ TRADEOFF_TABLE: TableDefinition[tuple[str, TradeoffPoint]] = TableDefinition(
     (
         Column("series"),
         Column("point"),
+        Column("label in the figure"),
         Column("scale", "g", numeric=True),
         Column("anchor_mass_default", ".4f", numeric=True),
         Column("default_mse", ".3g", numeric=True),
@@ -165,6 +166,7 @@ TRADEOFF_TABLE: TableDefinition[tuple[str, TradeoffPoint]] = TableDefinition(
     lambda pair: (
         pair[0],
         pair[1].label,
+        point_label(pair[0], pair[1]),
         pair[1].scale,
         pair[1].anchor_mass_default,
         pair[1].default_mse,

@@ -189,11 +189,17 @@ def point_label(series: str, point: TradeoffPoint) -> str:
     return f"s={point.scale:g}" if series == CONSTRUCTION_SERIES else f"\u00d7{point.scale:g}"
 
 
-def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | Path) -> Figure:
-    """Write a PNG of default-position MSE (log scale) against BOS mass at default queries,
+def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | Path) -> Path:
+    """``tradeoff_figure`` written to ``path`` as PNG; returns ``path``."""
+    save_figure(tradeoff_figure(points_by_series), path, dpi=120)
+    return Path(path)
+
+
+def tradeoff_figure(points_by_series: dict[str, list[TradeoffPoint]]) -> Figure:
+    """A figure of default-position MSE (log scale) against BOS mass at default queries,
     one line per series in its own colour, each point labelled in that colour with its
     parameter (``point_label``). Errors below ``MSE_FLOOR`` (e.g. the exact ReLU
-    construction's 0) are drawn at the floor. Returns the figure."""
+    construction's 0) are drawn at the floor."""
     if not any(points_by_series.values()):
         raise InputError("plot_tradeoff needs at least one series with at least one point")
     figure = Figure(figsize=(6.4, 4.8), layout="constrained")
@@ -230,7 +236,6 @@ def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | 
     axes.grid(True, which="major", alpha=0.3)
     figure.legend(loc="outside lower center", fontsize=TICK_PT, frameon=False, ncols=1)
     _place_labels(figure, labels)
-    save_figure(figure, path, dpi=120)
     return figure
 
 

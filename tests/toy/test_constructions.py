@@ -124,7 +124,7 @@ def test_tradeoff_point_round_trips() -> None:
 def test_plot_tradeoff_writes_a_png(tmp_path, softmax_curve) -> None:
     relu = measure_tradeoff(relu_exact_model(TASK), TASK, n_sequences=50, label="relu")
     path = tmp_path / "plots" / "tradeoff.png"
-    plot_tradeoff({"softmax construction": softmax_curve, "relu exact": [relu]}, path)
+    assert plot_tradeoff({"softmax construction": softmax_curve, "relu exact": [relu]}, path) == path
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     image = matplotlib.image.imread(path)
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100

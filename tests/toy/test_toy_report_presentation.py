@@ -31,6 +31,7 @@ from sinkscope.toy.tradeoff import (
     measure_tradeoff,
     plot_tradeoff,
     query_scale_curve,
+    tradeoff_figure,
     write_tradeoff,
 )
 
@@ -117,7 +118,7 @@ def test_unset_settings_show_their_default_not_none():
 
 
 @pytest.fixture(scope="module")
-def tradeoff_figure(tmp_path_factory):
+def drawn_tradeoff(tmp_path_factory):
     series = {
         CONSTRUCTION_SERIES: construction_curve(TASK, (0.0, 1.0, 2.0, 8.0), 16),
         RELU_SERIES: [measure_tradeoff(relu_exact_model(TASK), TASK, 16, label="relu construction")],
@@ -125,11 +126,12 @@ def tradeoff_figure(tmp_path_factory):
             softmax_scaled_model(TASK, 8.0), TASK, (0.0, 0.5, 1.0, 2.0), 16
         ),
     }
-    return series, plot_tradeoff(series, tmp_path_factory.mktemp("plot") / "tradeoff.png")
+    plot_tradeoff(series, tmp_path_factory.mktemp("plot") / "tradeoff.png")  # writes what it draws
+    return series, tradeoff_figure(series)
 
 
-def test_tradeoff_series_have_distinct_colours_and_their_labels_share_them(tradeoff_figure):
-    series, figure = tradeoff_figure
+def test_tradeoff_series_have_distinct_colours_and_their_labels_share_them(drawn_tradeoff):
+    series, figure = drawn_tradeoff
     axes = figure.axes[0]
     lines = [line for line in axes.get_lines() if line.get_label() and not line.get_label().startswith("_")]
     colours = [to_hex(line.get_color()) for line in lines]
@@ -139,8 +141,8 @@ def test_tradeoff_series_have_distinct_colours_and_their_labels_share_them(trade
     assert all(to_hex(text.get_color()) != "#000000" for text in annotations)
 
 
-def test_every_tradeoff_point_is_labelled_once_and_no_label_has_two_meanings(tradeoff_figure):
-    series, figure = tradeoff_figure
+def test_every_tradeoff_point_is_labelled_once_and_no_label_has_two_meanings(drawn_tradeoff):
+    series, figure = drawn_tradeoff
     labels = [text.get_text() for text in figure.axes[0].texts if text.get_visible() and text.get_text()]
     assert len(labels) == sum(len(points) for points in series.values())  # every point, none hidden
     assert len(set(labels)) == len(labels)  # scale 1 and W_Q x 1 read differently
@@ -149,8 +151,8 @@ def test_every_tradeoff_point_is_labelled_once_and_no_label_has_two_meanings(tra
     assert len(set(legend)) == len(legend) == len(series)
 
 
-def test_tradeoff_labels_do_not_overlap(tradeoff_figure):
-    _, figure = tradeoff_figure
+def test_tradeoff_labels_do_not_overlap(drawn_tradeoff):
+    _, figure = drawn_tradeoff
     renderer = figure.canvas.get_renderer()
     boxes = [text.get_window_extent(renderer) for text in figure.axes[0].texts if text.get_visible()]
     overlapping = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)]
