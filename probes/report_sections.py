@@ -72,7 +72,8 @@ def sink_head_phrase(heads: Sequence[HeadProbe], sink_eps: float, where: str) ->
         return f"No head could be measured ({rule})."
     top = max(measured, key=lambda head: head.anchor_mass)
     return (
-        f"None of the {counted(len(heads), 'head')} is a sink head ({rule}); the largest anchor mass is "
+        f"{'The one head is not' if len(heads) == 1 else f'None of the {len(heads):,} heads is'} a sink head "
+        f"({rule}); the largest anchor mass is "
         f"{top.anchor_mass:.3f} (L{top.layer}H{top.head})."
     )
 

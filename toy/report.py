@@ -63,7 +63,7 @@ from sinkscope.toy.reproduce import REPRODUCE_FILE
 from sinkscope.toy.reproduction_report import reproduction_report
 from sinkscope.toy.run_dir import RunConfig, read_config
 from sinkscope.toy.sweep import SWEEP_FILE, SweepResult
-from sinkscope.toy.sweep_findings import sweep_findings
+from sinkscope.toy.sweep_findings import NORMALISED_KINDS, UNNORMALISED_MEANING, sweep_findings
 from sinkscope.toy.sweep_plots import figure_captions
 from sinkscope.toy.tables import sweep_tables
 from sinkscope.toy.tradeoff import (
@@ -96,6 +96,10 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
             f"{sig(probe.attn_out_norm_of_sum)} vs sum of norms {sig(probe.attn_out_sum_of_norms)} "
             f"(ratio {ratio:.2f}{': the layers cancel' if ratio < 0.1 else ''})."
         )
+    if probe.model.attention not in NORMALISED_KINDS:
+        masses = [head.row_mass for head in probe.heads if not math.isnan(head.row_mass)]
+        row_mass = sig(sum(masses) / len(masses)) if masses else "not measured"
+        findings.append(UNNORMALISED_MEANING.format(kind=probe.model.attention, row_mass=row_mass))
     return findings + list(probe.notes)
 
 
