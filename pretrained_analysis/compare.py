@@ -33,6 +33,7 @@ from sinkscope.pretrained_analysis.compare_figures import (
 )
 from sinkscope.pretrained_analysis.prompts import PromptSpec
 from sinkscope.pretrained_analysis.tables import comparison_definition
+from sinkscope.probes.tables import SINK_RATE_NAME
 from sinkscope.reports.document import Table
 from sinkscope.reports.frames import dataframe
 from sinkscope.reports.markdown import md_escape, table_markdown
@@ -164,7 +165,7 @@ class Comparison:
         shared = md_escape(
             f"Prompts: up to {self.prompts.n_prompts} from {self.prompt_location}, "
             f"at most {self.prompts.max_len} tokens, {bos}. "
-            f"Sink heads: {self.sink_head_rule}. Sink rate: Gu et al.'s Sink_1^ε at sink-rate threshold ε."
+            f"Sink heads: {self.sink_head_rule}. Sink rate: Gu et al.'s {SINK_RATE_NAME} at sink-rate threshold ε."
         )
         return "# Attention-sink comparison\n\n" + table_markdown(self.table()) + "\n\n" + shared + "\n"
 

@@ -22,6 +22,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from sinkscope.pretrained_analysis.examples import plot_text
+from sinkscope.probes.tables import SINK_RATE_NAME
 from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, TICK_PT, TITLE_PT, legend_below, save_figure
 
 if TYPE_CHECKING:
@@ -113,7 +114,11 @@ def sink_rate_figure(comparison: Comparison, path: str | os.PathLike) -> Figure:
     categories, n_series = (_checkpoint_markers if checkpoints else _model_markers)(ax, comparison)
     _category_ticks(fig, ax, categories)
     ax.set_ylim(-2.0, 102.0)  # a rate of 0 is a whole marker, not half hidden by the axis
-    title = "sink rate over checkpoints (Gu et al. Sink_1^ε)" if checkpoints else "sink rate (Gu et al. Sink_1^ε)"
+    title = (
+        f"sink rate over checkpoints (Gu et al. {SINK_RATE_NAME})"
+        if checkpoints
+        else f"sink rate (Gu et al. {SINK_RATE_NAME})"
+    )
     _finish(fig, ax, title, CHECKPOINT_AXIS if checkpoints else MODEL_AXIS, "% of (prompt, layer, head)", n_series)
     return save_figure(fig, path)
 
@@ -151,10 +156,10 @@ def layer_figure(comparison: Comparison, path: str | os.PathLike) -> Figure:
 def sink_rate_caption(comparison: Comparison) -> str:
     if comparison.has_checkpoints():
         return (
-            "sink rate per checkpoint (Gu et al. Sink_1^ε, per sink-rate threshold ε); "
+            f"sink rate per checkpoint (Gu et al. {SINK_RATE_NAME}, per sink-rate threshold ε); "
             "a line joins the checkpoints of one model"
         )
-    return "sink rate per model (Gu et al. Sink_1^ε, per sink-rate threshold ε); separate models, no line between them"
+    return f"sink rate per model (Gu et al. {SINK_RATE_NAME}, per sink-rate threshold ε); separate models, no line between them"
 
 
 def layer_caption(comparison: Comparison) -> str:

@@ -18,6 +18,7 @@ from sinkscope.probes.report_sections import (
     sink_rate_phrase,
     value_share_phrase,
 )
+from sinkscope.probes.tables import SINK_RATE_NAME
 from sinkscope.reports.document import percent, sig
 from sinkscope.reports.formatting import estimate_text, plural
 
@@ -115,7 +116,7 @@ def audit_findings(result: AuditResult) -> list[str]:
         f"{model.n_params:,} parameters) on {plural(result.prompts.n_prompts, 'prompt')} from "
         f"{result.prompts.location}; the anchor is {result.anchor}.",
         sink_head_phrase(probe.heads, result.config.sink_eps, f"on the anchor, {result.anchor}"),
-        f"Sink rate (Gu et al. Sink_1^ε, ε the sink-rate threshold): {sink_rate_phrase(result.sink_rates)} "
+        f"Sink rate (Gu et al. {SINK_RATE_NAME}, ε the sink-rate threshold): {sink_rate_phrase(result.sink_rates)} "
         "of (prompt, layer, head) entries.",
         _layer_phrase(probe.layers),
     ]

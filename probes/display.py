@@ -8,7 +8,15 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sinkscope.probes.tables import HEAD_TABLE, anchor_mass_map, default_state_definition, patching_definition
+from sinkscope.probes.tables import (
+    HEAD_TABLE,
+    POSITION_COLUMN,
+    SINK_RATE_NAME,
+    anchor_mass_map,
+    default_state_definition,
+    patching_definition,
+    shown_position,
+)
 from sinkscope.reports.document import Column, Table
 from sinkscope.reports.formatting import format_cell, plural
 from sinkscope.reports.html import escape, fragment, head_maps_html, heat_grid, inline_table
@@ -31,7 +39,7 @@ def key_numbers(result: ProbeResult) -> str:
             "sink heads",
             f"{len(sinks)} of {len(result.heads)} (anchor mass \u2265 {threshold:g}){': ' if sinks else ''}{listed}",
         ),
-        ("sink rate (Gu et al., Sink_1^\u03b5)", rates),
+        (f"sink rate (Gu et al., {SINK_RATE_NAME})", rates),
         (
             "layer outputs: \u2016\u03a3\u2016 / \u03a3\u2016\u00b7\u2016",
             f"{format_cell(ratio, '.3f')} (1: no cancellation; near 0: the layers cancel each other)",
@@ -56,7 +64,7 @@ def probe_parts(result: ProbeResult) -> list[str]:
 def probe_html(result: ProbeResult) -> str:
     spec = result.model
     subtitle = (
-        f"{spec.family} model: {spec.n_layers} layers x {spec.n_heads} heads, {spec.attention} attention; "
+        f"{spec.family} model: {plural(spec.n_layers, 'layer')} x {plural(spec.n_heads, 'head')}, {spec.attention} attention; "
         "anchor: each input's first real token"
     )
     return fragment("Attention-sink probe", subtitle, probe_parts(result))
@@ -75,7 +83,7 @@ def default_state_table(result: DefaultStateResult, what: str) -> str:
 
 def default_state_html(result: DefaultStateResult) -> str:
     return fragment(
-        "Default-state test", f"{len(result.sink_heads)} sink heads", [default_state_table(result, "error")]
+        "Default-state test", plural(len(result.sink_heads), "sink head"), [default_state_table(result, "error")]
     )
 
 
@@ -90,13 +98,16 @@ def patching_html(result: PatchingResult) -> str:
                 matrix,
                 "Normalised effect, (patched - target) / (source - target)",
                 row_name=result.per[0],
-                column_name=result.per[1],
+                column_name=POSITION_COLUMN if result.per[1] == "position" else result.per[1],
+                column_labels=[str(shown_position(c)) for c in range(len(matrix[0]))]
+                if result.per[1] == "position" and matrix
+                else (),
             )
         )
     sites = patching_definition(result.per).table(result.rows, limit=20)
     parts.append(inline_table(replace(sites, caption=f"The {len(sites.rows)} sites with the largest effects")))
     subtitle = (
-        f"hook {result.hook}, per {' x '.join(result.per)}, {result.n_inputs} inputs; metric: "
+        f"hook {result.hook}, per {' x '.join(result.per)}, {plural(result.n_inputs, 'input')}; metric: "
         f"source {result.source_metric:.4g}, target {result.target_metric:.4g}"
     )
     return fragment("Activation patching", subtitle, parts)

@@ -18,10 +18,15 @@ from sinkscope.probes.default_state import DefaultStateRow, Estimate
 from sinkscope.probes.patching import PatchingResult
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate, layers_setting
 from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
-from sinkscope.reports.bars import CONTROL_COLOUR, EFFECT_COLOUR, IntervalSeries, effect_control_chart
+from sinkscope.reports.bars import (
+    CONTROL_COLOUR,
+    EFFECT_COLOUR,
+    IntervalSeries,
+    effect_control_chart,
+    interval_bar_chart,
+)
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
 from sinkscope.reports.formatting import interval_text, plural
-from sinkscope.reports.plots import bar_chart
 
 
 def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
@@ -77,7 +82,8 @@ def sink_head_phrase(heads: Sequence[HeadProbe], sink_eps: float, where: str) ->
         return f"No head could be measured ({rule})."
     top = max(measured, key=lambda head: head.anchor_mass)
     return (
-        f"None of the {len(heads)} heads is a sink head ({rule}); the largest anchor mass is "
+        f"{'The one head is not' if len(heads) == 1 else f'None of the {len(heads):,} heads is'} a sink head "
+        f"({rule}); the largest anchor mass is "
         f"{top.anchor_mass:.3f} (L{top.layer}H{top.head})."
     )
 
@@ -134,20 +140,51 @@ def default_state_chart(
     labels: Sequence[str], rows: Sequence[DefaultStateRow], what: str, path: Path, title: str
 ) -> Figure:
     """Grouped bars, log scale, of the error before, after ``remove_sink`` and after the
-    control: for errors that grow by orders of magnitude (the toy task's MSE)."""
-    bar_chart(
+    control, each change's bootstrap interval over inputs as a whisker: for errors that
+    grow by orders of magnitude (the toy task's MSE)."""
+    interval_bar_chart(
         labels,
         [
-            ("no ablation", [row.error_before for row in rows]),
-            ("sink removed", [row.error_after_remove for row in rows]),
-            ("matched control", [row.error_after_control for row in rows]),
+            IntervalSeries("no ablation", [row.error_before for row in rows], *_no_intervals(len(rows))),
+            _shifted(
+                "sink removed", rows, [row.error_after_remove for row in rows], [row.remove_increase for row in rows]
+            ),
+            _shifted(
+                "matched control",
+                rows,
+                [row.error_after_control for row in rows],
+                [row.control_increase for row in rows],
+            ),
         ],
         path,
         title,
         what + " (log scale)",
         log=True,
     )
-    return Figure(path, f"{title}: {what} before, after removing the sinks and after the matched control", path.parent)
+    return Figure(
+        path,
+        f"{title}: {what} before, after removing the sinks and after the matched control; whiskers: the "
+        "bootstrap interval over inputs of each change, added to the error before (the no-ablation bar is the "
+        "reference, without one)",
+        path.parent,
+    )
+
+
+def _shifted(
+    name: str, rows: Sequence[DefaultStateRow], after: Sequence[float], changes: Sequence[Estimate]
+) -> IntervalSeries:
+    """The errors ``after`` an ablation, each with its change's interval added to the error
+    before (NaN ends where a change has none)."""
+    return IntervalSeries(
+        name,
+        after,
+        [row.error_before + change.ci_low for row, change in zip(rows, changes)],
+        [row.error_before + change.ci_high for row, change in zip(rows, changes)],
+    )
+
+
+def _no_intervals(n: int) -> tuple[list[float], list[float]]:
+    return [math.nan] * n, [math.nan] * n
 
 
 def default_state_change_chart(
@@ -195,10 +232,9 @@ def patching_finding(result: PatchingResult) -> str:
     largest = abs(getattr(ranked[0], value)) if ranked else 0.0
     strong = [row for row in ranked[:4] if abs(getattr(row, value)) >= 0.1 * largest] or ranked[:1]
     top = ", ".join(f"{patch_site(row)} {getattr(row, value):+.2f}" for row in strong)
-    sites = f"{len(result.rows)} site{'s' if len(result.rows) != 1 else ''}"
+    sites = plural(len(result.rows), "site")
     return (
-        f"Patching {result.hook} per {' x '.join(result.per)} ({sites}, {result.n_inputs} input "
-        f"pairs; metric {sig(result.target_metric, 3)} on the target, {sig(result.source_metric, 3)} on the "
+        f"Patching {result.hook} per {' x '.join(result.per)} ({sites}, {plural(result.n_inputs, 'input pair')}; metric {sig(result.target_metric, 3)} on the target, {sig(result.source_metric, 3)} on the "
         f"source): the largest {value} is at {top or 'no site'}."
     )
 

@@ -141,10 +141,24 @@ def default_state_definition(what: str, n_inputs: int | None = None) -> TableDef
     )
 
 
+# Gu et al.'s sink rate Sink_1^eps as every medium shows it: a subscript digit and the
+# threshold in parentheses render as text in HTML, Markdown, a terminal and a figure alike
+SINK_RATE_NAME = "Sink\u2081(\u03b5)"
+
+# Reports count a position from 1 (position 1 is BOS), as the paper's figures and the toy
+# task's settings in reports do; layers and heads from 0, as in head names (L0H1)
+POSITION_COLUMN = "position (1 = BOS)"
+
+
+def shown_position(position: int) -> int:
+    """A 0-indexed position as reports show it: counted from 1, BOS at 1."""
+    return position + 1
+
+
 def patch_site(row: PatchingRow) -> str:
-    """e.g. ``L1H0``, ``L0@7`` (layer, head, position)."""
+    """e.g. ``L1H0``, ``L0 pos 8`` (layer and head from 0, position from 1)."""
     head = "" if row.head is None else f"H{row.head}"
-    return f"L{row.layer}{head}" + ("" if row.position is None else f"@{row.position}")
+    return f"L{row.layer}{head}" + ("" if row.position is None else f" pos {shown_position(row.position)}")
 
 
 def _strength(row: PatchingRow) -> float:
@@ -152,11 +166,16 @@ def _strength(row: PatchingRow) -> float:
     return math.inf if math.isnan(row.normalised_effect) else -abs(row.normalised_effect)
 
 
+def _axis_value(row: PatchingRow, axis: str) -> int | None:
+    if axis == "position":
+        return None if row.position is None else shown_position(row.position)
+    return {"layer": row.layer, "head": row.head}[axis]
+
+
 def patching_definition(per: Sequence[str]) -> TableDefinition[PatchingRow]:
     """One row per patched site (a column for each axis ``per`` iterates), the largest
     normalised effect first."""
-    # positions are counted from 0 here, as in the site names (L0@7) and the patching figure
-    axes = [Column("position (0-indexed)" if axis == "position" else axis, numeric=True) for axis in per]
+    axes = [Column(POSITION_COLUMN if axis == "position" else axis, numeric=True) for axis in per]
     return TableDefinition(
         "Patched sites",
         (
@@ -168,7 +187,7 @@ def patching_definition(per: Sequence[str]) -> TableDefinition[PatchingRow]:
         ),
         lambda row: (
             patch_site(row),
-            *[{"layer": row.layer, "head": row.head, "position": row.position}[axis] for axis in per],
+            *[_axis_value(row, axis) for axis in per],
             row.patched,
             row.effect,
             row.normalised_effect,

@@ -8,6 +8,7 @@ invisible bar on the effect's axis, so its panel also writes each value in its l
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,25 +53,41 @@ def whisker_lengths(series: IntervalSeries) -> np.ndarray:
 
 
 def draw_interval_bars(
-    ax: Axes, categories: Sequence[str], series: Sequence[IntervalSeries], width_in: float = PAGE_WIDTH_IN
+    ax: Axes,
+    categories: Sequence[str],
+    series: Sequence[IntervalSeries],
+    width_in: float = PAGE_WIDTH_IN,
+    log: bool = False,
 ) -> None:
     """Grouped bars with whiskers on ``ax`` (``width_in`` inches wide): one group per
-    category, one bar per series."""
+    category, one bar per series. With ``log`` a value <= 0 gets no bar and a whisker end
+    <= 0 runs to the axis' bottom (a log axis cannot show either)."""
     width = 0.8 / max(len(series), 1)
     positions = np.arange(len(categories))
     for index, one in enumerate(series):
         one.check(len(categories))
+        heights = np.asarray(one.values, dtype=float)
+        lengths = whisker_lengths(one)
+        if log:
+            heights = np.where(heights > 0, heights, np.nan)
+            lengths[0] = np.minimum(lengths[0], heights * (1 - 1e-3))
         ax.bar(
             positions + (index - (len(series) - 1) / 2) * width,
-            np.asarray(one.values, dtype=float),
+            heights,
             width,
-            yerr=whisker_lengths(one),
+            yerr=lengths,
             capsize=3,
             error_kw={"elinewidth": 1.6, "capthick": 1.6, "ecolor": WHISKER_COLOUR, "gid": "whisker"},
             label=one.name,
             color=one.colour,
         )
-    ax.axhline(0.0, color="#5b6473", linewidth=0.8)
+    if log:
+        ax.set_yscale("log")
+    else:
+        ax.axhline(0.0, color="#5b6473", linewidth=0.8)
+        if all(v >= 0 for one in series for v in one.values if not math.isnan(v)):
+            # all-zero or positive bars: the axis starts at 0, never below
+            ax.set_ylim(bottom=0.0, top=None if ax.get_ylim()[1] > 0 else 1.0)
     slot = (width_in - 1.0) / max(len(categories), 1)  # inches per category
     crowded = max((len(name) for name in categories), default=0) * TICK_PT * 0.6 / 72 > 0.9 * slot
     ax.set_xticks(positions, list(categories), rotation=30 if crowded else 0, ha="right" if crowded else "center")
@@ -79,15 +96,21 @@ def draw_interval_bars(
 
 
 def interval_bar_chart(
-    categories: Sequence[str], series: Sequence[IntervalSeries], path: str | os.PathLike, title: str, ylabel: str
+    categories: Sequence[str],
+    series: Sequence[IntervalSeries],
+    path: str | os.PathLike,
+    title: str,
+    ylabel: str,
+    log: bool = False,
 ) -> Figure:
-    """Grouped bars with interval whiskers, one panel (e.g. a default-state test's increases)."""
+    """Grouped bars with interval whiskers, one panel (e.g. a default-state test's errors,
+    on a ``log`` axis when they grow by orders of magnitude)."""
     fig = Figure(
         figsize=(min(PAGE_WIDTH_IN, max(4.6, 0.35 * len(categories) * len(series) + 2.5)), 3.8),
         layout="constrained",
     )
     ax = fig.subplots()
-    draw_interval_bars(ax, categories, series, fig.get_figwidth())
+    draw_interval_bars(ax, categories, series, fig.get_figwidth(), log)
     ax.set_ylabel(ylabel, fontsize=LABEL_PT)
     ax.set_title(title, fontsize=TITLE_PT)
     if len(series) > 1:

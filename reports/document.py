@@ -269,9 +269,23 @@ def config_block(caption: str, config: object, shown: Mapping[str, tuple[str, st
     return KeyValues(
         caption,
         tuple(
-            shown.get(item.name, (item.name, str(getattr(config, item.name)))) for item in fields(config) if item.repr
+            shown.get(item.name, (item.name, config_value(getattr(config, item.name))))
+            for item in fields(config)
+            if item.repr
         ),
     )
+
+
+def config_value(value: object) -> str:
+    """A setting as a reader writes it: unset as an en dash, a tuple as its items joined
+    by commas (``8, 16``, not ``(8, 16)``), booleans as on/off."""
+    if value is None:
+        return "\u2013"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (tuple, list)):
+        return ", ".join(config_value(item) for item in value)
+    return str(value)
 
 
 def result_figures(root: Path, names_and_captions: Iterable[tuple[str, str]], missing: str) -> list[Block]:

@@ -55,3 +55,10 @@ def estimate_text(mean: float, low: float, high: float, n: int, digits: int = 3,
     inside prose's parentheses)."""
     value = format(mean, f"+.{digits}g") if signed else sig(mean, digits)
     return f"{value} [{interval_text(low, high, n, digits)}]"
+
+
+def value_range(low: float, high: float, spec: str) -> str:
+    """A range of measured values as text: one value when both ends print the same
+    (``2.5e-04``, not ``2.5e-04..2.5e-04``), else ``low–high`` joined by an en dash."""
+    low_text, high_text = format(low, spec), format(high, spec)
+    return low_text if low_text == high_text else f"{low_text}\u2013{high_text}"

@@ -248,20 +248,21 @@ def heat_grid(
     vmin: float = 0.0,
     vmax: float = 1.0,
     row_labels: Sequence[str] = (),
+    column_labels: Sequence[str] = (),
 ) -> str:
     """``values[row][column]`` as coloured cells with their numbers; ``marked`` cells are
-    outlined (e.g. sink heads); rows are numbered unless ``row_labels`` name them."""
+    outlined (e.g. sink heads); rows and columns are numbered from 0 unless ``row_labels``
+    / ``column_labels`` name them (e.g. positions counted from 1)."""
     n_columns = max((len(row) for row in values), default=0)
-    head = f"<th>{_e(row_name)} \\ {_e(column_name)}</th>" + "".join(
-        f"<th>{column}</th>" for column in range(n_columns)
-    )
+    names = [column_labels[c] if c < len(column_labels) else str(c) for c in range(n_columns)]
+    head = f"<th>{_e(row_name)} \\ {_e(column_name)}</th>" + "".join(f"<th>{_e(name)}</th>" for name in names)
     body = []
     for r, row in enumerate(values):
         cells = []
         for c, value in enumerate(row):
             background, text = colour(float(value), vmin, vmax)
             css = ' class="sink"' if (r, c) in marked else ""
-            title = _e(f"{row_name} {r}, {column_name} {c}: {format_cell(float(value), '.4f')}")
+            title = _e(f"{row_name} {r}, {column_name} {names[c]}: {format_cell(float(value), '.4f')}")
             cells.append(
                 f'<td{css} style="background:{background};color:{text}" title="{title}">'
                 f"{_e(format_cell(float(value), '.2f'))}</td>"

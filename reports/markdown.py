@@ -4,13 +4,15 @@ Markdown files a command writes beside its JSON, e.g. ``comparison.md``).
 
 Same findings, tables and figures as the HTML page; figures are linked by relative
 path instead of embedded. Every string is escaped by the one Markdown escaper,
-``md_escape``: ``&``, ``<`` and ``>`` become entities (so a prompt such as ``<script>``
-stays text in renderers that allow HTML) and Markdown's punctuation is backslash-escaped
-(so a file name cannot open a link or break a table).
+``md_escape``: ``<`` becomes an entity (so a prompt such as ``<script>`` stays text in
+renderers that allow HTML) and what Markdown would read as markup is
+backslash-escaped (so a file name cannot open a link or break a table), and nothing more,
+so the file stays readable as text.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,14 +28,30 @@ from sinkscope.reports.document import (
     format_cell,
 )
 
-MARKDOWN_SPECIAL = "\\`*_[]{}()#+!|~"
+# always special: an escape, code, emphasis, a link's brackets, a table's cell border,
+# strikethrough. ``(``/``)`` are safe once ``[``/``]`` are escaped, and ``_`` inside a word
+# (``anchor_mass``) opens no emphasis, so neither is escaped
+MARKDOWN_SPECIAL = "\\`*[]|~"
+# what makes a line a heading, list item, rule or setext underline when it starts one
+LINE_START = re.compile(r"^(\s*)(#|=|>|\+(?=\s|$)|-(?=[\s-]|$))")
+NUMBERED = re.compile(r"^(\s*\d+)([.)])(?=\s|$)")
+# an ampersand that would start a character reference (``&lt;``, ``&#60;``): only it changes
+ENTITY = re.compile(r"&(?=#?[0-9A-Za-z]+;)")
+LONE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 
 
 def md_escape(text: str) -> str:
-    """Text safe inside a Markdown paragraph or table cell (one line)."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Text safe inside a Markdown paragraph or table cell (one line): ``<`` becomes
+    ``&lt;`` (a prompt such as ``<script>`` stays text where HTML is allowed; without it no
+    tag can open, so ``>`` stays as written) and an ``&`` that would start an entity
+    ``&amp;``; only what Markdown reads as markup is backslash-escaped: ``MARKDOWN_SPECIAL``,
+    an underscore at a word's edge, and a leading ``#``, ``=``, ``>``, list marker
+    ``+ ``/``- `` or ``1.``."""
+    text = " ".join(ENTITY.sub("&amp;", text).replace("<", "&lt;").splitlines())
     text = "".join("\\" + ch if ch in MARKDOWN_SPECIAL else ch for ch in text)
-    return " ".join(text.splitlines())
+    text = LONE_UNDERSCORE.sub(r"\\_", text)
+    text = LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+    return NUMBERED.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
 
 
 def _link_target(link: str) -> str:

@@ -5,13 +5,16 @@ with sink heads outlined (``anchor_mass_maps``, which the reproduction's report 
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sinkscope.probes.sink_metrics import SINK_EPS
 from sinkscope.reports.document import HeadMaps
+from sinkscope.reports.formatting import plural
 from sinkscope.reports.html import bullets_html, fragment, head_maps_html, inline_table
-from sinkscope.toy.tables import EVALUATION_TABLE, MODEL_TABLE, SWEEP_TABLE
+from sinkscope.toy.paper_reference import PAPER_CITATION
+from sinkscope.toy.tables import EVALUATION_TABLE, MODEL_TABLE, sweep_tables
 
 if TYPE_CHECKING:
     from sinkscope.probes.probe import HeadProbe
@@ -41,12 +44,15 @@ def anchor_mass_maps(models: Sequence[tuple[str, Sequence[HeadProbe]]]) -> HeadM
 
 
 def model_html(model: ModelSummary) -> str:
-    subtitle = f"{model.attention} attention, {model.n_layers} layers x {model.n_heads} heads, seed {model.seed}"
+    subtitle = (
+        f"{model.attention} attention, {plural(model.n_layers, 'layer')} x {plural(model.n_heads, 'head')}, "
+        f"seed {model.seed}"
+    )
     parts = [
         inline_table(MODEL_TABLE.table([model])),
         head_maps_html(anchor_mass_maps([(model.name, model.heads)])),
     ]
-    return fragment(f"Toy model {model.name}", subtitle, parts)
+    return fragment(f"Toy model {model.name}", subtitle, [*parts, citation_html()])
 
 
 def evaluation_html(evaluation: ModelEvaluation) -> str:
@@ -59,7 +65,7 @@ def evaluation_html(evaluation: ModelEvaluation) -> str:
         inline_table(EVALUATION_TABLE.table([evaluation])),
         head_maps_html(anchor_mass_maps([(name, evaluation.heads)])),
     ]
-    return fragment(f"Toy model {name}", subtitle, parts)
+    return fragment(f"Toy model {name}", subtitle, [*parts, citation_html()])
 
 
 def reproduction_html(summary: ReproduceSummary) -> str:
@@ -67,15 +73,24 @@ def reproduction_html(summary: ReproduceSummary) -> str:
     findings = [f"{passed} of {len(summary.checks)} checks of the paper's claims pass."] + [
         f"FAILED: {check.claim} ({check.detail})" for check in summary.checks if not check.passed
     ]
-    subtitle = f"{len(summary.models)} models, {summary.wall_seconds:.0f} s"
+    subtitle = f"{plural(len(summary.models), 'model')}, {summary.wall_seconds:.0f} s"
     parts = [
         bullets_html(findings),
         inline_table(MODEL_TABLE.table(summary.models)),
         head_maps_html(anchor_mass_maps([(m.name, m.heads) for m in summary.models])),
     ]
-    return fragment("Toy reproduction", subtitle, parts)
+    return fragment("Toy reproduction", subtitle, [*parts, citation_html()])
 
 
 def sweep_html(result: SweepResult) -> str:
-    subtitle = f"{len(result.rows)} configurations, {len(result.models)} models, {result.wall_seconds:.0f} s"
-    return fragment("Toy sweep", subtitle, [inline_table(SWEEP_TABLE.table(result.rows))])
+    subtitle = (
+        f"{plural(len(result.rows), 'configuration')}, {plural(len(result.models), 'model')}, "
+        f"{result.wall_seconds:.0f} s"
+    )
+    tables = [inline_table(table) for table in sweep_tables(result.rows)]
+    return fragment("Toy sweep", subtitle, [*tables, citation_html()])
+
+
+def citation_html() -> str:
+    """The paper the toy task comes from, as the last line of every toy display."""
+    return f'<p class="sub">{html.escape(PAPER_CITATION)}</p>'

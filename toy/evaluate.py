@@ -28,6 +28,7 @@ from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, 
 from sinkscope.probes.interventions import HeadRef
 from sinkscope.probes.probe import HeadProbe, ProbeConfig
 from sinkscope.probes.runner import probe_model
+from sinkscope.reports.formatting import plural
 from sinkscope.reports.frames import dataframe, row_of
 from sinkscope.reports.plots import attention_grid
 from sinkscope.toy.model import ToyTransformer
@@ -209,14 +210,14 @@ def _write_attention_figures(
     attention_grid(
         np.stack(means),
         figure_dir / MEAN_FIGURE,
-        f"{label}mean attention over {n_sequences} sequences (trigger at position {trigger + 1})",
+        f"{label}mean attention over {plural(n_sequences, 'sequence')} (trigger at position {trigger + 1})",
         tick_labels=labels,
         vmax=1.0 if config.model.attention in NORMALISED_KINDS else None,
     )
     attention_grid(
         np.stack(stds),
         figure_dir / STD_FIGURE,
-        f"{label}std of attention over {n_sequences} sequences",
+        f"{label}std of attention over {plural(n_sequences, 'sequence')}",
         tick_labels=labels,
         colorbar_label="std of attention weight",
     )

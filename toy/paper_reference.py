@@ -3,6 +3,12 @@ kept as data so reports can print them next to our numbers."""
 
 from __future__ import annotations
 
+# the paper every toy result reproduces, cited once here for every report and display
+PAPER_CITATION = (
+    'Ran-Milo (2026), "Attention Sinks Are Provably Necessary in Softmax Transformers: Evidence from '
+    'Trigger-Conditional Tasks", arXiv 2603.11487, https://arxiv.org/abs/2603.11487'
+)
+
 PAPER_REFERENCE: dict[tuple[str, int, int], str] = {
     (
         "softmax",

@@ -50,6 +50,7 @@ from sinkscope.toy.probe_run import ANCHOR_MASS_FIGURE, DEFAULT_STATE_FILE, PROB
 from sinkscope.toy.report_blocks import (
     RUN_FIGURES,
     WHAT,
+    citation_section,
     existing_figures,
     run_configuration,
     sinks_subject,
@@ -62,7 +63,9 @@ from sinkscope.toy.reproduce import REPRODUCE_FILE
 from sinkscope.toy.reproduction_report import reproduction_report
 from sinkscope.toy.run_dir import RunConfig, read_config
 from sinkscope.toy.sweep import SWEEP_FILE, SweepResult
-from sinkscope.toy.tables import SWEEP_TABLE
+from sinkscope.toy.sweep_findings import NORMALISED_KINDS, UNNORMALISED_MEANING, sweep_findings
+from sinkscope.toy.sweep_plots import figure_captions
+from sinkscope.toy.tables import sweep_tables
 from sinkscope.toy.tradeoff import (
     TRADEOFF_FILE,
     TradeoffResult,
@@ -93,6 +96,10 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
             f"{sig(probe.attn_out_norm_of_sum)} vs sum of norms {sig(probe.attn_out_sum_of_norms)} "
             f"(ratio {ratio:.2f}{': the layers cancel' if ratio < 0.1 else ''})."
         )
+    if probe.model.attention not in NORMALISED_KINDS:
+        masses = [head.row_mass for head in probe.heads if not math.isnan(head.row_mass)]
+        row_mass = sig(sum(masses) / len(masses)) if masses else "not measured"
+        findings.append(UNNORMALISED_MEANING.format(kind=probe.model.attention, row_mass=row_mass))
     return findings + list(probe.notes)
 
 
@@ -159,7 +166,7 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
     # the training run's heatmaps as the probe copied them: a report reads only its own directory
     heatmaps = existing_figures(source, [(figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])
     sections.append(Section("Attention heatmaps", tuple(heatmaps)))
-    sections.append(_probe_configuration(source, probe, run_config))
+    sections += [_probe_configuration(source, probe, run_config), citation_section()]
     return ReportDocument(
         title=f"Sink probes: {name}",
         subtitle=f"sinkscope toy probe · {source}",
@@ -178,8 +185,9 @@ def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
         row for row in result.per_position.rows if row.position == trigger and not math.isnan(row.normalised_effect)
     ]
     findings = [
-        f"{name}: triggered inputs patched into copies whose trigger (position {trigger + 1}) is a content "
-        f"token; metric: {TRIGGER_METRIC} (1 = the triggered output).",
+        f"{name}: triggered inputs patched into copies whose trigger (position {trigger + 1}, counting BOS as "
+        f"position 1 as everywhere in this report) is a content token; metric: {TRIGGER_METRIC} (1 = the triggered "
+        "output).",
         patching_finding(result.per_head),
         patching_finding(result.per_position),
     ]
@@ -222,6 +230,7 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
             ),
         ),
         _patch_configuration(source, result, run_dir),
+        citation_section(),
     ]
     return ReportDocument(
         title=f"Activation patching: {name}",
@@ -241,43 +250,25 @@ def tradeoff_report(source: Path, figure_dir: Path) -> ReportDocument:
         subtitle=f"sinkscope toy tradeoff · {source}",
         findings=tuple(tradeoff_findings(result)),
         sections=(
-            Section("Trade-off", tuple(tradeoff_blocks(source, result))),
+            Section("Trade-off", tuple(tradeoff_blocks(result, figure_dir))),
             Section("Configuration", (task_block(result.task), provenance_block(read_provenance(source)))),
+            citation_section(),
         ),
     )
 
 
-def _sweep_findings(result: SweepResult) -> list[str]:
-    config = result.config
-    findings = [
-        f"{len(result.rows)} configurations x {config.seeds} seeds ({len(result.models)} models), "
-        f"up to {config.max_steps} steps each."
-    ]
-    for attention in config.attentions:
-        rows = [r for r in result.rows if r.attention == attention]
-        heads = sum(r.seeds * r.n_layers * r.n_heads for r in rows)
-        sinks = sum(r.sink_fraction * r.seeds * r.n_layers * r.n_heads for r in rows)
-        with_sink = sum(r.seeds_with_sink for r in rows)
-        converged = sum(r.converged for r in rows)
-        seeds = sum(r.seeds for r in rows)
-        findings.append(
-            f"{attention}: {round(sinks)} of {heads} heads sink ({sinks / heads:.0%}); {with_sink} of {seeds} "
-            f"models have at least one sink head; {converged} of {seeds} converged."
-        )
-    return findings
-
-
 def sweep_report(source: Path, figure_dir: Path) -> ReportDocument:
     result = read_result(source / SUMMARY_FILE, SweepResult, "regenerate it with sinkscope toy sweep")
-    table = SWEEP_TABLE.table(result.rows)
-    figures = existing_figures(source, [(name, name.removesuffix(".png").replace("_", " ")) for name in result.figures])
+    captions = figure_captions(result.rows, result.figures)
+    figures = existing_figures(source, list(captions.items()))
     return ReportDocument(
         title="Toy sweep: how often do heads sink?",
         subtitle=f"sinkscope toy sweep · {source}",
-        findings=tuple(_sweep_findings(result)),
+        findings=tuple(sweep_findings(result)),
         sections=(
-            Section("Results", (table, *figures)),
+            Section("Results", (*sweep_tables(result.rows), *figures)),
             Section("Configuration", (config_block("Sweep", result.config), provenance_block(read_provenance(source)))),
+            citation_section(),
         ),
     )
 

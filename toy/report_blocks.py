@@ -11,14 +11,19 @@ from sinkscope.probes.report_sections import (
 )
 from sinkscope.reports.document import (
     Block,
+    Figure,
     KeyValues,
+    Paragraph,
     Section,
     config_block,
+    config_value,
     result_figures,
     sig,
 )
 from sinkscope.toy.evaluate import MEAN_FIGURE, STD_FIGURE, ToyDefaultState
-from sinkscope.toy.run_dir import CONFIG_FILE, RunConfig
+from sinkscope.toy.model import ToyModelConfig
+from sinkscope.toy.paper_reference import PAPER_CITATION
+from sinkscope.toy.run_dir import CONFIG_FILE, RunConfig, TrainConfig
 from sinkscope.toy.tables import TRADEOFF_TABLE
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tradeoff import (
@@ -27,6 +32,7 @@ from sinkscope.toy.tradeoff import (
     RUN_SERIES_SUFFIX,
     TRADEOFF_FIGURE,
     TradeoffResult,
+    plot_tradeoff,
 )
 
 WHAT = "default-position MSE"
@@ -47,6 +53,38 @@ def existing_figures(root: Path, names_and_captions: list[tuple[str, str]]) -> l
 def sinks_subject(state: ToyDefaultState) -> str:
     n = len(state.sink_heads)
     return "the sink head" if n == 1 else f"all {n} sink heads"
+
+
+def citation_section() -> Section:
+    """The paper the toy task comes from: the last section of every toy report."""
+    return Section("Reference", (Paragraph(f"The toy task and the claims checked here are from {PAPER_CITATION}."),))
+
+
+def model_block(caption: str, model: ToyModelConfig) -> KeyValues:
+    """A toy model's settings, each unset one shown as the default it takes."""
+    return config_block(
+        caption,
+        model,
+        {
+            "d_head": ("d_head", _or_default(model.d_head, f"d_model = {model.head_width}")),
+            "residual": (
+                "residual",
+                _or_default(model.residual, f"{'on' if model.has_residual else 'off'}: the paper's, off for 1 layer"),
+            ),
+            "d_mlp": ("d_mlp", _or_default(model.d_mlp, f"4 x d_model = {model.mlp_width}")),
+        },
+    )
+
+
+def training_block(caption: str, train: TrainConfig, model: ToyModelConfig) -> KeyValues:
+    """A run's optimisation settings, an unset learning rate shown as the one it used."""
+    return config_block(
+        caption, train, {"lr": ("lr", _or_default(train.lr, f"{train.learning_rate(model):g} for this depth"))}
+    )
+
+
+def _or_default(value: object, default: str) -> str:
+    return config_value(value) if value is not None else f"default ({default})"
 
 
 def task_block(task: TaskConfig) -> KeyValues:
@@ -98,11 +136,13 @@ def tradeoff_findings(result: TradeoffResult) -> list[str]:
     return findings
 
 
-def tradeoff_blocks(source: Path, result: TradeoffResult) -> list[Block]:
-    points = [(name, point) for name, points in result.series.items() for point in points]
+def tradeoff_blocks(result: TradeoffResult, figure_dir: Path) -> list[Block]:
+    """The trade-off figure, drawn again from the result's points into the report's
+    ``figure_dir`` (so an older result gets today's labelled figure), and its table."""
+    path = plot_tradeoff({name: list(points) for name, points in result.series.items()}, figure_dir / TRADEOFF_FIGURE)
     return [
-        *existing_figures(source, [(TRADEOFF_FIGURE, "default-position MSE against BOS mass at default queries")]),
-        TRADEOFF_TABLE.table(points),
+        Figure(path, "default-position MSE against BOS mass at default queries", figure_dir),
+        TRADEOFF_TABLE.table([(name, point) for name, points in result.series.items() for point in points]),
     ]
 
 
@@ -123,9 +163,9 @@ def run_configuration(
     if run_config is not None:
         blocks = [
             *blocks,
-            config_block("Toy model (training run)", run_config.model),
+            model_block("Toy model (training run)", run_config.model),
             task_block(run_config.task),
         ]
         if with_training:
-            blocks.append(config_block("Training", run_config.train))
+            blocks.append(training_block("Training", run_config.train, run_config.model))
     return Section("Configuration", (*blocks, provenance_block(read_provenance(source))))

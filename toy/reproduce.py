@@ -25,6 +25,7 @@ from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Prob
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
+from sinkscope.reports.formatting import plural
 from sinkscope.toy.experiment import (
     SUMMARY_FILE,
     ModelSummary,
@@ -233,7 +234,7 @@ def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
                 Check(
                     f"{m.name}: at least one sink head (Theorem 2)",
                     m.n_sink_heads >= 1,
-                    f"{m.n_sink_heads} of {len(m.heads)} heads sink",
+                    f"sink heads: {m.n_sink_heads} of {len(m.heads)}",
                 )
             )
         checks += _default_state_checks(m)
@@ -250,7 +251,7 @@ def check_claims(models: list[ModelSummary], stop_linf: float) -> list[Check]:
             Check(
                 f"{m.name}: reaches L-inf < {stop_linf:g}",
                 m.converged,
-                f"{m.status} after {m.steps} steps, batch L-inf {m.linf_error:.2e}, "
+                f"{m.status} after {plural(m.steps, 'step')}, batch L-inf {m.linf_error:.2e}, "
                 f"held-out L-inf {m.heldout_linf_error:.2e}",
             )
         )

@@ -23,11 +23,13 @@ from sinkscope.reports.document import (
     ReportDocument,
     Section,
 )
+from sinkscope.reports.formatting import plural
 from sinkscope.reports.plots import draw_head_maps
 from sinkscope.toy.display import anchor_mass_maps
 from sinkscope.toy.experiment import SUMMARY_FILE, ModelSummary
 from sinkscope.toy.report_blocks import (
     WHAT,
+    citation_section,
     existing_figures,
     sinks_subject,
     task_block,
@@ -59,9 +61,9 @@ def _reproduction_findings(summary: ReproduceSummary, tradeoff: TradeoffResult |
     softmax = [m for m in models if m.attention == "softmax"]
     others = [m for m in models if m.attention != "softmax"]
     findings = [
-        f"{len(models)} models trained ({', '.join(config.attentions)} attention; "
+        f"{plural(len(models), 'model')} trained ({', '.join(config.attentions)} attention; "
         f"{', '.join(f'{layers}x{heads}' for layers, heads in config.architectures)} layers x heads; "
-        f"{config.seeds} seed{'s' if config.seeds > 1 else ''} each); "
+        f"{plural(config.seeds, 'seed')} each); "
         f"{len(converged)} of {len(models)} reached the stopping error within {config.max_steps:,} steps.",
         f"{len(passed)} of {len(summary.checks)} checks against the paper pass"
         + (
@@ -126,7 +128,8 @@ def _model_section(source: Path, m: ModelSummary) -> Section:
         m.name,
         (
             Paragraph(
-                f"{m.status} after {m.steps:,} steps; {m.n_sink_heads} of {len(m.heads)} heads sink. Paper: {m.paper}."
+                f"{m.status} after {plural(m.steps, 'step')}; sink heads: {m.n_sink_heads} of {len(m.heads)}. "
+                f"Paper: {m.paper}."
             ),
             *existing_figures(source, figures),
         ),
@@ -202,8 +205,8 @@ def reproduction_report(source: Path, figure_dir: Path) -> ReportDocument:
         sections.append(default_state)
     sections += [_model_section(source, m) for m in models]
     if tradeoff is not None:
-        sections.append(Section("Trade-off (Theorem 1)", tuple(tradeoff_blocks(source, tradeoff))))
-    sections.append(_reproduction_configuration(source, summary.config))
+        sections.append(Section("Trade-off (Theorem 1)", tuple(tradeoff_blocks(tradeoff, figure_dir))))
+    sections += [_reproduction_configuration(source, summary.config), citation_section()]
     return ReportDocument(
         title="Toy reproduction: trigger-conditional tasks and attention sinks",
         subtitle=f"sinkscope toy reproduce · {source}",

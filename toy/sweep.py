@@ -8,6 +8,7 @@ attention kind x 1-4 layers x 1-4 heads x LayerNorm x MLP (``phase_diagram``).
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -42,6 +43,8 @@ SWEEP_FILE = "sweep.json"
 
 if TYPE_CHECKING:
     import pandas
+
+    from sinkscope.probes.probe import HeadProbe
 
 
 @dataclass(frozen=True)
@@ -238,9 +241,16 @@ def aggregate(config: SweepConfig, by_name: dict[str, ModelSummary]) -> list[Swe
                 steps_range=(min(m.steps for m in models), max(m.steps for m in models)),
                 mean_default_mse=mean(default_mses) if default_mses else None,
                 default_mse_range=(min(default_mses), max(default_mses)) if default_mses else None,
+                mean_row_mass=_mean_row_mass(head_rows),
             )
         )
     return rows
+
+
+def _mean_row_mass(heads: list[HeadProbe]) -> float | None:
+    """The mean row mass over ``heads`` (None when no head measured it: older summaries)."""
+    masses = [head.row_mass for head in heads if not math.isnan(head.row_mass)]
+    return mean(masses) if masses else None
 
 
 def sweep(

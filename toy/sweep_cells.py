@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from sinkscope.infra.bounds import COUNT, FRACTION, NONNEGATIVE, POSITIVE, Bound, Problem, at_most
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,9 @@ class SweepRow:
     its heads (over seeds) with ``anchor_mass_default >= 0.9``; steps and seconds are
     means over seeds. ``*_range``: the smallest and largest value over the seeds (per
     seed, the sink fraction is that model's share of sink heads); ``mean_default_mse``:
-    the mean over seeds of the MSE at default (non-trigger) positions."""
+    the mean over seeds of the MSE at default (non-trigger) positions. A row is
+    ``finished`` only when every seed converged; otherwise its numbers are where training
+    stopped at the step cap, not what the configuration learns."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "n_layers": POSITIVE,
@@ -59,6 +58,7 @@ class SweepRow:
         "steps_range": COUNT,
         "mean_default_mse": NONNEGATIVE,
         "default_mse_range": NONNEGATIVE,
+        "mean_row_mass": NONNEGATIVE,
     }
 
     attention: str
@@ -79,11 +79,24 @@ class SweepRow:
     steps_range: tuple[int, int] | None = None
     mean_default_mse: float | None = None
     default_mse_range: tuple[float, float] | None = None
+    # mean total weight of a default query's row over heads and seeds: 1 under softmax, free
+    # under ReLU and sigmoid, where anchor_mass alone does not say what share BOS gets
+    mean_row_mass: float | None = None
 
     def inconsistencies(self) -> Iterator[Problem]:
         """Counts over seeds of at most the number of seeds."""
         yield from at_most("converged", self.converged, self.seeds, "seeds")
         yield from at_most("seeds_with_sink", self.seeds_with_sink, self.seeds, "seeds")
+
+    @property
+    def finished(self) -> bool:
+        """Every seed converged before the step cap: only then are its numbers a result."""
+        return self.converged == self.seeds
+
+    @property
+    def status(self) -> str:
+        """``converged`` or ``at step cap (k/n converged)``: how far a reader may trust the row."""
+        return "converged" if self.finished else f"at step cap ({self.converged}/{self.seeds} converged)"
 
     @property
     def label(self) -> str:

@@ -35,6 +35,8 @@ from sinkscope.toy.model import ToyTransformer
 from sinkscope.toy.run_dir import load_model, read_config, require_finished
 from sinkscope.toy.task import TaskConfig, eval_batch
 
+# colour-blind-safe, distinct from one another (Okabe-Ito): one per series, its labels too
+SERIES_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
 MSE_FLOOR = 1e-16  # where the log-scale plot draws errors that are exactly (or nearly) 0
 
 
@@ -155,25 +157,49 @@ def query_scale_curve(
     return points
 
 
-def _drop_overlapping(figure: Figure, labels: list[Annotation]) -> None:
-    """Hide each point label that would overlap one drawn before it (the table lists
-    every point's scale): crowded points near BOS mass 1 would otherwise print over
-    each other."""
+# where a point's label may go, in points from the point: nearest first, so a label moves
+# only as far as it must to clear the labels placed before it
+LABEL_OFFSETS = tuple(
+    (dx * r, dy * r) for r in (1, 2, 3, 4) for dx, dy in ((5, 4), (5, -11), (-5, 4), (-5, -11), (0, 9), (0, -15))
+)
+
+
+def _place_labels(figure: Figure, labels: list[Annotation]) -> None:
+    """Move each point label to the first offset (``LABEL_OFFSETS``) where it overlaps no
+    label placed before it: crowded points near BOS mass 1 keep every label, further out,
+    with a thin line back to their point."""
     renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
     figure.draw_without_rendering()
     kept: list[Bbox] = []
     for label in labels:
-        box = label.get_window_extent(renderer).expanded(1.1, 1.2)
-        if any(box.overlaps(other) for other in kept):
-            label.set_visible(False)
-        else:
-            kept.append(box)
+        for dx, dy in LABEL_OFFSETS:
+            label.set_position((dx, dy))
+            label.set_horizontalalignment("left" if dx >= 0 else "right")
+            box = label.get_window_extent(renderer).expanded(1.05, 1.1)
+            if not any(box.overlaps(other) for other in kept):
+                break
+        kept.append(label.get_window_extent(renderer))
+
+
+def point_label(series: str, point: TradeoffPoint) -> str:
+    """A point's label, saying which parameter it is so equal numbers of two series differ:
+    ``s=4`` (the construction's score scale), ``×0.5`` (the factor on a run's W_Q)."""
+    if point.scale is None:
+        return "MSE 0" if point.default_mse == 0 else f"MSE {point.default_mse:.1g}"
+    return f"s={point.scale:g}" if series == CONSTRUCTION_SERIES else f"\u00d7{point.scale:g}"
 
 
 def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | Path) -> Path:
-    """Write a PNG of default-position MSE (log scale) against BOS mass at default queries,
-    one line per series, each point labelled with its scale. Errors below ``MSE_FLOOR``
-    (e.g. the exact ReLU construction's 0) are drawn at the floor. Returns ``path``."""
+    """``tradeoff_figure`` written to ``path`` as PNG; returns ``path``."""
+    save_figure(tradeoff_figure(points_by_series), path, dpi=120)
+    return Path(path)
+
+
+def tradeoff_figure(points_by_series: dict[str, list[TradeoffPoint]]) -> Figure:
+    """A figure of default-position MSE (log scale) against BOS mass at default queries,
+    one line per series in its own colour, each point labelled in that colour with its
+    parameter (``point_label``). Errors below ``MSE_FLOOR`` (e.g. the exact ReLU
+    construction's 0) are drawn at the floor."""
     if not any(points_by_series.values()):
         raise InputError("plot_tradeoff needs at least one series with at least one point")
     figure = Figure(figsize=(6.4, 4.8), layout="constrained")
@@ -181,20 +207,24 @@ def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | 
     axes = figure.add_subplot()
     clipped = False
     labels = []
-    for name, points in points_by_series.items():
-        if not points:
-            continue
+    for index, (name, points) in enumerate((name, points) for name, points in points_by_series.items() if points):
+        colour = SERIES_COLOURS[index % len(SERIES_COLOURS)]
         xs = [p.anchor_mass_default for p in points]
         ys = [max(p.default_mse, MSE_FLOOR) for p in points]
         clipped = clipped or any(p.default_mse < MSE_FLOOR for p in points)
-        axes.plot(xs, ys, marker="o", label=name)
+        axes.plot(xs, ys, marker="o", label=_legend_label(name), color=colour)
         for point, x, y in zip(points, xs, ys):
-            if point.scale is not None:
-                labels.append(
-                    axes.annotate(
-                        f"{point.scale:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=SMALL_PT
-                    )
+            labels.append(
+                axes.annotate(
+                    point_label(name, point),
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=LABEL_OFFSETS[0],
+                    fontsize=SMALL_PT,
+                    color=colour,
+                    arrowprops={"arrowstyle": "-", "color": colour, "lw": 0.4, "shrinkA": 0, "shrinkB": 4},
                 )
+            )
     axes.set_yscale("log")
     axes.set_xlabel("BOS mass at default (non-trigger) queries", fontsize=LABEL_PT)
     ylabel = "MSE at default positions"
@@ -204,11 +234,18 @@ def plot_tradeoff(points_by_series: dict[str, list[TradeoffPoint]], path: str | 
     axes.tick_params(labelsize=TICK_PT)
     axes.set_title("Theorem 1: default-position error vs sink mass", fontsize=TITLE_PT)
     axes.grid(True, which="major", alpha=0.3)
-    figure.legend(loc="outside lower center", fontsize=TICK_PT, frameon=False, ncols=2)
-    _drop_overlapping(figure, labels)
-    path = Path(path)
-    save_figure(figure, path, dpi=120)
-    return path
+    figure.legend(loc="outside lower center", fontsize=TICK_PT, frameon=False, ncols=1)
+    _place_labels(figure, labels)
+    return figure
+
+
+def _legend_label(series: str) -> str:
+    """The series' legend entry, saying what its point labels count."""
+    if series == CONSTRUCTION_SERIES:
+        return "softmax construction (labels s=: score scale)"
+    if series.endswith(RUN_SERIES_SUFFIX):
+        return series.removesuffix(RUN_SERIES_SUFFIX) + " trained (labels \u00d7: factor on its W_Q)"
+    return series
 
 
 CONSTRUCTION_SCALES = (0.0, 1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0)

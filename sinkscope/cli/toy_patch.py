@@ -43,6 +43,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
+    from sinkscope.probes.tables import shown_position
     from sinkscope.toy.patching import patch_run
 
     result, files = patch_run(
@@ -50,17 +51,15 @@ def run(args: argparse.Namespace) -> dict:
     )
     if not args.json:
         heads = result.per_head.matrix()
-        say(
-            "z patched per (layer, head), normalised effect (1 = carries the trigger); layers, heads and positions 0-indexed:"
-        )
+        say("z patched per (layer, head), normalised effect (1 = carries the trigger); layers and heads from 0:")
         for layer, row in enumerate(heads.tolist()):
             say(f"  layer {layer}: " + "  ".join(f"{value:+.2f}" for value in row))
         positions = result.per_position.matrix()
         strongest = int(positions.nan_to_num().abs().amax(dim=0).argmax())
         trigger = result.trigger_position
         say(
-            f"resid_pre: the trigger lives at 0-indexed position {strongest} (the trigger is at 0-indexed position "
-            f"{trigger}, 1-indexed {trigger + 1})"
+            f"resid_pre: the trigger lives at position {shown_position(strongest)} (the trigger is at position "
+            f"{shown_position(trigger)}; positions counted from 1, BOS at 1)"
         )
         for note in result.per_head.notes:
             if "allow_unfinished" in note:

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> dict:
     summary = reproduce(config, args.out_dir, **experiment_options(args))
     if not args.json:
         from sinkscope.reports.text import table_terminal
+        from sinkscope.toy.paper_reference import PAPER_CITATION
         from sinkscope.toy.tables import MODEL_TABLE
 
         say(table_terminal(MODEL_TABLE.table(summary.models)))
@@ -68,5 +69,6 @@ def run(args: argparse.Namespace) -> dict:
             f"{len(summary.checks) - len(failed)} of {len(summary.checks)} checks against the paper pass"
             + (": failing: " + "; ".join(c.claim for c in failed) if failed else "")
         )
+        say(f"the paper: {PAPER_CITATION}")
         say(f"wrote {Path(args.out_dir) / 'summary.json'}; `sinkscope report {args.out_dir}` writes its report")
     return encode(summary)

@@ -109,9 +109,10 @@ def run(args: argparse.Namespace) -> dict:
     result = sweep(_sweep_config(args), args.out_dir, **experiment_options(args))
     if not args.json:
         from sinkscope.reports.text import table_terminal
-        from sinkscope.toy.tables import SWEEP_TABLE
+        from sinkscope.toy.tables import sweep_tables
 
-        say(table_terminal(SWEEP_TABLE.table(result.rows)))
+        for table in sweep_tables(result.rows):
+            say(table_terminal(table))
         say(
             f"wrote {Path(args.out_dir) / 'summary.json'} and plots ({result.wall_seconds:.0f} s); "
             f"`sinkscope report {args.out_dir}` writes its report"

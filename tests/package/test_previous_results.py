@@ -17,6 +17,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from sinkscope.cli import main
 from sinkscope.infra.codec import read_result
 from sinkscope.probes.tables import ANCHOR_MASS, HEAD_TABLE, VALUE_SHARE
 from sinkscope.reports.formatting import format_cell, sig
+from sinkscope.toy.tradeoff import point_label
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "b883e06"
 
@@ -80,11 +82,14 @@ def toy_probe_numbers(directory: Path) -> list[str]:
 def toy_patch_numbers(directory: Path) -> list[str]:
     patching = load(directory / "patching.json")
     expected = []
-    for name, site, place in (("heads", "L{layer}H{head}", "head"), ("positions", "L{layer}@{position}", "position")):
+    # positions as reports count them: from 1, BOS at 1
+    shown = {"head": lambda row: row["head"], "position": lambda row: row["position"] + 1}
+    for name, site, place in (("heads", "L{layer}H{head}", "head"), ("positions", "L{layer} pos {shown}", "position")):
         result = patching[name]
         expected.append(f"{result['n_inputs']} input pairs; metric {sig(result['target_metric'], 3)} on the target")
         expected += [
-            f"| {site.format(**row)} | {row['layer']} | {row[place]} | {format_cell(row['patched'], '.4g')} "
+            f"| {site.format(shown=shown[place](row), **row)} | {row['layer']} | {shown[place](row)} "
+            f"| {format_cell(row['patched'], '.4g')} "
             f"| {format_cell(row['effect'], '.4g')} | {format_cell(row['normalised_effect'], '.3f')} |"
             for row in result["rows"]
         ]
@@ -94,7 +99,8 @@ def toy_patch_numbers(directory: Path) -> list[str]:
 def toy_tradeoff_numbers(directory: Path) -> list[str]:
     tradeoff = load(directory / "tradeoff.json")
     return [
-        f"| {series} | {point['label']} | {format_cell(point['scale'], '.3g')} "
+        f"| {series} | {point['label']} | {point_label(series, SimpleNamespace(**point))} "
+        f"| {format_cell(point['scale'], '.3g')} "
         f"| {format_cell(point['anchor_mass_default'], '.4f')} | {format_cell(point['default_mse'], '.3g')} |"
         for series, points in tradeoff["series"].items()
         for point in points
@@ -123,16 +129,23 @@ def toy_reproduction_numbers(directory: Path) -> list[str]:
     return expected
 
 
+def _status(row: dict) -> str:
+    """A sweep row's status as the report states it: unfinished rows are at the step cap."""
+    done = row["converged"] == row["seeds"]
+    return "converged" if done else f"at step cap ({row['converged']}/{row['seeds']} converged)"
+
+
 def toy_sweep_numbers(directory: Path) -> list[str]:
     summary = load(directory / "summary.json")
     config, rows = summary["config"], summary["rows"]
     expected = [
-        f"{len(rows)} configurations x {config['seeds']} seeds ({len(summary['models'])} models), "
-        f"up to {config['max_steps']} steps each"
+        f"{len(rows)} configurations x {config['seeds']} seed{'s' if config['seeds'] != 1 else ''} "
+        f"({len(summary['models'])} models), "
+        f"up to {config['max_steps']:,} steps each"
     ]
     expected += [
         f"| {row['attention']} {row['layers']}x{row['heads']} d{row['d_model']} L{row['seq_len']} "
-        f"| {row['converged']}/{row['seeds']} | {row['mean_steps']} |"
+        f"| {_status(row)} | {row['mean_steps']} |"
         for row in rows
     ]
     return expected

@@ -268,7 +268,7 @@ def test_python_api_is_reproducible(tiny_gpt2):
 
 
 def test_markdown_escape_neutralises_table_and_html():
-    assert md_escape("a|b <img> *x*\nnext") == "a\\|b &lt;img&gt; \\*x\\* next"  # the one Markdown escaper
+    assert md_escape("a|b <img> *x*\nnext") == "a\\|b &lt;img> \\*x\\* next"  # the one Markdown escaper
 
 
 def test_audit_help_shows_examples(capsys):

@@ -135,7 +135,7 @@ def test_markdown_has_the_findings_and_tables_escaped(reports):
         assert "## Summary of findings" in text and "|---" in text, kind
         assert "<script>" not in text and "<img" not in text, kind
     probe_md = reports["toy probe with a sink"].with_name("report.md").read_text(encoding="utf-8")
-    assert "&lt;script&gt;alert\\(1\\)&lt;/script&gt;" in probe_md
+    assert "&lt;script>alert(1)&lt;/script>" in probe_md
     assert "](<" in probe_md  # figures are linked by relative path
 
 
@@ -185,7 +185,7 @@ def test_renderers_escape_every_string():
     markdown = render_markdown(document, link=lambda path: path.name)
     assert "<" not in markdown.replace("](<", "")
     assert "a\\|b" in markdown
-    assert md_escape("line one\nline two [x](y)") == "line one line two \\[x\\]\\(y\\)"
+    assert md_escape("line one\nline two [x](y)") == "line one line two \\[x\\](y)"
 
 
 # the browser -------------------------------------------------------------------------

@@ -122,7 +122,9 @@ def test_a_phase_diagram_sweep_reports_cells_with_ranges_over_seeds(tmp_path, ca
     assert main(["report", str(out)]) == 0
     page = (out / "report.html").read_text()
     assert (
-        "sink fraction over seeds" in page and "softmax 2x1 d16 L16 +LN" in page and "phase softmax d16 L16 ln" in page
+        "sink fraction at cap over seeds" in page
+        and "softmax 2x1 d16 L16 +LN" in page
+        and "phase softmax d16 L16 ln" in page
     )
 
 

@@ -76,11 +76,11 @@ def test_probe_refuses_a_tampered_result_unless_allowed(runs, tmp_path, capsys, 
     assert any(why in note and "allow_unfinished" in note for note in notes)
 
 
-def test_patch_says_which_positions_are_0_indexed(runs, tmp_path, capsys):
+def test_patch_says_how_positions_are_counted(runs, tmp_path, capsys):
     run = _run_copy(runs, tmp_path, "done")
     assert main(["toy", "patch", str(run), "--inputs", "8"]) == 0
     out = capsys.readouterr().out
-    assert "0-indexed position" in out and "1-indexed 8" in out
+    assert "the trigger is at position 8; positions counted from 1, BOS at 1" in out
 
 
 def test_probe_of_weights_of_the_wrong_shape_is_one_line(runs, tmp_path, capsys):
