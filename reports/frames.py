@@ -1,7 +1,9 @@
 """Results as pandas DataFrames: long format, one row per measured thing (a head, a layer,
 a patched site), every metric a column, so results of many models or revisions stack
-with ``pandas.concat``. A notebook shows them whole, in a scrolling box
-(``sinkscope.reports.result_frame``)."""
+with ``pandas.concat``. They are plain DataFrames (``assert_frame_equal`` and every pandas
+idiom work); a notebook shows them as pandas does. The results' own displays (the
+per-layer grids and tables of ``_repr_html_``) show every row and column, in boxes that
+scroll."""
 
 from __future__ import annotations
 
@@ -19,8 +21,7 @@ def row_of(record: Any, **context: Any) -> dict[str, Any]:
 
 
 def dataframe(rows: Iterable[Mapping[str, Any]]) -> pandas.DataFrame:
-    """``rows`` as a DataFrame whose notebook display drops no row or column (pandas is
-    imported here, not when sinkscope loads)."""
-    from sinkscope.reports.result_frame import ResultFrame
+    """``rows`` as a DataFrame (pandas is imported here, not when sinkscope loads)."""
+    import pandas
 
-    return ResultFrame.from_records(list(rows))
+    return pandas.DataFrame.from_records(list(rows))
