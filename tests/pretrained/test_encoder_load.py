@@ -46,6 +46,18 @@ def _fake_load(monkeypatch, info: dict) -> None:
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda path: "tokenizer")
 
 
+@pytest.fixture(autouse=True)
+def transformers_warnings():
+    """transformers' warnings on, as in a fresh process: importing TransformerLens's bridge
+    raises the ``transformers`` logger to ERROR for the rest of the process, so whether an
+    earlier test imported it would decide what these tests see."""
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    yield
+    logger.setLevel(level)
+
+
 @pytest.fixture
 def load_records(caplog):
     """What reaches the load logger's handlers (transformers' loggers do not propagate to root)."""
