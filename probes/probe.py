@@ -6,6 +6,7 @@ computes them; docs/metrics.md defines every metric."""
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -110,11 +111,14 @@ def layer_selection(layers: Any) -> tuple[int, ...] | None:
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
         raise InputError(f"layers must be a list of layer indices such as [0, 3] or None, got {layers!r}", "layers")
     chosen = tuple(layers)
-    if any(isinstance(layer, bool) or not isinstance(layer, int) for layer in chosen):
+    # numpy's integers are integers too (numbers.Integral); a bool is not a layer
+    if any(isinstance(layer, bool) or not isinstance(layer, numbers.Integral) for layer in chosen):
         raise InputError(f"layers must hold integers, got {chosen!r}; pass indices such as [0, 3]", field="layers")
-    if not chosen or min(chosen) < 0:
-        raise InputError(f"layers must name at least one layer index >= 0, got {chosen!r}", field="layers")
-    return tuple(sorted(set(chosen)))
+    if not chosen:
+        raise InputError("layers is empty; name at least one layer index, or pass None for every layer", "layers")
+    if min(chosen) < 0:
+        raise InputError(f"layers are counted from 0, got {min(chosen)}; pass indices >= 0 such as [0, 3]", "layers")
+    return tuple(sorted({int(layer) for layer in chosen}))
 
 
 def check_layers(layers: tuple[int, ...] | None, n_layers: int, model: str = "the model") -> None:
@@ -325,6 +329,17 @@ class ProbeResult:
             yield from at_most(
                 f"{where}.massive_at_anchor", layer.massive_at_anchor, layer.massive_count, "massive_count"
             )
+        threshold = 1.0 - self.config.sink_eps
+        for index, row in enumerate(self.heads):
+            # a head is a sink head exactly when its anchor mass reaches the threshold (up to
+            # the float32 rounding of the mass it was decided on)
+            in_range = 0.0 <= row.anchor_mass <= 1.0 + 1e-6  # a mass out of range is named as such below
+            if in_range and abs(row.anchor_mass - threshold) > 1e-6:
+                if row.is_sink_head != (row.anchor_mass >= threshold):
+                    expected = (
+                        f"{not row.is_sink_head} for anchor mass {row.anchor_mass:.3g} (sink heads: >= {threshold:g})"
+                    )
+                    yield f"heads[{index}].is_sink_head", str(row.is_sink_head), expected
         if self.model.attention in NORMALISED_KINDS:
             for index, row in enumerate(self.heads):
                 for name in ("anchor_mass", "anchor_mass_other", "alpha", "row_mass"):

