@@ -67,6 +67,7 @@ from sinkscope.pretrained_analysis.prompts import (
 )
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, upgrade_probe_v1
 from sinkscope.probes.runner import iterate_batches, probe_batches
+from sinkscope.reports.formatting import plural
 from sinkscope.reports.frames import dataframe, row_of
 
 if TYPE_CHECKING:
@@ -299,7 +300,7 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
             f"{prompts.n_truncated} of {prompts.n_prompts} prompts were truncated to {prompts.spec.max_len} tokens"
         )
     if prompts.n_prompts < prompts.spec.n_prompts:
-        notes.append(f"the source holds only {prompts.n_prompts} prompts; all were used")
+        notes.append(f"the source holds only {plural(prompts.n_prompts, 'prompt')}; all were used")
     return tuple(notes)
 
 

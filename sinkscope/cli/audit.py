@@ -233,7 +233,7 @@ def _prompts(args: argparse.Namespace):
 
     if args.prompt_texts:
         typed = prompt_set(args.prompt_texts, args.max_len, args.prepend_bos, args.parse_special_tokens)
-        typed = dataclasses.replace(typed, location=f"{len(typed.texts)} prompts typed with --prompt")
+        typed = dataclasses.replace(typed, location=f"{plural(len(typed.texts), 'prompt')} typed with --prompt")
         return typed.spec, typed
     spec = PromptSpec(
         source=args.source or "default",
@@ -277,7 +277,7 @@ def run(args: argparse.Namespace) -> dict:
     prompt_set = typed or load_prompt_set(prompt_spec)
     if not args.no_progress:  # seconds before any model loads; a bad prompt file has failed in one line already
         print(
-            f"{len(prompt_set.texts) or prompt_spec.n_prompts} prompts read; importing torch ...",
+            f"{plural(len(prompt_set.texts) or prompt_spec.n_prompts, 'prompt')} read; importing torch ...",
             file=sys.stderr,
             flush=True,
         )
