@@ -275,7 +275,10 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
             "Configuration",
             (
                 config_block("Prompts", comparison.prompts),
-                KeyValues("Provenance", (("command", "sinkscope audit (several models or revisions)"), *versions)),
+                KeyValues(
+                    "Provenance",
+                    (("command", "sinkscope compare, or sinkscope audit of several models or revisions"), *versions),
+                ),
             ),
         )
     )
