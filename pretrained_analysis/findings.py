@@ -87,7 +87,14 @@ def ablation_headline(result: AuditResult) -> str | None:
     top = max(alone, key=lambda row: row.remove_increase.mean)
     tested = f"{len(alone)} of the {n_sinks} sink heads (largest anchor mass first) were removed one at a time"
     all_text = f"removing all {n_sinks} sink heads together ({_estimate(together.remove_increase, n)})"
-    if top.remove_increase.mean > together.remove_increase.mean:
+    # "more than all together" only where the intervals say so (from two or more prompts)
+    separated = n >= 2 and top.remove_increase.ci_low > together.remove_increase.ci_high
+    if top.remove_increase.mean > together.remove_increase.mean and not separated:
+        sentence = (
+            f"Removing {top.label}'s sink alone raises the {LOSS} by {_estimate(top.remove_increase, n)} and "
+            f"{all_text}; the intervals overlap, so one head is not shown to cost more than all together; {tested}."
+        )
+    elif top.remove_increase.mean > together.remove_increase.mean:
         sentence = (
             f"Removing {top.label}'s sink alone raises the {LOSS} by {_estimate(top.remove_increase, n)}, more than "
             f"{all_text}; {tested}."

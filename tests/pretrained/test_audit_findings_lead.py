@@ -77,6 +77,18 @@ def test_one_head_costing_more_than_all_leads_with_its_interval_and_value_share(
     assert "its anchor also carries its value: 0.970 of its output norm" in headline
 
 
+@pytest.mark.parametrize("n", [2, 16])
+def test_overlapping_intervals_claim_no_surprise(result, n):
+    """One head's mean above all heads' together, but their intervals overlap (or come from
+    two prompts, straddling zero): the headline gives both numbers and claims no order."""
+    crafted = _with_sinks(result, {(0, 0): (0.99, 0.97), (0, 1): (0.95, 0.4)})
+    alone = (_row("L0H0", [(0, 0)], 0.30, -0.20, 0.80), _row("L0H1", [(0, 1)], 0.1, 0.0, 0.2))
+    together = _row("all sink heads", [(0, 0), (0, 1)], 0.25, 0.10, 0.40)
+    headline = audit_findings(_with_ablation(crafted, alone, together, n=n))[0]
+    assert "more than" not in headline
+    assert "the intervals overlap, so one head is not shown to cost more than all together" in headline
+
+
 def test_when_all_together_cost_most_the_headline_says_so_and_names_the_strongest_single_head(result):
     crafted = _with_sinks(result, {(0, 0): (0.99, 0.2), (1, 1): (0.93, 0.3), (1, 0): (0.91, 0.3)})
     alone = (_row("L0H0", [(0, 0)], 0.4, 0.3, 0.5), _row("L1H1", [(1, 1)], 0.9, 0.7, 1.1))
