@@ -33,6 +33,8 @@ def _layer_phrase(layers: tuple[LayerProbe, ...]) -> str:
         return "No layer could be measured."
     top = max(measured, key=lambda layer: layer.anchor_mass)
     low = min(measured, key=lambda layer: layer.anchor_mass)
+    if len(measured) == 1:
+        return f"Anchor mass (mean over heads) is {top.anchor_mass:.3f} in layer {top.layer}, the one layer measured."
     return (
         f"Anchor mass (mean over heads) is highest in layer {top.layer} ({top.anchor_mass:.3f}) and lowest in "
         f"layer {low.layer} ({low.anchor_mass:.3f})."

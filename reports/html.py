@@ -151,9 +151,15 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
+# Unicode's bidirectional controls (embeddings, overrides, isolates): inside a prompt or a
+# model name they would reverse the report's own words after them, so they are shown as codes
+BIDI_CONTROLS = {ord(ch): f"<U+{ord(ch):04X}>" for ch in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"}
+
+
 def escape(text: object) -> str:
-    """The one HTML escaper: text (and attribute values) can never become markup."""
-    return html.escape(str(text), quote=True)
+    """The one HTML escaper: text (and attribute values) can never become markup, and no
+    bidirectional control in it can reorder the text around it."""
+    return html.escape(str(text).translate(BIDI_CONTROLS), quote=True)
 
 
 _e = escape

@@ -212,7 +212,8 @@ def _check_prompt_flags(args: argparse.Namespace, n_audits: int) -> None:
         raise InputError("--prompt and --prompts both give the prompts; pass one of them (--prompt is repeatable)")
     if args.prompt_texts and (n_audits > 1 or args.executor == "ray"):
         raise InputError(
-            "--prompt is for one model on the local executor; put the prompts in a .txt file, one per line, "
+            "--prompt is for one audit (one model, one revision) on the local executor; put the prompts in a .txt "
+            "file, one per line, "
             "and pass --prompts FILE"
         )
     if getattr(args, "layers", None) is not None and n_audits > 1:

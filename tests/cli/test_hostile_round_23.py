@@ -100,3 +100,25 @@ def test_layer_lists_accept_numpy_integers_and_name_the_real_problem():
         layer_selection([0, -1])
     with pytest.raises(InputError, match="layers is empty"):
         layer_selection([])
+
+
+def test_bidirectional_controls_cannot_reverse_a_reports_words():
+    from sinkscope.reports.html import escape
+
+    shown = escape("evil\u202e L1H0 <b>")
+    assert "\u202e" not in shown and "<U+202E>" not in shown  # the code itself is escaped markup-safe
+    assert "&lt;U+202E&gt; L1H0 &lt;b&gt;" in shown
+
+
+def test_one_measured_layer_is_not_both_the_highest_and_the_lowest(audits):
+    from sinkscope.pretrained_analysis.audit import read_audit
+    from sinkscope.pretrained_analysis.findings import _layer_phrase
+
+    probe = read_audit(audits["all"]).probe
+    assert "the one layer measured" in _layer_phrase(probe.layers[:1])
+    assert "highest in layer" in _layer_phrase(probe.layers)
+
+
+def test_typed_prompts_with_several_revisions_name_the_revisions(tmp_path, capsys):
+    argv = ["audit", "gpt2", "--prompt", "x", "--revision", "a", "--revision", "b", "--out", str(tmp_path / "o")]
+    one_line_exit_2(capsys, argv, "one model, one revision")
