@@ -309,6 +309,10 @@ def _audit_line(result) -> str:
         + ", ".join(f"{rate.percent:.1f}% (eps {rate.eps})" for rate in result.sink_rates)
         + f"; {plural(len(result.sink_heads()), 'sink head')} (anchor mass >= {1 - result.config.sink_eps:g})"
     )
+    if result.config.layers is not None:  # the counts above cover these layers only
+        from sinkscope.probes.probe import layers_text
+
+        line += f" in layers {layers_text(result.config.layers)} only"
     if result.ablation is not None:
         ablation = result.ablation
         line += f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_delta:+.3f}"

@@ -122,3 +122,11 @@ def test_one_measured_layer_is_not_both_the_highest_and_the_lowest(audits):
 def test_typed_prompts_with_several_revisions_name_the_revisions(tmp_path, capsys):
     argv = ["audit", "gpt2", "--prompt", "x", "--revision", "a", "--revision", "b", "--out", str(tmp_path / "o")]
     one_line_exit_2(capsys, argv, "one model, one revision")
+
+
+def test_the_terminal_line_of_a_partial_audit_says_which_layers(audits):
+    from sinkscope.cli.audit import _audit_line
+    from sinkscope.pretrained_analysis.audit import read_audit
+
+    assert _audit_line(read_audit(audits["some"])).endswith("(anchor mass >= 0.9) in layers 0-1 only")
+    assert " only" not in _audit_line(read_audit(audits["all"]))
