@@ -84,15 +84,14 @@ def test_a_failed_step_is_named_with_the_command_that_reruns_it_and_its_exit_cod
 
 def test_a_real_failing_command_runs_in_process_with_its_own_one_line_error(tmp_path, monkeypatch, capsys):
     missing = tmp_path / "never-written"
-    step = demo.Step("report something", missing, (("report", str(missing), "--overwrite"),))
+    step = demo.Step("probe something", missing, (("toy", "probe", str(missing)),))
     monkeypatch.setattr(demo, "packaged_models", lambda: (MINILM, SMOLLM2))
     monkeypatch.setattr(demo, "main_job", lambda out, minilm, smollm2: [step])
     assert main(["demo", "--out", str(tmp_path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("sinkscope: error: ") and str(missing) in lines[0]  # the step's own
     assert lines[1] == (
-        f"sinkscope: error: step 1/1 (report something) failed (exit 2); re-run it alone: sinkscope report {missing} "
-        "--overwrite"
+        f"sinkscope: error: step 1/1 (probe something) failed (exit 2); re-run it alone: sinkscope toy probe {missing}"
     )
 
 
