@@ -5,15 +5,18 @@ pool cannot tell the workers to stop: left alone they would train and write for 
 of their unit. ``die_with_parent`` (the pool's initializer) makes the worker's own end
 come to it:
 
-- on Linux the kernel sends the worker SIGTERM when its parent dies
-  (``prctl(PR_SET_PDEATHSIG)``); training treats SIGTERM as a stop at the next step
-  boundary, with a checkpoint of that step, and outside training SIGTERM ends the process;
+- on Linux the kernel sends the worker ``PARENT_DEATH_SIGNAL`` (SIGUSR1) when its parent
+  dies (``prctl(PR_SET_PDEATHSIG)``); training treats it as a stop at the next step
+  boundary, with a checkpoint of that step, and outside training it ends the process;
 - everywhere, ``parent_gone()`` tells the training loop at each step boundary that the
   parent it started with is no longer its parent (an orphan is adopted by another
   process), and the loop stops there as on SIGTERM.
 
 The kernel's signal is sent when the *thread* that started the worker exits, not the
-whole process; ``process_pool`` starts every worker (a replacement too) from the thread
+whole process. A killed driver's threads exit one by one and the worker is handed to
+each in turn, getting the signal again each time: it is not SIGTERM, whose second
+arrival means "stop now, without a checkpoint", but a signal of its own that only ever
+asks for the step-boundary stop. ``process_pool`` starts every worker (a replacement too) from the thread
 that calls ``run_units``, which stops them all before it returns, so that thread
 outlives them.
 """
@@ -26,6 +29,8 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# SIGUSR1's default action ends the process, as a dead driver's worker outside training should
+PARENT_DEATH_SIGNAL = signal.SIGUSR1
 
 _parent_pid: int | None = None  # set in a pool worker: the pid of the process that started it
 
@@ -35,9 +40,14 @@ def die_with_parent(parent_pid: int) -> None:
     passed in by it) dies."""
     global _parent_pid
     _parent_pid = parent_pid
-    _signal_on_parent_death(signal.SIGTERM)
+    _signal_on_parent_death(PARENT_DEATH_SIGNAL)
     if parent_gone():  # it died before the kernel was asked to tell us: nothing will, and no unit started
         os._exit(1)
+
+
+def in_pool_worker() -> bool:
+    """Whether this process is a pool worker started by ``die_with_parent``'s caller."""
+    return _parent_pid is not None
 
 
 def parent_gone() -> bool:

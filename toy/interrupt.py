@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sinkscope.execution.worker_lifetime import parent_gone
+from sinkscope.execution.worker_lifetime import PARENT_DEATH_SIGNAL, in_pool_worker, parent_gone
 
 
 class StepBoundaryInterrupt:
@@ -21,17 +21,22 @@ class StepBoundaryInterrupt:
 
     def __init__(self) -> None:
         self.signalled = False
+        self.parent_died = False
 
     @property
     def requested(self) -> bool:
         """A signal arrived, or this pool worker's driver died (the portable check; Linux
-        also sends the worker SIGTERM then)."""
-        return self.signalled or parent_gone()
+        also sends the worker ``PARENT_DEATH_SIGNAL`` then)."""
+        return self.signalled or self.parent_died or parent_gone()
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.signalled:
             raise KeyboardInterrupt
         self.signalled = True
+
+    def _handle_parent_death(self, signum: int, frame: object) -> None:
+        # the kernel may send it once per thread of the dying driver: never "insists"
+        self.parent_died = True
 
 
 @contextmanager
@@ -46,9 +51,12 @@ def interrupts_at_step_boundaries() -> Iterator[StepBoundaryInterrupt]:
     if threading.current_thread() is not threading.main_thread():
         yield latch
         return
+    handlers = {signal.SIGINT: latch._handle, signal.SIGTERM: latch._handle}
+    if in_pool_worker():
+        handlers[PARENT_DEATH_SIGNAL] = latch._handle_parent_death
     previous = {
-        signum: signal.signal(signum, latch._handle)
-        for signum in (signal.SIGINT, signal.SIGTERM)
+        signum: signal.signal(signum, handler)
+        for signum, handler in handlers.items()
         # a caller that ignores a signal keeps ignoring it; one installed from C (None) is left alone
         if signal.getsignal(signum) not in (signal.SIG_IGN, None)
     }

@@ -162,6 +162,31 @@ def test_an_orphaned_worker_stops_training_at_the_next_step_boundary_with_a_chec
     assert train(config, run, progress=False).steps == 400
 
 
+def test_the_parent_death_signal_sent_again_and_again_still_stops_with_a_checkpoint(tmp_path, monkeypatch):
+    """A SIGKILLed driver's threads exit one by one and the kernel sends the worker its
+    parent-death signal once per thread: every one of them asks for the step-boundary
+    stop, none for the stop without a checkpoint that a second SIGTERM means."""
+    from sinkscope.execution import worker_lifetime
+
+    monkeypatch.setattr(worker_lifetime, "_parent_pid", os.getppid())  # a pool worker whose driver lives
+    config = RunConfig(ToyModelConfig(), TaskConfig(), TrainConfig(max_steps=400, stop_linf=1e-12))
+    run = tmp_path / "run"
+    handlers = []
+
+    def driver_dies_at_step_100(step: int, record: dict) -> None:
+        if step == 100:
+            handlers.append(signal.getsignal(worker_lifetime.PARENT_DEATH_SIGNAL))
+            if callable(handlers[-1]):  # with the default action the signal would end pytest itself
+                for _ in range(3):
+                    os.kill(os.getpid(), worker_lifetime.PARENT_DEATH_SIGNAL)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(config, run, progress=False, on_log=driver_dies_at_step_100)
+    assert callable(handlers[0]), handlers
+    assert [path.name for path in checkpoint_dirs(run)] == ["step-00000000", "step-00000101"]
+    assert signal.getsignal(worker_lifetime.PARENT_DEATH_SIGNAL) is signal.SIG_DFL  # restored
+
+
 @pytest.mark.parametrize("workers", [1, 2], ids=["in-process", "pool"])
 def test_a_unit_out_of_memory_is_an_input_failure_naming_the_fix(tmp_path, workers):
     units = [Unit(f"big{i}", worker_units.out_of_memory, (str(tmp_path), f"big{i}")) for i in range(2)]
