@@ -15,6 +15,8 @@ at the toy task's default positions, or a language model's per-input loss.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -66,7 +68,8 @@ class DefaultStateConfig:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A mean over inputs with its bootstrap confidence interval."""
+    """A mean over inputs with its bootstrap confidence interval (NaN ends from fewer than
+    two inputs: no interval)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {"mean": UNBOUNDED, "ci_low": UNBOUNDED, "ci_high": UNBOUNDED}
 
@@ -181,8 +184,11 @@ def upgrade_default_state_result_v1(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _bootstrap(values: torch.Tensor, config: DefaultStateConfig, generator: torch.Generator) -> Estimate:
-    """Mean of ``values [n]`` and its percentile bootstrap interval."""
+    """Mean of ``values [n]`` and its percentile bootstrap interval: none (NaN ends) from
+    fewer than two inputs, where every resample is the one value."""
     n = values.shape[0]
+    if n < 2:
+        return Estimate(mean=float(values.mean()), ci_low=math.nan, ci_high=math.nan)
     draws = torch.randint(0, n, (config.n_bootstrap, n), generator=generator)
     means = values[draws].mean(dim=1)
     tail = (1.0 - config.confidence) / 2

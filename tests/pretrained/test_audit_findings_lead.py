@@ -5,6 +5,7 @@ every sink head listed; no interval from a single prompt."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -136,6 +137,12 @@ def test_an_audit_of_one_prompt_shows_no_interval(loaded):
     assert "95% CI" not in text and "n = 1, no interval" in text
     assert "on 1 prompt from" in text and not re.search(r"\b1 prompts\b", text)
     assert interval_text(0.787, 0.787, 1) == "n = 1, no interval"
+    # nor does the result itself (audit.json, the data frame): no interval's ends are stored
+    for row in one.ablation.default_state.tested_rows():
+        for estimate in (row.remove_increase, row.control_increase):
+            assert math.isfinite(estimate.mean) and math.isnan(estimate.ci_low) and math.isnan(estimate.ci_high)
+    frame = one.ablation.default_state.to_dataframe()
+    assert frame["remove_increase_ci_low"].isna().all() and frame["control_increase_ci_high"].isna().all()
     assert interval_text(1.31, 1.81, 16) == "95% CI 1.31 to 1.81, n = 16"
 
 
