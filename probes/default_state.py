@@ -16,7 +16,6 @@ at the toy task's default positions, or a language model's per-input loss.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
