@@ -104,7 +104,7 @@ def patching_html(result: PatchingResult) -> str:
                 else (),
             )
         )
-    sites = patching_definition(result.per).table(result.rows, limit=20)
+    sites = patching_definition(result.per).table(result.rows, limit=20).without_empty_columns()
     parts.append(inline_table(replace(sites, caption=f"The {len(sites.rows)} sites with the largest effects")))
     subtitle = (
         f"hook {result.hook}, per {' x '.join(result.per)}, {plural(result.n_inputs, 'input')}; metric: "

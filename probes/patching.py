@@ -11,7 +11,9 @@ the clean target run and on the source run, the effect ``patched - target`` and 
 normalised effect ``(patched - target) / (source - target)``: 0 means the site carries
 none of the difference, 1 means patching it alone turns the target's metric into the
 source's. The normalised effect is NaN (None in JSON) when the source and target
-metrics agree to 1e-6 (relative), e.g. when the target is patched with itself.
+metrics agree to 1e-6 (relative), e.g. when the target is patched with itself. Both come
+with their 95% bootstrap interval over input pairs (``sinkscope.probes.patching_intervals``),
+which needs ``metric_fn`` to return one value per input and at least two pairs.
 
 Cost: per batch, one source run caching only the patched hooks (``names_filter``), one
 clean target run and one patched run per site.
@@ -21,23 +23,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+from jaxtyping import Float
 from tqdm.auto import tqdm
 
-from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, index_problems
+from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most, index_problems
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch, upgrade_model_spec_v1
-from sinkscope.probes.patch_hooks import PatchSite, capture_activations, hook_layout, hook_reaches_output, run_patched
+from sinkscope.probes.patch_hooks import PatchSite, capture_activations, hook_reaches_output, run_patched
+from sinkscope.probes.patch_sites import check_hook_heads, checked_sites, validate_per
+from sinkscope.probes.patching_intervals import SiteIntervals, no_intervals, patching_intervals
 from sinkscope.reports.frames import dataframe, row_of
 
 if TYPE_CHECKING:
     import pandas
 
-PATCH_AXES: tuple[str, ...] = ("layer", "head", "position")
 PATCH_VALUES: tuple[str, ...] = ("patched", "effect", "normalised_effect")
 AGREEMENT_TOLERANCE = 1e-6
 
@@ -61,7 +65,10 @@ MetricFn = Callable[[torch.Tensor, MetricContext], torch.Tensor]
 @dataclass(frozen=True)
 class PatchingRow:
     """One site of the tidy table. ``head``/``position`` are None when ``per`` does not
-    iterate over them; metrics are means over inputs."""
+    iterate over them; metrics are means over inputs. ``*_ci_low``/``*_ci_high``: the 95%
+    bootstrap interval over input pairs of the effect and of the normalised effect
+    (``sinkscope.probes.patching_intervals``; NaN: none, from fewer than two pairs or a
+    metric that returns only the batch mean)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "layer": COUNT,
@@ -72,6 +79,10 @@ class PatchingRow:
         "source": UNBOUNDED,
         "effect": UNBOUNDED,
         "normalised_effect": UNBOUNDED,
+        "effect_ci_low": UNBOUNDED,
+        "effect_ci_high": UNBOUNDED,
+        "normalised_effect_ci_low": UNBOUNDED,
+        "normalised_effect_ci_high": UNBOUNDED,
     }
 
     layer: int
@@ -82,6 +93,21 @@ class PatchingRow:
     source: float
     effect: float
     normalised_effect: float
+    # files written before intervals were stored read back without them
+    effect_ci_low: float = math.nan
+    effect_ci_high: float = math.nan
+    normalised_effect_ci_low: float = math.nan
+    normalised_effect_ci_high: float = math.nan
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        """Interval ends in order (NaN ends compare as in order)."""
+        yield from at_most("effect_ci_low", self.effect_ci_low, self.effect_ci_high, "effect_ci_high")
+        yield from at_most(
+            "normalised_effect_ci_low",
+            self.normalised_effect_ci_low,
+            self.normalised_effect_ci_high,
+            "normalised_effect_ci_high",
+        )
 
 
 def upgrade_patching_v1(patching: dict[str, Any]) -> dict[str, Any]:
@@ -165,29 +191,22 @@ class PatchingResult:
         return [asdict(row) for row in self.rows]
 
 
-def _validate_per(per: Sequence[str]) -> tuple[str, ...]:
-    axes = (per,) if isinstance(per, str) else tuple(per)
-    unknown = [axis for axis in axes if axis not in PATCH_AXES]
-    if unknown or "layer" not in axes or len(set(axes)) != len(axes):
-        raise InputError(
-            f"per={axes} is not valid; use ('layer',), ('layer', 'head'), ('layer', 'position') "
-            "or ('layer', 'head', 'position')"
-        )
-    return tuple(axis for axis in PATCH_AXES if axis in axes)
+@dataclass(frozen=True)
+class MetricValues:
+    """The metric per input on the source run, the clean target run and the target run
+    patched at each site; ``per_input`` False when ``metric_fn`` returned only each
+    batch's mean (then every input of a batch holds that mean: means stay exact, but
+    there is nothing to resample)."""
+
+    source: Float[torch.Tensor, " input"]
+    target: Float[torch.Tensor, " input"]
+    patched: Float[torch.Tensor, "site input"]
+    per_input: bool
 
 
-def _indices(name: str, chosen: Sequence[int] | None, size: int) -> tuple[int, ...] | None:
-    """``chosen`` as a sorted tuple checked against ``range(size)`` (None stays None)."""
-    if chosen is None:
-        return None
-    indices = tuple(sorted({int(index) for index in chosen}))
-    if not indices or not all(0 <= index < size for index in indices):
-        raise InputError(f"{name} {list(chosen)} must be a non-empty subset of 0..{size - 1}")
-    return indices
-
-
-def _metric_sum(metric_fn: MetricFn, output: torch.Tensor, context: MetricContext) -> float:
-    """Sum over the batch of ``metric_fn``'s values (a scalar counts as the batch mean)."""
+def _metric_values(metric_fn: MetricFn, output: torch.Tensor, context: MetricContext) -> tuple[torch.Tensor, bool]:
+    """``metric_fn``'s values ``[batch]`` (float64, on the CPU), and whether they are one
+    per input (a scalar is the batch mean, repeated)."""
     values = metric_fn(output, context)
     n = int(context.rows.shape[0])
     if not torch.is_tensor(values) or values.shape not in ((), (n,)):
@@ -195,8 +214,8 @@ def _metric_sum(metric_fn: MetricFn, output: torch.Tensor, context: MetricContex
         raise InputError(
             f"metric_fn must return a tensor of one value per input, shape [{n}], or a scalar; got {shape}"
         )
-    values = values.detach().double()
-    return float(values) * n if values.ndim == 0 else float(values.sum())
+    values = values.detach().double().cpu()
+    return (values.expand(n), False) if values.ndim == 0 else (values, True)
 
 
 def _prepare_pair(
@@ -221,55 +240,6 @@ def _prepare_pair(
     return source, target
 
 
-def _sites(
-    hook: str,
-    axes: tuple[str, ...],
-    layers: tuple[int, ...],
-    heads: tuple[int, ...] | None,
-    positions: tuple[int, ...] | None,
-    n_heads: int,
-    n_pos: int,
-) -> list[PatchSite]:
-    """One site per combination of the iterated axes; a non-iterated axis keeps its
-    restriction (None: all) in every site."""
-    head_sites = [(head,) for head in heads or range(n_heads)] if "head" in axes else [heads]
-    position_sites = [(pos,) for pos in positions or range(n_pos)] if "position" in axes else [positions]
-    return [
-        PatchSite(layer, hook, heads=head_site, positions=position_site)
-        for layer in layers
-        for head_site in head_sites
-        for position_site in position_sites
-    ]
-
-
-def _checked_sites(
-    spec: ModelSpec,
-    hook: str,
-    axes: tuple[str, ...],
-    layers: Sequence[int] | None,
-    heads: Sequence[int] | None,
-    positions: Sequence[int] | None,
-    n_pos: int,
-) -> tuple[list[PatchSite], tuple[int, ...] | None, tuple[int, ...] | None]:
-    """The sites to patch, with the checked head and position restrictions (None: all)."""
-    layer_list = _indices("layers", layers, spec.n_layers) or tuple(range(spec.n_layers))
-    # k and v carry n_kv_heads heads under grouped-query attention: their sites are kv heads
-    n_hook_heads = spec.heads_of(hook)
-    head_list = _indices("heads", heads, n_hook_heads)
-    position_list = _indices("positions", positions, n_pos)
-    sites = _sites(hook, axes, layer_list, head_list, position_list, n_hook_heads, n_pos)
-    return sites, head_list, position_list
-
-
-def _check_hook_heads(hook: str, axes: tuple[str, ...], heads: Sequence[int] | None) -> None:
-    """Refuse a head axis or a head restriction on a hook without heads."""
-    has_heads = hook_layout(hook).head_axis is not None
-    if not has_heads and ("head" in axes or heads is not None):
-        raise InputError(
-            f"hook {hook!r} has no head axis; use per=('layer', 'position') or a head hook (q, k, v, z, attn_scores, pattern)"
-        )
-
-
 def _check_reaches_output(hooked: HookedModel, target: PreparedBatch, hook_name: str) -> None:
     """Refuse a bridge hook whose edits never reach the model's output."""
     if hooked.is_bridge and not hook_reaches_output(
@@ -281,7 +251,7 @@ def _check_reaches_output(hooked: HookedModel, target: PreparedBatch, hook_name:
         )
 
 
-def _metric_totals(
+def _metric_runs(
     hooked: HookedModel,
     source: PreparedBatch,
     target: PreparedBatch,
@@ -290,60 +260,96 @@ def _metric_totals(
     metric_fn: MetricFn,
     batch_size: int,
     bar: tqdm,
-) -> tuple[float, float, list[float]]:
-    """Sums over all inputs of the metric on the source run (caching ``hook_names``), the
-    clean target run and the target run patched at each site, batch by batch."""
+) -> MetricValues:
+    """The metric for every input on the source run (caching ``hook_names``), the clean
+    target run and the target run patched at each site, batch by batch."""
     n = target.batch_size
-    source_total = target_total = 0.0
-    patched_totals = [0.0] * len(sites)
+    values = MetricValues(
+        torch.empty(n, dtype=torch.float64),
+        torch.empty(n, dtype=torch.float64),
+        torch.empty(len(sites), n, dtype=torch.float64),
+        per_input=True,
+    )
+    every_per_input = True
     for start in range(0, n, batch_size):
         rows = torch.arange(start, min(start + batch_size, n))
         device_rows = rows.to(target.anchor.device)
         source_batch, target_batch = source.select(device_rows), target.select(device_rows)
         context = MetricContext(rows=rows, batch=target_batch)
         source_output, cache = capture_activations(hooked, source_batch, hook_names)
-        source_total += _metric_sum(metric_fn, source_output, context)
+        values.source[rows], per_input = _metric_values(metric_fn, source_output, context)
         with torch.no_grad():
-            target_total += _metric_sum(metric_fn, hooked.forward(target_batch), context)
+            values.target[rows], _ = _metric_values(metric_fn, hooked.forward(target_batch), context)
+        every_per_input &= per_input
         bar.update(2)
         for index, site in enumerate(sites):
-            patched_totals[index] += _metric_sum(metric_fn, run_patched(hooked, target_batch, [site], cache), context)
+            output = run_patched(hooked, target_batch, [site], cache)
+            values.patched[index, rows], _ = _metric_values(metric_fn, output, context)
             bar.update(1)
         del cache, source_output  # freed before the next batch's capture
-    return source_total, target_total, patched_totals
+    return replace(values, per_input=every_per_input)
 
 
 def _patching_rows(
-    sites: list[PatchSite],
-    axes: tuple[str, ...],
-    patched_means: list[float],
-    source_metric: float,
-    target_metric: float,
-) -> tuple[tuple[PatchingRow, ...], tuple[str, ...]]:
-    """One ``PatchingRow`` per site, and a note when source and target metrics agree (then
-    every normalised effect is NaN)."""
+    sites: list[PatchSite], axes: tuple[str, ...], values: MetricValues
+) -> tuple[tuple[PatchingRow, ...], float, float, tuple[str, ...]]:
+    """One ``PatchingRow`` per site (means over inputs, with their intervals), the source
+    and target metrics, and notes: when source and target agree (then every normalised
+    effect is NaN) and when there are no intervals."""
+    n = values.target.shape[0]
+    source_metric, target_metric = float(values.source.sum()) / n, float(values.target.sum()) / n
     difference = source_metric - target_metric
     agree = abs(difference) <= AGREEMENT_TOLERANCE * max(1.0, abs(source_metric), abs(target_metric))
-    rows = tuple(
-        PatchingRow(
-            layer=site.layer,
-            head=site.heads[0] if "head" in axes and site.heads is not None else None,
-            position=site.positions[0] if "position" in axes and site.positions is not None else None,
-            patched=patched,
-            target=target_metric,
-            source=source_metric,
-            effect=patched - target_metric,
-            normalised_effect=float("nan") if agree else (patched - target_metric) / difference,
-        )
-        for site, patched in zip(sites, patched_means, strict=True)
+    intervals = (
+        patching_intervals(values.source, values.target, values.patched)
+        if values.per_input
+        else no_intervals(len(sites))
     )
-    notes: tuple[str, ...] = ()
+    rows = tuple(
+        _row(site, axes, float(values.patched[index].sum()) / n, target_metric, source_metric, agree, intervals, index)
+        for index, site in enumerate(sites)
+    )
+    notes: list[str] = []
     if agree:
-        notes = (
+        notes.append(
             f"source and target metrics agree ({source_metric:.6g} vs {target_metric:.6g}): "
-            "normalised_effect is undefined (NaN); read effect instead",
+            "normalised_effect is undefined (NaN); read effect instead"
         )
-    return rows, notes
+    if not values.per_input:
+        notes.append(
+            "metric_fn returned one value per batch (its mean), not one per input: no intervals; "
+            "return a tensor [batch] for them"
+        )
+    elif n < 2:
+        notes.append("n = 1 input pair, no interval")
+    return rows, source_metric, target_metric, tuple(notes)
+
+
+def _row(
+    site: PatchSite,
+    axes: tuple[str, ...],
+    patched: float,
+    target: float,
+    source: float,
+    agree: bool,
+    intervals: SiteIntervals,
+    index: int,
+) -> PatchingRow:
+    nan = float("nan")
+    return PatchingRow(
+        layer=site.layer,
+        head=site.heads[0] if "head" in axes and site.heads is not None else None,
+        position=site.positions[0] if "position" in axes and site.positions is not None else None,
+        patched=patched,
+        target=target,
+        source=source,
+        effect=patched - target,
+        normalised_effect=nan if agree else (patched - target) / (source - target),
+        effect_ci_low=float(intervals.effect_low[index]),
+        effect_ci_high=float(intervals.effect_high[index]),
+        normalised_effect_ci_low=nan if agree else float(intervals.normalised_low[index]),
+        normalised_effect_ci_high=nan if agree else float(intervals.normalised_high[index]),
+    )
 
 
 def activation_patching(
@@ -378,28 +384,24 @@ def activation_patching(
         raise InputError(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
     hooked = model if isinstance(model, HookedModel) else HookedModel(model)
     spec = hooked.spec
-    axes = _validate_per(per)
-    _check_hook_heads(hook, axes, heads)
+    axes = validate_per(per)
+    check_hook_heads(hook, axes, heads)
     source, target = _prepare_pair(hooked, source_inputs, target_inputs, attention_mask)
-    sites, head_list, position_list = _checked_sites(spec, hook, axes, layers, heads, positions, target.n_pos)
+    sites, head_list, position_list = checked_sites(spec, hook, axes, layers, heads, positions, target.n_pos)
     hook_names = sorted({site.hook_name for site in sites})
     spec.require_hooks(hook_names, f"patching {hook!r}")
     _check_reaches_output(hooked, target, hook_names[0])
-    n = target.batch_size
-    total_runs = math.ceil(n / batch_size) * (len(sites) + 2)
+    total_runs = math.ceil(target.batch_size / batch_size) * (len(sites) + 2)
     with tqdm(total=total_runs, desc=f"patching {hook}", disable=not progress) as bar:
-        source_total, target_total, patched_totals = _metric_totals(
-            hooked, source, target, sites, hook_names, metric_fn, batch_size, bar
-        )
-    source_metric, target_metric = source_total / n, target_total / n
-    rows, notes = _patching_rows(sites, axes, [total / n for total in patched_totals], source_metric, target_metric)
+        values = _metric_runs(hooked, source, target, sites, hook_names, metric_fn, batch_size, bar)
+    rows, source_metric, target_metric, notes = _patching_rows(sites, axes, values)
     return PatchingResult(
         model=spec,
         hook=hook,
         per=axes,
         fixed_heads=None if "head" in axes else head_list,
         fixed_positions=None if "position" in axes else position_list,
-        n_inputs=n,
+        n_inputs=target.batch_size,
         n_pos=target.n_pos,
         source_metric=source_metric,
         target_metric=target_metric,

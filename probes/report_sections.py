@@ -15,7 +15,7 @@ import numpy as np
 
 from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
 from sinkscope.probes.default_state import DefaultStateRow, Estimate
-from sinkscope.probes.patching import PatchingResult
+from sinkscope.probes.patching import PatchingResult, PatchingRow
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate, layers_setting
 from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
 from sinkscope.reports.bars import (
@@ -223,25 +223,68 @@ def default_state_change_chart(
 # activation patching ------------------------------------------------------------------
 
 
+# the sites a patching chart shows: the largest effects, as many as a page's width labels
+MAX_CHART_SITES = 12
+
+
+def _shown_value(result: PatchingResult) -> str:
+    """The normalised effect where one is defined (source and target differ), else the effect."""
+    return "normalised_effect" if any(not math.isnan(row.normalised_effect) for row in result.rows) else "effect"
+
+
+def _ranked(result: PatchingResult, value: str) -> list[PatchingRow]:
+    """The sites with a value, the largest in size first."""
+    measured = (row for row in result.rows if not math.isnan(getattr(row, value)))
+    return sorted(measured, key=lambda row: -abs(getattr(row, value)))
+
+
 def patching_finding(result: PatchingResult) -> str:
-    """The sites with the largest effects, in one sentence."""
-    value = "normalised_effect" if any(not math.isnan(row.normalised_effect) for row in result.rows) else "effect"
-    ranked = sorted(
-        (row for row in result.rows if not math.isnan(getattr(row, value))), key=lambda row: -abs(getattr(row, value))
-    )
+    """The sites with the largest effects, in one sentence, the largest with its interval."""
+    value = _shown_value(result)
+    ranked = _ranked(result, value)
     largest = abs(getattr(ranked[0], value)) if ranked else 0.0
     strong = [row for row in ranked[:4] if abs(getattr(row, value)) >= 0.1 * largest] or ranked[:1]
-    top = ", ".join(f"{patch_site(row)} {getattr(row, value):+.2f}" for row in strong)
+    parts = [f"{patch_site(row)} {getattr(row, value):+.2f}" for row in strong]
+    if strong:
+        top = strong[0]
+        parts[0] += (
+            f" [{interval_text(getattr(top, f'{value}_ci_low'), getattr(top, f'{value}_ci_high'), result.n_inputs)}]"
+        )
     sites = plural(len(result.rows), "site")
     return (
-        f"Patching {result.hook} per {' x '.join(result.per)} ({sites}, {plural(result.n_inputs, 'input pair')}; metric {sig(result.target_metric, 3)} on the target, {sig(result.source_metric, 3)} on the "
-        f"source): the largest {value} is at {top or 'no site'}."
+        f"Patching {result.hook} per {' x '.join(result.per)} ({sites}, {plural(result.n_inputs, 'input pair')}; "
+        f"metric {sig(result.target_metric, 3)} on the target, {sig(result.source_metric, 3)} on the "
+        f"source): the largest {value} is at {', '.join(parts) or 'no site'}."
     )
 
 
 def patching_table(result: PatchingResult, caption: str) -> Table:
-    """One row per patched site (columns for the axes ``per`` iterates)."""
-    return patching_definition(result.per).table(result.rows, caption)
+    """One row per patched site (columns for the axes ``per`` iterates; interval columns
+    only where there are intervals)."""
+    return patching_definition(result.per).table(result.rows, caption).without_empty_columns()
+
+
+def patching_effects_chart(result: PatchingResult, path: Path, title: str) -> Figure:
+    """The sites with the largest effects (at most ``MAX_CHART_SITES``), each bar with its
+    interval over input pairs as a whisker (none from fewer than two pairs)."""
+    value = _shown_value(result)
+    shown = _ranked(result, value)[:MAX_CHART_SITES]
+    series = IntervalSeries(
+        value.replace("_", " "),
+        [getattr(row, value) for row in shown],
+        [getattr(row, f"{value}_ci_low") for row in shown],
+        [getattr(row, f"{value}_ci_high") for row in shown],
+        colour=EFFECT_COLOUR,
+    )
+    interval_bar_chart([patch_site(row) for row in shown], [series], path, title, value.replace("_", " "))
+    bounded = any(math.isfinite(low) for low in series.lows)
+    whiskers = (
+        f"whiskers: 95% bootstrap intervals over {plural(result.n_inputs, 'input pair')}"
+        if bounded
+        else f"{interval_text(math.nan, math.nan, result.n_inputs)}"
+    )
+    what = f"the {len(shown)} of {plural(len(result.rows), 'site')} with the largest {value.replace('_', ' ')}"
+    return Figure(path, f"{title}: {what}; {whiskers}", path.parent)
 
 
 def provenance_block(provenance: Provenance | None) -> KeyValues:

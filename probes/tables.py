@@ -183,17 +183,26 @@ def patching_definition(per: Sequence[str]) -> TableDefinition[PatchingRow]:
             *axes,
             Column("patched", ".4g", numeric=True),
             Column("effect", ".4g", numeric=True),
+            Column("effect 95% CI low", ".4g", numeric=True),
+            Column("effect 95% CI high", ".4g", numeric=True),
             Column("normalised_effect", ".3f", numeric=True),
+            Column("normalised 95% CI low", ".3f", numeric=True),
+            Column("normalised 95% CI high", ".3f", numeric=True),
         ),
         lambda row: (
             patch_site(row),
             *[_axis_value(row, axis) for axis in per],
             row.patched,
             row.effect,
+            row.effect_ci_low,
+            row.effect_ci_high,
             row.normalised_effect,
+            row.normalised_effect_ci_low,
+            row.normalised_effect_ci_high,
         ),
         "effect: the patched metric minus the target's; normalised_effect: effect / (source - target): 1 means "
-        "the site alone carries the whole difference, 0 none of it.",
+        "the site alone carries the whole difference, 0 none of it. Intervals: 95% percentile bootstrap over "
+        "input pairs, resampled together for every site (empty: none, from fewer than two pairs).",
         order=_strength,
     )
 

@@ -45,8 +45,8 @@ def interval_text(low: float, high: float, n: int, digits: int = 3, level: str =
     """The one way an interval is written: "95% CI 1.31 to 1.81, n = 16"; from fewer than two
     units there is no interval (a bootstrap of one value is that value twice), so it says
     "n = 1, no interval"."""
-    if n < 2:
-        return f"n = {n}, no interval"
+    if n < 2 or not (math.isfinite(low) and math.isfinite(high)):  # NaN ends: none was computed
+        return f"n = {n:,}, no interval"
     return f"{level} CI {sig(low, digits)} to {sig(high, digits)}, n = {n:,}"
 
 

@@ -233,3 +233,28 @@ class Page:
                 captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
             )
         Path(path).write_bytes(base64.b64decode(self.send("Page.captureScreenshot", params)["data"]))
+
+
+# JavaScript: the image's pixels whose colour is near rgb within tol, as [x, y, red, blue]
+PIXELS = """
+(async () => {{
+  const img = Array.from(document.images).find(i => i.alt.includes({alt!r}));
+  await img.decode();
+  const c = document.createElement("canvas"); c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext("2d"); g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data, out = [];
+  for (let i = 0; i < d.length; i += 4) {{
+    if (Math.abs(d[i] - {r}) <= {tol} && Math.abs(d[i + 1] - {g}) <= {tol} && Math.abs(d[i + 2] - {b}) <= {tol})
+      out.push([(i / 4) % c.width, Math.floor(i / 4 / c.width), d[i], d[i + 2]]);
+  }}
+  return [c.width, c.height, out];
+}})()
+"""
+
+
+def pixels(page, alt: str, colour: str, tol: int = 40, bluish: bool = False) -> tuple[int, int, list[tuple[int, int]]]:
+    """(width, height, the (x, y) of pixels near ``colour``) of the image whose alt text
+    holds ``alt``; ``bluish``: only those bluer than red (not the grey of antialiased text)."""
+    r, g, b = (int(colour[k : k + 2], 16) for k in (1, 3, 5))
+    width, height, found = page.evaluate(PIXELS.format(alt=alt, r=r, g=g, b=b, tol=tol))
+    return width, height, [(x, y) for x, y, red, blue in found if not bluish or blue - red >= 10]

@@ -19,6 +19,7 @@ from sinkscope.probes.report_sections import (
     default_state_table,
     head_table,
     layer_table,
+    patching_effects_chart,
     patching_finding,
     patching_table,
     probe_config_block,
@@ -70,6 +71,10 @@ from sinkscope.toy.tradeoff import (
     TRADEOFF_FILE,
     TradeoffResult,
 )
+
+# drawn by the report from patching.json: the largest effects with their intervals
+HEADS_EFFECTS_FIGURE = "patching_heads_effects.png"
+POSITIONS_EFFECTS_FIGURE = "patching_positions_effects.png"
 
 # probe ------------------------------------------------------------------------------
 
@@ -217,6 +222,9 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
             "Heads (z)",
             (
                 *existing_figures(source, [(HEADS_FIGURE, f"{name}: z patched per (layer, head), normalised effect")]),
+                patching_effects_chart(
+                    result.per_head, figure_dir / HEADS_EFFECTS_FIGURE, f"{name}: z patched per head"
+                ),
                 patching_table(result.per_head, "z patched per head"),
             ),
         ),
@@ -225,6 +233,11 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
             (
                 *existing_figures(
                     source, [(POSITIONS_FIGURE, f"{name}: resid_pre patched per (layer, position), normalised effect")]
+                ),
+                patching_effects_chart(
+                    result.per_position,
+                    figure_dir / POSITIONS_EFFECTS_FIGURE,
+                    f"{name}: resid_pre patched per position",
                 ),
                 patching_table(result.per_position, "resid_pre patched per position"),
             ),

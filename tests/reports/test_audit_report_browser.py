@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from browser import Chromium, find_chromium
+from browser import Chromium, find_chromium, pixels
 from sinkscope.pretrained_analysis.audit import AuditConfig, audit, write_audit
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.reporting import report
@@ -23,30 +23,6 @@ from tiny_models import TINY_GPT2_PROMPTS, build_tiny_gpt2
 pytestmark = pytest.mark.skipif(
     find_chromium() is None, reason="Debian's chromium is not installed (apt-get install -y chromium)"
 )
-
-# JavaScript: the image's pixels whose colour is near rgb within tol, as [x, y, red, blue]
-PIXELS = """
-(async () => {{
-  const img = Array.from(document.images).find(i => i.alt.includes({alt!r}));
-  await img.decode();
-  const c = document.createElement("canvas"); c.width = img.naturalWidth; c.height = img.naturalHeight;
-  const g = c.getContext("2d"); g.drawImage(img, 0, 0);
-  const d = g.getImageData(0, 0, c.width, c.height).data, out = [];
-  for (let i = 0; i < d.length; i += 4) {{
-    if (Math.abs(d[i] - {r}) <= {tol} && Math.abs(d[i + 1] - {g}) <= {tol} && Math.abs(d[i + 2] - {b}) <= {tol})
-      out.push([(i / 4) % c.width, Math.floor(i / 4 / c.width), d[i], d[i + 2]]);
-  }}
-  return [c.width, c.height, out];
-}})()
-"""
-
-
-def pixels(page, alt: str, colour: str, tol: int = 40, bluish: bool = False) -> tuple[int, int, list[tuple[int, int]]]:
-    """(width, height, the (x, y) of pixels near ``colour``) of the image whose alt text
-    holds ``alt``; ``bluish``: only those bluer than red (not the grey of antialiased text)."""
-    r, g, b = (int(colour[k : k + 2], 16) for k in (1, 3, 5))
-    width, height, found = page.evaluate(PIXELS.format(alt=alt, r=r, g=g, b=b, tol=tol))
-    return width, height, [(x, y) for x, y, red, blue in found if not bluish or blue - red >= 10]
 
 
 def boxes(points: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
