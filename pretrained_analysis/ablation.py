@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from sinkscope.infra.bounds import NONNEGATIVE, Bound
+from sinkscope.infra.heartbeat import heartbeat
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.pretrained_analysis.prompts import (
     PromptError,
@@ -134,15 +135,20 @@ def ablate(
     n_sets = min(len(sinks), settings.max_single_heads) + (len(sinks) > 1)
     passes = 2 + (1 + 2 * n_sets if sinks else 0)
     bar = tqdm(total=passes * n_chunks, desc=f"ablating {label}", unit="batch", disable=not progress, leave=False)
+    # a batch of a large model on a busy machine can take longer than a reader waits in silence
+    with bar, heartbeat(f"ablating {label}", enabled=progress) as said:
 
-    def loss_fn(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
-        bar.update(1)
-        return next_token_loss(logits, batch)
+        def tick() -> None:
+            bar.update(1)
+            said()
 
-    try:
-        base = mean_loss(hooked, prompts, n, None, settings.batch_size, lambda: bar.update(1))
+        def loss_fn(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
+            tick()
+            return next_token_loss(logits, batch)
+
+        base = mean_loss(hooked, prompts, n, None, settings.batch_size, tick)
         every_head = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
-        evicted = mean_loss(hooked, prompts, n, evict_anchor(every_head), settings.batch_size, lambda: bar.update(1))
+        evicted = mean_loss(hooked, prompts, n, evict_anchor(every_head), settings.batch_size, tick)
         sink_test = default_state_test(
             hooked,
             prompts.tokens[:n],
@@ -156,6 +162,4 @@ def ablate(
                 max_single_heads=settings.max_single_heads,
             ),
         )
-    finally:
-        bar.close()
     return AblationResult(base_loss=base, evict_anchor_loss=evicted, default_state=sink_test)

@@ -25,6 +25,7 @@ from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.bounds import POSITIVE, Bound
 from sinkscope.infra.devices import check_device_name
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.heartbeat import heartbeat
 from sinkscope.pretrained_analysis.boot import (
     LoadedModel,
     ModelInfo,
@@ -175,12 +176,14 @@ def load_model(spec: LoadSpec, resolved: ResolvedModel | None = None, progress: 
 @contextmanager
 def loading_announced(label: str, enabled: bool = True) -> Iterator[None]:
     """``loading LABEL ...`` on stderr before the block (importing TransformerLens and
-    reading the weights: ten seconds and more on two busy cores) and ``loaded LABEL in N s``
-    after it, so no stretch of a run is silent."""
+    reading the weights: ten seconds and more on two busy cores), a ``still loading`` line
+    every few seconds while it lasts (``heartbeat``) and ``loaded LABEL in N s`` after it,
+    so no stretch of a run is silent."""
     started = time.monotonic()
     if enabled:
         print(f"loading {label} (TransformerLens, the weights) ...", file=sys.stderr, flush=True)
-    yield
+    with heartbeat(f"loading {label}", enabled):
+        yield
     if enabled:
         print(f"loaded {label} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
 

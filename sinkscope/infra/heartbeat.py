@@ -1,0 +1,55 @@
+"""A line on stderr whenever a long step has said nothing for a few seconds.
+
+Loading a model inside TransformerLens and transformers, or one batch of an ablation on
+a busy machine, can take tens of seconds without a word; a reader cannot tell such a
+stretch from a hang. ``heartbeat(what)`` runs a daemon thread for the block that writes
+``  ... still WHAT (N s)`` once ``HEARTBEAT_S`` seconds pass with no line; the caller
+calls the function it yields when it writes a line of its own (a progress bar's update),
+so a step that reports often is never interrupted. Lines go through ``tqdm.write``,
+which keeps a progress bar on the terminal intact.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from tqdm.auto import tqdm
+
+# the longest a step stays silent: a reader waits this long before wondering
+HEARTBEAT_S = 4.0
+
+
+@contextmanager
+def heartbeat(what: str, enabled: bool = True, every_s: float | None = None) -> Iterator[Callable[[], None]]:
+    """Write ``  ... still WHAT (N s)`` on stderr each time ``every_s`` seconds
+    (``HEARTBEAT_S`` by default) pass in the block without a line; yields ``said()``, to
+    call whenever the block writes one."""
+    every_s = HEARTBEAT_S if every_s is None else every_s
+    started = time.monotonic()
+    last = [started]
+    done = threading.Event()
+
+    def said() -> None:
+        last[0] = time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(min(0.5, every_s / 4)):
+            now = time.monotonic()
+            if now - last[0] >= every_s:
+                tqdm.write(f"  ... still {what} ({now - started:.0f} s)", file=sys.stderr)
+                sys.stderr.flush()
+                last[0] = now
+
+    thread = threading.Thread(target=beat, name="sinkscope-heartbeat", daemon=True)
+    if enabled:
+        thread.start()
+    try:
+        yield said
+    finally:
+        done.set()
+        if enabled:
+            thread.join()
