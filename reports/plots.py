@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ MAX_GRID_COLUMNS = 6  # attention panels per row; more heads wrap onto further r
 def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = DPI) -> Figure:
     """Write ``fig`` to ``path`` as PNG, atomically; returns it. The PNG records the size of
     its smallest text in pixels (``TEXT_PX_KEY``): a page can tell if it stays legible."""
+    _wrap_titles(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     data = buffer.getvalue()
@@ -45,6 +47,27 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = DPI) -> Figure:
     with atomic_path(path) as tmp:
         Path(tmp).write_bytes(data)
     return fig
+
+
+# a title's average character is about this many font sizes wide (DejaVu Sans)
+CHAR_WIDTH_EM = 0.6
+
+
+def _wrap_titles(fig: Figure) -> None:
+    """Break every title (the figure's and each panel's) into lines that fit its width: a
+    long one would otherwise run over a colour bar or past the figure's edge, where
+    ``bbox_inches="tight"`` makes the figure wider than the page instead."""
+    suptitle = getattr(fig, "_suptitle", None)  # matplotlib keeps it private; None until set
+    titled = [(suptitle, fig.get_figwidth())] if suptitle is not None else []
+    for ax in fig.axes:
+        # a panel of several keeps to its own width; a figure's one plot may use most of the figure's
+        share = ax.get_position().width
+        titled += [(ax.title, fig.get_figwidth() * (share if share < 0.45 else 0.9))]
+    for text, width_in in titled:
+        chars = max(12, int(width_in * 72 / (text.get_fontsize() * CHAR_WIDTH_EM)))
+        lines = text.get_text().split("\n")
+        if any(len(line) > chars for line in lines):
+            text.set_text("\n".join(textwrap.fill(line, chars, break_on_hyphens=False) for line in lines))
 
 
 def _tick_step(n: int, length_in: float, pitch: float = 1.6) -> int:
