@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from sinkscope.infra.heartbeat import HEARTBEAT_S
 from sinkscope.toy.run_dir import METRICS_FILE, RESULT_FILE, RunConfig, read_metrics
 
 TERMINAL_INTERVAL_S = 1.0
-LOG_INTERVAL_S = 15.0
+# in a log (stderr not a terminal): a line at least this often, so no stretch is silent
+LOG_INTERVAL_S = HEARTBEAT_S
 TREND_MIN_POINTS = 4  # fewer logged errors than this in the later half: no trend yet
 # an estimate further ahead than this many times the steps the trend was fitted on is a
 # guess (early plateaus read as hour-long runs that then converge in minutes): none is shown
