@@ -62,8 +62,8 @@ def learned_sink_phrase(probe: ProbeResult) -> str | None:
         return None
     threshold = 1.0 - probe.config.sink_eps
     how = (
-        f"1 \u2212 row sum over real keys, mean over {probe.n_queries:,} queries after the anchor "
-        "(every query of every prompt), no interval recorded"
+        f"1 \u2212 row sum over real keys; mean over all {probe.n_queries:,} queries after the anchor, pooled "
+        "over prompts; no interval recorded"
     )
     strong = sorted((h for h in measured if h.learned_sink_mass >= threshold), key=lambda h: -h.learned_sink_mass)
     if not strong:

@@ -185,3 +185,19 @@ def test_a_model_without_learned_sinks_reports_none_and_refuses_their_removal(tm
     assert len(anchor_mass_map(probe, "gpt2").panels) == 1 and learned_sink_phrase(probe) is None
     with pytest.raises(InputError, match="remove_learned_sink needs a model with learned sink logits"):
         run_with_intervention(hooked, TINY_GPT2_PROMPTS, remove_learned_sink([(0, 0)]))
+
+
+def test_an_audit_of_gpt_oss_reports_and_persists_the_learned_sink(gpt_oss_dir, tmp_path):
+    from sinkscope.pretrained_analysis.audit import AuditConfig, audit, read_audit, write_audit
+    from sinkscope.reporting import report
+
+    result = audit(LoadSpec(str(gpt_oss_dir), device="cpu"), TINY_GPT2_PROMPTS, AuditConfig(), progress=False)
+    write_audit(result, tmp_path / "audit")
+    again = read_audit(tmp_path / "audit")
+    assert again.probe.matrix("learned_sink_mass").equal(result.probe.matrix("learned_sink_mass"))
+    written = report(tmp_path / "audit")
+    markdown = written.markdown.read_text(encoding="utf-8")
+    assert "| anchor_mass | learned_sink_mass |" in markdown
+    assert "learned_sink_mass: mean of 1 − row sum over the same queries" in markdown
+    assert "anchor mass and learned sink mass per layer and head" in markdown
+    assert any("on their learned sink" in finding for finding in written.findings)
