@@ -53,6 +53,34 @@ def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
     return f"{total} massive activations in the residual stream ({at_anchor} at the anchor), from layer {first} on."
 
 
+def learned_sink_phrase(probe: ProbeResult) -> str | None:
+    """The heads whose learned sink logit (gpt-oss) takes at least the sink-head threshold
+    of their attention, every one with its anchor mass beside it; without such heads, the
+    largest learned sink mass. None for a model without learned sinks (nothing measured)."""
+    measured = [head for head in probe.heads if not math.isnan(head.learned_sink_mass)]
+    if not measured:
+        return None
+    threshold = 1.0 - probe.config.sink_eps
+    how = (
+        f"1 \u2212 row sum over real keys; mean over all {probe.n_queries:,} queries after the anchor, pooled "
+        "over prompts; no interval recorded"
+    )
+    strong = sorted((h for h in measured if h.learned_sink_mass >= threshold), key=lambda h: -h.learned_sink_mass)
+    if not strong:
+        top = max(measured, key=lambda head: head.learned_sink_mass)
+        return (
+            f"No head puts \u2265 {threshold:g} of its attention on its learned sink ({how}); the largest learned "
+            f"sink mass is {top.learned_sink_mass:.3f} (L{top.layer}H{top.head}, anchor mass {top.anchor_mass:.3f})."
+        )
+    names = ", ".join(
+        f"L{h.layer}H{h.head} ({h.learned_sink_mass:.3f}; anchor mass {h.anchor_mass:.3f})" for h in strong
+    )
+    return (
+        f"{len(strong)} of {len(measured)} heads put \u2265 {threshold:g} of their attention on their learned sink, "
+        f"on no key at all ({how}), strongest first: {names}."
+    )
+
+
 def _estimate(estimate: Estimate, n: int) -> str:
     return estimate_text(estimate.mean, estimate.ci_low, estimate.ci_high, n)
 
@@ -129,6 +157,9 @@ def audit_findings(result: AuditResult) -> list[str]:
         "of (prompt, layer, head) entries.",
         _layer_phrase(probe.layers),
     ]
+    learned = learned_sink_phrase(probe)
+    if learned:
+        findings.append(learned)
     sinks = [head for head in result.probe.heads if head.is_sink_head]
     if sinks:
         findings.append(value_share_phrase(sinks, "the anchor"))

@@ -78,6 +78,13 @@ def _prompt_block(prompts: PromptSummary) -> KeyValues:
 def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
     """The sink map, the per-head and per-layer tables, and the attention heatmaps."""
     probe = result.probe
+    learned = not bool(probe.matrix("learned_sink_mass").isnan().all())  # a model with learned sink logits
+    learned_note = (
+        "learned_sink_mass: mean of 1 \u2212 row sum over the same queries, the mass the head's learned sink logit "
+        "takes from every key; "
+        if learned
+        else ""
+    )
     sections = [
         Section(
             "Sink map",
@@ -85,7 +92,10 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
                 _figures(
                     source,
                     [
-                        (MAP_FIGURE, "anchor mass per layer and head"),
+                        (
+                            MAP_FIGURE,
+                            "anchor mass" + (" and learned sink mass" if learned else "") + " per layer and head",
+                        ),
                         (LAYER_FIGURE, "anchor mass per layer: mean and max over heads, share of sink heads"),
                     ],
                 )
@@ -99,7 +109,7 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
                     probe.heads,
                     "Per head",
                     f"anchor_mass: mean attention on the anchor ({result.anchor}) over queries after it "
-                    f"({probe.n_queries:,} queries); "
+                    f"({probe.n_queries:,} queries); {learned_note}"
                     "alpha: Gu et al.'s alpha; value_weighted_anchor_share: share of the head's output norm coming from "
                     "the anchor; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass on the anchor.",
                 ),

@@ -228,11 +228,14 @@ def default_state_test(
     error_fn: ErrorFn,
     attention_mask: torch.Tensor | None = None,
     config: DefaultStateConfig = DefaultStateConfig(),
+    removal: Callable[[Sequence[HeadRef]], Intervention] = remove_sink,
 ) -> DefaultStateResult:
     """Run the test on one batch of ``inputs`` (see the module docstring).
 
     ``sink_heads``: e.g. ``probe_model(...).sink_heads()``; empty means there is no sink
-    to remove, which the result reports instead of testing.
+    to remove, which the result reports instead of testing. ``removal``: how a head's sink
+    is taken away: ``remove_sink`` (the anchor key), or ``remove_learned_sink`` for a
+    model's learned sink logits (gpt-oss), each against the same random-key control.
     """
     hooked = model if isinstance(model, HookedModel) else HookedModel(model)
     batch = hooked.prepare(inputs, attention_mask)
@@ -252,7 +255,7 @@ def default_state_test(
     )
 
     def tested(label: str, head_set: tuple[HeadRef, ...]) -> DefaultStateRow:
-        removed = _errors(hooked, batch, error_fn, remove_sink(head_set), config.batch_size) - before
+        removed = _errors(hooked, batch, error_fn, removal(head_set), config.batch_size) - before
         control = (
             _errors(hooked, batch, error_fn, mask_random_key(head_set, seed=config.seed), config.batch_size) - before
         )

@@ -9,6 +9,9 @@ Kinds (docs/metrics.md):
 - ``redirect_to_sink``: replace each real row by one-hot on the anchor (head made dormant).
 - ``mask_random_key``: the matched control for ``remove_sink``: every query after the
   anchor loses one visible non-anchor key, drawn uniformly with ``seed``, renormalised.
+- ``remove_learned_sink``: for models with learned per-head sink logits (gpt-oss), give
+  the sink logit's share to the real keys: every row of the head renormalised over its
+  visible keys, as the model computes it with that head's sink logit at -inf.
 - ``zero_head``: the head's ``z`` (its output before W_O) set to zero.
 - ``mean_ablate_head``: the head's ``z`` replaced by its per-position mean over a
   reference set (``head_means``).
@@ -36,19 +39,33 @@ from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
+from sinkscope.interp.learned_sinks import has_learned_sinks
 
 InterventionKind = Literal[
-    "remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key", "zero_head", "mean_ablate_head"
+    "remove_sink",
+    "evict_anchor",
+    "redirect_to_sink",
+    "mask_random_key",
+    "remove_learned_sink",
+    "zero_head",
+    "mean_ablate_head",
 ]
 INTERVENTION_KINDS: tuple[str, ...] = (
     "remove_sink",
     "evict_anchor",
     "redirect_to_sink",
     "mask_random_key",
+    "remove_learned_sink",
     "zero_head",
     "mean_ablate_head",
 )
-PATTERN_KINDS: tuple[str, ...] = ("remove_sink", "evict_anchor", "redirect_to_sink", "mask_random_key")
+PATTERN_KINDS: tuple[str, ...] = (
+    "remove_sink",
+    "evict_anchor",
+    "redirect_to_sink",
+    "mask_random_key",
+    "remove_learned_sink",
+)
 HeadRef = tuple[int, int]
 
 
@@ -106,6 +123,11 @@ def mask_random_key(heads: Sequence[HeadRef], seed: int = 0) -> Intervention:
     return Intervention("mask_random_key", _heads(heads), seed=seed)
 
 
+def remove_learned_sink(heads: Sequence[HeadRef]) -> Intervention:
+    """Zero the learned sink's share of the heads' rows (models with learned sink logits)."""
+    return Intervention("remove_learned_sink", _heads(heads))
+
+
 def zero_head(heads: Sequence[HeadRef]) -> Intervention:
     return Intervention("zero_head", _heads(heads))
 
@@ -137,6 +159,18 @@ def mask_keys(
         scaled = selected / torch.where(rest > 0, rest, torch.ones_like(rest))
         selected = torch.where(has_key.unsqueeze(1).unsqueeze(-1), scaled, selected)
     edited[:, list(heads)] = selected
+    return edited
+
+
+def renormalise_rows(
+    pattern: Float[torch.Tensor, "batch head query key"], heads: Sequence[int]
+) -> Float[torch.Tensor, "batch head query key"]:
+    """The listed heads' rows divided by their sums over real keys, so a learned sink's
+    share goes to the keys in proportion; a row with no mass on any key stays zero."""
+    edited = pattern.clone()
+    selected = edited[:, list(heads)]
+    total = selected.sum(dim=-1, keepdim=True)
+    edited[:, list(heads)] = selected / torch.where(total > 0, total, torch.ones_like(total))
     return edited
 
 
@@ -184,6 +218,8 @@ def edit_pattern(
 ) -> Float[torch.Tensor, "batch head query key"]:
     """The edited pattern of ``layer`` under a pattern intervention."""
     heads = intervention.heads_in(layer)
+    if intervention.kind == "remove_learned_sink":
+        return renormalise_rows(pattern, heads)
     if intervention.kind == "redirect_to_sink":
         positions = torch.arange(batch.n_pos, device=batch.anchor.device)
         rows = batch.attention_mask & (positions.unsqueeze(0) >= batch.anchor.unsqueeze(1))
@@ -235,6 +271,11 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
             raise InputError(
                 f"head ({layer}, {head}) does not exist; layers 0..{spec.n_layers - 1}, heads 0..{spec.n_heads - 1}"
             )
+    if intervention.kind == "remove_learned_sink" and not has_learned_sinks(model):
+        raise InputError(
+            "remove_learned_sink needs a model with learned sink logits (gpt-oss); this model's attention rows "
+            "already sum to one over its keys, so use remove_sink to take the anchor away"
+        )
     if intervention.kind == "zero_head":
         return [
             (attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), torch.zeros_like))

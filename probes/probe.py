@@ -183,7 +183,9 @@ class HeadProbe:
     anchor_mass / anchor_mass_other: mean attention on the anchor over the selected /
     the other real queries after it (for the toy task: non-trigger / trigger queries);
     row_mass: mean total weight of the selected queries' rows (1 under softmax; under
-    ReLU-family kinds, whether the head attends at all there); the other metrics are
+    ReLU-family kinds, whether the head attends at all there); learned_sink_mass: mean of
+    1 - row sum over the same queries, the mass a learned per-head sink logit (gpt-oss)
+    takes from every key (NaN for models without learned sinks); the other metrics are
     defined in docs/metrics.md."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
@@ -197,6 +199,7 @@ class HeadProbe:
         "row_entropy": FRACTION,
         "head_out_norm": NONNEGATIVE,
         "row_mass": NONNEGATIVE,
+        "learned_sink_mass": FRACTION,
     }
 
     layer: int
@@ -211,6 +214,7 @@ class HeadProbe:
     dormant: bool
     head_out_norm: float
     row_mass: float = math.nan
+    learned_sink_mass: float = math.nan
 
 
 @dataclass(frozen=True)

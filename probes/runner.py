@@ -35,12 +35,14 @@ from sinkscope.infra.arguments import check_argument, check_items
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from sinkscope.interp.learned_sinks import has_learned_sinks
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate, layers_note
 from sinkscope.probes.sink_metrics import (
     alpha_k,
     anchor_mass_sums,
     head_output_norms,
     is_sink_head,
+    learned_sink_mass,
     massive_activations,
     output_gram,
     projected_value_norms,
@@ -70,12 +72,9 @@ class ProbeAccumulator:
         self.share, self.share_count = zeros(shape), zeros(shape)
         self.entropy, self.entropy_count = zeros(shape), zeros(shape)
         self.value_norm, self.value_count = zeros(shape), zeros(spec.n_layers)
-        self.head_out, self.layer_out, self.head_out_sum, self.out_count = (
-            zeros(shape),
-            zeros(spec.n_layers),
-            zeros(spec.n_layers),
-            zeros(spec.n_layers),
-        )
+        self.head_out, self.layer_out = zeros(shape), zeros(spec.n_layers)
+        self.head_out_sum, self.out_count = zeros(spec.n_layers), zeros(spec.n_layers)
+        self.learned_sinks = has_learned_sinks(model)  # then 1 - row mass is the learned sink's
         self.resid_norm, self.resid_count = zeros(spec.n_layers), zeros(spec.n_layers)
         self.massive_count, self.massive_at_anchor = zeros(spec.n_layers), zeros(spec.n_layers)
         self.max_abs, self.median_abs = zeros(spec.n_layers), zeros(spec.n_layers)
@@ -263,6 +262,7 @@ class ProbeAccumulator:
         value_norm = _ratio(self.value_norm, self.value_count.unsqueeze(1))
         head_out = _ratio(self.head_out, self.out_count.unsqueeze(1))
         row_mass = _ratio(self.row_mass, self.mass_count.unsqueeze(1))
+        learned = learned_sink_mass(row_mass) if self.learned_sinks else torch.full_like(row_mass, math.nan)
         dormant = (entropy <= config.dormant_entropy_max) & (mass >= config.dormant_anchor_min)
         return tuple(
             HeadProbe(
@@ -278,6 +278,7 @@ class ProbeAccumulator:
                 dormant=bool(dormant[layer, head]),
                 head_out_norm=float(head_out[layer, head]),
                 row_mass=float(row_mass[layer, head]),
+                learned_sink_mass=float(learned[layer, head]),
             )
             for layer in self.layers
             for head in range(self.model.spec.n_heads)

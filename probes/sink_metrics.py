@@ -88,6 +88,14 @@ def row_mass_sums(
     return (pattern.sum(dim=-1) * weights).sum(dim=(0, 2)), selected.sum()
 
 
+def learned_sink_mass(row_mass: Float[torch.Tensor, " *shape"]) -> Float[torch.Tensor, " *shape"]:
+    """The learned sink's mass from ``row_mass`` (a mean of row sums over real keys, e.g.
+    ``row_mass_sums`` over its count): 1 - row_mass, the share a per-head sink logit
+    (gpt-oss) takes from every key; clamped to [0, 1], since float rounding of a row that
+    sums to one can land a hair either side. NaN stays NaN (nothing measured)."""
+    return (1.0 - row_mass).clamp(0.0, 1.0)
+
+
 def anchor_mass(
     pattern: Float[torch.Tensor, "batch head query key"],
     anchor: int | Int[torch.Tensor, " batch"] = 0,

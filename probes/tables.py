@@ -32,6 +32,7 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         LAYER,
         HEAD,
         ANCHOR_MASS,
+        Column("learned_sink_mass", ".4f", numeric=True),
         Column("anchor_mass_other", ".4f", numeric=True),
         Column("alpha", ".3f", numeric=True),
         Column("sink head"),
@@ -46,6 +47,7 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         h.layer,
         h.head,
         h.anchor_mass,
+        h.learned_sink_mass,
         h.anchor_mass_other,
         h.alpha,
         h.is_sink_head,
@@ -56,7 +58,9 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         h.dormant,
         h.head_out_norm,
     ),
-    "anchor_mass: mean attention on the anchor over the selected queries; anchor_mass_other: over the "
+    "anchor_mass: mean attention on the anchor over the selected queries; learned_sink_mass: mean of 1 - "
+    "row sum over the same queries, the mass a learned per-head sink logit (gpt-oss) takes from every key; "
+    "anchor_mass_other: over the "
     "other queries; alpha: Gu et al.'s alpha_0 (mean over all queries); value_weighted_anchor_share: share "
     "of the head's output norm coming from the anchor; row_entropy: normalised by log(#visible keys); "
     "row_mass: total weight of the selected queries' rows (1 under softmax); dormant: low entropy with mass "
@@ -309,11 +313,20 @@ MECHANISM_MODEL_TABLE: TableDefinition[MechanismModel] = TableDefinition(
 
 def anchor_mass_map(probe: ProbeResult, title: str, colorbar_label: str = "anchor mass") -> HeadMaps:
     """The sink map: a probe's anchor mass per (layer, head), sink heads outlined; the
-    report's PNG and the notebook's grid both draw it."""
+    report's PNG and the notebook's grid both draw it. A model with learned sink logits
+    (gpt-oss) gets a second panel on the same scale: each head's learned sink mass."""
+    sink_heads = frozenset(probe.sink_heads())
+    anchor = tuple(tuple(row) for row in probe.anchor_mass_matrix().tolist())
+    learned = probe.matrix("learned_sink_mass")
+    panels: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...] = (("", anchor),)
+    if bool((~learned.isnan()).any()):
+        title = f"{title}, beside the learned sink's mass (1 \u2212 row sum, same queries)"
+        panels = (("anchor mass", anchor), ("learned sink mass", tuple(tuple(row) for row in learned.tolist())))
+        colorbar_label = "attention mass"
     return HeadMaps(
         title,
         colorbar_label,
-        (("", tuple(tuple(row) for row in probe.anchor_mass_matrix().tolist())),),
-        (frozenset(probe.sink_heads()),),
+        panels,
+        (sink_heads,) * len(panels),
         f"sink heads, anchor mass \u2265 {1.0 - probe.config.sink_eps:g}",
     )

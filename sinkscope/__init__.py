@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from sinkscope.probes.interventions import (
         evict_anchor,
         mask_random_key,
+        remove_learned_sink,
         remove_sink,
         run_with_intervention,
         zero_head,
@@ -111,6 +112,7 @@ _EXPORTS: dict[str, str] = {
     "ProbeResult": "sinkscope.probes.probe",
     "run_with_intervention": "sinkscope.probes.interventions",
     "remove_sink": "sinkscope.probes.interventions",
+    "remove_learned_sink": "sinkscope.probes.interventions",
     "evict_anchor": "sinkscope.probes.interventions",
     "mask_random_key": "sinkscope.probes.interventions",
     "zero_head": "sinkscope.probes.interventions",
