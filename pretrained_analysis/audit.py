@@ -68,7 +68,7 @@ from sinkscope.pretrained_analysis.prompts import (
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, upgrade_probe_v1
 from sinkscope.probes.runner import iterate_batches, probe_batches
 from sinkscope.reports.formatting import plural
-from sinkscope.reports.frames import dataframe, row_of
+from sinkscope.reports.frames import dataframe, row_of, without_unmeasured
 
 if TYPE_CHECKING:
     import pandas
@@ -209,9 +209,11 @@ class AuditResult:
         return self.probe.sink_heads()
 
     def to_dataframe(self) -> pandas.DataFrame:
-        """One row per (model, revision, layer, head), every ``HeadProbe`` metric a column;
-        audits of several models or revisions stack with ``pandas.concat``."""
-        return dataframe(row_of(row, model=self.model.label, revision=self.model.revision) for row in self.probe.heads)
+        """One row per (model, revision, layer, head), every ``HeadProbe`` metric measured a
+        column (the columns of ``heads.csv``); audits of several models or revisions stack
+        with ``pandas.concat``."""
+        rows = (row_of(row, model=self.model.model_name, revision=self.model.revision) for row in self.probe.heads)
+        return without_unmeasured(dataframe(rows), context=("model", "revision"))
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: findings, sink map, per-head table, ablations."""

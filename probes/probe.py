@@ -37,7 +37,7 @@ from sinkscope.probes.sink_metrics import (
     SINK_RATE_EPSILONS,
 )
 from sinkscope.reports.document import Column, Table, records_table
-from sinkscope.reports.frames import dataframe, row_of
+from sinkscope.reports.frames import dataframe, row_of, without_unmeasured
 from sinkscope.reports.text import table_csv
 
 if TYPE_CHECKING:
@@ -376,8 +376,9 @@ class ProbeResult:
         return [asdict(row) for row in self.layers]
 
     def to_dataframe(self) -> pandas.DataFrame:
-        """One row per (layer, head), every ``HeadProbe`` metric a column."""
-        return dataframe(row_of(row) for row in self.heads)
+        """One row per (layer, head), every ``HeadProbe`` metric measured a column (the
+        columns of ``heads.csv``)."""
+        return without_unmeasured(dataframe(row_of(row) for row in self.heads))
 
     def heads_csv(self, model: str = "", revision: str | None = None) -> str:
         """``heads.csv``: one line per (layer, head) probed, led by the ``model`` and its

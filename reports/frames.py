@@ -25,3 +25,16 @@ def dataframe(rows: Iterable[Mapping[str, Any]]) -> pandas.DataFrame:
     import pandas
 
     return pandas.DataFrame.from_records(list(rows))
+
+
+def without_unmeasured(frame: pandas.DataFrame, context: Iterable[str] = ()) -> pandas.DataFrame:
+    """``frame`` less every numeric column that holds no value at all (a metric measured
+    nowhere, e.g. ``anchor_mass_other`` without a split of the queries), as the CSV files
+    leave them out; the ``context`` columns (model, revision) stay even when empty."""
+    kept = set(context)
+    empty = [
+        name
+        for name in frame.columns
+        if name not in kept and frame[name].dtype.kind == "f" and len(frame) and frame[name].isna().all()
+    ]
+    return frame.drop(columns=empty)

@@ -82,3 +82,19 @@ def test_toy_probe_csvs_name_the_run_and_hold_no_empty_column(tmp_path):
     columns = _measured_columns(paths[0], allowed_empty={"revision"})
     assert set(columns["model"]) == {"softmax-1x1"}
     assert "anchor_mass_other" in columns  # the BOS mass at the trigger, measured in the toy task
+
+
+def test_the_data_frame_has_the_csv_columns(audit_out):
+    """``to_dataframe()`` and ``heads.csv`` agree: the same columns, in order, and the model
+    named the same way (its name, the revision apart)."""
+    import csv
+
+    from sinkscope.pretrained_analysis.audit import read_audit
+
+    result = read_audit(audit_out)
+    frame = result.to_dataframe()
+    with (audit_out / "heads.csv").open(newline="", encoding="utf-8") as handle:
+        header = next(csv.reader(handle))
+    assert list(frame.columns) == header
+    assert set(frame["model"]) == {"tiny-gpt2"} and "anchor_mass_other" not in frame.columns
+    assert list(result.probe.to_dataframe().columns) == header[2:]
