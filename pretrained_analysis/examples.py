@@ -62,17 +62,33 @@ def token_label(text: str, special: bool = False) -> str:
 def readable_tokens(tokenizer: Any, ids: list[int]) -> tuple[str, ...]:
     """Each token as a reader would write it: special tokens as themselves
     (``<|im_start|>``), others decoded one by one (no BPE markers: ``Ġwas`` is ``was``,
-    ``Ċ`` a line break ⏎)."""
+    ``Ċ`` a line break ⏎, WordPiece's ``##lls`` is ``lls``)."""
     specials = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    wordpiece = _joins_wordpieces(tokenizer)
     labels = []
     for token_id, token in zip(ids, tokenizer.convert_ids_to_tokens(ids)):
         if token_id in specials:
             labels.append(token_label(str(token), special=True))
+        elif wordpiece and str(token).startswith(WORDPIECE_PREFIX) and len(str(token)) > len(WORDPIECE_PREFIX):
+            labels.append(token_label(str(token)[len(WORDPIECE_PREFIX) :]))  # "##lls" continues a word: "lls"
         elif hasattr(tokenizer, "convert_tokens_to_string"):
             labels.append(token_label(tokenizer.convert_tokens_to_string([token])))
         else:
             labels.append(token_label(tokenizer.decode([token_id])))
     return tuple(labels)
+
+
+WORDPIECE_PREFIX = "##"
+
+
+def _joins_wordpieces(tokenizer: Any) -> bool:
+    """Whether the tokenizer marks a word's continuation pieces with ``##`` (BERT's
+    WordPiece): then ``"##lls"`` reads as ``lls``. A byte-level BPE vocabulary may hold
+    ``##`` as text (a Markdown heading), which must stay as it is."""
+    try:
+        return tokenizer.convert_tokens_to_string(["a", WORDPIECE_PREFIX + "b"]) == "ab"
+    except Exception:  # a tokenizer without that call, or one that rejects unknown tokens
+        return False
 
 
 def example_heads(probe: ProbeResult, n_sinks: int = EXAMPLE_SINK_HEADS) -> tuple[tuple[tuple[int, int], str], ...]:

