@@ -40,25 +40,39 @@ class GGUFFamily:
     norm_offset: bool = False
     transposed: tuple[str, ...] = ()
     rms_norm: bool = True
+    init_std: float = 0.2
 
 
 GGUF_FAMILIES: dict[str, GGUFFamily] = {
     "llama": GGUFFamily("llama", {"num_key_value_heads": 2}),
-    "mistral": GGUFFamily("mistral", {"num_key_value_heads": 2, "sliding_window": None}, "llama", "mistral"),
+    # llama.cpp writes Mistral as architecture llama; transformers reads it as Llama unless
+    # general.name is exactly "mistral" (then its reader fails with gguf 0.19: REFUSED_FAMILIES)
+    "mistral": GGUFFamily(
+        "mistral", {"num_key_value_heads": 2, "sliding_window": None}, "llama", "Mistral-7B-Instruct-v0.3"
+    ),
     "qwen2": GGUFFamily("qwen2", {"num_key_value_heads": 2}),
     # transformers' GGUF reader takes Qwen3's head_dim (128) from the config class, not the file
     "qwen3": GGUFFamily("qwen3", {"num_key_value_heads": 2}),
-    "gemma2": GGUFFamily("gemma2", {"num_key_value_heads": 2, "head_dim": 8}, norm_offset=True),
-    "gemma3": GGUFFamily("gemma3_text", {"num_key_value_heads": 1, "head_dim": 8}, norm_offset=True),
+    "gemma2": GGUFFamily("gemma2", {"num_key_value_heads": 2, "head_dim": 8}, norm_offset=True, init_std=0.6),
+    "gemma3": GGUFFamily("gemma3_text", {"num_key_value_heads": 1, "head_dim": 8}, norm_offset=True, init_std=0.6),
     "phi3": GGUFFamily("phi3", {"num_key_value_heads": N_HEADS}),
     "gpt2": GGUFFamily("gpt2", {}, transposed=("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"), rms_norm=False),
     "starcoder2": GGUFFamily("starcoder2", {"num_key_value_heads": 2}, rms_norm=False),
 }
 
 
+# families transformers' GGUF reader does not read (tests of the refusal)
+REFUSED_FAMILIES: dict[str, GGUFFamily] = {
+    "gemma": GGUFFamily("gemma", {"num_key_value_heads": 1, "head_dim": 8}, norm_offset=True),
+    "mistral-named": GGUFFamily("mistral", {"num_key_value_heads": 2, "sliding_window": None}, "llama", "mistral"),
+}
+
+
 def tiny_causal_lm(family: GGUFFamily, tokenizer, seed: int):
-    """A random 2-layer model of ``family``, its matrices drawn wide enough (std 0.2) that
-    attention is far from uniform."""
+    """A random 2-layer model of ``family``, its matrices drawn wide enough that attention is
+    far from uniform: Gemma divides scores by sqrt(256) whatever the head size (transformers'
+    GGUF reader keeps the config class's ``query_pre_attn_scalar``) and Gemma 3 normalises
+    queries and keys, so Gemma draws wider and gives its q/k norms random scales."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     sizes = {
@@ -76,20 +90,23 @@ def tiny_causal_lm(family: GGUFFamily, tokenizer, seed: int):
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():
-        for parameter in model.parameters():
+        for name, parameter in model.named_parameters():
             if parameter.dim() >= 2:
-                parameter.normal_(0.0, 0.2)
+                parameter.normal_(0.0, family.init_std)
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                parameter.normal_(1.0, 2.0)
     return model
 
 
 def tokenizer_metadata(writer, tokenizer) -> None:
-    """A byte-level BPE vocabulary in GGUF's tokenizer keys, its one special token as
-    BOS/EOS (token type 3, control); BOS is not added by the file's tokenizer itself."""
+    """A byte-level BPE vocabulary in GGUF's tokenizer keys, its special tokens as control
+    tokens (type 3), ``<|endoftext|>`` as BOS, EOS and padding."""
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list(tokens)
-    writer.add_token_types([3 if token == tokenizer.bos_token else 1 for token in tokens])
+    special = set(tokenizer.all_special_tokens)
+    writer.add_token_types([3 if token in special else 1 for token in tokens])
     writer.add_token_merges([merge if isinstance(merge, str) else " ".join(merge) for merge in merges])
     writer.add_bos_token_id(tokenizer.bos_token_id)
     writer.add_eos_token_id(tokenizer.eos_token_id)
@@ -161,11 +178,15 @@ def build_tiny_gguf(directory: Path, family: str, quantization: str = "F32", see
     """Write ``directory/tiny-FAMILY.QUANT.gguf`` and return its path."""
     import gguf
 
-    spec = GGUF_FAMILIES[family]
+    spec = GGUF_FAMILIES.get(family) or REFUSED_FAMILIES[family]
     tokenizer = train_byte_level_tokenizer()
+    # transformers reads Gemma files with GemmaTokenizer, which adds <mask> when the vocabulary
+    # lacks it (real Gemma vocabularies have it): every file carries one, a control token
+    tokenizer.add_special_tokens({"mask_token": "<mask>"})
     model = tiny_causal_lm(spec, tokenizer, seed)
     arch_name = spec.architecture or family
     architecture = next(key for key, value in gguf.MODEL_ARCH_NAMES.items() if value == arch_name)
+    Path(directory).mkdir(parents=True, exist_ok=True)
     path = Path(directory) / f"tiny-{family}.{quantization}.gguf"
     writer = gguf.GGUFWriter(str(path), arch_name)
     writer.add_name(spec.name)
