@@ -30,8 +30,9 @@ WIDTH, N_LAYERS, N_HEADS, MAX_POSITIONS = 32, 2, 4, 64
 class GGUFFamily:
     """How to draw one family: its transformers model type, the extra config fields, the
     llama.cpp architecture name and ``general.name`` (Mistral files say ``llama`` and are
-    told apart by their name), whether norms are stored as ``1 + w`` (Gemma) and which
-    Conv1D weights llama.cpp stores transposed (GPT-2)."""
+    told apart by their name), whether norms are stored as ``1 + w`` (Gemma, Nemotron), which
+    Conv1D weights llama.cpp stores transposed (GPT-2), the norm kind (RMS or layer norm) and
+    the spread the matrices are drawn with."""
 
     model_type: str
     config: dict = field(default_factory=dict)
@@ -58,6 +59,11 @@ GGUF_FAMILIES: dict[str, GGUFFamily] = {
     "phi3": GGUFFamily("phi3", {"num_key_value_heads": N_HEADS}),
     "gpt2": GGUFFamily("gpt2", {}, transposed=("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"), rms_norm=False),
     "starcoder2": GGUFFamily("starcoder2", {"num_key_value_heads": 2}, rms_norm=False),
+    "stablelm": GGUFFamily("stablelm", {"num_key_value_heads": N_HEADS}, rms_norm=False),
+    "falcon": GGUFFamily("falcon", {"new_decoder_architecture": False, "multi_query": True}, rms_norm=False),
+    "bloom": GGUFFamily("bloom", {}, rms_norm=False),
+    # Nemotron's layer norms scale by 1 + w, and llama.cpp stores them so
+    "nemotron": GGUFFamily("nemotron", {"num_key_value_heads": 2}, norm_offset=True, rms_norm=False),
 }
 
 
@@ -131,7 +137,9 @@ def shape_metadata(writer, config, family: GGUFFamily) -> None:
     if getattr(text, "rope_theta", None) is not None:
         writer.add_rope_freq_base(float(text.rope_theta))
     eps = next(
-        getattr(text, name) for name in ("rms_norm_eps", "norm_epsilon", "layer_norm_epsilon") if hasattr(text, name)
+        getattr(text, name)
+        for name in ("rms_norm_eps", "norm_epsilon", "layer_norm_epsilon", "layer_norm_eps", "norm_eps")
+        if hasattr(text, name)
     )
     (writer.add_layer_norm_rms_eps if family.rms_norm else writer.add_layer_norm_eps)(float(eps))
 

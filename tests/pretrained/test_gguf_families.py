@@ -12,13 +12,13 @@ import json
 
 import pytest
 import torch
+from test_gqa import direct_head_metrics
 
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set, tokenize_prompts
 from sinkscope.probes.probe import ProbeConfig
 from sinkscope.probes.runner import probe_model
-from test_gqa import direct_head_metrics
 from tiny_gguf import GGUF_FAMILIES, build_tiny_gguf
 from tiny_models import TINY_GPT2_PROMPTS
 
@@ -37,10 +37,15 @@ CLASSES = {
     "phi3": "Phi3ForCausalLM",
     "gpt2": "GPT2LMHeadModel",
     "starcoder2": "Starcoder2ForCausalLM",
+    "stablelm": "StableLmForCausalLM",
+    "falcon": "FalconForCausalLM",
+    "bloom": "BloomForCausalLM",
+    "nemotron": "NemotronForCausalLM",
 }
 # families whose attention has separate v_proj / o_proj modules, which the direct
-# computation of the value-side metrics reads (Phi-3 fuses q, k, v; GPT-2 uses Conv1D)
-SPLIT_PROJECTIONS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "starcoder2")
+# computation of the value-side metrics reads (Phi-3, Falcon and BLOOM fuse q, k, v; GPT-2
+# uses Conv1D): those four are checked on the pattern metrics
+SPLIT_PROJECTIONS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "starcoder2", "stablelm", "nemotron")
 CASES = [(family, quantization) for family in GGUF_FAMILIES for quantization in ("F16", "Q8_0")]
 
 
@@ -90,6 +95,7 @@ def pattern_metrics(attentions, mask: torch.Tensor) -> dict[str, torch.Tensor]:
 def test_every_probe_metric_matches_transformers_on_the_same_gguf(loaded_pair, prompt_file):
     family, quantization, path, loaded, hf = loaded_pair
     assert (loaded.info.architecture, loaded.info.quantization) == (CLASSES[family], quantization)
+    assert loaded.bridge.original_model.config.architectures == [CLASSES[family]]  # named, not guessed
     assert loaded.info.n_layers == 2 and path.stat().st_size < 2_000_000
     prompts = tokenize_prompts(load_prompt_set(PromptSpec(source=str(prompt_file), max_len=24)), loaded)
     tokens, mask = prompts.tokens, prompts.attention_mask
