@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -42,10 +44,12 @@ CLASSES = {
     "bloom": "BloomForCausalLM",
     "nemotron": "NemotronForCausalLM",
 }
-# families whose attention has separate v_proj / o_proj modules, which the direct
-# computation of the value-side metrics reads (Phi-3, Falcon and BLOOM fuse q, k, v; GPT-2
-# uses Conv1D): those four are checked on the pattern metrics
+# families whose attention has separate v_proj / o_proj modules, which test_gqa's direct
+# computation of the value-side metrics reads; Phi-3 (fused q, k, v) and GPT-2 (Conv1D) get
+# theirs from the values transformers' eager attention receives (EAGER_VALUES); Falcon and
+# BLOOM compute attention inline, so they are checked on the pattern metrics only
 SPLIT_PROJECTIONS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "starcoder2", "stablelm", "nemotron")
+EAGER_VALUES = {"phi3": "o_proj", "gpt2": "c_proj"}
 CASES = [(family, quantization) for family in GGUF_FAMILIES for quantization in ("F16", "Q8_0")]
 
 
@@ -92,6 +96,74 @@ def pattern_metrics(attentions, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     return {name: torch.stack(rows) for name, rows in out.items()}
 
 
+@contextmanager
+def captured_eager_values(hf):
+    """Each layer's key/value-head values ``[batch, kv head, key, d_head]`` as transformers'
+    eager attention receives them, in call order."""
+    module = sys.modules[type(hf).__module__]
+    original, values = module.eager_attention_forward, []
+
+    def eager(attn, query, key, value, *args, **kwargs):
+        values.append(value.detach().double())
+        return original(attn, query, key, value, *args, **kwargs)
+
+    module.eager_attention_forward = eager
+    try:
+        yield values
+    finally:
+        module.eager_attention_forward = original
+
+
+def output_matrix(attention, name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The attention output projection as ``[d_model, head * d_head]`` and its bias (GPT-2's
+    Conv1D stores it transposed)."""
+    projection = getattr(attention, name)
+    weight = projection.weight.detach().double()
+    bias = None if projection.bias is None else projection.bias.detach().double()
+    return (weight.T if name == "c_proj" else weight), bias
+
+
+@torch.no_grad()
+def value_metrics(hf, tokens: torch.Tensor, mask: torch.Tensor, projection: str) -> dict[str, torch.Tensor]:
+    """The value-side metrics from transformers' own attentions and values: per query head h
+    (reading kv head h // group), its output through its columns of the output projection;
+    means over the real queries after the anchor (position 0), the anchor's value norm per prompt."""
+    with captured_eager_values(hf) as values:
+        attentions = hf(tokens, attention_mask=mask.long(), output_attentions=True).attentions
+    attention_modules = [m for m in hf.modules() if hasattr(m, projection) and hasattr(m, "layer_idx")]
+    after = mask.double().clone()
+    after[:, 0] = 0.0
+    n_after = after.sum()
+    out: dict[str, list[torch.Tensor]] = {
+        name: []
+        for name in (
+            "anchor_value_norm",
+            "value_weighted_anchor_share",
+            "head_out_norm",
+            "attn_out_norm",
+            "head_out_norm_sum",
+        )
+    }
+    for pattern, value, attention in zip(attentions, values, attention_modules, strict=True):
+        a = pattern.double()  # [batch, head, query, key]
+        n_heads = a.shape[1]
+        v = value.repeat_interleave(n_heads // value.shape[1], dim=1)  # [batch, head, key, d_head]
+        w_o, bias = output_matrix(attention, projection)
+        columns = w_o.view(w_o.shape[0], n_heads, -1)  # [d_model, head, d_head]
+        value_out = torch.einsum("bhkd,mhd->bhkm", v, columns).norm(dim=-1)  # [batch, head, key]
+        z = torch.einsum("bhqk,bhkd->bhqd", a, v)
+        head_out = torch.einsum("bhqd,mhd->bhqm", z, columns)
+        weighted = a * value_out[:, :, None, :]
+        share = weighted[..., 0] / weighted.sum(dim=-1)
+        layer_out = head_out.sum(dim=1) + (0.0 if bias is None else bias)  # [batch, query, d_model]
+        out["anchor_value_norm"].append(v[:, :, 0].norm(dim=-1).mean(dim=0))
+        out["value_weighted_anchor_share"].append((share * after[:, None]).sum(dim=(0, 2)) / n_after)
+        out["head_out_norm"].append((head_out.norm(dim=-1) * after[:, None]).sum(dim=(0, 2)) / n_after)
+        out["attn_out_norm"].append((layer_out.norm(dim=-1) * after).sum() / n_after)
+        out["head_out_norm_sum"].append((head_out.norm(dim=-1).sum(dim=1) * after).sum() / n_after)
+    return {name: torch.stack(rows) for name, rows in out.items()}
+
+
 def test_every_probe_metric_matches_transformers_on_the_same_gguf(loaded_pair, prompt_file):
     family, quantization, path, loaded, hf = loaded_pair
     assert (loaded.info.architecture, loaded.info.quantization) == (CLASSES[family], quantization)
@@ -106,6 +178,8 @@ def test_every_probe_metric_matches_transformers_on_the_same_gguf(loaded_pair, p
     expected = pattern_metrics(attentions, mask)
     if family in SPLIT_PROJECTIONS:
         expected |= direct_head_metrics(hf, tokens, mask)
+    elif family in EAGER_VALUES:
+        expected |= value_metrics(hf, tokens, mask, EAGER_VALUES[family])
     for name, values in expected.items():
         if values.dim() == 2:
             measured = result.matrix(name)
