@@ -10,6 +10,7 @@ of memory propagates as itself, since it says nothing about the model's architec
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.gguf_files import gguf_quantization, load_gguf
 from sinkscope.pretrained_analysis.resolve import (
     OFFLINE_FIX,
+    SUPPORTED_FAMILIES_DOC,
     ModelLoadError,
     ModelNotAvailableError,
     ResolvedModel,
@@ -136,7 +138,8 @@ def boot_bridge(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> Load
         if is_out_of_memory(error):
             raise
         raise ModelLoadError(
-            f"TransformerBridge could not load {spec.label} ({resolved.location}): {first_line(error)}; "
+            unsupported_family(error, spec.label)
+            or f"TransformerBridge could not load {spec.label} ({resolved.location}): {first_line(error)}; "
             "pass a Hugging Face model of an architecture TransformerLens supports"
         ) from error
     except RuntimeError as error:  # after NotImplementedError, which is one
@@ -146,6 +149,23 @@ def boot_bridge(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> Load
     bridge.eval()
     hooked = HookedModel(bridge).spec  # the probes' own reading of the bridge (causal, kv heads)
     return LoadedModel(bridge=bridge, info=_model_info(spec, resolved, bridge, hooked, quantization))
+
+
+# how TransformerBridge starts its refusal of a config it has no adapter for; the rest of
+# that line lists every architecture it has (about 5,000 characters)
+BRIDGE_REFUSAL = "Could not determine supported architecture"
+
+
+def unsupported_family(error: Exception, label: str) -> str | None:
+    """One short line for TransformerBridge's refusal of a model family, naming the family
+    (the config's model type, which the refusal ends with) and where the supported ones
+    are listed; None for any other error."""
+    said = first_line(error)
+    if not said.startswith(BRIDGE_REFUSAL):
+        return None
+    model_type = re.search(r"Model type: (\S+)$", said)
+    family = f"the {model_type.group(1)} family" if model_type else "this model family"
+    return f"TransformerBridge does not support {family} ({label}); the supported families are listed in {SUPPORTED_FAMILIES_DOC}"
 
 
 def _is_state_dict_mismatch(error: RuntimeError) -> bool:
@@ -269,7 +289,8 @@ def boot_in_memory(model: Any, tokenizer: Any) -> Any:
         )
     except (ValueError, NotImplementedError) as error:
         raise ModelLoadError(
-            f"TransformerBridge cannot wrap {type(model).__name__}: {first_line(error)}; "
+            unsupported_family(error, type(model).__name__)
+            or f"TransformerBridge cannot wrap {type(model).__name__}: {first_line(error)}; "
             "pass a model of an architecture TransformerLens supports"
         ) from error
     except AttributeError as error:  # a headless model (AutoModel) where the adapter expects its head class

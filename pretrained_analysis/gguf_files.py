@@ -4,15 +4,28 @@ transformers' GGUF support (the optional ``gguf`` package, ``pip install
 'sinkscope[gguf]'``) dequantises every tensor to ``LoadSpec.dtype``; the model and its
 tokenizer (from the file's metadata) are then handed to the bridge, and ``ModelInfo``
 records the file and its quantisation type.
+
+transformers' GGUF reader leaves ``config.architectures`` empty for most families, and
+TransformerBridge picks its adapter from that field (or from a model-type table of its own
+that lacks some, such as ``gemma3_text``): ``name_architecture`` fills it in from the
+config's model type through transformers' own causal-LM auto mapping, the class
+``AutoModelForCausalLM`` itself chose.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sinkscope.infra.devices import is_out_of_memory
-from sinkscope.pretrained_analysis.resolve import GGUF_INSTALL, ModelLoadError, ResolvedModel, first_line
+from sinkscope.pretrained_analysis.resolve import (
+    GGUF_INSTALL,
+    SUPPORTED_FAMILIES_DOC,
+    ModelLoadError,
+    ResolvedModel,
+    first_line,
+)
 
 if TYPE_CHECKING:
     from sinkscope.pretrained_analysis.loading import LoadSpec
@@ -121,10 +134,7 @@ def load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[s
             f"transformers could not read {resolved.gguf_file}: {first_line(error)}; {GGUF_INSTALL}"
         ) from error
     except (ValueError, KeyError, NotImplementedError, OSError) as error:
-        raise ModelLoadError(
-            f"transformers could not read {resolved.gguf_file}: {first_line(error)}; "
-            f"pass a GGUF of an architecture transformers can dequantise ({_supported()})"
-        ) from error
+        raise _unreadable(resolved, error) from error
     except RuntimeError as error:  # torch's refusal of tensors that do not fit the metadata's shapes
         if is_out_of_memory(error):
             raise
@@ -134,15 +144,39 @@ def load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[s
         ) from error
     finally:
         gguf_utils.tqdm = bar
+    name_architecture(hf_model.config)
     if spec.device is not None:
         hf_model = hf_model.to(spec.device)  # type: ignore[arg-type]  # transformers' stub takes a dtype only
     return {"hf_model": hf_model.eval(), "tokenizer": tokenizer}
 
 
-def _supported() -> str:
-    """The model families transformers' GGUF loader reads, from transformers itself."""
-    try:
-        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
-    except ImportError:
-        return "llama, mistral, qwen2, ..."
-    return ", ".join(name for name in GGUF_SUPPORTED_ARCHITECTURES if name not in SHARED_PREFIXES)
+def name_architecture(config: Any) -> None:
+    """Give a config that names no architecture the causal-LM class transformers' own auto
+    mapping gives its model type (``gemma3_text`` -> ``Gemma3ForCausalLM``)."""
+    if getattr(config, "architectures", None):
+        return
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    class_name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(str(getattr(config, "model_type", "")))
+    if class_name is not None:
+        config.architectures = [class_name]
+
+
+# transformers' words for a family its GGUF reader does not have, and where they name it
+GGUF_REFUSALS = (r"GGUF model with architecture (\S+) is not supported", r"Unknown gguf model_type: (\S+)")
+
+
+def _unreadable(resolved: ResolvedModel, error: Exception) -> ModelLoadError:
+    """One line for transformers' refusal of a GGUF file: the family and where the supported
+    ones are listed when the family is what it lacks, else its own first line."""
+    said = first_line(error)
+    family = next((found.group(1) for pattern in GGUF_REFUSALS if (found := re.search(pattern, said))), None)
+    if family is not None:
+        return ModelLoadError(
+            f"transformers' GGUF reader does not support the {family} family ({resolved.gguf_file}); "
+            f"the supported families are listed in {SUPPORTED_FAMILIES_DOC}"
+        )
+    return ModelLoadError(
+        f"transformers could not read {resolved.gguf_file}: {said}; pass an intact .gguf checkpoint "
+        f"of a family listed in {SUPPORTED_FAMILIES_DOC}"
+    )

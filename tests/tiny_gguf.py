@@ -1,0 +1,210 @@
+"""Tiny GGUF checkpoints of many model families, written on the spot with the ``gguf``
+package's own writer, so GGUF loading is tested offline for every family.
+
+``build_tiny_gguf(directory, family, quantization)`` draws a random 2-layer causal LM of
+``family`` (a ``GGUF_FAMILIES`` key: llama.cpp's ``general.architecture``) from its
+transformers config class, names every tensor as llama.cpp does through
+``gguf.get_tensor_name_map`` (the table llama.cpp's converter and transformers' GGUF
+reader both use), writes the shape metadata with the writer's ``add_*`` keys and a tiny
+byte-level BPE tokenizer (``tokenizer.ggml.model = gpt2``, trained by
+``tiny_models.train_byte_level_tokenizer``), and stores matrices as F32, F16 or Q8_0
+(``gguf.quants.quantize``); 1-D tensors (norms, biases) stay F32, as llama.cpp keeps them.
+The weights in the file are what both sides of a test read back, dequantised.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from tiny_models import train_byte_level_tokenizer
+
+QUANTIZATIONS: tuple[str, ...] = ("F32", "F16", "Q8_0")
+WIDTH, N_LAYERS, N_HEADS, MAX_POSITIONS = 32, 2, 4, 64
+
+
+@dataclass(frozen=True)
+class GGUFFamily:
+    """How to draw one family: its transformers model type, the extra config fields, the
+    llama.cpp architecture name and ``general.name`` (Mistral files say ``llama`` and are
+    told apart by their name), whether norms are stored as ``1 + w`` (Gemma, Nemotron), which
+    Conv1D weights llama.cpp stores transposed (GPT-2), the norm kind (RMS or layer norm) and
+    the spread the matrices are drawn with."""
+
+    model_type: str
+    config: dict = field(default_factory=dict)
+    architecture: str = ""
+    name: str = "tiny"
+    norm_offset: bool = False
+    transposed: tuple[str, ...] = ()
+    rms_norm: bool = True
+    init_std: float = 0.2
+
+
+GGUF_FAMILIES: dict[str, GGUFFamily] = {
+    "llama": GGUFFamily("llama", {"num_key_value_heads": 2}),
+    # llama.cpp writes Mistral as architecture llama; transformers reads it as Llama unless
+    # general.name is exactly "mistral" (then its reader fails with gguf 0.19: REFUSED_FAMILIES)
+    "mistral": GGUFFamily(
+        "mistral", {"num_key_value_heads": 2, "sliding_window": None}, "llama", "Mistral-7B-Instruct-v0.3"
+    ),
+    "qwen2": GGUFFamily("qwen2", {"num_key_value_heads": 2}),
+    # transformers' GGUF reader takes Qwen3's head_dim (128) from the config class, not the file
+    "qwen3": GGUFFamily("qwen3", {"num_key_value_heads": 2}),
+    "gemma2": GGUFFamily("gemma2", {"num_key_value_heads": 2, "head_dim": 8}, norm_offset=True, init_std=0.6),
+    "gemma3": GGUFFamily("gemma3_text", {"num_key_value_heads": 1, "head_dim": 8}, norm_offset=True, init_std=0.6),
+    "phi3": GGUFFamily("phi3", {"num_key_value_heads": N_HEADS}),
+    "gpt2": GGUFFamily("gpt2", {}, transposed=("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"), rms_norm=False),
+    "starcoder2": GGUFFamily("starcoder2", {"num_key_value_heads": 2}, rms_norm=False),
+    "stablelm": GGUFFamily("stablelm", {"num_key_value_heads": N_HEADS}, rms_norm=False),
+    "falcon": GGUFFamily("falcon", {"new_decoder_architecture": False, "multi_query": True}, rms_norm=False),
+    "bloom": GGUFFamily("bloom", {}, rms_norm=False),
+    # Nemotron's layer norms scale by 1 + w, and llama.cpp stores them so
+    "nemotron": GGUFFamily("nemotron", {"num_key_value_heads": 2}, norm_offset=True, rms_norm=False),
+}
+
+
+# families transformers' GGUF reader does not read (tests of the refusal)
+REFUSED_FAMILIES: dict[str, GGUFFamily] = {
+    "gemma": GGUFFamily("gemma", {"num_key_value_heads": 1, "head_dim": 8}, norm_offset=True),
+    "mistral-named": GGUFFamily("mistral", {"num_key_value_heads": 2, "sliding_window": None}, "llama", "mistral"),
+}
+
+
+def tiny_causal_lm(family: GGUFFamily, tokenizer, seed: int):
+    """A random 2-layer model of ``family``, its matrices drawn wide enough that attention is
+    far from uniform: Gemma divides scores by sqrt(256) whatever the head size (transformers'
+    GGUF reader keeps the config class's ``query_pre_attn_scalar``) and Gemma 3 normalises
+    queries and keys, so Gemma draws wider and gives its q/k norms random scales."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    sizes = {
+        # transformers' GGUF reader keeps GPT-2's 1024 positions whatever the file says
+        "gpt2": {"n_embd": WIDTH, "n_layer": N_LAYERS, "n_head": N_HEADS},
+    }.get(family.model_type) or {
+        "hidden_size": WIDTH,
+        "intermediate_size": 2 * WIDTH,
+        "num_hidden_layers": N_LAYERS,
+        "num_attention_heads": N_HEADS,
+        "max_position_embeddings": MAX_POSITIONS,
+    }
+    special = {name: tokenizer.bos_token_id for name in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    config = AutoConfig.for_model(family.model_type, vocab_size=len(tokenizer), **special, **sizes, **family.config)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.dim() >= 2:
+                parameter.normal_(0.0, family.init_std)
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                parameter.normal_(1.0, 2.0)
+    return model
+
+
+def tokenizer_metadata(writer, tokenizer) -> None:
+    """A byte-level BPE vocabulary in GGUF's tokenizer keys, its special tokens as control
+    tokens (type 3), ``<|endoftext|>`` as BOS, EOS and padding."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    special = set(tokenizer.all_special_tokens)
+    writer.add_token_types([3 if token in special else 1 for token in tokens])
+    writer.add_token_merges([merge if isinstance(merge, str) else " ".join(merge) for merge in merges])
+    writer.add_bos_token_id(tokenizer.bos_token_id)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+
+
+def shape_metadata(writer, config, family: GGUFFamily) -> None:
+    """The architecture's shape keys, as llama.cpp's converter writes them."""
+    text = config.get_text_config()
+    n_heads = getattr(text, "num_attention_heads", None) or text.n_head
+    width = getattr(text, "hidden_size", None) or text.n_embd
+    writer.add_context_length(MAX_POSITIONS)
+    writer.add_embedding_length(width)
+    writer.add_block_count(N_LAYERS)
+    writer.add_feed_forward_length(getattr(text, "intermediate_size", None) or 4 * width)
+    writer.add_head_count(n_heads)
+    writer.add_head_count_kv(getattr(text, "num_key_value_heads", n_heads))
+    head_dim = getattr(text, "head_dim", None) or width // n_heads
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    if getattr(text, "rope_theta", None) is not None:
+        writer.add_rope_freq_base(float(text.rope_theta))
+    eps = next(
+        getattr(text, name)
+        for name in ("rms_norm_eps", "norm_epsilon", "layer_norm_epsilon", "layer_norm_eps", "norm_eps")
+        if hasattr(text, name)
+    )
+    (writer.add_layer_norm_rms_eps if family.rms_norm else writer.add_layer_norm_eps)(float(eps))
+
+
+def gguf_tensors(model, family: GGUFFamily, architecture) -> dict:
+    """Every weight under its llama.cpp name, as llama.cpp lays it out (numpy, float32); the
+    tied output matrix is left out, as llama.cpp leaves it."""
+    import gguf
+
+    names = gguf.get_tensor_name_map(architecture, N_LAYERS)
+    tensors = {}
+    for hf_name, tensor in model.state_dict().items():
+        base, _, suffix = hf_name.rpartition(".")
+        gguf_name = names.get_name(base)
+        if gguf_name is None or (gguf_name == "output" and model.config.get_text_config().tie_word_embeddings):
+            continue
+        data = tensor.detach().float()
+        if family.norm_offset and "norm" in hf_name:
+            data = data + 1.0  # llama.cpp stores Gemma's norms as 1 + w
+        if suffix == "weight" and any(part in hf_name for part in family.transposed):
+            data = data.T  # Conv1D keeps [in, out]; llama.cpp stores [out, in]
+        tensors[f"{gguf_name}.{suffix}"] = data.contiguous().numpy()
+    return tensors
+
+
+def add_tensor(writer, name: str, data, quantization: str) -> None:
+    """One tensor; matrices in ``quantization``, 1-D tensors in F32."""
+    import gguf
+    import numpy as np
+
+    if data.ndim < 2 or quantization == "F32":
+        writer.add_tensor(name, data.astype(np.float32))
+    elif quantization == "F16":
+        writer.add_tensor(name, data.astype(np.float16))
+    else:
+        kind = gguf.GGMLQuantizationType[quantization]
+        writer.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
+
+
+FILE_TYPES = {"F32": "ALL_F32", "F16": "MOSTLY_F16", "Q8_0": "MOSTLY_Q8_0"}
+
+
+def build_tiny_gguf(directory: Path, family: str, quantization: str = "F32", seed: int = 0) -> Path:
+    """Write ``directory/tiny-FAMILY.QUANT.gguf`` and return its path."""
+    import gguf
+
+    spec = GGUF_FAMILIES.get(family) or REFUSED_FAMILIES[family]
+    tokenizer = train_byte_level_tokenizer()
+    # transformers reads Gemma files with GemmaTokenizer, which adds <mask> when the vocabulary
+    # lacks it (real Gemma vocabularies have it): every file carries one, a control token
+    tokenizer.add_special_tokens({"mask_token": "<mask>"})
+    model = tiny_causal_lm(spec, tokenizer, seed)
+    arch_name = spec.architecture or family
+    architecture = next(key for key, value in gguf.MODEL_ARCH_NAMES.items() if value == arch_name)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    path = Path(directory) / f"tiny-{family}.{quantization}.gguf"
+    writer = gguf.GGUFWriter(str(path), arch_name)
+    writer.add_name(spec.name)
+    writer.add_file_type(gguf.LlamaFileType[FILE_TYPES[quantization]])
+    shape_metadata(writer, model.config, spec)
+    tokenizer_metadata(writer, tokenizer)
+    for name, data in gguf_tensors(model, spec, architecture).items():
+        add_tensor(writer, name, data, quantization)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
