@@ -179,7 +179,10 @@ def test_the_readme_snippets_run_after_the_real_main_job(tmp_path):
     work.mkdir()
     tree_before, git_before = _source_tree_files(), _git_status()
     main_job = _main_job_work(_readme_commands()["main-job"])
-    done = subprocess.run(["bash", "-c", main_job], cwd=work, env=_offline_env(), capture_output=True, text=True)
+    # the `sinkscope` script of the environment running the tests, before any other on PATH
+    scripts = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = _offline_env(PATH=scripts)
+    done = subprocess.run(["bash", "-c", main_job], cwd=work, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     for name in ("toy-paper", "audit-minilm", "audit-smollm2"):
         assert (work / "sinkscope-out" / name / "report.html").is_file()
