@@ -386,3 +386,142 @@ def test_every_probe_metric_matches_transformers(models):
     if not variant.name.endswith("embeddings"):  # embeddings change only the logits
         # the variant matters: with it undone the same metrics move far past the tolerance
         assert largest_gap(reference_metrics(undone, batch.model_input, batch.attention_mask), expected) > 1e-3
+
+
+# every intervention, and the same edit in transformers -------------------------------------
+def renormalised(rows: torch.Tensor) -> torch.Tensor:
+    """Rows divided by their sums; a row left with no mass stays zero (the head writes nothing)."""
+    total = rows.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, rows / torch.where(total > 0, total, 1.0), 0.0)
+
+
+def drop_keys(mask: torch.Tensor, heads, key_of: Callable) -> Callable:
+    """An edit: for each listed head, zero A[b, h, i, key_of(b, i)] (None: row untouched), renormalised."""
+
+    def edit(weights):
+        edited = weights.clone()
+        for b, i in mask.nonzero().tolist():
+            key = key_of(b, i)
+            if key is None:
+                continue
+            for head in heads:
+                edited[b, head, i, key] = 0.0
+                edited[b, head, i] = renormalised(edited[b, head, i])
+        return edited
+
+    return edit
+
+
+def one_hot_on_anchor(mask: torch.Tensor, heads) -> Callable:
+    def edit(weights):
+        edited = weights.clone()
+        for b, i in mask.nonzero().tolist():
+            for head in heads:
+                edited[b, head, i] = 0.0
+                edited[b, head, i, 0] = 1.0
+        return edited
+
+    return edit
+
+
+def random_keys(mask: torch.Tensor, seed: int) -> Callable:
+    """The matched control's key for query i: one visible non-anchor key, uniform, drawn
+    from one generator seeded with ``seed`` over the [batch, query, key] grid."""
+    n_pos = mask.shape[1]
+    positions = torch.arange(n_pos)
+    visible = mask.unsqueeze(1) & (positions.view(1, 1, -1) <= positions.view(1, -1, 1))
+    candidates = visible & (positions.view(1, 1, -1) != 0)
+    draws = torch.rand(candidates.shape, generator=torch.Generator().manual_seed(seed)).masked_fill(~candidates, -1.0)
+    choice = draws.argmax(dim=-1)
+    return lambda b, i: int(choice[b, i]) if i > 0 and bool(candidates[b, i].any()) else None
+
+
+def per_layer(heads, make_edit: Callable) -> dict:
+    layers = sorted({layer for layer, _ in heads})
+    return {layer: make_edit([head for head_layer, head in heads if head_layer == layer]) for layer in layers}
+
+
+def pattern_edits(kind: str, mask: torch.Tensor) -> dict:
+    if kind == "remove_sink":
+        return per_layer(HEADS, lambda heads: drop_keys(mask, heads, lambda b, i: 0 if i > 0 else None))
+    if kind == "evict_anchor":
+        return per_layer(HEADS, lambda heads: drop_keys(mask, heads, lambda b, i: 0))
+    if kind == "redirect_to_sink":
+        return per_layer(HEADS, lambda heads: one_hot_on_anchor(mask, heads))
+    return per_layer(HEADS, lambda heads: drop_keys(mask, heads, random_keys(mask, seed=3)))
+
+
+def z_edits(replacement: Callable) -> dict:
+    """{layer: fn(z)} writing ``replacement(z_head, layer, head)`` into each listed head's slice."""
+
+    def make(layer: int) -> Callable:
+        def edit(z):
+            z = z.clone().view(*z.shape[:2], -1, D_HEAD)
+            for head_layer, head in HEADS:
+                if head_layer == layer:
+                    z[:, :, head] = replacement(z[:, :, head], layer, head)
+            return z.flatten(2)
+
+        return edit
+
+    return {layer: make(layer) for layer in sorted({layer for layer, _ in HEADS})}
+
+
+D_HEAD = 8  # every variant's head width (hidden 32 over 4 heads, or head_dim 8)
+PATTERN_KINDS = {
+    "remove_sink": remove_sink,
+    "evict_anchor": evict_anchor,
+    "redirect_to_sink": redirect_to_sink,
+    "mask_random_key": lambda heads: mask_random_key(heads, seed=3),
+}
+
+
+def assert_same_logits(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor, what: str) -> None:
+    """Equal at every real position (padded positions' logits are nobody's measurement)."""
+    torch.testing.assert_close(ours[mask], theirs[mask], atol=TOLERANCE, rtol=TOLERANCE, msg=what)
+
+
+@pytest.mark.parametrize("kind", list(PATTERN_KINDS))
+def test_pattern_interventions_match_transformers_with_the_same_edit(models, kind):
+    variant, hooked, hf, undone = models
+    batch = hooked.prepare(PROMPTS, padding_side="right")
+    tokens, mask = batch.model_input, batch.attention_mask
+    expected = eager_logits(hf, tokens, mask, edits=pattern_edits(kind, mask))
+    assert (expected - eager_logits(hf, tokens, mask))[mask].abs().max() > 1e-3  # the edit matters
+    ours = run_with_intervention(hooked, tokens, PATTERN_KINDS[kind](HEADS), attention_mask=mask)
+    assert_same_logits(ours, expected, mask, f"{variant_id(variant)} {kind}")
+    # the variant matters to the edited output too
+    assert (eager_logits(undone, tokens, mask, edits=pattern_edits(kind, mask)) - expected)[mask].abs().max() > 1e-3
+
+
+def test_head_output_interventions_match_transformers(models):
+    variant, hooked, hf, _ = models
+    batch = hooked.prepare(PROMPTS, padding_side="right")
+    tokens, mask = batch.model_input, batch.attention_mask
+    expected = eager_logits(hf, tokens, mask, z_edit=z_edits(lambda z, layer, head: torch.zeros_like(z)))
+    ours = run_with_intervention(hooked, tokens, zero_head(HEADS), attention_mask=mask)
+    assert_same_logits(ours, expected, mask, f"{variant_id(variant)} zero_head")
+    # mean ablation: each head's z averaged over the prompts' real tokens at each position
+    with torch.no_grad(), eager_attention(hf) as record:
+        hf(tokens, attention_mask=mask.long())
+    real = mask.double().view(*mask.shape, 1, 1)
+    mean_z = {
+        layer: (record["z"][layer].double().view(*mask.shape, -1, D_HEAD) * real).sum(dim=0) / real.sum(dim=0)
+        for layer in record["z"]
+    }
+    expected = eager_logits(
+        hf, tokens, mask, z_edit=z_edits(lambda z, layer, head: mean_z[layer][:, head].to(z.dtype).expand_as(z))
+    )
+    means = head_means(hooked, tokens, attention_mask=mask)
+    ours = run_with_intervention(hooked, tokens, mean_ablate_head(HEADS, means), attention_mask=mask)
+    assert_same_logits(ours, expected, mask, f"{variant_id(variant)} mean_ablate_head")
+
+
+def test_plain_logits_match_transformers(models):
+    """What tied and untied embeddings change: the logits; undone, they would differ."""
+    variant, hooked, hf, undone = models
+    batch = hooked.prepare(PROMPTS, padding_side="right")
+    tokens, mask = batch.model_input, batch.attention_mask
+    expected = eager_logits(hf, tokens, mask)
+    assert_same_logits(hooked.forward(batch), expected, mask, f"{variant_id(variant)} logits")
+    assert (eager_logits(undone, tokens, mask) - expected)[mask].abs().max() > 1e-3
