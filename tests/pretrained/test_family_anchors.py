@@ -166,3 +166,19 @@ def test_audits_written_before_the_how_was_recorded_still_name_their_anchor():
     for name, words in expected.items():
         result = read_audit(FIXTURES / name)
         assert result.prompts.anchor_how == "" and result.anchor == words, name
+
+
+def test_a_tokenizer_built_in_memory_gets_the_same_anchor(checkpoint):
+    """No files to reload it from: the anchor is decided from the tokenizer TransformerLens
+    keeps, whose declared BOS (not the EOS it stands in with) tells an absent one."""
+    how, directory, own = checkpoint
+    if how != "absent":
+        pytest.skip("TransformerLens 4.3 cannot boot a tokenizer with a BOS but no files (KeyError name_or_path)")
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(directory))
+    built = KINDS[how]()
+    assert not built.name_or_path
+    result = audit(model, TEXTS, AuditConfig(n_examples=0), progress=False, tokenizer=built)
+    assert (result.prompts.anchor_how, result.prompts.anchor_token) == (
+        how,
+        own.convert_ids_to_tokens(own_rows(how, own)[0][0]),
+    )
