@@ -87,7 +87,7 @@ def anchor_words(how: str, token: str) -> str:
     if how == "tokenizer":
         return f"the BOS token {token}, added by the tokenizer itself"
     if how == "absent":
-        return f"each prompt's first token (here {token}): the tokenizer has no BOS token, so none is prepended"
+        return f"each prompt's first token (the tokenizer has no BOS token; the first prompt's is {token})"
     if how == "off":
         return "the first real token of each prompt (no BOS prepended)"
     return f"the prepended BOS token {token}" if token else "the prepended BOS token"

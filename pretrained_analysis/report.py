@@ -65,7 +65,12 @@ def _prompt_block(result: AuditResult) -> KeyValues:
             ("tokens", f"{prompts.n_tokens:,} in all, {prompts.min_tokens} to {prompts.max_tokens} per prompt"),
             ("max tokens per prompt (BOS included)", str(spec.max_len)),
             ("truncated", str(prompts.n_truncated)),
-            ("BOS convention", "BOS first (prepend_bos)" if spec.prepend_bos else "no BOS prepended (raw tokenizer)"),
+            (
+                "BOS convention",
+                "prepend_bos: a BOS first where the tokenizer has one"
+                if spec.prepend_bos
+                else "no BOS prepended (raw tokenizer)",
+            ),
             ("anchor", result.anchor),
             ("text column / split", f"{spec.text_column} / {spec.split}"),
         ),

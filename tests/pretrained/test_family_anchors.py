@@ -131,7 +131,7 @@ def test_tokens_are_the_tokenizers_own_with_exactly_one_anchor(checkpoint):
 WORDS = {
     "tokenizer": "the BOS token <s>, added by the tokenizer itself",
     "prepended": "the prepended BOS token <|endoftext|>",
-    "absent": "each prompt's first token (here {first}): the tokenizer has no BOS token, so none is prepended",
+    "absent": "each prompt's first token (the tokenizer has no BOS token; the first prompt's is {first})",
 }
 
 
