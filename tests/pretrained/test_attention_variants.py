@@ -72,6 +72,23 @@ def _jitter(name: str, scale: float = 0.5) -> Callable:
     return tweak
 
 
+def _jitter_all(name: str) -> Callable:
+    """Move every parameter of each attention module's ``name`` (a per-head LayerNorm) off its init."""
+
+    def tweak(hf) -> None:
+        with torch.no_grad():
+            for attn in attention_modules(hf):
+                for parameter in getattr(attn, name).parameters():
+                    parameter.add_(0.5 * torch.randn_like(parameter))
+
+    return tweak
+
+
+def _no_qk_layernorm(hf) -> None:
+    for attn in attention_modules(hf):
+        attn.q_layernorm, attn.k_layernorm = torch.nn.Identity(), torch.nn.Identity()
+
+
 def _biases(hf) -> None:
     with torch.no_grad():
         for attn in attention_modules(hf):
@@ -162,6 +179,15 @@ VARIANTS = [
         _no_qk_norm,
     ),
     Variant("qk_norm", "gemma3", "Gemma3TextConfig", "Gemma3ForCausalLM", GEMMA, _jitter("q_norm"), _no_qk_norm),
+    Variant(
+        "qk_norm",
+        "stablelm",
+        "StableLmConfig",
+        "StableLmForCausalLM",
+        {"qk_layernorm": True, "num_key_value_heads": 2},
+        _jitter_all("q_layernorm"),
+        _no_qk_layernorm,
+    ),
     Variant(
         "attn_logit_softcapping",
         "gemma2",
@@ -622,3 +648,17 @@ def test_plain_logits_match_transformers(models):
     expected = eager_logits(hf, tokens, mask)
     assert_same_logits(hooked.forward(batch), expected, mask, f"{variant_id(variant)} logits")
     assert (eager_logits(undone, tokens, mask) - expected)[mask].abs().max() > 1e-3
+
+
+def test_a_qk_norm_transformer_lens_cannot_hook_is_one_line(tmp_path, capsys):
+    """Phi with qk_layernorm (no released Phi checkpoint sets it): TransformerLens 4.3's Phi
+    adapter declares no QK-norm and refuses to boot it; the audit says so in one line
+    instead of a traceback."""
+    from sinkscope.cli import main
+
+    phi = Variant("qk_norm", "phi", "PhiConfig", "PhiForCausalLM", {"qk_layernorm": True}, _jitter_all("q_layernorm"))
+    build(phi, tmp_path / "model")
+    assert main(["audit", str(tmp_path / "model"), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot hook the QK-norm of" in err
+    assert not (tmp_path / "out").exists()
