@@ -42,6 +42,7 @@ torch.set_num_threads(1)
 PROMPTS = TINY_GPT2_PROMPTS + ["Softmax rows sum to one."]
 TOLERANCE = 1e-5
 HEADS = [(0, 0), (1, 1)]  # the heads every intervention edits
+SINK_RATE_EPS = ProbeConfig().sink_rate_eps
 
 
 def attention_modules(hf) -> list[torch.nn.Module]:
@@ -430,7 +431,7 @@ def reference_metrics(hf, tokens: torch.Tensor, mask: torch.Tensor) -> dict[str,
     count = selected.sum()
     per_head: dict[str, list] = {name: [] for name in HEAD_METRICS}
     per_layer: dict[str, list] = {name: [] for name in LAYER_METRICS}
-    outs = []
+    outs, alphas = [], []
     for layer, attn in enumerate(attention_modules(hf)):
         weights = record["weights"][layer].double()  # [b, head, q, k]
         n_heads = weights.shape[1]
@@ -445,7 +446,9 @@ def reference_metrics(hf, tokens: torch.Tensor, mask: torch.Tensor) -> dict[str,
         per_head["anchor_mass"].append((on_anchor * sel).sum(dim=(0, 2)) / count)
         per_head["row_mass"].append((weights.sum(dim=-1) * sel).sum(dim=(0, 2)) / count)
         real = mask.unsqueeze(1)
-        per_head["alpha"].append(((on_anchor * real).sum(dim=2) / real.sum(dim=2)).mean(dim=0))
+        alpha = (on_anchor * real).sum(dim=2) / real.sum(dim=2)  # [b, head]: per prompt
+        per_head["alpha"].append(alpha.mean(dim=0))
+        alphas.append(alpha)
         p = torch.where(visible.unsqueeze(1), weights, 0.0)
         p = p / p.sum(dim=-1, keepdim=True)
         entropy = -torch.xlogy(p, p).sum(dim=-1) / visible.sum(dim=-1).double().log().clamp_min(1e-300).unsqueeze(1)
@@ -467,6 +470,8 @@ def reference_metrics(hf, tokens: torch.Tensor, mask: torch.Tensor) -> dict[str,
     sum_of_norms = torch.stack(outs).norm(dim=-1).sum(dim=0)
     metrics["attn_out_norm_of_sum"] = (norm_of_sum * selected).sum() / count
     metrics["attn_out_sum_of_norms"] = (sum_of_norms * selected).sum() / count
+    for eps in SINK_RATE_EPS:  # Gu et al.'s Sink_1^eps: percent of (prompt, layer, head) entries
+        metrics[f"sink_rate_{eps}"] = 100.0 * (torch.stack(alphas) > eps).double().mean()
     return metrics
 
 
@@ -483,6 +488,9 @@ LAYER_METRICS = ("attn_out_norm", "head_out_norm_sum", "anchor_resid_norm", "max
 
 
 def measured(result, name: str) -> torch.Tensor:
+    if name.startswith("sink_rate_"):
+        eps = float(name.removeprefix("sink_rate_"))
+        return torch.tensor(next(rate.percent for rate in result.sink_rates if rate.eps == eps), dtype=torch.float64)
     if name in HEAD_METRICS:
         return result.matrix(name).double()
     if name in LAYER_METRICS:
