@@ -45,6 +45,7 @@ from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.infra.errors import InputError, RunFailed
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.ablation import AblationResult, AblationSettings, ablate, upgrade_ablation_v1
+from sinkscope.pretrained_analysis.anchors import anchor_words
 from sinkscope.pretrained_analysis.audit_figures import EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, draw_audit_figures
 from sinkscope.pretrained_analysis.examples import (
     EXAMPLE_TEXT_CHARS,
@@ -189,15 +190,15 @@ class AuditResult:
 
     @property
     def anchor(self) -> str:
-        """Which token is the anchor, in words, as the prompts were built: the BOS token
-        prepended to each prompt (named, e.g. ``<|im_start|>``), each prompt's first real
-        token (no BOS), or an encoder's first token, [CLS]."""
-        token = self.prompts.anchor_token
-        if not self.model.causal:
-            return f"{token}, the first token" if token else "[CLS], the first token"
-        if self.prompts.spec.prepend_bos:
-            return f"the prepended BOS token {token}" if token else "the prepended BOS token"
-        return "the first real token of each prompt (no BOS prepended)"
+        """Which token is the anchor and how it got there, in words (``anchors.ANCHOR_HOWS``):
+        the BOS token the tokenizer adds itself or sinkscope prepends (named, e.g.
+        ``<|im_start|>``), each prompt's first token (no BOS token, or none prepended), or an
+        encoder's first token, [CLS]. Audits written before the how was recorded read it
+        from the BOS convention."""
+        token, how = self.prompts.anchor_token, self.prompts.anchor_how
+        if not how:
+            how = "cls" if not self.model.causal else "prepended" if self.prompts.spec.prepend_bos else "off"
+        return anchor_words(how, token)
 
     @property
     def sink_rates(self) -> tuple[SinkRate, ...]:

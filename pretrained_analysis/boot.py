@@ -102,6 +102,10 @@ class LoadedModel:
     info: ModelInfo
 
 
+# what TransformerBridge says when a model's attention has a QK-norm its adapter cannot hook
+UNDECLARED_QK_NORM = "but adapter did not declare"
+
+
 def boot_bridge(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> LoadedModel:
     """The bridge over ``resolved``, placed as ``spec`` asks (its device resolved by
     ``sinkscope.infra.devices``), and what it is."""
@@ -143,6 +147,11 @@ def boot_bridge(spec: LoadSpec, resolved: ResolvedModel, progress: bool) -> Load
             "pass a Hugging Face model of an architecture TransformerLens supports"
         ) from error
     except RuntimeError as error:  # after NotImplementedError, which is one
+        if UNDECLARED_QK_NORM in str(error):  # TransformerLens 4.3's Phi adapter and qk_layernorm
+            raise ModelLoadError(
+                f"TransformerBridge cannot hook the QK-norm of {spec.label} ({first_line(error)}); "
+                "TransformerLens does not support this configuration of its architecture yet"
+            ) from error
         if is_out_of_memory(error) or not _is_state_dict_mismatch(error):
             raise  # the machine's limit, or a bug: not the model's architecture
         raise _misfit(spec, resolved, error) from error

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.infra.arguments import check_argument, check_items, check_seed
 from sinkscope.infra.bounds import COUNT, POSITIVE, UNBOUNDED, Bound, Problem, at_most
+from sinkscope.pretrained_analysis.anchors import ANCHOR_PREFIXED, anchor_how, anchor_token_id
 from sinkscope.pretrained_analysis.prompt_files import (
     PromptError,
     cache_error,
@@ -179,6 +180,7 @@ class PromptSummary:
     max_tokens: int
     anchor_token: str
     texts_sha256: str = ""
+    anchor_how: str = ""  # one of anchors.ANCHOR_HOWS; empty in audits written before it was recorded
 
     def inconsistencies(self) -> Iterator[Problem]:
         """Truncated prompts among those used, used among those available, lengths in order."""
@@ -331,41 +333,34 @@ def load_prompt_set(spec: PromptSpec) -> PromptSet:
     return PromptSet(spec=spec, texts=selected, n_available=len(texts), location=location)
 
 
-def _anchor_token_id(model: LoadedModel) -> int:
-    tokenizer = model.bridge.tokenizer
-    token = tokenizer.bos_token_id
-    if not model.info.causal and tokenizer.cls_token_id is not None:
-        token = tokenizer.cls_token_id
-    if token is None:
-        raise PromptError(
-            f"the tokenizer of {model.info.name} has no BOS or [CLS] token; turn prepend_bos off", field="prepend_bos"
-        )
-    return int(token)
+TextRows = tuple[list[list[int]], list[int], tuple[str, ...]]
 
 
-def _random_rows(prompt_set: PromptSet, model: LoadedModel) -> list[list[int]]:
+def _random_rows(prompt_set: PromptSet, model: LoadedModel, how: str) -> list[list[int]]:
     import torch
 
     spec, tokenizer = prompt_set.spec, model.bridge.tokenizer
     special = set(tokenizer.all_special_ids)
     vocab = min(len(tokenizer), int(model.bridge.cfg.d_vocab))
     candidates = torch.tensor([token for token in range(vocab) if token not in special], dtype=torch.long)
-    n_body = spec.max_len - int(spec.prepend_bos)
+    prepend = how in ANCHOR_PREFIXED
+    n_body = spec.max_len - int(prepend)
     generator = torch.Generator().manual_seed(spec.seed)
     body = candidates[torch.randint(len(candidates), (spec.n_prompts, n_body), generator=generator)]
-    prefix = [_anchor_token_id(model)] if spec.prepend_bos else []
+    prefix = [anchor_token_id(model.bridge.tokenizer, model.info.causal, model.info.name)] if prepend else []
     return [prefix + row for row in body.tolist()]
 
 
-def _text_rows(prompt_set: PromptSet, model: LoadedModel) -> tuple[list[list[int]], list[int], tuple[str, ...]]:
-    """The prompts' token ids cut to T, their full lengths, and notes on special-token text."""
+def _text_rows(prompt_set: PromptSet, model: LoadedModel, how: str) -> TextRows:
+    """The prompts' token ids cut to T, their full lengths, and notes on special-token text
+    (a tokenizer without a BOS token gets none, where TransformerLens would prepend its EOS)."""
     spec, bridge = prompt_set.spec, model.bridge
-    if spec.prepend_bos:
-        _anchor_token_id(model)
+    if prepend := how in ANCHOR_PREFIXED:
+        anchor_token_id(model.bridge.tokenizer, model.info.causal, model.info.name)
     specials = special_texts(bridge.tokenizer)
     rows, full_lengths = [], []
     for text in prompt_set.texts:
-        ids = text_ids(bridge, text, spec.prepend_bos, spec.parse_special_tokens, specials)
+        ids = text_ids(bridge, text, prepend, spec.parse_special_tokens, specials)
         full_lengths.append(len(ids))
         rows.append(ids[: spec.max_len])
     note = special_text_note(prompt_set.texts, specials, spec.parse_special_tokens)
@@ -383,11 +378,12 @@ def tokenize_prompts(prompt_set: PromptSet, model: LoadedModel) -> TokenizedProm
     d_vocab = int(bridge.cfg.d_vocab)
     check_vocabulary(bridge.tokenizer, d_vocab, model.info.label)
     notes: tuple[str, ...] = ()
+    how = anchor_how(bridge.tokenizer, model.info.causal, spec.prepend_bos)
     if spec.kind == "random":
-        rows = _random_rows(prompt_set, model)
+        rows = _random_rows(prompt_set, model, how)
         full_lengths = [len(row) for row in rows]
     else:
-        rows, full_lengths, notes = _text_rows(prompt_set, model)
+        rows, full_lengths, notes = _text_rows(prompt_set, model, how)
     check_token_ids(rows, d_vocab, model.info.label)
     lengths = [len(row) for row in rows]
     width = max(lengths)
@@ -409,6 +405,7 @@ def tokenize_prompts(prompt_set: PromptSet, model: LoadedModel) -> TokenizedProm
         min_tokens=min(lengths),
         max_tokens=width,
         anchor_token=str(tokenizer.convert_ids_to_tokens(rows[0][0])),
+        anchor_how=how,
         texts_sha256=texts_digest(prompt_set.texts),
     )
     return TokenizedPrompts(tokens=tokens, attention_mask=mask, texts=texts, summary=summary, notes=notes)

@@ -21,7 +21,6 @@ from sinkscope.pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAY
 from sinkscope.pretrained_analysis.compare_figures import layer_caption, sink_rate_caption
 from sinkscope.pretrained_analysis.examples import example_heads
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
-from sinkscope.pretrained_analysis.prompts import PromptSummary
 from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
 from sinkscope.probes.probe import layers_setting
 from sinkscope.probes.report_sections import (
@@ -49,7 +48,8 @@ def _figures(directory: Path, names_and_captions: list[tuple[str, str]]) -> list
     return result_figures(directory, names_and_captions, "re-run the audit to draw it")
 
 
-def _prompt_block(prompts: PromptSummary) -> KeyValues:
+def _prompt_block(result: AuditResult) -> KeyValues:
+    prompts = result.prompts
     spec = prompts.spec
     return KeyValues(
         "Prompts",
@@ -67,9 +67,11 @@ def _prompt_block(prompts: PromptSummary) -> KeyValues:
             ("truncated", str(prompts.n_truncated)),
             (
                 "BOS convention",
-                "BOS prepended (TransformerLens)" if spec.prepend_bos else "no BOS prepended (raw tokenizer)",
+                "prepend_bos: a BOS first where the tokenizer has one"
+                if spec.prepend_bos
+                else "no BOS prepended (raw tokenizer)",
             ),
-            ("anchor token", prompts.anchor_token),
+            ("anchor", result.anchor),
             ("text column / split", f"{spec.text_column} / {spec.split}"),
         ),
     )
@@ -203,7 +205,7 @@ def _audit_configuration(result: AuditResult) -> Section:
         "Configuration",
         (
             config_block("Model", result.model),
-            _prompt_block(result.prompts),
+            _prompt_block(result),
             config_block(
                 "Audit",
                 result.config,

@@ -116,8 +116,11 @@ def test_the_anchor_is_named_as_the_prompts_were_built(result, loaded):
         progress=False,
     )
     assert no_bos.anchor == "the first real token of each prompt (no BOS prepended)"
-    encoder = replace(result, model=replace(result.model, causal=False))
-    assert encoder.anchor == "<|endoftext|>, the first token"
+    for how in ("cls", ""):  # recorded, or read from an audit written before the how was
+        encoder = replace(
+            result, model=replace(result.model, causal=False), prompts=replace(result.prompts, anchor_how=how)
+        )
+        assert encoder.anchor == "<|endoftext|>, the first token"
 
 
 def test_the_list_of_sink_heads_is_never_cut(result):
