@@ -197,6 +197,8 @@ class HeadProbe:
         "row_entropy": FRACTION,
         "head_out_norm": NONNEGATIVE,
         "row_mass": NONNEGATIVE,
+        "anchor_mass_all_queries": NONNEGATIVE,
+        "alpha_all_queries": NONNEGATIVE,
     }
 
     layer: int
@@ -211,6 +213,8 @@ class HeadProbe:
     dormant: bool
     head_out_norm: float
     row_mass: float = math.nan
+    anchor_mass_all_queries: float = math.nan
+    alpha_all_queries: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,8 @@ class LayerProbe:
         "massive_at_anchor": COUNT,
         "max_abs_resid": NONNEGATIVE,
         "median_abs_resid": NONNEGATIVE,
+        "anchor_hidden_share": FRACTION,
+        "anchor_mass_all_queries": NONNEGATIVE,
     }
 
     layer: int
@@ -245,6 +251,8 @@ class LayerProbe:
     massive_at_anchor: int
     max_abs_resid: float
     median_abs_resid: float
+    anchor_hidden_share: float = 0.0
+    anchor_mass_all_queries: float = math.nan
 
 
 def upgrade_layer_probe_v1(layer: dict[str, Any]) -> dict[str, Any]:
@@ -257,11 +265,17 @@ def upgrade_layer_probe_v1(layer: dict[str, Any]) -> dict[str, Any]:
 class SinkRate:
     """Gu et al.'s Sink_k^eps in percent of (sample, layer, head) entries."""
 
-    BOUNDS: ClassVar[dict[str, Bound]] = {"k": COUNT, "eps": FRACTION, "percent": PERCENT}
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "k": COUNT,
+        "eps": FRACTION,
+        "percent": PERCENT,
+        "percent_all_queries": PERCENT,
+    }
 
     k: int
     eps: float
     percent: float
+    percent_all_queries: float = math.nan
 
 
 def upgrade_probe_v1(probe: dict[str, Any]) -> dict[str, Any]:
