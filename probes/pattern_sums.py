@@ -25,7 +25,7 @@ from sinkscope.probes.sink_metrics import (
 
 def _zeros(*shape: int) -> torch.Tensor:
     """A float64 accumulator (``_zeros()``: a scalar)."""
-    return torch.zeros(*shape, dtype=torch.float64)
+    return torch.zeros(shape, dtype=torch.float64)
 
 
 class PatternSums:

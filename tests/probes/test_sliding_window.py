@@ -58,13 +58,14 @@ def build_windowed(directory, family: str):
         max_position_embeddings=128,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
+        # no padding row: the tokenizer pads with its BOS, whose embedding must not start at zero
+        pad_token_id=None,
+        initializer_range=0.3,  # large random weights: peaked attention rows, not uniform ones
         attn_implementation="eager",
         **settings,
     )
     torch.manual_seed(1)
     model = getattr(transformers, model_name)(config).eval()
-    with torch.no_grad():  # a louder BOS, so that anchor masses are far from uniform
-        model.get_input_embeddings().weight[tokenizer.bos_token_id] *= 8.0
     return _save(model, tokenizer, directory)
 
 
@@ -76,15 +77,54 @@ def windowed(request, tmp_path_factory):
 
 
 @torch.no_grad()
+def eager_attentions_and_value_norms(hf, tokens: torch.Tensor, mask: torch.Tensor):
+    """transformers' eager forward with output_attentions, and per layer ||v_j W_O[h]||
+    ``[batch, head, key]`` from v_proj on the attention's input and o_proj's columns (query
+    head h reads kv head h // group)."""
+    inputs, handles = {}, []
+    for index, layer in enumerate(hf.model.layers):
+        handles.append(
+            layer.self_attn.register_forward_pre_hook(
+                lambda module, args, kwargs, i=index: inputs.__setitem__(
+                    i, kwargs.get("hidden_states", args and args[0])
+                ),
+                with_kwargs=True,
+            )
+        )
+    try:
+        out = hf(tokens, attention_mask=mask.long(), output_attentions=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    config = hf.config
+    n_heads, n_kv, d_head = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    value_out = []
+    for index, layer in enumerate(hf.model.layers):
+        attn = layer.self_attn
+        v = attn.v_proj(inputs[index]).double().view(*tokens.shape, n_kv, d_head)
+        W_O = attn.o_proj.weight.double()
+        value_out.append(
+            torch.stack(
+                [
+                    (v[:, :, head // (n_heads // n_kv)] @ W_O[:, head * d_head : (head + 1) * d_head].T).norm(dim=-1)
+                    for head in range(n_heads)
+                ],
+                dim=1,
+            )
+        )
+    return out, value_out
+
+
+@torch.no_grad()
 def expected_metrics(hf, tokens: torch.Tensor, mask: torch.Tensor, eps: tuple[float, ...]) -> dict:
     """Anchor metrics from transformers' eager attentions: a query sees key j when j is real
     and its weight on j is > 0 (transformers' own mask, window included)."""
-    out = hf(tokens, attention_mask=mask.long(), output_attentions=True)
+    out, value_out = eager_attentions_and_value_norms(hf, tokens, mask)
     batch, n_pos = tokens.shape
     per_head: dict[str, list] = {"anchor_mass": [], "anchor_mass_all_queries": [], "alpha": [], "alpha_all": []}
-    per_head["row_entropy"] = []
+    per_head["row_entropy"], per_head["value_weighted_anchor_share"] = [], []
     hidden_share, hits, hits_all, n_alpha = [], [0] * len(eps), [0] * len(eps), 0
-    for pattern in out.attentions:
+    for layer, pattern in enumerate(out.attentions):
         pattern = pattern.double()
         layer_rows = {name: [] for name in per_head}
         hidden = total = 0
@@ -116,6 +156,10 @@ def expected_metrics(hf, tokens: torch.Tensor, mask: torch.Tensor, eps: tuple[fl
                     if anchor in visible:
                         sums["anchor_mass"] += float(a[i, anchor])
                         counts["anchor_mass"] += 1
+                        norms = value_out[layer][row, head]  # [key]
+                        weighted = a[i, visible] * norms[visible]
+                        sums["value_weighted_anchor_share"] += float(a[i, anchor] * norms[anchor] / weighted.sum())
+                        counts["value_weighted_anchor_share"] += 1
                     if len(visible) >= 2:
                         p = a[i, visible] / a[i, visible].sum()
                         entropy = -(p * p.log()).sum() / torch.log(torch.tensor(float(len(visible)), dtype=p.dtype))
@@ -150,6 +194,7 @@ def assert_matches(result, truth) -> None:
     close(result.matrix("anchor_mass"), truth["anchor_mass"])
     close(result.matrix("alpha"), truth["alpha"])
     close(result.matrix("row_entropy"), truth["row_entropy"])
+    close(result.matrix("value_weighted_anchor_share"), truth["value_weighted_anchor_share"])
     hidden = torch.tensor([layer.anchor_hidden_share for layer in result.layers], dtype=torch.float64)
     close(hidden, truth["hidden_share"])
     narrowed = (truth["hidden_share"] > 0).unsqueeze(1).expand_as(truth["anchor_mass"])
