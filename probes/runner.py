@@ -35,6 +35,7 @@ from sinkscope.infra.arguments import check_argument, check_items
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from sinkscope.interp.visibility import layer_reach
 from sinkscope.probes.pattern_sums import PatternSums
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate, layers_note
 from sinkscope.probes.sink_metrics import (
@@ -73,6 +74,7 @@ class ProbeAccumulator:
         self.n_inputs = 0
         self._batch: PreparedBatch | None = None
         self._selected: torch.Tensor | None = None
+        self._visible: dict[tuple[int, int], torch.Tensor] = {}  # per (window, chunk) of this batch
         self._value_norms: torch.Tensor | None = None
         self._out_total: torch.Tensor | None = None
         self._out_norm_total: torch.Tensor | None = None
@@ -100,6 +102,7 @@ class ProbeAccumulator:
             else batch.attention_mask & query_mask.to(batch.attention_mask.device).bool()
         )
         self._batch = batch
+        self._visible = {}
         self._selected = queries_after_anchor(
             batch.n_pos, batch.anchor, batch.batch_size, real_queries, real_queries.device
         )
@@ -116,6 +119,7 @@ class ProbeAccumulator:
                 self.total_count += float(selected.sum())
         self.n_inputs += batch.batch_size
         self._batch = self._selected = self._value_norms = None
+        self._visible = {}
         self._out_total = self._out_norm_total = None
 
     # hooks ---------------------------------------------------------------------------
@@ -139,7 +143,10 @@ class ProbeAccumulator:
     def _make_pattern_hook(self, layer: int):
         def hook(pattern: torch.Tensor, hook: Any) -> None:
             batch, selected = self._pass()
-            visible = self.model.visible_keys(batch, layer)
+            reach = layer_reach(self.model.spec, layer)
+            if reach not in self._visible:
+                self._visible[reach] = self.model.visible_keys(batch, layer)
+            visible = self._visible[reach]
             self.sums.add(layer, pattern, batch, selected, visible, self._value_norms)
             self._value_norms = None
 
