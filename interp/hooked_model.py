@@ -35,6 +35,7 @@ from sinkscope.infra.bounds import POSITIVE
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
 from sinkscope.interp.hook_names import attn_hook, block_hook
+from sinkscope.interp.visibility import REACH_BOUNDS, bridge_reach, check_reach, key_visibility, layer_reach
 
 HookFn = Callable[..., Any]
 KV_HOOKS: frozenset[str] = frozenset({"k", "v", "rot_k"})
@@ -54,9 +55,10 @@ class ModelSpec:
     heads; fewer than ``n_heads`` under grouped-query attention (Llama, Mistral, Qwen2, SmolLM: query
     head h reads kv head h // (n_heads / n_kv_heads), transformers' ``repeat_kv`` order), one under
     multi-query attention; None reads as ``n_heads`` (files written before it was recorded).
+    ``sliding_windows`` / ``attention_chunks``: see ``sinkscope.interp.visibility``.
     """
 
-    BOUNDS = dict.fromkeys(["n_layers", "n_heads", "d_head", "d_model", "n_kv_heads"], POSITIVE)  # codec: sizes >= 1
+    BOUNDS = {**dict.fromkeys(["n_layers", "n_heads", "d_head", "d_model", "n_kv_heads"], POSITIVE), **REACH_BOUNDS}
 
     family: str
     n_layers: int
@@ -68,6 +70,8 @@ class ModelSpec:
     pattern_writable: bool
     prepend_bos: bool | None
     n_kv_heads: int | None = None
+    sliding_windows: tuple[int, ...] = ()
+    attention_chunks: tuple[int, ...] = ()
     # not persisted: a spec read from a result file describes the model, it cannot
     # vouch for a live model's hooks
     hook_names: frozenset[str] = field(default=frozenset(), repr=False, metadata={"persist": False})
@@ -80,6 +84,7 @@ class ModelSpec:
                 f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}; "
                 "check the model config's num_key_value_heads"
             )
+        check_reach(self.n_layers, self.sliding_windows, self.attention_chunks)
 
     @property
     def kv_heads(self) -> int:
@@ -202,11 +207,7 @@ class HookedModel:
         hook_names = frozenset(self.model.hook_dict.keys())
         if self.is_bridge:
             cfg = self.model.cfg
-            missing = [
-                name
-                for name in (attn_hook(0, "pattern"), attn_hook(0, "v"), attn_hook(0, "z"))
-                if name not in hook_names
-            ]
+            missing = [attn_hook(0, name) for name in ("pattern", "v", "z") if attn_hook(0, name) not in hook_names]
             if missing:
                 # e.g. state-space models (Mamba), which the bridge boots but which have no attention
                 architecture = type(getattr(model, "original_model", model)).__name__
@@ -225,6 +226,7 @@ class HookedModel:
                 pattern_writable=self._bridge_pattern_writable(),
                 prepend_bos=bool(getattr(cfg, "default_prepend_bos", True)) if prepend_bos is None else prepend_bos,
                 n_kv_heads=int(getattr(cfg, "n_key_value_heads", None) or cfg.n_heads),
+                **bridge_reach(model, int(cfg.n_layers)),
                 hook_names=hook_names,
             )
         else:
@@ -377,14 +379,9 @@ class HookedModel:
                 hooks.append((name, lambda tensor, hook, attn=block.attn: setattr(attn, "_pattern", None)))
         return hooks
 
-    def visible_keys(self, batch: PreparedBatch) -> Bool[torch.Tensor, "batch query key"]:
-        """Key real and (if causal) key <= query."""
-        mask = batch.attention_mask
-        visible = mask.unsqueeze(1).expand(-1, batch.n_pos, -1)
-        if self.spec.causal:
-            positions = torch.arange(batch.n_pos, device=mask.device)
-            visible = visible & (positions.unsqueeze(0) <= positions.unsqueeze(1)).unsqueeze(0)
-        return visible
+    def visible_keys(self, batch: PreparedBatch, layer: int) -> Bool[torch.Tensor, "batch query key"]:
+        """Keys each query of ``layer`` sees (``sinkscope.interp.visibility.key_visibility``)."""
+        return key_visibility(batch.attention_mask, self.spec.causal, *layer_reach(self.spec, layer))
 
     def _device(self) -> torch.device:
         parameter = next(self.model.parameters(), None)

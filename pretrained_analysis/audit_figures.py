@@ -21,12 +21,26 @@ LAYER_FIGURE = "anchor_mass_by_layer.png"
 EXAMPLE_FIGURE = "attention_example_{index}.png"
 
 
+def _seeing(result: AuditResult) -> str:
+    """What qualifies "queries" in a figure title: where a sliding window or chunk hides the
+    anchor from some queries, anchor masses are over the queries that see it."""
+    return " that see it" if any(layer.anchor_hidden_share > 0 for layer in result.probe.layers) else ""
+
+
+def _hidden_series(result: AuditResult) -> list[tuple[str, list[float]]]:
+    """The per-layer share of queries that cannot see the anchor, as a line (none when every
+    query of every layer sees it)."""
+    if not _seeing(result):
+        return []
+    return [("share of queries not seeing the anchor", [layer.anchor_hidden_share for layer in result.probe.layers])]
+
+
 def draw_audit_figures(result: AuditResult, directory: Path) -> None:
     """Every figure of ``result`` into ``directory``."""
     label = plot_text(result.model.label)
     mass = result.probe.anchor_mass_matrix().numpy()
     draw_head_maps(
-        anchor_mass_map(result.probe, f"{label}: anchor mass (mean A[i, anchor], queries i > anchor)"),
+        anchor_mass_map(result.probe, f"{label}: anchor mass (mean A[i, anchor], queries i > anchor{_seeing(result)})"),
         directory / MAP_FIGURE,
     )
     n_heads = result.model.n_heads
@@ -39,11 +53,12 @@ def draw_audit_figures(result: AuditResult, directory: Path) -> None:
                 f"share of sink heads (>= {1.0 - result.config.sink_eps:g})",
                 [layer.n_sink_heads / n_heads for layer in result.probe.layers],
             ),
+            *_hidden_series(result),
         ],
         directory / LAYER_FIGURE,
         f"{label}: anchor mass per layer",
         "layer",
-        "anchor mass / share of heads",
+        "anchor mass / share of heads" + (" or queries" if _seeing(result) else ""),
         ylim=(0.0, 1.02),
     )
     for number, example in enumerate(result.examples):

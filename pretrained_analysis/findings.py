@@ -14,6 +14,7 @@ from sinkscope.probes.default_state import Estimate
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeResult
 from sinkscope.probes.report_sections import (
     default_state_finding,
+    hidden_anchor_phrase,
     sink_head_phrase,
     sink_rate_phrase,
     value_share_phrase,
@@ -160,6 +161,9 @@ def audit_findings(result: AuditResult) -> list[str]:
     learned = learned_sink_phrase(probe)
     if learned:
         findings.append(learned)
+    hidden = hidden_anchor_phrase(probe.layers)
+    if hidden:
+        findings.append(hidden)
     sinks = [head for head in result.probe.heads if head.is_sink_head]
     if sinks:
         findings.append(value_share_phrase(sinks, "the anchor"))

@@ -110,9 +110,10 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
                 head_table(
                     probe.heads,
                     "Per head",
-                    f"anchor_mass: mean attention on the anchor ({result.anchor}) over queries after it "
-                    f"({probe.n_queries:,} queries); {learned_note}"
-                    "alpha: Gu et al.'s alpha; value_weighted_anchor_share: share of the head's output norm coming from "
+                    f"anchor_mass: mean attention on the anchor ({result.anchor}) over queries after it that can "
+                    f"see it ({probe.n_queries:,} queries after it); {learned_note}"
+                    "alpha: Gu et al.'s alpha over the queries that see the anchor; *_all_queries: over every query, "
+                    "shown where a sliding window or chunk hides the anchor from some; value_weighted_anchor_share: share of the head's output norm coming from "
                     "the anchor; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass on the anchor.",
                 ),
             ),

@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from sinkscope.probes.report_sections import sink_rate_phrase
 from sinkscope.probes.tables import (
     HEAD_TABLE,
     POSITION_COLUMN,
@@ -32,7 +33,7 @@ def key_numbers(result: ProbeResult) -> str:
     sinks = result.sink_heads()
     threshold = 1.0 - result.config.sink_eps
     listed = ", ".join(f"L{layer}H{head}" for layer, head in sinks)  # all of them: a list is never cut
-    rates = "; ".join(f"{format_cell(rate.percent, '.1f')}% at \u03b5 = {rate.eps:g}" for rate in result.sink_rates)
+    rates = sink_rate_phrase(result.sink_rates)
     ratio = result.attn_out_norm_of_sum / result.attn_out_sum_of_norms if result.attn_out_sum_of_norms > 0 else math.nan
     rows = [
         (

@@ -40,6 +40,7 @@ from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
 from sinkscope.interp.learned_sinks import has_learned_sinks
+from sinkscope.interp.visibility import sees_key
 
 InterventionKind = Literal[
     "remove_sink",
@@ -189,19 +190,22 @@ def one_hot_rows(
     return edited
 
 
-def _keys_for(model: HookedModel, batch: PreparedBatch, intervention: Intervention) -> torch.Tensor:
-    """``[batch, query]`` key to mask per row (-1 = none) for a key-masking intervention."""
+def _keys_for(model: HookedModel, batch: PreparedBatch, intervention: Intervention, layer: int) -> torch.Tensor:
+    """``[batch, query]`` key to mask per row (-1 = none) for a key-masking intervention on
+    ``layer``: only keys the query sees there (a sliding window or chunk may hide the anchor)."""
     positions = torch.arange(batch.n_pos, device=batch.anchor.device)
     anchor = batch.anchor.unsqueeze(1)
-    real = batch.attention_mask
+    visible = model.visible_keys(batch, layer)
+    real = batch.attention_mask & sees_key(visible, batch.anchor)
     after = real & (positions.unsqueeze(0) > anchor)
     none = torch.full_like(real, -1, dtype=torch.long)
     if intervention.kind == "remove_sink":
         return torch.where(after, anchor.expand_as(none), none)
     if intervention.kind == "evict_anchor":
         return torch.where(real, anchor.expand_as(none), none)
-    # mask_random_key: uniform over visible keys other than the anchor
-    candidates = model.visible_keys(batch) & (positions.view(1, 1, -1) != anchor.unsqueeze(-1))
+    # mask_random_key, matched to remove_sink (the queries that see the anchor): uniform over
+    # the other keys each query sees
+    candidates = visible & (positions.view(1, 1, -1) != anchor.unsqueeze(-1))
     generator = torch.Generator().manual_seed(intervention.seed)
     draws = torch.rand(candidates.shape, generator=generator).to(candidates.device)
     draws = draws.masked_fill(~candidates, -1.0)
@@ -223,8 +227,11 @@ def edit_pattern(
     if intervention.kind == "redirect_to_sink":
         positions = torch.arange(batch.n_pos, device=batch.anchor.device)
         rows = batch.attention_mask & (positions.unsqueeze(0) >= batch.anchor.unsqueeze(1))
+        # a query whose window or chunk hides the anchor keeps its row: it cannot attend there
+        rows = rows & sees_key(model.visible_keys(batch, layer), batch.anchor)
         return one_hot_rows(pattern, batch.anchor, rows, heads)
-    return mask_keys(pattern, _keys_for(model, batch, intervention), heads, renormalise=model.spec.normalised)
+    keys = _keys_for(model, batch, intervention, layer)
+    return mask_keys(pattern, keys, heads, renormalise=model.spec.normalised)
 
 
 # hooks ---------------------------------------------------------------------------------

@@ -200,6 +200,8 @@ class HeadProbe:
         "head_out_norm": NONNEGATIVE,
         "row_mass": NONNEGATIVE,
         "learned_sink_mass": FRACTION,
+        "anchor_mass_all_queries": NONNEGATIVE,
+        "alpha_all_queries": NONNEGATIVE,
     }
 
     layer: int
@@ -215,6 +217,8 @@ class HeadProbe:
     head_out_norm: float
     row_mass: float = math.nan
     learned_sink_mass: float = math.nan
+    anchor_mass_all_queries: float = math.nan
+    alpha_all_queries: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,8 @@ class LayerProbe:
         "massive_at_anchor": COUNT,
         "max_abs_resid": NONNEGATIVE,
         "median_abs_resid": NONNEGATIVE,
+        "anchor_hidden_share": FRACTION,
+        "anchor_mass_all_queries": NONNEGATIVE,
     }
 
     layer: int
@@ -249,6 +255,8 @@ class LayerProbe:
     massive_at_anchor: int
     max_abs_resid: float
     median_abs_resid: float
+    anchor_hidden_share: float = 0.0
+    anchor_mass_all_queries: float = math.nan
 
 
 def upgrade_layer_probe_v1(layer: dict[str, Any]) -> dict[str, Any]:
@@ -261,11 +269,17 @@ def upgrade_layer_probe_v1(layer: dict[str, Any]) -> dict[str, Any]:
 class SinkRate:
     """Gu et al.'s Sink_k^eps in percent of (sample, layer, head) entries."""
 
-    BOUNDS: ClassVar[dict[str, Bound]] = {"k": COUNT, "eps": FRACTION, "percent": PERCENT}
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "k": COUNT,
+        "eps": FRACTION,
+        "percent": PERCENT,
+        "percent_all_queries": PERCENT,
+    }
 
     k: int
     eps: float
     percent: float
+    percent_all_queries: float = math.nan
 
 
 def upgrade_probe_v1(probe: dict[str, Any]) -> dict[str, Any]:

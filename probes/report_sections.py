@@ -35,13 +35,34 @@ def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
 
 
 def layer_table(layers: Sequence[LayerProbe]) -> Table:
-    return LAYER_TABLE.table(layers)
+    """One row per layer; a column measured for no layer (all NaN) is left out."""
+    return LAYER_TABLE.table(layers).without_empty_columns()
 
 
 def sink_rate_phrase(rates: Sequence[SinkRate]) -> str:
     """Sink rates as e.g. "43.8% at ε = 0.3 and 12.0% at ε = 0.8" (ε: the sink-rate
-    threshold, not the sink-head threshold sink_eps)."""
-    return " and ".join(f"{percent(rate.percent)} at ε = {rate.eps:g}" for rate in rates)
+    threshold, not the sink-head threshold sink_eps); where a sliding window or chunk hides
+    the anchor from some queries, each is followed by its value over every query."""
+    return " and ".join(
+        f"{percent(rate.percent)} at ε = {rate.eps:g}"
+        + ("" if math.isnan(rate.percent_all_queries) else f" ({percent(rate.percent_all_queries)} over every query)")
+        for rate in rates
+    )
+
+
+def hidden_anchor_phrase(layers: Sequence[LayerProbe]) -> str | None:
+    """A finding on the layers whose sliding window or chunk hides the anchor from some
+    queries (None when no layer does)."""
+    narrowed = [layer for layer in layers if layer.anchor_hidden_share > 0]
+    if not narrowed:
+        return None
+    low, high = (percent(100.0 * f(layer.anchor_hidden_share for layer in narrowed)) for f in (min, max))
+    return (
+        f"In {plural(len(narrowed), 'layer')} ({', '.join(f'L{layer.layer}' for layer in narrowed)}) a sliding "
+        f"window or chunk hides the anchor from {low if low == high else f'{low} to {high}'} "
+        "of the queries after it; anchor mass, alpha and the sink rate are over the queries that can see it, and the "
+        "tables give them over every query too (Gu et al.'s alpha averages over every query)."
+    )
 
 
 def sink_head_threshold(sink_eps: float) -> tuple[str, str]:

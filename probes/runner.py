@@ -36,10 +36,10 @@ from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
 from sinkscope.interp.learned_sinks import has_learned_sinks
+from sinkscope.interp.visibility import layer_reach
+from sinkscope.probes.pattern_sums import PatternSums
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate, layers_note
 from sinkscope.probes.sink_metrics import (
-    alpha_k,
-    anchor_mass_sums,
     head_output_norms,
     is_sink_head,
     learned_sink_mass,
@@ -47,9 +47,6 @@ from sinkscope.probes.sink_metrics import (
     output_gram,
     projected_value_norms,
     queries_after_anchor,
-    row_entropy_sums,
-    row_mass_sums,
-    value_weighted_anchor_share_sums,
 )
 
 
@@ -64,13 +61,7 @@ class ProbeAccumulator:
         self.layers = config.probed_layers(spec.n_layers)
         shape = (spec.n_layers, spec.n_heads)
         zeros = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
-        self.mass, self.mass_count = zeros(shape), zeros(spec.n_layers)
-        self.other, self.other_count = zeros(shape), zeros(spec.n_layers)
-        self.row_mass = zeros(shape)
-        self.alpha, self.alpha_count = zeros(shape), zeros(shape)
-        self.rate_hits, self.rate_count = zeros(len(config.sink_rate_eps)), zeros(())
-        self.share, self.share_count = zeros(shape), zeros(shape)
-        self.entropy, self.entropy_count = zeros(shape), zeros(shape)
+        self.sums = PatternSums(spec.n_layers, spec.n_heads, config.alpha_k, config.sink_rate_eps)
         self.value_norm, self.value_count = zeros(shape), zeros(spec.n_layers)
         self.head_out, self.layer_out = zeros(shape), zeros(spec.n_layers)
         self.head_out_sum, self.out_count = zeros(spec.n_layers), zeros(spec.n_layers)
@@ -82,7 +73,7 @@ class ProbeAccumulator:
         self.n_inputs = 0
         self._batch: PreparedBatch | None = None
         self._selected: torch.Tensor | None = None
-        self._visible: torch.Tensor | None = None
+        self._visible: dict[tuple[int, int], torch.Tensor] = {}  # per (window, chunk) of this batch
         self._value_norms: torch.Tensor | None = None
         self._out_total: torch.Tensor | None = None
         self._out_norm_total: torch.Tensor | None = None
@@ -110,10 +101,10 @@ class ProbeAccumulator:
             else batch.attention_mask & query_mask.to(batch.attention_mask.device).bool()
         )
         self._batch = batch
+        self._visible = {}
         self._selected = queries_after_anchor(
             batch.n_pos, batch.anchor, batch.batch_size, real_queries, real_queries.device
         )
-        self._visible = self.model.visible_keys(batch)
         self._out_total, self._out_norm_total = None, None
         # hooks only read, so inference mode (no autograd bookkeeping at all); the pass
         # ends after the last probed block, the last hook point any probe reads
@@ -126,19 +117,19 @@ class ProbeAccumulator:
                 self.sum_of_out += float((self._out_norm_total.double() * selected).sum())
                 self.total_count += float(selected.sum())
         self.n_inputs += batch.batch_size
-        self._batch = self._selected = self._visible = self._value_norms = None
+        self._batch = self._selected = self._value_norms = None
+        self._visible = {}
         self._out_total = self._out_norm_total = None
 
     # hooks ---------------------------------------------------------------------------
-    def _pass(self) -> tuple[PreparedBatch, torch.Tensor, torch.Tensor]:
-        """(batch, selected queries, visible keys) of the pass ``run`` is making; hooks only
-        fire inside it."""
-        assert self._batch is not None and self._selected is not None and self._visible is not None
-        return self._batch, self._selected, self._visible
+    def _pass(self) -> tuple[PreparedBatch, torch.Tensor]:
+        """(batch, selected queries) of the pass ``run`` is making; hooks only fire inside it."""
+        assert self._batch is not None and self._selected is not None
+        return self._batch, self._selected
 
     def _make_v_hook(self, layer: int):
         def hook(v: torch.Tensor, hook: Any) -> None:
-            batch, _, _ = self._pass()
+            batch, _ = self._pass()
             # [batch, pos, n_kv_heads, d_head] -> one value per query head (grouped-query attention)
             v = self.model.spec.expand_kv(v)
             self._value_norms = projected_value_norms(v, self._gram(layer, v.dtype))
@@ -150,30 +141,13 @@ class ProbeAccumulator:
 
     def _make_pattern_hook(self, layer: int):
         def hook(pattern: torch.Tensor, hook: Any) -> None:
-            batch, selected, visible = self._pass()
-            sums, count = anchor_mass_sums(pattern, batch.anchor, selected)
-            self.mass[layer] += sums.double().cpu()
-            self.mass_count[layer] += float(count)
-            self.row_mass[layer] += row_mass_sums(pattern, batch.anchor, selected)[0].double().cpu()
-            other = batch.attention_mask & ~selected
-            sums, count = anchor_mass_sums(pattern, batch.anchor, other)
-            self.other[layer] += sums.double().cpu()
-            self.other_count[layer] += float(count)
-            alpha = alpha_k(pattern, self.config.alpha_k, batch.anchor, batch.attention_mask).double().cpu()
-            valid = ~torch.isnan(alpha)
-            self.alpha[layer] += torch.where(valid, alpha, 0.0).sum(dim=0)
-            self.alpha_count[layer] += valid.sum(dim=0)
-            for index, eps in enumerate(self.config.sink_rate_eps):
-                self.rate_hits[index] += float((alpha[valid] > eps).sum())
-            self.rate_count += float(valid.sum())
-            sums, counts = row_entropy_sums(pattern, visible, selected)
-            self.entropy[layer] += sums.double().cpu()
-            self.entropy_count[layer] += counts.double().cpu()
-            if self._value_norms is not None:
-                sums, counts = value_weighted_anchor_share_sums(pattern, self._value_norms, batch.anchor, selected)
-                self.share[layer] += sums.double().cpu()
-                self.share_count[layer] += counts.double().cpu()
-                self._value_norms = None
+            batch, selected = self._pass()
+            reach = layer_reach(self.model.spec, layer)
+            if reach not in self._visible:
+                self._visible[reach] = self.model.visible_keys(batch, layer)
+            visible = self._visible[reach]
+            self.sums.add(layer, pattern, batch, selected, visible, self._value_norms)
+            self._value_norms = None
 
         return hook
 
@@ -217,7 +191,7 @@ class ProbeAccumulator:
 
     def _make_resid_hook(self, layer: int):
         def hook(resid: torch.Tensor, hook: Any) -> None:
-            batch, _, _ = self._pass()
+            batch, _ = self._pass()
             rows = torch.arange(batch.batch_size, device=resid.device)
             self.resid_norm[layer] += float(resid[rows, batch.anchor].norm(dim=-1).sum())
             self.resid_count[layer] += batch.batch_size
@@ -236,14 +210,15 @@ class ProbeAccumulator:
         if self.n_inputs == 0:
             raise InputError("no inputs were probed; pass at least one input")
         spec, config = self.model.spec, self.config
-        mass = _ratio(self.mass, self.mass_count.unsqueeze(1))
+        sums = self.sums
+        mass = _ratio(sums.mass, sums.mass_count.unsqueeze(1))
         sink = is_sink_head(mass, config.sink_eps)
         total = float(self.total_count)
         return ProbeResult(
             model=spec,
             config=config,
             n_inputs=self.n_inputs,
-            n_queries=int(self.mass_count[self.layers[0]]),
+            n_queries=int(sums.all_count[self.layers[0]]),
             heads=self._head_rows(mass, sink),
             layers=self._layer_rows(mass, sink),
             sink_rates=self._sink_rates(),
@@ -254,14 +229,18 @@ class ProbeAccumulator:
 
     def _head_rows(self, mass: torch.Tensor, sink: torch.Tensor) -> tuple[HeadProbe, ...]:
         """One ``HeadProbe`` per (layer, head), from the per-head sums and counts."""
-        config = self.config
-        other = _ratio(self.other, self.other_count.unsqueeze(1))
-        alpha = _ratio(self.alpha, self.alpha_count)
-        share = _ratio(self.share, self.share_count)
-        entropy = _ratio(self.entropy, self.entropy_count)
+        config, sums = self.config, self.sums
+        other = _ratio(sums.other, sums.other_count.unsqueeze(1))
+        alpha = _ratio(sums.alpha, sums.alpha_count)
+        share = _ratio(sums.share, sums.share_count)
+        entropy = _ratio(sums.entropy, sums.entropy_count)
         value_norm = _ratio(self.value_norm, self.value_count.unsqueeze(1))
         head_out = _ratio(self.head_out, self.out_count.unsqueeze(1))
-        row_mass = _ratio(self.row_mass, self.mass_count.unsqueeze(1))
+        row_mass = _ratio(sums.row_mass, sums.all_count.unsqueeze(1))
+        # over every selected query: reported only in layers where some query cannot see the anchor
+        narrowed = (sums.hidden > 0).unsqueeze(1)
+        mass_all = _ratio(sums.mass_all, sums.all_count.unsqueeze(1)).where(narrowed, math.nan)
+        alpha_all = _ratio(sums.alpha_all, sums.alpha_all_count).where(narrowed, math.nan)
         learned = learned_sink_mass(row_mass) if self.learned_sinks else torch.full_like(row_mass, math.nan)
         dormant = (entropy <= config.dormant_entropy_max) & (mass >= config.dormant_anchor_min)
         return tuple(
@@ -279,6 +258,8 @@ class ProbeAccumulator:
                 head_out_norm=float(head_out[layer, head]),
                 row_mass=float(row_mass[layer, head]),
                 learned_sink_mass=float(learned[layer, head]),
+                anchor_mass_all_queries=float(mass_all[layer, head]),
+                alpha_all_queries=float(alpha_all[layer, head]),
             )
             for layer in self.layers
             for head in range(self.model.spec.n_heads)
@@ -290,6 +271,9 @@ class ProbeAccumulator:
         head_out_sum = _ratio(self.head_out_sum, self.out_count)
         resid_norm = _ratio(self.resid_norm, self.resid_count)
         median_abs = _ratio(self.median_abs, self.resid_count)
+        sums = self.sums
+        hidden = _ratio(sums.hidden, sums.all_count)
+        mass_all = _ratio(sums.mass_all, sums.all_count.unsqueeze(1)).mean(dim=1).where(sums.hidden > 0, math.nan)
         return tuple(
             LayerProbe(
                 layer=layer,
@@ -302,21 +286,30 @@ class ProbeAccumulator:
                 massive_at_anchor=int(self.massive_at_anchor[layer]),
                 max_abs_resid=float(self.max_abs[layer]) if self.resid_count[layer] > 0 else math.nan,
                 median_abs_resid=float(median_abs[layer]),
+                anchor_hidden_share=float(hidden[layer]),
+                anchor_mass_all_queries=float(mass_all[layer]),
             )
             for layer in self.layers
         )
 
     def _sink_rates(self) -> tuple[SinkRate, ...]:
         """Gu et al.'s sink rate at each of the config's epsilons (NaN when nothing was counted)."""
-        config = self.config
+        config, sums = self.config, self.sums
+        narrowed = bool((sums.hidden > 0).any())
         return tuple(
             SinkRate(
                 k=config.alpha_k,
                 eps=eps,
-                percent=float(100.0 * self.rate_hits[index] / self.rate_count) if self.rate_count > 0 else math.nan,
+                percent=_percent(sums.rate_hits[index], sums.rate_count),
+                percent_all_queries=_percent(sums.rate_hits_all[index], sums.rate_count_all) if narrowed else math.nan,
             )
             for index, eps in enumerate(config.sink_rate_eps)
         )
+
+
+def _percent(hits: torch.Tensor, count: torch.Tensor) -> float:
+    """``hits`` in percent of ``count``, NaN when nothing was counted."""
+    return float(100.0 * hits / count) if count > 0 else math.nan
 
 
 def _ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:

@@ -33,8 +33,10 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         HEAD,
         ANCHOR_MASS,
         Column("learned_sink_mass", ".4f", numeric=True),
+        Column("anchor_mass_all_queries", ".4f", numeric=True),
         Column("anchor_mass_other", ".4f", numeric=True),
         Column("alpha", ".3f", numeric=True),
+        Column("alpha_all_queries", ".3f", numeric=True),
         Column("sink head"),
         VALUE_SHARE,
         ANCHOR_VALUE_NORM,
@@ -48,8 +50,10 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         h.head,
         h.anchor_mass,
         h.learned_sink_mass,
+        h.anchor_mass_all_queries,
         h.anchor_mass_other,
         h.alpha,
+        h.alpha_all_queries,
         h.is_sink_head,
         h.value_weighted_anchor_share,
         h.anchor_value_norm,
@@ -58,10 +62,12 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         h.dormant,
         h.head_out_norm,
     ),
-    "anchor_mass: mean attention on the anchor over the selected queries; learned_sink_mass: mean of 1 - "
-    "row sum over the same queries, the mass a learned per-head sink logit (gpt-oss) takes from every key; "
-    "anchor_mass_other: over the "
-    "other queries; alpha: Gu et al.'s alpha_0 (mean over all queries); value_weighted_anchor_share: share "
+    "anchor_mass: mean attention on the anchor over the selected queries that can see it; learned_sink_mass: "
+    "mean of 1 - row sum over the same queries, the mass a learned per-head sink logit (gpt-oss) takes from "
+    "every key; anchor_mass_other: "
+    "over the other queries; alpha: Gu et al.'s alpha_0 (mean over the queries that see the anchor); "
+    "*_all_queries: the same over every query, zeros of those a sliding window or chunk hides the anchor from "
+    "included (shown for layers where some query cannot see it); value_weighted_anchor_share: share "
     "of the head's output norm coming from the anchor; row_entropy: normalised by log(#visible keys); "
     "row_mass: total weight of the selected queries' rows (1 under softmax); dormant: low entropy with mass "
     "on the anchor. A metric measured for no head is left out. Sink heads come first, largest anchor mass "
@@ -82,6 +88,8 @@ LAYER_TABLE: TableDefinition[LayerProbe] = TableDefinition(
     (
         LAYER,
         Column("mean anchor_mass", ".3f", numeric=True),
+        Column("queries not seeing the anchor", ".3f", numeric=True),
+        Column("mean anchor_mass (all queries)", ".3f", numeric=True),
         Column("sink heads", numeric=True),
         Column("attn_out_norm", ".3g", numeric=True),
         Column("head_out_norm_sum", ".3g", numeric=True),
@@ -94,6 +102,8 @@ LAYER_TABLE: TableDefinition[LayerProbe] = TableDefinition(
     lambda layer: (
         layer.layer,
         layer.anchor_mass,
+        layer.anchor_hidden_share,
+        layer.anchor_mass_all_queries,
         layer.n_sink_heads,
         layer.attn_out_norm,
         layer.head_out_norm_sum,
@@ -103,6 +113,9 @@ LAYER_TABLE: TableDefinition[LayerProbe] = TableDefinition(
         layer.max_abs_resid,
         layer.median_abs_resid,
     ),
+    "mean anchor_mass: over the queries that can see the anchor; queries not seeing the anchor: the share "
+    "of selected queries that the layer's sliding window or chunk hides it from (0 in fully causal layers); "
+    "mean anchor_mass (all queries): with those queries' zeros included, shown where the share is above 0. "
     "Norms are means over the selected queries; attn_out_norm (norm of the summed heads) far below "
     "head_out_norm_sum means the heads cancel. Massive activations: |x| > 100 and > 1000 x the layer's "
     "median |x| in the residual stream after the layer.",
