@@ -22,12 +22,11 @@ clean target run and one patched run per site.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from jaxtyping import Float
 from tqdm.auto import tqdm
 
 from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most, index_problems
@@ -37,6 +36,7 @@ from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch,
 from sinkscope.probes.patch_hooks import PatchSite, capture_activations, hook_reaches_output, run_patched
 from sinkscope.probes.patch_sites import check_hook_heads, checked_sites, validate_per
 from sinkscope.probes.patching_intervals import SiteIntervals, no_intervals, patching_intervals
+from sinkscope.probes.patching_metric import MetricContext, MetricFn, MetricValues, metric_values
 from sinkscope.reports.frames import dataframe, row_of
 
 if TYPE_CHECKING:
@@ -44,22 +44,6 @@ if TYPE_CHECKING:
 
 PATCH_VALUES: tuple[str, ...] = ("patched", "effect", "normalised_effect")
 AGREEMENT_TOLERANCE = 1e-6
-
-
-@dataclass(frozen=True)
-class MetricContext:
-    """What ``metric_fn`` sees besides the output.
-
-    rows: ``[batch]`` long, this batch's indices into the full input set (to look up
-    per-input references such as the source's targets); batch: the target
-    ``PreparedBatch`` (the source run shares its ``attention_mask`` and ``anchor``).
-    """
-
-    rows: torch.Tensor
-    batch: PreparedBatch
-
-
-MetricFn = Callable[[torch.Tensor, MetricContext], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -191,33 +175,6 @@ class PatchingResult:
         return [asdict(row) for row in self.rows]
 
 
-@dataclass(frozen=True)
-class MetricValues:
-    """The metric per input on the source run, the clean target run and the target run
-    patched at each site; ``per_input`` False when ``metric_fn`` returned only each
-    batch's mean (then every input of a batch holds that mean: means stay exact, but
-    there is nothing to resample)."""
-
-    source: Float[torch.Tensor, " input"]
-    target: Float[torch.Tensor, " input"]
-    patched: Float[torch.Tensor, "site input"]
-    per_input: bool
-
-
-def _metric_values(metric_fn: MetricFn, output: torch.Tensor, context: MetricContext) -> tuple[torch.Tensor, bool]:
-    """``metric_fn``'s values ``[batch]`` (float64, on the CPU), and whether they are one
-    per input (a scalar is the batch mean, repeated)."""
-    values = metric_fn(output, context)
-    n = int(context.rows.shape[0])
-    if not torch.is_tensor(values) or values.shape not in ((), (n,)):
-        shape = tuple(values.shape) if torch.is_tensor(values) else type(values).__name__
-        raise InputError(
-            f"metric_fn must return a tensor of one value per input, shape [{n}], or a scalar; got {shape}"
-        )
-    values = values.detach().double().cpu()
-    return (values.expand(n), False) if values.ndim == 0 else (values, True)
-
-
 def _prepare_pair(
     model: HookedModel,
     source_inputs: torch.Tensor | Sequence[str],
@@ -277,14 +234,14 @@ def _metric_runs(
         source_batch, target_batch = source.select(device_rows), target.select(device_rows)
         context = MetricContext(rows=rows, batch=target_batch)
         source_output, cache = capture_activations(hooked, source_batch, hook_names)
-        values.source[rows], per_input = _metric_values(metric_fn, source_output, context)
+        values.source[rows], per_input = metric_values(metric_fn, source_output, context)
         with torch.no_grad():
-            values.target[rows], _ = _metric_values(metric_fn, hooked.forward(target_batch), context)
+            values.target[rows], _ = metric_values(metric_fn, hooked.forward(target_batch), context)
         every_per_input &= per_input
         bar.update(2)
         for index, site in enumerate(sites):
             output = run_patched(hooked, target_batch, [site], cache)
-            values.patched[index, rows], _ = _metric_values(metric_fn, output, context)
+            values.patched[index, rows], _ = metric_values(metric_fn, output, context)
             bar.update(1)
         del cache, source_output  # freed before the next batch's capture
     return replace(values, per_input=every_per_input)
@@ -297,7 +254,7 @@ def _patching_rows(
     and target metrics, and notes: when source and target agree (then every normalised
     effect is NaN) and when there are no intervals."""
     n = values.target.shape[0]
-    source_metric, target_metric = float(values.source.sum()) / n, float(values.target.sum()) / n
+    source_metric, target_metric = float(values.source.mean()), float(values.target.mean())
     difference = source_metric - target_metric
     agree = abs(difference) <= AGREEMENT_TOLERANCE * max(1.0, abs(source_metric), abs(target_metric))
     intervals = (
@@ -306,7 +263,7 @@ def _patching_rows(
         else no_intervals(len(sites))
     )
     rows = tuple(
-        _row(site, axes, float(values.patched[index].sum()) / n, target_metric, source_metric, agree, intervals, index)
+        _row(site, axes, float(values.patched[index].mean()), target_metric, source_metric, agree, intervals, index)
         for index, site in enumerate(sites)
     )
     notes: list[str] = []
@@ -322,6 +279,11 @@ def _patching_rows(
         )
     elif n < 2:
         notes.append("n = 1 input pair, no interval")
+    elif not agree and not intervals.normalised_defined:
+        notes.append(
+            "source - target changes sign or vanishes in some bootstrap draws: normalised_effect has no "
+            "interval; read effect's"
+        )
     return rows, source_metric, target_metric, tuple(notes)
 
 
@@ -387,6 +349,8 @@ def activation_patching(
     axes = validate_per(per)
     check_hook_heads(hook, axes, heads)
     source, target = _prepare_pair(hooked, source_inputs, target_inputs, attention_mask)
+    if target.batch_size < 1:
+        raise InputError("activation patching needs at least one pair of source and target inputs; pass some")
     sites, head_list, position_list = checked_sites(spec, hook, axes, layers, heads, positions, target.n_pos)
     hook_names = sorted({site.hook_name for site in sites})
     spec.require_hooks(hook_names, f"patching {hook!r}")

@@ -6,7 +6,9 @@ for every site and for the source and target runs, so each draw keeps the pairin
 each site's effect ``mean(patched) - mean(target)`` and normalised effect
 ``(mean(patched) - mean(target)) / (mean(source) - mean(target))`` once per draw; the
 percentile interval of those draws is the site's interval. Fewer than two pairs give no
-interval (NaN ends): every resample would be the one pair.
+interval (NaN ends): every resample would be the one pair. Nor does a normalised effect
+whose denominator changes sign or vanishes in some draw: the ratio's draws then run off to
+infinity, and the effect's interval is the one to read.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ class SiteIntervals:
     effect_high: Float[torch.Tensor, " site"]
     normalised_low: Float[torch.Tensor, " site"]
     normalised_high: Float[torch.Tensor, " site"]
+    # False when some draw's source - target mean is 0 or of the other sign: a ratio over a
+    # denominator that may vanish has no interval (its draws run off to +-infinity)
+    normalised_defined: bool = True
 
 
 def no_intervals(n_sites: int) -> SiteIntervals:
@@ -50,8 +55,7 @@ def resample_weights(n_inputs: int, n_draws: int, seed: int) -> Float[torch.Tens
 
 def _ends(draws: Float[torch.Tensor, "site draw"]) -> tuple[torch.Tensor, torch.Tensor]:
     tail = (1.0 - CONFIDENCE) / 2
-    # a draw whose source and target means coincide has no normalised effect (0 / 0)
-    ends = torch.nanquantile(draws, torch.tensor([tail, 1.0 - tail], dtype=draws.dtype), dim=1)
+    ends = torch.quantile(draws, torch.tensor([tail, 1.0 - tail], dtype=draws.dtype), dim=1)
     return ends[0], ends[1]
 
 
@@ -70,11 +74,14 @@ def patching_intervals(
     source_means = weights @ source.double()
     target_means = weights @ target.double()
     difference = source_means - target_means
+    defined = bool((difference > 0).all() or (difference < 0).all())
     parts: list[tuple[torch.Tensor, ...]] = []
     for start in range(0, n_sites, SITES_PER_BLOCK):
         block = patched[start : start + SITES_PER_BLOCK].double()
         effect = einsum(block, weights, "site input, draw input -> site draw") - target_means
-        parts.append((*_ends(effect), *_ends(effect / difference)))
+        normalised = _ends(effect / difference) if defined else (torch.full_like(effect[:, 0], float("nan")),) * 2
+        parts.append((*_ends(effect), *normalised))
     if not parts:
         return no_intervals(0)
-    return SiteIntervals(*(torch.cat(column) for column in zip(*parts)))
+    effect_low, effect_high, normalised_low, normalised_high = (torch.cat(column) for column in zip(*parts))
+    return SiteIntervals(effect_low, effect_high, normalised_low, normalised_high, normalised_defined=defined)

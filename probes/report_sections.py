@@ -26,7 +26,7 @@ from sinkscope.reports.bars import (
     interval_bar_chart,
 )
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
-from sinkscope.reports.formatting import interval_text, plural
+from sinkscope.reports.formatting import estimate_text, interval_text, plural
 
 
 def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
@@ -268,9 +268,8 @@ def patching_finding(result: PatchingResult) -> str:
     parts = [f"{patch_site(row)} {getattr(row, value):+.2f}" for row in strong]
     if strong:
         top = strong[0]
-        parts[0] += (
-            f" [{interval_text(getattr(top, f'{value}_ci_low'), getattr(top, f'{value}_ci_high'), result.n_inputs)}]"
-        )
+        low, high = getattr(top, f"{value}_ci_low"), getattr(top, f"{value}_ci_high")
+        parts[0] = f"{patch_site(top)} {estimate_text(getattr(top, value), low, high, result.n_inputs)}"
     sites = plural(len(result.rows), "site")
     return (
         f"Patching {result.hook} per {' x '.join(result.per)} ({sites}, {plural(result.n_inputs, 'input pair')}; "
@@ -299,11 +298,12 @@ def patching_effects_chart(result: PatchingResult, path: Path, title: str) -> Fi
     )
     interval_bar_chart([patch_site(row) for row in shown], [series], path, title, value.replace("_", " "))
     bounded = any(math.isfinite(low) for low in series.lows)
-    whiskers = (
-        f"whiskers: 95% bootstrap intervals over {plural(result.n_inputs, 'input pair')}"
-        if bounded
-        else f"{interval_text(math.nan, math.nan, result.n_inputs)}"
-    )
+    if bounded:
+        whiskers = f"whiskers: 95% bootstrap intervals over {plural(result.n_inputs, 'input pair')}"
+    elif result.n_inputs < 2:
+        whiskers = interval_text(math.nan, math.nan, result.n_inputs)
+    else:
+        whiskers = f"n = {result.n_inputs:,}, no intervals (the table's note says why)"
     what = f"the {len(shown)} of {plural(len(result.rows), 'site')} with the largest {value.replace('_', ' ')}"
     return Figure(path, f"{title}: {what}; {whiskers}", path.parent)
 

@@ -225,7 +225,9 @@ def patching_definition(per: Sequence[str]) -> TableDefinition[PatchingRow]:
         ),
         "effect: the patched metric minus the target's; normalised_effect: effect / (source - target): 1 means "
         "the site alone carries the whole difference, 0 none of it. Intervals: 95% percentile bootstrap over "
-        "input pairs, resampled together for every site (empty: none, from fewer than two pairs).",
+        "input pairs, resampled together for every site (empty: none, from fewer than two pairs, a metric "
+        "returning batch means, a normalised effect whose denominator vanishes in some draw, or a file written "
+        "before intervals were stored).",
         order=_strength,
     )
 

@@ -85,8 +85,9 @@ def draw_interval_bars(
         ax.set_yscale("log")
     else:
         ax.axhline(0.0, color="#5b6473", linewidth=0.8)
-        if all(v >= 0 for one in series for v in one.values if not math.isnan(v)):
-            # all-zero or positive bars: the axis starts at 0, never below
+        ends = [v for one in series for v in (*one.values, *one.lows) if not math.isnan(v)]
+        if all(v >= 0 for v in ends):
+            # all-zero or positive bars and whiskers: the axis starts at 0, never below
             ax.set_ylim(bottom=0.0, top=None if ax.get_ylim()[1] > 0 else 1.0)
     slot = (width_in - 1.0) / max(len(categories), 1)  # inches per category
     crowded = max((len(name) for name in categories), default=0) * TICK_PT * 0.6 / 72 > 0.9 * slot

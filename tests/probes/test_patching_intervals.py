@@ -13,6 +13,7 @@ from test_probes_patching import TASK, projection_on_source_target, trigger_pair
 
 from browser import Chromium, find_chromium, pixels
 from sinkscope.infra.codec import read_result, write_result
+from sinkscope.infra.errors import InputError
 from sinkscope.probes.patching import MetricContext, PatchingResult, activation_patching
 from sinkscope.probes.patching_intervals import CONFIDENCE, N_BOOTSTRAP, patching_intervals
 from sinkscope.reporting import report
@@ -110,3 +111,40 @@ def test_the_toy_patch_report_draws_the_largest_effects_with_whiskers(tmp_path):
         assert len(bars) > 200  # the effects' bars
         _, _, whiskers = pixels(page, "z patched per head: the 4 of 4 sites", "#1d2330", tol=40, bluish=True)
         assert sum(1 for _, y in whiskers if y < height * 0.85) >= 8  # four whiskers with caps
+
+
+def test_no_pairs_and_non_finite_metrics_are_refused_in_one_line():
+    batch, untriggered = trigger_pair(n=8)
+    model, metric = relu_exact_model(TASK), projection_on_source_target(batch)
+    with pytest.raises(InputError, match="at least one pair"):
+        activation_patching(model, batch.tokens[:0], untriggered[:0], "resid_pre", metric, per=("layer",))
+
+    def nan_for_input_3(output: torch.Tensor, context: MetricContext) -> torch.Tensor:
+        values = metric(output, context).clone()
+        values[context.rows == 3] = float("nan")
+        return values
+
+    with pytest.raises(InputError, match=r"NaN or infinity for 1 of the 8 inputs of a batch \(input 3 first\)"):
+        activation_patching(model, batch.tokens, untriggered, "resid_pre", nan_for_input_3, per=("layer",))
+
+
+def test_a_denominator_that_vanishes_in_some_draw_gives_no_normalised_interval():
+    source = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.01], dtype=torch.float64)
+    target = torch.zeros(5, dtype=torch.float64)
+    patched = torch.ones(2, 5, dtype=torch.float64)
+    intervals = patching_intervals(source, target, patched)
+    assert not intervals.normalised_defined
+    assert bool(torch.isnan(intervals.normalised_low).all() and torch.isnan(intervals.normalised_high).all())
+    assert bool(torch.isfinite(intervals.effect_low).all())  # the effect keeps its interval
+    steady = patching_intervals(source.abs() + 1.0, target, patched)
+    assert steady.normalised_defined and bool(torch.isfinite(steady.normalised_low).all())
+
+
+def test_an_interval_below_zero_is_drawn_below_zero(tmp_path):
+    from matplotlib.figure import Figure as MplFigure
+
+    from sinkscope.reports.bars import IntervalSeries, draw_interval_bars
+
+    ax = MplFigure().subplots()
+    draw_interval_bars(ax, ["a", "b"], [IntervalSeries("effect", [0.5, 1e-4], [0.4, -3.5e-4], [0.6, 3.5e-4])])
+    assert ax.get_ylim()[0] < -3e-4  # the whisker's low end is on the axis, not cut at 0
