@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -119,7 +120,18 @@ def _receive(worker: Worker) -> Outcome:
         pass  # it died before (or while) sending
     except Exception as error:  # e.g. a returned object whose class this process cannot import
         return _failure(worker.unit, error, "its result could not be read back")
-    return "failed", UnitFailure(worker.unit, "WorkerDied", WORKER_DIED, "", "lost")
+    return "failed", UnitFailure(worker.unit, "WorkerDied", _death(worker), "", "lost")
+
+
+def _death(worker: Worker) -> str:
+    """Why ``worker`` died, as far as its exit status says: a signal other than SIGKILL was
+    sent by someone (the system's out-of-memory killer sends SIGKILL)."""
+    worker.process.join(1.0)  # its sentinel fired: the exit status is a moment away
+    code = worker.process.exitcode
+    if code is not None and code < 0 and -code != signal.SIGKILL:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        return f"its worker process was stopped by {name} from outside; run the same command again to resume"
+    return WORKER_DIED
 
 
 def _is_lost(outcome: Outcome) -> bool:

@@ -46,6 +46,15 @@ def die(out_dir: str, name: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def terminated(out_dir: str, name: str) -> None:
+    """Stop this worker process with SIGTERM, as a person or a scheduler would."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)  # the signal ends the process first
+
+
 def sleep_then_return(out_dir: str, name: str, seconds: float) -> str:
     time.sleep(seconds)
     return name

@@ -29,6 +29,7 @@ def heartbeat(what: str, enabled: bool = True, every_s: float | None = None) -> 
     (``HEARTBEAT_S`` by default) pass in the block without a line; yields ``said()``, to
     call whenever the block writes one."""
     every_s = HEARTBEAT_S if every_s is None else every_s
+    what = " ".join(what.split())  # one line, whatever a model's name holds
     started = time.monotonic()
     last = [started]
     done = threading.Event()
@@ -40,8 +41,11 @@ def heartbeat(what: str, enabled: bool = True, every_s: float | None = None) -> 
         while not done.wait(min(0.5, every_s / 4)):
             now = time.monotonic()
             if now - last[0] >= every_s:
-                tqdm.write(f"  ... still {what} ({now - started:.0f} s)", file=sys.stderr)
-                sys.stderr.flush()
+                try:
+                    tqdm.write(f"  ... still {what} ({now - started:.0f} s)", file=sys.stderr)
+                    sys.stderr.flush()
+                except (OSError, ValueError):  # stderr closed (a pipe whose reader left): nobody to tell
+                    return
                 last[0] = now
 
     thread = threading.Thread(target=beat, name="sinkscope-heartbeat", daemon=True)

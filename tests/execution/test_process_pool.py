@@ -107,3 +107,18 @@ def test_an_error_in_the_driver_stops_every_worker(tmp_path):
     with pytest.raises(RuntimeError, match="on_done refused quick"):
         run_units(units, workers=3, on_done=refuse)
     assert no_workers_left()
+
+
+def test_a_worker_stopped_by_a_signal_is_not_blamed_on_memory(tmp_path):
+    """SIGKILL is what the out-of-memory killer sends, and its failure names the memory fix;
+    another signal was sent by someone, and the failure says which and how to resume."""
+    units = [
+        Unit("terminated", worker_units.terminated, (str(tmp_path), "terminated")),
+        Unit("killed", worker_units.die, (str(tmp_path), "killed")),
+    ]
+    report = run_batch(units, workers=2)
+    messages = {failure.name: failure.message for failure in report.failed}
+    assert messages["terminated"].startswith("its worker process was stopped by SIGTERM from outside")
+    assert "memory" not in messages["terminated"] and "run the same command again" in messages["terminated"]
+    assert "memory ran out" in messages["killed"]
+    assert no_workers_left()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import pytest
 
 from sinkscope.reports.bars import IntervalSeries, interval_bar_chart
 from sinkscope.reports.plots import DPI, heatmap
@@ -32,3 +33,12 @@ def test_a_long_bar_chart_title_wraps_within_the_figure(tmp_path):
     assert (
         png_width(tmp_path / "bars.png") <= (fig.get_figwidth() + 0.2) * DPI + 2
     )  # bbox_inches="tight" pads 0.1 in a side
+
+
+@pytest.mark.parametrize("title", ["W" * 200, "注意力汇聚" * 30], ids=["wide-letters", "cjk"])
+def test_titles_are_wrapped_by_their_drawn_width_not_their_length(tmp_path, title, recwarn):
+    """Wide letters and CJK glyphs take more room than an average character: the lines are
+    measured as drawn. Glyphs the fonts lack draw as boxes without a warning per glyph."""
+    fig = heatmap(np.full((1, 1), 0.5), tmp_path / "map.png", title, "anchor mass", "head", "layer")
+    assert png_width(tmp_path / "map.png") <= (fig.get_figwidth() + 0.2) * DPI + 2
+    assert not [w for w in recwarn if "missing from font" in str(w.message)]
