@@ -43,6 +43,7 @@ from sinkscope.infra.bounds import (
 )
 from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.infra.errors import InputError, RunFailed
+from sinkscope.infra.heartbeat import heartbeat
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.ablation import AblationResult, AblationSettings, ablate, upgrade_ablation_v1
 from sinkscope.pretrained_analysis.anchors import anchor_words
@@ -248,17 +249,17 @@ def _probe(
     hooked: HookedModel, prompts: TokenizedPrompts, config: AuditConfig, label: str, progress: bool
 ) -> ProbeResult:
     bar = tqdm(total=len(prompts), desc=f"probing {label}", unit="prompt", disable=not progress, leave=False)
+    # a batch of a large model on a busy machine can take minutes: the heartbeat says it is still going
+    with bar, heartbeat(f"probing {label}", enabled=progress) as said:
 
-    def batches():
-        # grouped by length; the probe's numbers do not depend on the grouping
-        for batch in iterate_batches(prompts.tokens, prompts.attention_mask, None, config.batch_size):
-            yield batch
-            bar.update(len(batch.inputs))
+        def batches():
+            # grouped by length; the probe's numbers do not depend on the grouping
+            for batch in iterate_batches(prompts.tokens, prompts.attention_mask, None, config.batch_size):
+                yield batch
+                bar.update(len(batch.inputs))
+                said()
 
-    try:
         return probe_batches(hooked, batches(), config.probe_config())
-    finally:
-        bar.close()
 
 
 def _check_finite(probe: ProbeResult, model: ModelInfo) -> None:

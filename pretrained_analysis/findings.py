@@ -123,7 +123,13 @@ def ablation_headline(result: AuditResult) -> str | None:
     if top.remove_increase.mean > together.remove_increase.mean and not separated:
         sentence = (
             f"Removing {top.label}'s sink alone raises the {LOSS} by {_estimate(top.remove_increase, n)} and "
-            f"{all_text}; the intervals overlap, so one head is not shown to cost more than all together; {tested}."
+            f"{all_text}; "
+            + (
+                "the intervals overlap, so one head is not shown to cost more than all together"
+                if n >= 2
+                else "with one prompt there is no interval, so one head is not shown to cost more than all together"
+            )
+            + f"; {tested}."
         )
     elif top.remove_increase.mean > together.remove_increase.mean:
         sentence = (

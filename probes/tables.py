@@ -71,11 +71,11 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
     "of the head's output norm coming from the anchor; row_entropy: normalised by log(#visible keys); "
     "row_mass: total weight of the selected queries' rows (1 under softmax); dormant: low entropy with mass "
     "on the anchor. A metric measured for no head is left out. Sink heads come first, largest anchor mass "
-    "first; then the other heads in layer order, any without a measured anchor mass last.",
+    "first; then the other heads, also largest anchor mass first, any without a measured anchor mass last.",
     order=lambda h: (
         not h.is_sink_head,
-        -h.anchor_mass if h.is_sink_head else 0.0,
         math.isnan(h.anchor_mass),
+        -h.anchor_mass if not math.isnan(h.anchor_mass) else 0.0,
         h.layer,
         h.head,
     ),

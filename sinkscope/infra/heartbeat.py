@@ -5,8 +5,8 @@ a busy machine, can take tens of seconds without a word; a reader cannot tell su
 stretch from a hang. ``heartbeat(what)`` runs a daemon thread for the block that writes
 ``  ... still WHAT (N s)`` once ``HEARTBEAT_S`` seconds pass with no line; the caller
 calls the function it yields when it writes a line of its own (a progress bar's update),
-so a step that reports often is never interrupted. Lines go through ``tqdm.write``,
-which keeps a progress bar on the terminal intact.
+so a step that reports often is never interrupted. On a terminal lines go through
+``tqdm.write``, which keeps a progress bar intact; in a log each is one line of its own.
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ def heartbeat(what: str, enabled: bool = True, every_s: float | None = None) -> 
             now = time.monotonic()
             if now - last[0] >= every_s:
                 try:
-                    tqdm.write(f"  ... still {what} ({now - started:.0f} s)", file=sys.stderr)
-                    sys.stderr.flush()
+                    _say(f"  ... still {what} ({now - started:.0f} s)")
                 except (OSError, ValueError):  # stderr closed (a pipe whose reader left): nobody to tell
                     return
                 last[0] = now
@@ -57,3 +56,14 @@ def heartbeat(what: str, enabled: bool = True, every_s: float | None = None) -> 
         done.set()
         if enabled:
             thread.join()
+
+
+def _say(line: str) -> None:
+    """``line`` on stderr: on a terminal through ``tqdm.write``, which lifts a progress bar
+    above it and redraws it; in a log as one plain line (``tqdm.write`` there adds the
+    bar and blank lines around every message)."""
+    if sys.stderr.isatty():
+        tqdm.write(line, file=sys.stderr)
+    else:
+        sys.stderr.write(f"\n{line}\n")
+    sys.stderr.flush()
