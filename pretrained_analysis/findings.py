@@ -78,7 +78,8 @@ def learned_sink_phrase(probe: ProbeResult) -> str | None:
     )
     return (
         f"{len(strong)} of {len(measured)} heads put \u2265 {threshold:g} of their attention on their learned sink, "
-        f"on no key at all ({how}), strongest first: {names}."
+        f"on no key at all ({how}), strongest first: {names}. The audit's ablations (--ablate) remove BOS sinks "
+        "only; remove_learned_sink in Python removes these."
     )
 
 

@@ -309,6 +309,10 @@ def _audit_line(result) -> str:
         + ", ".join(f"{rate.percent:.1f}% (eps {rate.eps})" for rate in result.sink_rates)
         + f"; {plural(len(result.sink_heads()), 'sink head')} (anchor mass >= {1 - result.config.sink_eps:g})"
     )
+    threshold = 1 - result.config.sink_eps
+    learned = [h for h in result.probe.heads if h.learned_sink_mass >= threshold]  # NaN (none measured) compares False
+    if learned:  # gpt-oss: a sink on no key, which --ablate's remove_sink does not touch
+        line += f"; {plural(len(learned), 'head')} with a learned sink >= {threshold:g} (not ablated here)"
     if result.config.layers is not None:  # the counts above cover these layers only
         from sinkscope.probes.probe import layers_text
 

@@ -201,3 +201,8 @@ def test_an_audit_of_gpt_oss_reports_and_persists_the_learned_sink(gpt_oss_dir, 
     assert "learned_sink_mass: mean of 1 − row sum over the same queries" in markdown
     assert "anchor mass and learned sink mass per layer and head" in markdown
     assert any("on their learned sink" in finding for finding in written.findings)
+    # the terminal line counts them too, and says --ablate leaves them alone
+    from sinkscope.cli.audit import _audit_line
+
+    assert "2 heads with a learned sink >= 0.9 (not ablated here)" in _audit_line(result)
+    assert any("remove_learned_sink in Python removes these" in finding for finding in written.findings)
