@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import textwrap
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +16,6 @@ from typing import Any
 import matplotlib
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
@@ -26,6 +24,7 @@ from sinkscope.infra.atomic_io import atomic_path
 from sinkscope.infra.errors import InputError
 from sinkscope.reports.document import HeadMaps
 from sinkscope.reports.png_text import TEXT_PX_KEY, smallest_text_pt, with_text_chunk
+from sinkscope.reports.titles import wrap_titles
 
 DPI = 110
 NOT_MEASURED_COLOUR = "#e6e6e6"  # a map cell with no value (a layer not probed)
@@ -43,7 +42,7 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = DPI) -> Figure:
     with warnings.catch_warnings():
         # a name in a script the fonts lack (CJK, emoji) draws as boxes; a warning per glyph says nothing more
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
-        _wrap_titles(fig)
+        wrap_titles(fig)
         fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     data = buffer.getvalue()
     smallest = smallest_text_pt(fig)  # after the draw: tick labels exist only once drawn
@@ -52,34 +51,6 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = DPI) -> Figure:
     with atomic_path(path) as tmp:
         Path(tmp).write_bytes(data)
     return fig
-
-
-def _wrap_titles(fig: Figure) -> None:
-    """Break every title (the figure's and each panel's) into lines that fit its width,
-    measured as drawn (wide letters and CJK glyphs take more room than a count of
-    characters says): a long one would otherwise run over a colour bar or past the
-    figure's edge, where ``bbox_inches="tight"`` makes the figure wider than the page."""
-    suptitle = getattr(fig, "_suptitle", None)  # matplotlib keeps it private; None until set
-    titled = [(suptitle, fig.get_figwidth())] if suptitle is not None else []
-    for ax in fig.axes:
-        # a panel of several keeps to its own width; a figure's one plot may use most of the figure's
-        share = ax.get_position().width
-        titled += [(ax.title, fig.get_figwidth() * (share if share < 0.45 else 0.9))]
-    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)  # a bare Figure has none
-    renderer = canvas.get_renderer()
-    for text, width_in in titled:
-        words = text.get_text()
-        if not words:
-            continue
-        chars = max(len(line) for line in words.split("\n"))
-        while chars > 8 and text.get_window_extent(renderer).width > width_in * fig.dpi:
-            chars = int(chars * 0.85)
-            text.set_text(
-                "\n".join(
-                    textwrap.fill(line, chars, break_on_hyphens=False, break_long_words=True)
-                    for line in words.split("\n")
-                )
-            )
 
 
 def _tick_step(n: int, length_in: float, pitch: float = 1.6) -> int:

@@ -60,13 +60,14 @@ def leaves(data: Any) -> set[Any]:
     return {data}
 
 
-# fields added after version 1 with a default of NaN (null): a version-1 file has none of them
+# fields added after version 1 with a default (NaN: null, or ""): a version-1 file has none of them
 ADDED_SINCE_V1 = {
     "learned_sink_mass",
     "effect_ci_low",
     "effect_ci_high",
     "normalised_effect_ci_low",
     "normalised_effect_ci_high",
+    "anchor_how",
 }
 
 
@@ -74,7 +75,9 @@ def without_added(data: Any) -> Any:
     """``data`` (encoded JSON) less the ``ADDED_SINCE_V1`` fields that hold their default."""
     if isinstance(data, dict):
         return {
-            key: without_added(value) for key, value in data.items() if not (key in ADDED_SINCE_V1 and value is None)
+            key: without_added(value)
+            for key, value in data.items()
+            if not (key in ADDED_SINCE_V1 and value in (None, ""))
         }
     if isinstance(data, list):
         return [without_added(item) for item in data]
