@@ -121,7 +121,8 @@ def _patterns(hooked: HookedModel, batch: Any, heads: tuple[tuple[int, int], ...
 
         def hook(pattern: torch.Tensor, hook: Any) -> None:
             for head in shown:
-                captured[layer, head] = pattern[0, head].float().cpu().numpy()
+                # a copy: a view (or numpy over it) would keep the whole layer's storage alive
+                captured[layer, head] = pattern[0, head].float().cpu().clone().numpy()
 
         return hook
 
