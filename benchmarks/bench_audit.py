@@ -54,7 +54,7 @@ prompt would hold every layer's scores and pattern, tens of GiB, so leave it out
 on one thread), measuring only the peaks. ``--tokens`` goes up to the shape's positions
 (``MAX_TOKENS``). The memory budget (``budget_check``): the audit's peak <= the bare bridge's
 peak + ``BUDGET_PATTERNS`` one-layer ``[batch, head, query, key]`` float32 patterns: the
-probes may hold a temporary the size of one pattern beside the forward's own, never
+probes may hold up to two temporaries the size of one pattern beside the forward's own, never
 one per layer (a kept pattern per layer would add 30 of them on the SmolLM2 shape).
 """
 
