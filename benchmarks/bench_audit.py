@@ -1,7 +1,7 @@
 """Audit throughput and memory on a GPT-2-small-, Pythia-160m- or SmolLM2-135M-shaped model against a bare forward pass.
 
     python benchmarks/bench_audit.py [--shape gpt2-small|pythia-160m|smollm2-135m] [--prompts N] [--tokens T]
-                                     [--batch-size B] [--repeats R] [--json PATH]
+                                     [--batch-size B] [--repeats R] [--ways W,...] [--memory-only] [--json PATH]
 
 The model (``SHAPES``): ``gpt2-small`` is ``GPT2Config()``'s defaults (12 layers, 12 heads,
 d_model 768, vocabulary 50,257, 124M parameters) with ``n_ctx`` set explicitly;
@@ -12,7 +12,8 @@ SmolLM2-135M's sizes, the grouped-query-attention shape (hidden 576, 30 layers, 
 sharing 3 key/value heads, head size 64, SwiGLU intermediate 1536, RMSNorm eps 1e-5, rotary
 on every head with theta 100,000, vocabulary 49,152, 8,192 positions, unembedding tied to the
 embedding, 135M parameters). Random weights (seed 0), saved to a
-temporary directory with the tests' byte-level tokenizer and loaded as ``sinkscope audit``
+temporary directory with the tests' byte-level tokenizer (filled up to the model's vocabulary
+with added tokens) and loaded as ``sinkscope audit``
 loads it (``sinkscope.pretrained_analysis.loading.load_model``: ``TransformerBridge``, raw weights).
 The prompts: N random-token prompts of T tokens, BOS first (default 16 x 64, batches of 16).
 
@@ -46,6 +47,15 @@ torch's CPU allocator is invisible to ``tracemalloc``; ``MALLOC_MMAP_THRESHOLD_`
 glibc return freed large buffers at once so earlier runs cannot hide allocations.
 Targets (issue 6): audit <= 1.3 x bare bridge time (and, stricter, <= 1.3 x bare trunk
 time); audit peak <= 0.25 x the full cache's.
+
+Long prompts (issue 24): ``--ways`` keeps some of the ways (the full cache of a 4,096-token
+prompt would hold every layer's scores and pattern, tens of GiB, so leave it out there) and
+``--memory-only`` skips the timing and ``write_audit`` (one 4,096-token forward takes minutes
+on one thread), measuring only the peaks. ``--tokens`` goes up to the shape's positions
+(``MAX_TOKENS``). The memory budget (``budget_check``): the audit's peak <= the bare bridge's
+peak + ``BUDGET_PATTERNS`` one-layer ``[batch, head, query, key]`` float32 patterns: the
+probes may hold up to two temporaries the size of one pattern beside the forward's own, never
+one per layer (a kept pattern per layer would add 30 of them on the SmolLM2 shape).
 """
 
 from __future__ import annotations
@@ -85,6 +95,8 @@ from sinkscope.pretrained_analysis.prompts import (  # noqa: E402
 
 MODES = ("bare hf", "bare bridge", "bare trunk", "audit", "full cache")
 MiB = 2**20
+MAX_TOKENS = {"gpt2-small": 1024, "pythia-160m": 2048, "smollm2-135m": 8192}  # each shape's positions
+BUDGET_PATTERNS = 2  # one-layer float32 patterns the audit may add to the bare bridge's peak
 
 
 @dataclass(frozen=True)
@@ -175,6 +187,9 @@ def build_model(directory: str, shape: str = "gpt2-small") -> int:
     torch.manual_seed(0)
     model = model_class(config).eval()
     model.save_pretrained(directory)
+    # filler tokens up to the model's vocabulary: the audit refuses a tokenizer far smaller
+    # than the model's vocabulary (not the model's own), and random prompts draw from all of it
+    tokenizer.add_tokens([f"<filler_{index}>" for index in range(config.vocab_size - len(tokenizer))])
     tokenizer.save_pretrained(directory)
     return sum(p.numel() for p in model.parameters())
 
@@ -314,13 +329,48 @@ def bench(
     return [result(mode) for mode in MODES], write_seconds
 
 
+def measure_memory_only(setup: Setup, ways: tuple[str, ...]) -> list[ModeResult]:
+    """The peak memory of ``ways`` (each in a fresh process), nothing timed; each printed as it
+    is measured (a long prompt takes minutes per way)."""
+    results = []
+    for mode in ways:
+        results.append(ModeResult(mode, None, None, None, None, None, (), measure_memory(setup, mode)))
+        print(f"{mode}: peak +{results[-1].peak_rss_increase_mib} MiB", flush=True)
+    return results
+
+
+def pattern_mib(batch_size: int, n_heads: int, tokens: int) -> float:
+    """One layer's ``[batch, head, query, key]`` float32 attention pattern, MiB."""
+    return batch_size * n_heads * tokens * tokens * 4 / MiB
+
+
+def budget_check(results: list[ModeResult], pattern: float) -> tuple[float, bool] | None:
+    """(the budget in MiB, whether the audit's peak is within it); None when the audit or the
+    bare bridge was not measured."""
+    peaks = {r.mode: r.peak_rss_increase_mib for r in results}
+    audit_peak, bridge_peak = peaks.get("audit"), peaks.get("bare bridge")
+    if audit_peak is None or bridge_peak is None:
+        return None
+    budget = bridge_peak + BUDGET_PATTERNS * pattern
+    return budget, audit_peak <= budget
+
+
+def parse_ways(text: str) -> tuple[str, ...]:
+    """``--ways``: comma-separated names of ``MODES``, kept in ``MODES``' order."""
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = names - set(MODES)
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"ways are comma-separated names from: {', '.join(MODES)}")
+    return tuple(mode for mode in MODES if mode in names)
+
+
 def format_table(results: list[ModeResult]) -> str:
     header = (
         f"{'way':<12} {'median s':>9} {'tokens/s':>9} {'x bridge':>9} {'x trunk':>8} {'x hf':>6} {'peak +MiB':>10}"
         f" {'of cache':>9}"
     )
     lines = [header, "-" * len(header)]
-    cache = next(r.peak_rss_increase_mib for r in results if r.mode == "full cache")  # None: not measured
+    cache = next((r.peak_rss_increase_mib for r in results if r.mode == "full cache"), None)  # None: not measured
     for r in results:
         peak = "n/a" if r.peak_rss_increase_mib is None else f"{r.peak_rss_increase_mib:.0f}"
         share = "n/a" if r.peak_rss_increase_mib is None or not cache else f"{r.peak_rss_increase_mib / cache:.2f}"
@@ -336,51 +386,93 @@ def format_table(results: list[ModeResult]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=tuple(SHAPES), default="gpt2-small", help="model shape (default gpt2-small)")
     parser.add_argument("--prompts", type=int, default=16, help="random-token prompts (default 16)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per prompt, BOS included (default 64)")
     parser.add_argument("--batch-size", type=int, default=16, help="prompts per forward pass (default 16)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per way; the median is reported (default 3)")
+    parser.add_argument(
+        "--ways", type=parse_ways, default=MODES, help=f"comma-separated ways to run (default all: {', '.join(MODES)})"
+    )
+    parser.add_argument("--memory-only", action="store_true", help="measure the ways' peak memory only, time nothing")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
-    if min(args.prompts, args.batch_size, args.repeats) < 1 or not 2 <= args.tokens <= 1024:
-        parser.error("--prompts, --batch-size and --repeats must be >= 1 and --tokens in 2..1024")
+    max_tokens = MAX_TOKENS[args.shape]
+    if min(args.prompts, args.batch_size, args.repeats) < 1 or not 2 <= args.tokens <= max_tokens:
+        parser.error(f"--prompts, --batch-size and --repeats must be >= 1 and --tokens in 2..{max_tokens}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     torch.set_num_threads(1)
+    write_seconds = None
     with tempfile.TemporaryDirectory(prefix=f"bench_audit_{args.shape}_") as model_dir:
         n_params = build_model(model_dir, args.shape)
+        from transformers import AutoConfig
+
+        n_heads = AutoConfig.from_pretrained(model_dir).num_attention_heads
         setup = Setup(model_dir, args.prompts, args.tokens, args.batch_size)
-        results, write_seconds = bench(setup, args.repeats)
+        if args.memory_only:
+            results = measure_memory_only(setup, args.ways)
+        else:
+            with_write = "audit" in args.ways
+            results, write_seconds = bench(setup, args.repeats, args.ways, with_write, timed_modes=args.ways)
+    pattern = pattern_mib(min(args.batch_size, args.prompts), n_heads, args.tokens)
+    budget = budget_check(results, pattern)
     print(
         f"audit vs bare forward: {SHAPES[args.shape]} ({n_params / 1e6:.0f}M parameters, random weights), "
-        f"{args.prompts} prompts x {args.tokens} tokens, batches of {args.batch_size}, {args.repeats} repeats, "
-        f"1 thread, torch {torch.__version__}"
+        f"{args.prompts} prompts x {args.tokens} tokens, batches of {args.batch_size}, "
+        f"{'memory only' if args.memory_only else f'{args.repeats} repeats'}, 1 thread, torch {torch.__version__}"
     )
     print(format_table(results))
-    print(f"write_audit (JSON, CSV, map, per-layer plot, 2 example heatmaps): {write_seconds:.2f} s, once")
-    if args.json is not None:
-        from sinkscope.infra.atomic_io import atomic_write_json
-
-        atomic_write_json(
-            args.json,
-            {
-                "benchmark": "audit",
-                "torch": torch.__version__,
-                "python": platform.python_version(),
-                "threads": torch.get_num_threads(),
-                "shape": args.shape,
-                "n_params": n_params,
-                "prompts": args.prompts,
-                "tokens": args.tokens,
-                "batch_size": args.batch_size,
-                "repeats": args.repeats,
-                "write_audit_s": write_seconds,
-                "results": [asdict(result) for result in results],
-            },
+    if write_seconds is not None:
+        print(f"write_audit (JSON, CSV, map, per-layer plot, 2 example heatmaps): {write_seconds:.2f} s, once")
+    print(f"one layer's [batch, head, query, key] float32 pattern: {pattern:.0f} MiB")
+    if budget is not None:
+        print(
+            f"budget: audit peak <= bare bridge peak + {BUDGET_PATTERNS} patterns = {budget[0]:.0f} MiB: "
+            f"{'ok' if budget[1] else 'NOT MET'}"
         )
-        print(f"wrote {args.json}")
+    if args.json is not None:
+        write_json(args, n_params, results, write_seconds, pattern, budget)
     return 0
+
+
+def write_json(
+    args: argparse.Namespace,
+    n_params: int,
+    results: list[ModeResult],
+    write_seconds: float | None,
+    pattern: float,
+    budget: tuple[float, bool] | None,
+) -> None:
+    from sinkscope.infra.atomic_io import atomic_write_json
+
+    atomic_write_json(
+        args.json,
+        {
+            "benchmark": "audit",
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "threads": torch.get_num_threads(),
+            "shape": args.shape,
+            "n_params": n_params,
+            "prompts": args.prompts,
+            "tokens": args.tokens,
+            "batch_size": args.batch_size,
+            "repeats": None if args.memory_only else args.repeats,
+            "ways": list(args.ways),
+            "write_audit_s": write_seconds,
+            "pattern_mib": pattern,
+            "budget_mib": None if budget is None else budget[0],
+            "within_budget": None if budget is None else budget[1],
+            "results": [asdict(result) for result in results],
+        },
+    )
+    print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -109,13 +109,20 @@ def example_heads(probe: ProbeResult, n_sinks: int = EXAMPLE_SINK_HEADS) -> tupl
 
 
 def _patterns(hooked: HookedModel, batch: Any, heads: tuple[tuple[int, int], ...]) -> np.ndarray:
-    """``[len(heads), query, key]``: the attention of ``heads`` on one prepared prompt."""
+    """``[len(heads), query, key]``: the attention of ``heads`` on one prepared prompt.
+
+    Each hook keeps only the shown heads' rows of its layer, never a whole
+    ``[head, query, key]`` pattern: on a long prompt one layer's pattern is hundreds of MiB."""
     layers = sorted({layer for layer, _ in heads})
-    captured: dict[int, np.ndarray] = {}
+    captured: dict[tuple[int, int], np.ndarray] = {}
 
     def capture(layer: int):
+        shown = [head for head_layer, head in heads if head_layer == layer]
+
         def hook(pattern: torch.Tensor, hook: Any) -> None:
-            captured[layer] = pattern[0].float().cpu().numpy()
+            for head in shown:
+                # a copy: a view (or numpy over it) would keep the whole layer's storage alive
+                captured[layer, head] = pattern[0, head].float().cpu().clone().numpy()
 
         return hook
 
@@ -125,7 +132,7 @@ def _patterns(hooked: HookedModel, batch: Any, heads: tuple[tuple[int, int], ...
             [(attn_hook(layer, "pattern"), capture(layer)) for layer in layers],
             stop_after=attn_hook(layers[-1], "pattern"),
         )
-    return np.stack([captured[layer][head] for layer, head in heads])
+    return np.stack([captured[head] for head in heads])
 
 
 def attention_examples(

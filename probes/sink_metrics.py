@@ -220,10 +220,12 @@ def row_entropy_sums(
     Rows are renormalised first (non-softmax kinds); rows with fewer than two visible
     keys or no mass are skipped. Returns (per-head sums, per-head counts).
     """
-    weights = pattern.clamp_min(0) * visible.unsqueeze(1)
-    mass = weights.sum(dim=-1, keepdim=True)
-    probs = weights / mass.clamp_min(torch.finfo(weights.dtype).tiny)
-    entropy = -(torch.special.xlogy(probs, probs)).sum(dim=-1)
+    # one [batch, head, query, key] temporary, updated in place: on a long prompt each
+    # full-size copy of the pattern costs hundreds of MiB
+    probs = pattern.clamp_min(0).mul_(visible.unsqueeze(1))
+    mass = probs.sum(dim=-1, keepdim=True)
+    probs.div_(mass.clamp_min(torch.finfo(probs.dtype).tiny))
+    entropy = -probs.xlogy_(probs).sum(dim=-1)
     n_visible = visible.sum(dim=-1).unsqueeze(1)
     selected = (n_visible >= 2) & (mass.squeeze(-1) > 0)
     if query_mask is not None:
