@@ -31,7 +31,7 @@ REPORT_FILES = ("report.html", "report.md")
 EXAMPLE_PNG = re.compile(r"attention_example_\d+\.png")
 
 EXAMPLES = f"""examples:
-  sinkscope demo                        # everything into {DEFAULT_OUT}/ (about 5 min on 2 cores)
+  sinkscope demo                        # everything into {DEFAULT_OUT}/ (6 to 7 min on 2 idle cores)
   sinkscope demo --out results/demo     # elsewhere
   sinkscope demo --steps 2,4            # only the MiniLM audit and the reports (of what exists)
 
