@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from jaxtyping import Bool, Float, Int, Shaped
@@ -51,15 +51,7 @@ InterventionKind = Literal[
     "zero_head",
     "mean_ablate_head",
 ]
-INTERVENTION_KINDS: tuple[str, ...] = (
-    "remove_sink",
-    "evict_anchor",
-    "redirect_to_sink",
-    "mask_random_key",
-    "remove_learned_sink",
-    "zero_head",
-    "mean_ablate_head",
-)
+INTERVENTION_KINDS: tuple[str, ...] = get_args(InterventionKind)
 PATTERN_KINDS: tuple[str, ...] = (
     "remove_sink",
     "evict_anchor",

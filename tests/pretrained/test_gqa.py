@@ -6,12 +6,12 @@ one-line refusal of a model the bridge boots but that has no attention (Mamba)."
 
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
 
 import pytest
 import torch
 
+from hf_reference import edited_eager_attention
 from sinkscope.infra.codec import encode
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import HookedModel
@@ -182,29 +182,6 @@ def test_every_attention_hook_is_editable(family_models):
 
 
 # interventions against transformers' eager attention with the same edit ------------------
-@contextmanager
-def edited_eager_attention(hf, edits):
-    """Run transformers' own eager attention, then replace the pattern of the layers in
-    ``edits`` ({layer: fn(weights [b, head, q, k]) -> weights}) and recompute its output
-    from the repeated values, as transformers does."""
-    module = sys.modules[type(hf.model.layers[0].self_attn).__module__]
-    original = module.eager_attention_forward
-
-    def eager(attn, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-        output, weights = original(attn, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-        if attn.layer_idx not in edits:
-            return output, weights
-        weights = edits[attn.layer_idx](weights)
-        values = module.repeat_kv(value, attn.num_key_value_groups)
-        return torch.matmul(weights, values).transpose(1, 2).contiguous(), weights
-
-    module.eager_attention_forward = eager
-    try:
-        yield
-    finally:
-        module.eager_attention_forward = original
-
-
 def drop_key(heads, key_rows):
     """Zero A[b, h, i, anchor] for rows ``key_rows(i, anchor)`` of ``heads`` and renormalise."""
 

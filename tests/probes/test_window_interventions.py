@@ -5,13 +5,11 @@ only, a key their window shows them (a key with weight > 0 in transformers' own 
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
-
 import pytest
 import torch
 from test_sliding_window import PROMPTS, WINDOWED, build_windowed
 
+from hf_reference import edited_eager_attention
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.probes.interventions import (
@@ -32,28 +30,6 @@ def windowed_batch(request, tmp_path_factory):
     hooked = HookedModel(load_model(LoadSpec(str(directory)), progress=False).bridge)
     tokens = hooked.prepare(PROMPTS[0]).model_input  # one unpadded prompt, several windows long
     return request.param, hooked, load_hf_model(directory), tokens
-
-
-@contextmanager
-def edited_eager_attention(hf, edits):
-    """transformers' own eager attention, with the pattern of the layers in ``edits``
-    ({layer: fn(weights [b, head, q, k]) -> weights}) replaced and the output recomputed."""
-    module = sys.modules[type(hf.model.layers[0].self_attn).__module__]
-    original = module.eager_attention_forward
-
-    def eager(attn, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-        output, weights = original(attn, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-        if attn.layer_idx not in edits:
-            return output, weights
-        weights = edits[attn.layer_idx](weights)
-        values = module.repeat_kv(value, attn.num_key_value_groups)
-        return torch.matmul(weights, values).transpose(1, 2).contiguous(), weights
-
-    module.eager_attention_forward = eager
-    try:
-        yield
-    finally:
-        module.eager_attention_forward = original
 
 
 def drop_anchor_where_seen(head):
