@@ -191,7 +191,7 @@ class AuditResult:
 
     @property
     def anchor(self) -> str:
-        """Which token is the anchor and how it got there, in words (``anchors.ANCHOR_HOWS``):
+        """Which token is the anchor and how it got there, in words (``interp.anchors.ANCHOR_HOWS``):
         the BOS token the tokenizer adds itself or sinkscope prepends (named, e.g.
         ``<|im_start|>``), each prompt's first token (no BOS token, or none prepended), or an
         encoder's first token, [CLS]. Audits written before the how was recorded read it

@@ -33,7 +33,7 @@ from sinkscope.pretrained_analysis.resolve import (
 from sinkscope.pretrained_analysis.weight_shapes import weight_mismatch
 
 if TYPE_CHECKING:
-    from sinkscope.interp.hooked_model import ModelSpec
+    from sinkscope.interp.model_spec import ModelSpec
     from sinkscope.pretrained_analysis.loading import LoadSpec
 
 
@@ -274,6 +274,27 @@ def describe_bridge(
     )
 
 
+def tokenizer_with_files(tokenizer: Any) -> Any:
+    """``tokenizer``, or where it was built in memory with a BOS token, the same tokenizer
+    reloaded from files of its own: TransformerLens reloads a tokenizer from its files to
+    make it add BOS, and one without files stops it (``KeyError: 'name_or_path'``). The
+    files stay in a temporary folder until the process ends, because the anchor decision
+    (``sinkscope.interp.anchors.own_tokenizer``) reads them again."""
+    init = getattr(tokenizer, "init_kwargs", None)
+    if not isinstance(init, dict) or init.get("name_or_path") or getattr(tokenizer, "bos_token", None) is None:
+        return tokenizer
+    import atexit
+    import shutil
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    folder = tempfile.mkdtemp(prefix="sinkscope-tokenizer-")
+    atexit.register(shutil.rmtree, folder, True)
+    tokenizer.save_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
 def boot_in_memory(model: Any, tokenizer: Any) -> Any:
     """A Hugging Face model object in a ``TransformerBridge`` (same weights, dtype, device)."""
     import torch
@@ -292,7 +313,7 @@ def boot_in_memory(model: Any, tokenizer: Any) -> Any:
         return TransformerBridge.boot_transformers(
             str(getattr(model.config, "name_or_path", "") or type(model).__name__),
             hf_model=model,
-            tokenizer=tokenizer,
+            tokenizer=tokenizer_with_files(tokenizer),
             device=parameter.device,
             dtype=parameter.dtype,
         )

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.infra.arguments import check_argument, check_items, check_seed
 from sinkscope.infra.bounds import COUNT, POSITIVE, UNBOUNDED, Bound, Problem, at_most
-from sinkscope.pretrained_analysis.anchors import ANCHOR_PREFIXED, anchor_how, anchor_token_id
+from sinkscope.interp.anchors import ANCHOR_PREFIXED, anchor_how
+from sinkscope.pretrained_analysis.anchors import anchor_token_id
 from sinkscope.pretrained_analysis.prompt_files import (
     PromptError,
     cache_error,
@@ -180,7 +181,7 @@ class PromptSummary:
     max_tokens: int
     anchor_token: str
     texts_sha256: str = ""
-    anchor_how: str = ""  # one of anchors.ANCHOR_HOWS; empty in audits written before it was recorded
+    anchor_how: str = ""  # one of interp.anchors.ANCHOR_HOWS; empty in audits written before it was recorded
 
     def inconsistencies(self) -> Iterator[Problem]:
         """Truncated prompts among those used, used among those available, lengths in order."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sinkscope.infra.errors import InputError
-from sinkscope.interp.hooked_model import ModelSpec
+from sinkscope.interp.model_spec import ModelSpec
 from sinkscope.probes.patch_hooks import PatchSite, hook_layout
 
 PATCH_AXES: tuple[str, ...] = ("layer", "head", "position")

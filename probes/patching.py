@@ -32,7 +32,8 @@ from tqdm.auto import tqdm
 from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most, index_problems
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
-from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch, upgrade_model_spec_v1
+from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
+from sinkscope.interp.model_spec import ModelSpec, upgrade_model_spec_v1
 from sinkscope.probes.patch_hooks import PatchSite, capture_activations, hook_reaches_output, run_patched
 from sinkscope.probes.patch_sites import check_hook_heads, checked_sites, validate_per
 from sinkscope.probes.patching_intervals import SiteIntervals, no_intervals, patching_intervals

@@ -31,7 +31,7 @@ from sinkscope.infra.bounds import (
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS
-from sinkscope.interp.hooked_model import ModelSpec, upgrade_model_spec_v1
+from sinkscope.interp.model_spec import ModelSpec, upgrade_model_spec_v1
 from sinkscope.probes.sink_metrics import (
     SINK_EPS,
     SINK_RATE_EPSILONS,

@@ -34,8 +34,9 @@ import torch
 from sinkscope.infra.arguments import check_argument, check_items
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook, block_hook
-from sinkscope.interp.hooked_model import HookedModel, ModelSpec, PreparedBatch
+from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.interp.learned_sinks import has_learned_sinks
+from sinkscope.interp.model_spec import ModelSpec
 from sinkscope.interp.visibility import layer_reach
 from sinkscope.probes.pattern_sums import PatternSums
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate, layers_note

@@ -16,7 +16,7 @@ from transformers.masking_utils import (
 )
 
 from sinkscope.infra.errors import InputError
-from sinkscope.interp.hooked_model import ModelSpec
+from sinkscope.interp.model_spec import ModelSpec
 from sinkscope.interp.visibility import key_visibility, layer_reach, layer_windows_and_chunks
 
 

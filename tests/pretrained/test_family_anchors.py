@@ -17,9 +17,11 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 from sinkscope.cli import main
 from sinkscope.infra.codec import encode
+from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.audit import AuditConfig, audit, read_audit
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.pretrained_analysis.prompts import PromptSet, PromptSpec, prompt_set, tokenize_prompts
+from sinkscope.probes.runner import probe_model
 from sinkscope.reporting import report
 from sinkscope.reports.html import escape as html_escape
 from sinkscope.reports.markdown import md_escape
@@ -172,11 +174,10 @@ def test_audits_written_before_the_how_was_recorded_still_name_their_anchor():
 
 
 def test_a_tokenizer_built_in_memory_gets_the_same_anchor(checkpoint):
-    """No files to reload it from: the anchor is decided from the tokenizer TransformerLens
-    keeps, whose declared BOS (not the EOS it stands in with) tells an absent one."""
+    """No files to reload it from: a tokenizer with a BOS is given files of its own (which
+    TransformerLens 4.3 needs to make it add BOS), and one without tells an absent BOS by
+    its declaration (not the EOS TransformerLens stands in with)."""
     how, directory, own = checkpoint
-    if how != "absent":
-        pytest.skip("TransformerLens 4.3 cannot boot a tokenizer with a BOS but no files (KeyError name_or_path)")
     model = transformers.AutoModelForCausalLM.from_pretrained(str(directory))
     built = KINDS[how]()
     assert not built.name_or_path
@@ -185,3 +186,20 @@ def test_a_tokenizer_built_in_memory_gets_the_same_anchor(checkpoint):
         how,
         own.convert_ids_to_tokens(own_rows(how, own)[0][0]),
     )
+
+
+def test_strings_given_to_a_probe_get_the_tokenizers_own_anchor(checkpoint):
+    """``probe_model(bridge, strings)`` tokenizes through TransformerLens, whose copy of a
+    tokenizer without a BOS (Qwen) stands its EOS in as one: the strings must still get
+    the tokenizer's own tokens, with one anchor, as the audit gives them."""
+    how, directory, own = checkpoint
+    loaded = load_model(LoadSpec(str(directory), device="cpu"), progress=False)
+    batch = HookedModel(loaded.bridge).prepare(TEXTS, padding_side="right")
+    rows = [row[mask].tolist() for row, mask in zip(batch.model_input, batch.attention_mask, strict=True)]
+    assert rows == own_rows(how, own)
+    by_audit = tokenize_prompts(prompt_set(TEXTS), loaded)
+    probed = probe_model(loaded.bridge, TEXTS)
+    expected = probe_model(loaded.bridge, by_audit.tokens, attention_mask=by_audit.attention_mask)
+    for mine, theirs in zip(probed.heads, expected.heads, strict=True):  # the same tokens: equal up to rounding
+        for name in ("anchor_mass", "alpha", "value_weighted_anchor_share", "row_entropy", "head_out_norm"):
+            assert getattr(mine, name) == pytest.approx(getattr(theirs, name), rel=1e-6, abs=1e-9), name
