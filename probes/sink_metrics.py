@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import overload
 
 import torch
+from einops import einsum
 from jaxtyping import Bool, Float, Int
 
 from sinkscope.infra.errors import InputError
@@ -201,12 +202,16 @@ def value_weighted_anchor_share_sums(
     value_norms from ``projected_value_norms``. Returns (per-head sums, per-head counts);
     queries whose head writes nothing (all terms zero) are not counted.
     """
-    batch, _, n_query, _ = pattern.shape
+    batch, n_heads, n_query, _ = pattern.shape
     anchor_index = _anchor_index(anchor, batch, pattern.device)
-    weighted = pattern.abs() * value_norms.unsqueeze(2)
-    total = weighted.sum(dim=-1)
+    # softmax and ReLU-family patterns are non-negative: no [batch, head, query, key] copy
+    # for |A| then (at 4,096 tokens one copy is hundreds of MiB), and the sum over keys is
+    # one batched matmul that materialises no product either
+    magnitudes = pattern if pattern.numel() == 0 or bool(pattern.amin() >= 0) else pattern.abs()
+    total = einsum(magnitudes, value_norms.to(magnitudes.dtype), "b h q k, b h k -> b h q")
+    anchor_norms = value_norms.gather(-1, anchor_index.view(batch, 1, 1).expand(batch, n_heads, 1))
     selected = queries_after_anchor(n_query, anchor_index, batch, query_mask, pattern.device).unsqueeze(1) & (total > 0)
-    share = column(weighted, anchor_index) / total.clamp_min(torch.finfo(total.dtype).tiny)
+    share = column(magnitudes, anchor_index) * anchor_norms / total.clamp_min(torch.finfo(total.dtype).tiny)
     return (share * selected).sum(dim=(0, 2)), selected.sum(dim=(0, 2))
 
 
@@ -222,7 +227,7 @@ def row_entropy_sums(
     """
     # one [batch, head, query, key] temporary, updated in place: on a long prompt each
     # full-size copy of the pattern costs hundreds of MiB
-    probs = pattern.clamp_min(0).mul_(visible.unsqueeze(1))
+    probs = pattern.clamp_min(0).masked_fill_(~visible.unsqueeze(1), 0.0)
     mass = probs.sum(dim=-1, keepdim=True)
     probs.div_(mass.clamp_min(torch.finfo(probs.dtype).tiny))
     entropy = -probs.xlogy_(probs).sum(dim=-1)

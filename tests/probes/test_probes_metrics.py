@@ -68,6 +68,30 @@ def test_value_weighted_share_by_hand():
     assert sums.item() == pytest.approx(0.8 * 2 / (0.8 * 2 + 0.2 * 6))
 
 
+def test_value_weighted_share_of_a_signed_pattern_uses_magnitudes():
+    """A pattern with negative weights (a signed attention kind) counts |A|: the no-copy
+    path for non-negative patterns must not be taken for it."""
+    pattern = torch.tensor([[[[1.0, 0.0], [-0.8, 0.2]]]])
+    norms = torch.tensor([[[2.0, 6.0]]])
+    sums, counts = value_weighted_anchor_share_sums(pattern, norms)
+    assert counts.tolist() == [1]
+    assert sums.item() == pytest.approx(0.8 * 2 / (0.8 * 2 + 0.2 * 6))
+
+
+def test_value_weighted_share_agrees_with_the_elementwise_sum_on_a_random_pattern():
+    generator = torch.Generator().manual_seed(0)
+    pattern = torch.rand(2, 3, 7, 7, generator=generator).tril().softmax(dim=-1)
+    norms = torch.rand(2, 3, 7, generator=generator)
+    anchor = torch.tensor([0, 2])
+    weighted = pattern * norms.unsqueeze(2)
+    share = weighted[torch.arange(2), :, :, anchor] / weighted.sum(dim=-1)  # [batch, head, query]
+    after = torch.arange(7).unsqueeze(0) > anchor.unsqueeze(1)  # [batch, query]: the queries after the anchor
+    expected = (share * after.unsqueeze(1)).sum(dim=(0, 2))
+    sums, counts = value_weighted_anchor_share_sums(pattern, norms, anchor)
+    assert counts.tolist() == [int(after.sum())] * 3
+    assert sums.tolist() == pytest.approx(expected.tolist(), rel=1e-6)
+
+
 def test_row_entropy_normalised_by_visible_keys():
     visible = torch.tril(torch.ones(3, 3, dtype=torch.bool)).unsqueeze(0)
     sums, counts = row_entropy_sums(PATTERN, visible)
