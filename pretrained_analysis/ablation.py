@@ -5,7 +5,7 @@ sink removed against the matched control, per head and all together)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -26,24 +26,38 @@ from sinkscope.probes.default_state import (
     default_state_test,
     upgrade_default_state_result_v1,
 )
-from sinkscope.probes.interventions import Intervention, evict_anchor, intervention_hooks
+from sinkscope.probes.interventions import (
+    Intervention,
+    evict_anchor,
+    intervention_hooks,
+    remove_learned_sink,
+    remove_sink,
+)
 from sinkscope.probes.probe import ProbeResult
 
 if TYPE_CHECKING:
     pass
 
 
+# which sink the default-state test removes: the anchor key, or a learned per-head sink logit (gpt-oss)
+ABLATE_SINKS: tuple[str, ...] = ("anchor", "learned")
+
+
 @dataclass(frozen=True)
 class AblationSettings:
     """What the ablations run on: the first ``n_prompts`` prompts (None: all), in batches of
     ``batch_size``; at most ``max_single_heads`` sink heads tested alone; the bootstrap's
-    resamples and seed."""
+    resamples and seed. sink: which sink the default-state test removes, ``anchor``
+    (``remove_sink`` on the heads with anchor mass >= ``sink_threshold``) or ``learned``
+    (``remove_learned_sink`` on the heads whose learned sink takes >= ``sink_threshold``)."""
 
     n_prompts: int | None
     batch_size: int
     max_single_heads: int
     n_bootstrap: int
     seed: int
+    sink: str = "anchor"
+    sink_threshold: float = 0.9
 
 
 @dataclass(frozen=True)
@@ -52,14 +66,16 @@ class AblationResult:
     tokens, averaged over prompts).
 
     default_state: the default-state test (per sink head and all together: ``remove_sink``
-    vs the matched ``mask_random_key`` control); evict_anchor_loss: the loss with the
-    anchor masked as a key in every head."""
+    vs the matched ``mask_random_key`` control, or ``remove_learned_sink`` where ``sink``
+    is ``learned``); evict_anchor_loss: the loss with the anchor masked as a key in every
+    head."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {"base_loss": NONNEGATIVE, "evict_anchor_loss": NONNEGATIVE}
 
     base_loss: float
     evict_anchor_loss: float
     default_state: DefaultStateResult
+    sink: str = "anchor"  # which sink default_state removed: "anchor" or "learned"
 
     @property
     def evict_anchor_delta(self) -> float:
@@ -128,9 +144,7 @@ def ablate(
         )
     spec = hooked.spec
     n = len(prompts) if settings.n_prompts is None else min(settings.n_prompts, len(prompts))
-    # strongest sinks first, so that the cap on single-head tests keeps the clearest sinks
-    strongest = sorted((row for row in probe.heads if row.is_sink_head), key=lambda row: -row.anchor_mass)
-    sinks = [(row.layer, row.head) for row in strongest]
+    sinks, removal = sinks_to_remove(probe, settings)
     n_chunks = math.ceil(n / settings.batch_size)
     n_sets = min(len(sinks), settings.max_single_heads) + (len(sinks) > 1)
     passes = 2 + (1 + 2 * n_sets if sinks else 0)
@@ -161,5 +175,19 @@ def ablate(
                 batch_size=settings.batch_size,
                 max_single_heads=settings.max_single_heads,
             ),
+            removal=removal,
         )
-    return AblationResult(base_loss=base, evict_anchor_loss=evicted, default_state=sink_test)
+    return AblationResult(base_loss=base, evict_anchor_loss=evicted, default_state=sink_test, sink=settings.sink)
+
+
+def sinks_to_remove(
+    probe: ProbeResult, settings: AblationSettings
+) -> tuple[list[tuple[int, int]], Callable[[Sequence[tuple[int, int]]], Intervention]]:
+    """The heads whose sink the default-state test removes, strongest first (so that the
+    cap on single-head tests keeps the clearest sinks), and how it removes them."""
+    if settings.sink == "learned":  # NaN (a model without learned sinks) compares False
+        learned = [row for row in probe.heads if row.learned_sink_mass >= settings.sink_threshold]
+        strongest = sorted(learned, key=lambda row: -row.learned_sink_mass)
+        return [(row.layer, row.head) for row in strongest], remove_learned_sink
+    strongest = sorted((row for row in probe.heads if row.is_sink_head), key=lambda row: -row.anchor_mass)
+    return [(row.layer, row.head) for row in strongest], remove_sink

@@ -45,7 +45,14 @@ from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.infra.errors import InputError, RunFailed
 from sinkscope.infra.heartbeat import heartbeat
 from sinkscope.interp.hooked_model import HookedModel
-from sinkscope.pretrained_analysis.ablation import AblationResult, AblationSettings, ablate, upgrade_ablation_v1
+from sinkscope.interp.learned_sinks import has_learned_sinks
+from sinkscope.pretrained_analysis.ablation import (
+    ABLATE_SINKS,
+    AblationResult,
+    AblationSettings,
+    ablate,
+    upgrade_ablation_v1,
+)
 from sinkscope.pretrained_analysis.anchors import anchor_words
 from sinkscope.pretrained_analysis.audit_figures import EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, draw_audit_figures
 from sinkscope.pretrained_analysis.examples import (
@@ -89,7 +96,9 @@ class AuditConfig:
     loss-based ablations (causal models); ablate_heads: how many sink heads, strongest
     anchor mass first, are ablated one by one (all of them are ablated together either
     way; each tested set costs two passes with logits); ablate_prompts: ablate on the
-    first this many prompts only (None: all); n_examples: prompts drawn as attention
+    first this many prompts only (None: all); ablate_sink: the sink removed, ``anchor``
+    (the sink heads' anchor key) or ``learned`` (the learned sink logits of heads whose
+    learned sink takes >= 1 - sink_eps, gpt-oss); n_examples: prompts drawn as attention
     heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys;
     layers: the layers probed (None: all), where the sink heads and ablated heads come from."""
 
@@ -109,6 +118,7 @@ class AuditConfig:
     ablate: bool = False
     ablate_heads: int = 16
     ablate_prompts: int | None = None
+    ablate_sink: str = "anchor"
     n_examples: int = 2
     n_bootstrap: int = 1000
     seed: int = 0
@@ -121,6 +131,10 @@ class AuditConfig:
         check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
         check_argument(self.sink_eps, (float, int), "sink_eps", "a number in [0, 1)")
         check_argument(self.ablate, bool, "ablate", "True or False")
+        if self.ablate_sink not in ABLATE_SINKS:
+            raise InputError(
+                f"ablate_sink must be one of {', '.join(ABLATE_SINKS)}, got {self.ablate_sink!r}", field="ablate_sink"
+            )
         if self.ablate_heads < 0:
             raise InputError(f"ablate_heads must be >= 0, got {self.ablate_heads}", field="ablate_heads")
         if self.ablate_prompts is not None and self.ablate_prompts < 1:
@@ -315,6 +329,8 @@ def _ablation_settings(config: AuditConfig) -> AblationSettings:
         max_single_heads=config.ablate_heads,
         n_bootstrap=config.n_bootstrap,
         seed=config.seed,
+        sink=config.ablate_sink,
+        sink_threshold=1.0 - config.sink_eps,
     )
 
 
@@ -349,6 +365,11 @@ def audit(
     tokenized = tokenize_prompts(prompt_set, loaded)
     info = loaded.info
     hooked = HookedModel(loaded.bridge, prepend_bos=prompt_set.spec.prepend_bos)
+    if config.ablate and config.ablate_sink == "learned" and not has_learned_sinks(hooked):
+        raise InputError(
+            f"{info.label} has no learned sink logits to remove (gpt-oss has them); use ablate_sink 'anchor'",
+            field="ablate_sink",
+        )
     try:
         probe = _probe(hooked, tokenized, config, info.label, progress)
         _check_finite(probe, info)

@@ -24,6 +24,7 @@ from sinkscope.reports.document import percent, sig
 from sinkscope.reports.formatting import estimate_text, plural
 
 if TYPE_CHECKING:
+    from sinkscope.pretrained_analysis.ablation import AblationResult
     from sinkscope.pretrained_analysis.audit import AuditResult
     from sinkscope.pretrained_analysis.compare import Comparison
 
@@ -78,8 +79,8 @@ def learned_sink_phrase(probe: ProbeResult) -> str | None:
     )
     return (
         f"{len(strong)} of {len(measured)} heads put \u2265 {threshold:g} of their attention on their learned sink, "
-        f"on no key at all ({how}), strongest first: {names}. The audit's ablations (--ablate) remove BOS sinks "
-        "only; remove_learned_sink in Python removes these."
+        f"on no key at all ({how}), strongest first: {names}. --ablate --ablate-sink learned (remove_learned_sink "
+        "in Python) removes these; --ablate alone removes the anchor."
     )
 
 
@@ -117,8 +118,9 @@ def ablation_headline(result: AuditResult) -> str | None:
     if n_sinks < 2 or not alone:
         return None
     top = max(alone, key=lambda row: row.remove_increase.mean)
-    tested = f"{len(alone)} of the {n_sinks} sink heads (largest anchor mass first) were removed one at a time"
-    all_text = f"removing all {n_sinks} sink heads together ({_estimate(together.remove_increase, n)})"
+    _, heads, order = removed_words(ablation)
+    tested = f"{len(alone)} of the {n_sinks} {heads} ({order}) were removed one at a time"
+    all_text = f"removing all {n_sinks} {heads} together ({_estimate(together.remove_increase, n)})"
     # "more than all together" only where the intervals say so (from two or more prompts)
     separated = n >= 2 and top.remove_increase.ci_low > together.remove_increase.ci_high
     if top.remove_increase.mean > together.remove_increase.mean and not separated:
@@ -139,14 +141,21 @@ def ablation_headline(result: AuditResult) -> str | None:
         )
     else:
         sentence = (
-            f"Removing all {n_sinks} sink heads together raises the {LOSS} by "
-            f"{_estimate(together.remove_increase, n)}; of the {len(alone)} sink heads removed one at a time "
-            f"(largest anchor mass first, of {n_sinks}), {top.label} costs most "
+            f"Removing all {n_sinks} {heads} together raises the {LOSS} by "
+            f"{_estimate(together.remove_increase, n)}; of the {len(alone)} {heads} removed one at a time "
+            f"({order}, of {n_sinks}), {top.label} costs most "
             f"({_estimate(top.remove_increase, n)})."
         )
     head = _head(result.probe, top.label)
     sinks = [row for row in result.probe.heads if row.is_sink_head]
-    return sentence + (_value_phrase(head, sinks) if head is not None else "")
+    return sentence + (_value_phrase(head, sinks) if head is not None and ablation.sink == "anchor" else "")
+
+
+def removed_words(ablation: AblationResult) -> tuple[str, str, str]:
+    """What the ablation's tested heads are called, one and several, and their order."""
+    if ablation.sink == "learned":
+        return "head with a learned sink", "heads with a learned sink", "largest learned sink mass first"
+    return "sink head", "sink heads", "largest anchor mass first"
 
 
 def audit_findings(result: AuditResult) -> list[str]:
@@ -186,7 +195,8 @@ def audit_findings(result: AuditResult) -> list[str]:
         )
         test = ablation.default_state
         if test.all_sink_heads is not None:
-            subject = "the sink head" if len(test.sink_heads) == 1 else f"all {len(test.sink_heads)} sink heads"
+            one, several, _ = removed_words(ablation)
+            subject = f"the {one}" if len(test.sink_heads) == 1 else f"all {len(test.sink_heads)} {several}"
             findings.append(
                 default_state_finding(test.all_sink_heads, LOSS, subject, test.n_inputs)
                 + " Each change is a mean over prompts of the per-prompt loss change."

@@ -20,7 +20,7 @@ from sinkscope.pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIG
 from sinkscope.pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
 from sinkscope.pretrained_analysis.compare_figures import layer_caption, sink_rate_caption
 from sinkscope.pretrained_analysis.examples import example_heads
-from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
+from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings, removed_words
 from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
 from sinkscope.probes.probe import layers_setting
 from sinkscope.probes.report_sections import (
@@ -191,9 +191,10 @@ def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) ->
         )
     blocks.append(ABLATION_TABLE.table(ablation_rows(ablation)))
     if rows:
+        _, heads, order = removed_words(ablation)
         caption = (
-            f"Sink removal per head ({len(test.rows)} of {len(test.sink_heads)} sink heads alone, largest anchor "
-            f"mass first) and for all sink heads, on {plural(test.n_inputs, 'prompt')}"
+            f"{'Learned-sink' if ablation.sink == 'learned' else 'Sink'} removal per head ({len(test.rows)} of "
+            f"{len(test.sink_heads)} {heads} alone, {order}) and for all of them, on {plural(test.n_inputs, 'prompt')}"
         )
         blocks.append(default_state_table(rows, LOSS, caption, test.n_inputs))
     else:

@@ -61,13 +61,16 @@ def leaves(data: Any) -> set[Any]:
 
 
 # fields added after version 1 with a default (NaN: null, or ""): a version-1 file has none of them
+# fields added since version 1, each with the default an older file reads as (NaN: null)
 ADDED_SINCE_V1 = {
-    "learned_sink_mass",
-    "effect_ci_low",
-    "effect_ci_high",
-    "normalised_effect_ci_low",
-    "normalised_effect_ci_high",
-    "anchor_how",
+    "learned_sink_mass": None,
+    "effect_ci_low": None,
+    "effect_ci_high": None,
+    "normalised_effect_ci_low": None,
+    "normalised_effect_ci_high": None,
+    "anchor_how": "",
+    "ablate_sink": "anchor",
+    "sink": "anchor",
 }
 
 
@@ -77,7 +80,7 @@ def without_added(data: Any) -> Any:
         return {
             key: without_added(value)
             for key, value in data.items()
-            if not (key in ADDED_SINCE_V1 and value in (None, ""))
+            if not (key in ADDED_SINCE_V1 and value == ADDED_SINCE_V1[key])
         }
     if isinstance(data, list):
         return [without_added(item) for item in data]

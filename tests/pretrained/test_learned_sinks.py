@@ -204,5 +204,47 @@ def test_an_audit_of_gpt_oss_reports_and_persists_the_learned_sink(gpt_oss_dir, 
     # the terminal line counts them too, and says --ablate leaves them alone
     from sinkscope.cli.audit import _audit_line
 
-    assert "2 heads with a learned sink >= 0.9 (not ablated here)" in _audit_line(result)
-    assert any("remove_learned_sink in Python removes these" in finding for finding in written.findings)
+    assert "2 heads with a learned sink >= 0.9 (not ablated)" in _audit_line(result)
+    assert any("--ablate --ablate-sink learned (remove_learned_sink in Python)" in f for f in written.findings)
+
+
+def test_the_audit_ablates_the_learned_sinks_on_request_as_transformers_does(gpt_oss_dir, tmp_path, hf):
+    """``--ablate --ablate-sink learned``: the default-state test removes the learned sink
+    logits of the heads whose learned sink takes >= 0.9 (L1H1 then L0H0, strongest first),
+    and its losses equal transformers with those logits at -inf."""
+    from sinkscope.cli import main
+    from sinkscope.pretrained_analysis.audit import read_audit
+    from sinkscope.reporting import report
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(TINY_GPT2_PROMPTS) + "\n")
+    out = tmp_path / "audit"
+    argv = ["audit", str(gpt_oss_dir), "--prompts", str(prompts), "--out", str(out), "--no-progress"]
+    assert main([*argv, "--examples", "0", "--ablate", "--ablate-sink", "learned"]) == 0
+    result = read_audit(out)
+    ablation = result.ablation
+    assert ablation.sink == "learned" and result.config.ablate_sink == "learned"
+    assert ablation.default_state.sink_heads == ((1, 1), (0, 0))
+    batch = HookedModel(load_model(LoadSpec(str(gpt_oss_dir), device="cpu"), progress=False).bridge).prepare(
+        TINY_GPT2_PROMPTS
+    )
+    expected = next_token_loss(hf_forward(without_sinks(hf, [(1, 1)]), batch).logits, batch).mean()
+    assert ablation.default_state.rows[0].error_after_remove == pytest.approx(float(expected), abs=TOL)
+    together = next_token_loss(hf_forward(without_sinks(hf, [(1, 1), (0, 0)]), batch).logits, batch).mean()
+    assert ablation.default_state.all_sink_heads.error_after_remove == pytest.approx(float(together), abs=TOL)
+    written = report(out)
+    assert "Learned-sink removal per head (2 of 2 heads with a learned sink alone" in written.markdown.read_text()
+    assert any("Removing the sinks of all 2 heads with a learned sink raises" in f for f in written.findings)
+    assert any("2 of the 2 heads with a learned sink (largest learned sink mass first)" in f for f in written.findings)
+
+
+def test_the_learned_sink_ablation_is_refused_for_a_model_without_learned_sinks(tmp_path, capsys):
+    from sinkscope.cli import main
+
+    directory = build_tiny_gpt2(tmp_path / "gpt2")
+    out = tmp_path / "audit"
+    argv = ["audit", str(directory), "--prompt", "a b c d", "--out", str(out), "--no-progress", "--ablate"]
+    assert main([*argv, "--ablate-sink", "learned"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "has no learned sink logits" in error[0] and "ablate" in error[0]
+    assert not out.exists()
