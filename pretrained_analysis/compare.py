@@ -2,7 +2,8 @@
 
 ``compare_audits(results)`` makes one row per audit, in the order given (so a checkpoint
 sweep reads left to right); ``write_comparison(comparison, directory)`` writes
-``comparison.json``, ``comparison.md`` and two figures
+``comparison.json``, ``comparison.md`` and two figures, three when a model's checkpoints
+have training steps (``trajectory_figures``: sinks against the step),
 (``sinkscope.pretrained_analysis.compare_figures``): the sink rate per model (one line per
 model through its checkpoints when rows are revisions of one model, separate markers for
 unrelated models) and the anchor mass of every measured layer of every model (never
@@ -14,7 +15,7 @@ differ in ``revision``: that is all a comparison knows of where its audits came 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -33,6 +34,8 @@ from sinkscope.pretrained_analysis.compare_figures import (
 )
 from sinkscope.pretrained_analysis.prompts import PromptSpec
 from sinkscope.pretrained_analysis.tables import comparison_definition
+from sinkscope.pretrained_analysis.training_steps import check_steps_used, training_step
+from sinkscope.pretrained_analysis.trajectory_figures import trajectory_figure
 from sinkscope.probes.tables import SINK_RATE_NAME
 from sinkscope.reports.document import Table
 from sinkscope.reports.frames import dataframe
@@ -45,6 +48,7 @@ COMPARISON_JSON = "comparison.json"
 COMPARISON_MD = "comparison.md"
 SINK_RATE_FIGURE = "comparison_sink_rate.png"
 LAYER_FIGURE = "comparison_anchor_mass_by_layer.png"
+TRAJECTORY_FIGURE = "comparison_over_training.png"
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class ComparisonRow:
         "base_loss": NONNEGATIVE,
         "all_sink_heads_loss_delta": UNBOUNDED,
         "evict_anchor_loss_delta": UNBOUNDED,
+        "step": COUNT,
     }
 
     label: str
@@ -80,6 +85,7 @@ class ComparisonRow:
     base_loss: float | None
     all_sink_heads_loss_delta: float | None
     evict_anchor_loss_delta: float | None
+    step: int | None = None  # the checkpoint's training step (``training_steps``); None: unknown
 
     def inconsistencies(self) -> Iterator[Problem]:
         """One anchor mass per layer; sink heads among the model's heads."""
@@ -122,6 +128,16 @@ class Comparison:
         """Whether some model is audited at two or more revisions (a checkpoint suite)."""
         return any(is_checkpoint_series(rows) for _, rows in self.model_groups())
 
+    def trajectories(self) -> list[tuple[str, tuple[ComparisonRow, ...]]]:
+        """The models audited at two or more checkpoints whose steps are all known and
+        distinct, each with its rows in step order: what is drawn against the step."""
+        found = []
+        for model, rows in self.model_groups():
+            steps = [row.step for row in rows]
+            if len(rows) > 1 and None not in steps and len(set(steps)) == len(steps):
+                found.append((model, tuple(sorted(rows, key=lambda row: int(row.step or 0)))))
+        return found
+
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per (model, revision, layer): the layer's anchor mass (mean over heads)
         beside the audit's own figures, sink rates as ``sink_rate_<eps>`` columns."""
@@ -129,6 +145,7 @@ class Comparison:
             {
                 "model": row.label,
                 "revision": row.revision,
+                "step": row.step,
                 "layer": layer,
                 "anchor_mass": mass,
                 "n_layers": row.n_layers,
@@ -157,7 +174,8 @@ class Comparison:
 
     def table(self) -> Table:
         """The comparison's one table (``sinkscope.pretrained_analysis.tables``)."""
-        return comparison_definition(self.epsilons()).table(self.rows)
+        with_step = any(row.step is not None for row in self.rows)
+        return comparison_definition(self.epsilons(), with_step).table(self.rows)
 
     def to_markdown(self) -> str:
         """``comparison.md``: the table, then what every audit shared."""
@@ -170,7 +188,7 @@ class Comparison:
         return "# Attention-sink comparison\n\n" + table_markdown(self.table()) + "\n\n" + shared + "\n"
 
 
-def _row(result: AuditResult, directory: str | None) -> ComparisonRow:
+def _row(result: AuditResult, directory: str | None, steps: Mapping[str, int] | None) -> ComparisonRow:
     layers = tuple(layer.anchor_mass for layer in result.probe.layers)
     ablation = result.ablation
     all_sinks = None
@@ -192,6 +210,7 @@ def _row(result: AuditResult, directory: str | None) -> ComparisonRow:
         base_loss=None if ablation is None else ablation.base_loss,
         all_sink_heads_loss_delta=all_sinks,
         evict_anchor_loss_delta=None if ablation is None else ablation.evict_anchor_delta,
+        step=training_step(result.model.revision, steps),
     )
 
 
@@ -214,8 +233,12 @@ def check_comparable(results: Sequence[AuditResult], names: Sequence[str | Path]
                 )
 
 
-def compare_audits(results: Sequence[AuditResult], directories: Sequence[str] | None = None) -> Comparison:
-    """One row per audit; ``directories``: where each audit was written (relative paths)."""
+def compare_audits(
+    results: Sequence[AuditResult], directories: Sequence[str] | None = None, steps: Mapping[str, int] | None = None
+) -> Comparison:
+    """One row per audit; ``directories``: where each audit was written (relative paths);
+    ``steps``: the training step of each revision (``{"step1000": 1000}``) where its name
+    does not say it (``training_steps.step_from_revision``)."""
     results = check_items(results, AuditResult, "results", "AuditResults (what audit or read_audit returns)")
     if directories is not None:
         directories = check_items(directories, str, "directories", "directory names")
@@ -224,7 +247,12 @@ def compare_audits(results: Sequence[AuditResult], directories: Sequence[str] | 
     if directories is not None and len(directories) != len(results):
         raise InputError(f"{len(directories)} directories for {len(results)} audits; pass one per audit")
     check_comparable(results, directories or [result.model.label for result in results])
-    rows = tuple(_row(result, None if directories is None else directories[k]) for k, result in enumerate(results))
+    if steps is not None:
+        check_argument(steps, Mapping, "steps", "a mapping of revision names to training steps")
+        check_steps_used(steps, {result.model.revision for result in results if result.model.revision})
+    rows = tuple(
+        _row(result, None if directories is None else directories[k], steps) for k, result in enumerate(results)
+    )
     first = results[0]
     return Comparison(
         rows=rows, prompts=first.prompts.spec, prompt_location=first.prompts.location, sink_eps=first.config.sink_eps
@@ -245,6 +273,8 @@ def write_comparison(comparison: Comparison, directory: str | Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     sink_rate_figure(comparison, directory / SINK_RATE_FIGURE)
     layer_figure(comparison, directory / LAYER_FIGURE)
+    if comparison.trajectories():
+        trajectory_figure(comparison, directory / TRAJECTORY_FIGURE)
     atomic_write_text(directory / COMPARISON_MD, comparison.to_markdown())
     write_result(directory / COMPARISON_JSON, comparison)
     return directory

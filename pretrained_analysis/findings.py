@@ -24,9 +24,11 @@ from sinkscope.reports.document import percent, sig
 from sinkscope.reports.formatting import estimate_text, plural
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sinkscope.pretrained_analysis.ablation import AblationResult
     from sinkscope.pretrained_analysis.audit import AuditResult
-    from sinkscope.pretrained_analysis.compare import Comparison
+    from sinkscope.pretrained_analysis.compare import Comparison, ComparisonRow
 
 
 def _layer_phrase(layers: tuple[LayerProbe, ...]) -> str:
@@ -232,6 +234,7 @@ def comparison_findings(comparison: Comparison) -> list[str]:
             f"{percent(high)} ({ranked[-1].label})."
         )
     findings.append(_peak_layers(comparison))
+    findings.extend(_trajectory_phrase(model, rows, epsilons) for model, rows in comparison.trajectories())
     most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))
     findings.append(f"Most sink heads: {most.label} with {most.n_sink_heads} of {most.n_layers * most.n_heads}.")
     ablated = [row for row in rows if row.all_sink_heads_loss_delta is not None]
@@ -241,3 +244,21 @@ def comparison_findings(comparison: Comparison) -> list[str]:
             f"evicting the anchor by {row.evict_anchor_loss_delta:+.4f} (from {row.base_loss:.3f})."
         )
     return findings
+
+
+def _trajectory_phrase(model: str, rows: Sequence[ComparisonRow], epsilons: Sequence[str]) -> str:
+    """A model's sinks from its first checkpoint to its last, and the first step where the
+    sink rate (at the first ε) reached half its largest value."""
+    eps = epsilons[0]
+    first, last = rows[0], rows[-1]
+    peak = max(row.sink_rate[eps] for row in rows)
+    half = next((row for row in rows if row.sink_rate[eps] >= peak / 2), None) if peak > 0 else None
+    reached = (
+        f"; it first reaches half its largest value ({percent(peak)}) at step {half.step:,}" if half is not None else ""
+    )
+    return (
+        f"Over training ({model}, {len(rows)} checkpoints, steps {first.step:,} to {last.step:,}): the sink rate at "
+        f"ε = {eps} goes from {percent(first.sink_rate[eps])} to {percent(last.sink_rate[eps])}{reached}; sink heads "
+        f"from {first.n_sink_heads} to {last.n_sink_heads}, mean anchor mass from {first.mean_anchor_mass:.3f} to "
+        f"{last.mean_anchor_mass:.3f} (one audit per checkpoint, no interval recorded)."
+    )

@@ -16,12 +16,19 @@ from sinkscope.pretrained_analysis.audit import (
     AuditResult,
     read_audit,
 )
-from sinkscope.pretrained_analysis.compare import COMPARISON_JSON, SINK_RATE_FIGURE, Comparison, read_comparison
+from sinkscope.pretrained_analysis.compare import (
+    COMPARISON_JSON,
+    SINK_RATE_FIGURE,
+    TRAJECTORY_FIGURE,
+    Comparison,
+    read_comparison,
+)
 from sinkscope.pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAYER_FIGURE
 from sinkscope.pretrained_analysis.compare_figures import layer_caption, sink_rate_caption
 from sinkscope.pretrained_analysis.examples import example_heads
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings, removed_words
 from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
+from sinkscope.pretrained_analysis.trajectory_figures import trajectory_caption
 from sinkscope.probes.probe import layers_setting
 from sinkscope.probes.report_sections import (
     default_state_change_chart,
@@ -277,6 +284,7 @@ def comparison_report(source: Path, figure_dir: Path) -> ReportDocument:
                     [
                         (SINK_RATE_FIGURE, sink_rate_caption(comparison)),
                         (COMPARISON_LAYER_FIGURE, layer_caption(comparison)),
+                        *([(TRAJECTORY_FIGURE, trajectory_caption(comparison))] if comparison.trajectories() else []),
                     ],
                 )
             ),

@@ -13,7 +13,7 @@ same comparison from audit directories written anywhere.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -28,6 +28,7 @@ from sinkscope.pretrained_analysis.compare import Comparison, check_comparable, 
 from sinkscope.pretrained_analysis.gather import snapshot_audits
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
 from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set
+from sinkscope.pretrained_analysis.training_steps import check_steps_used
 
 SUITE_FILE = "suite.json"
 
@@ -117,13 +118,19 @@ def audit_suite(
     return comparison
 
 
-def compare_directories(directories: Sequence[str | Path], out_dir: str | Path, overwrite: bool = False) -> Comparison:
+def compare_directories(
+    directories: Sequence[str | Path],
+    out_dir: str | Path,
+    overwrite: bool = False,
+    steps: Mapping[str, int] | None = None,
+) -> Comparison:
     """The comparison of audits written anywhere (separate commands, machines or clusters):
     each audit directory is copied into ``out_dir/<slug>/`` first and the comparison is
     made from the copies (``sinkscope.pretrained_analysis.gather``), so the comparison and
     its report are self-contained and describe exactly the audits shipped; then
     ``comparison.json``, ``comparison.md`` and the figures are written. The audits (two
-    or more) must share their prompts and sink threshold."""
+    or more) must share their prompts and sink threshold. ``steps``: training steps of
+    revisions whose names do not state them (``compare_audits``)."""
     sources = [Path(directory) for directory in check_items(directories, PATH_TYPES, "directories", "directory paths")]
     check_path(out_dir, "out_dir")
     check_argument(overwrite, bool, "overwrite", "True or False")
@@ -132,7 +139,9 @@ def compare_directories(directories: Sequence[str | Path], out_dir: str | Path, 
             f"a comparison needs at least two audit directories, got {len(sources)}; pass two or more",
             field="directories",
         )
-    check_comparable([read_audit(source) for source in sources], sources)  # fails fast, naming the sources
+    originals = [read_audit(source) for source in sources]
+    check_comparable(originals, sources)  # fails fast, naming the sources
+    check_steps_used(steps, {result.model.revision for result in originals if result.model.revision})
     with atomic_directory(out_dir, replace=overwrite) as tmp:
         copies = snapshot_audits(sources, tmp, AUDIT_FILE)
         results = [read_audit(copy) for copy in copies]
@@ -140,6 +149,6 @@ def compare_directories(directories: Sequence[str | Path], out_dir: str | Path, 
         slugs = unique_slugs([result.model.label for result in results])
         for copy, name in zip(copies, slugs):
             copy.rename(tmp / name)
-        comparison = compare_audits(results, list(slugs))
+        comparison = compare_audits(results, list(slugs), steps)
         write_comparison(comparison, tmp)
     return comparison

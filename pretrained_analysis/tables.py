@@ -32,13 +32,15 @@ ABLATION_TABLE: TableDefinition[tuple[str, float, float | None]] = TableDefiniti
 )
 
 
-def comparison_definition(epsilons: Sequence[str]) -> TableDefinition[ComparisonRow]:
-    """One row per audit, a sink-rate column per sink-rate threshold ε in ``epsilons``."""
+def comparison_definition(epsilons: Sequence[str], with_step: bool = False) -> TableDefinition[ComparisonRow]:
+    """One row per audit, a sink-rate column per sink-rate threshold ε in ``epsilons``; the
+    training step of each checkpoint ``with_step`` (some audit's step is known)."""
 
     def cells(row: ComparisonRow) -> tuple[Cell, ...]:
         return (
             row.label,
             row.revision,
+            *([row.step] if with_step else []),
             row.n_layers,
             row.n_heads,
             row.n_params,
@@ -56,6 +58,7 @@ def comparison_definition(epsilons: Sequence[str]) -> TableDefinition[Comparison
         (
             Column("model"),
             Column("revision"),
+            *([Column("step", ",d", numeric=True)] if with_step else []),
             Column("layers", numeric=True),
             Column("heads", numeric=True),
             Column("parameters", ",d", numeric=True),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sinkscope.cli.args import POSITIVE, add_common_output, out_path, say
 from sinkscope.infra.codec import encode
+from sinkscope.infra.errors import InputError
 
 EXAMPLES = """examples:
   sinkscope compare runs/a/pythia-70m-step1000 runs/b/pythia-70m-step143000 --out sinkscope-out/pythia-70m-steps
@@ -65,8 +66,26 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="probe toy runs that are still training or diverged (noted in the comparison) instead of refusing them",
     )
+    compare.add_argument(
+        "--steps",
+        type=steps_flag,
+        default=None,
+        metavar="REV=STEP,...",
+        help="training step of each revision, for a checkpoint suite drawn against the step (default: read from "
+        "names such as step1000, checkpoint-1000)",
+    )
     compare.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     add_common_output(compare)
+
+
+def steps_flag(text: str) -> dict[str, int]:
+    """``--steps``, parsed where argparse reads it (a bad pair: the one-line usage error)."""
+    from sinkscope.pretrained_analysis.training_steps import parse_steps
+
+    try:
+        return parse_steps(text)
+    except InputError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -77,11 +96,17 @@ def run(args: argparse.Namespace) -> dict:
     # --sink-eps only means something side by side, so it asks for that comparison too
     mechanism = args.mechanism or args.sink_eps is not None
     if mechanism or not all(is_audit_directory(d) for d in args.directories):
+        if args.steps is not None:
+            raise InputError(
+                "--steps places audits of one model's checkpoints on the training step; it applies only when every "
+                "DIR is an audit (no toy directory, --mechanism or --sink-eps): drop --steps",
+                field="steps",
+            )
         return _compare_mechanism(args, out)
     with claim_output_directory(out, args.overwrite, [Path(d) for d in args.directories], "an audit to compare"):
         from sinkscope.pretrained_analysis.suite import compare_directories
 
-        comparison = compare_directories(args.directories, out, overwrite=args.overwrite)
+        comparison = compare_directories(args.directories, out, overwrite=args.overwrite, steps=args.steps)
     if not args.json:
         say(comparison.to_markdown())
         say(f"wrote {out / 'comparison.md'}, {out / 'comparison.json'} and a copy of each audit")
