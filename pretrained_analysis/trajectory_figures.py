@@ -11,7 +11,6 @@ stretch at the start: a symmetric-log axis).
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -27,31 +26,12 @@ from sinkscope.pretrained_analysis.compare_figures import LINE_STYLES, MARKERS
 from sinkscope.pretrained_analysis.examples import plot_text
 from sinkscope.probes.tables import SINK_RATE_NAME
 from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, TICK_PT, TITLE_PT, save_figure
+from sinkscope.reports.step_axis import STEP_AXIS, set_step_scale
 
 if TYPE_CHECKING:
     from sinkscope.pretrained_analysis.compare import Comparison, ComparisonRow
 
-STEP_AXIS = "training step"
-LOG_SPAN = 100  # steps spanning this factor or more get a logarithmic axis
 FEW_LAYERS = 8  # up to this many layer lines get a legend; more, a colour bar
-
-
-def set_step_scale(ax: Axes, steps: Sequence[int]) -> None:
-    """Logarithmic where the positive steps span ``LOG_SPAN`` or more; symmetric-log when
-    step 0 is among them (log would drop it), linear up to the first positive step. The
-    ticks are 0 and the decades the steps reach, nothing below 0."""
-    positive = [step for step in steps if step > 0]
-    if len(positive) < 2 or max(positive) / min(positive) < LOG_SPAN:
-        return
-    low, high = min(positive), max(positive)
-    decades = [10**k for k in range(math.ceil(math.log10(low)), math.floor(math.log10(high)) + 1)]
-    if min(steps) == 0:
-        ax.set_xscale("symlog", linthresh=low, linscale=0.5)
-        ax.set_xlim(-0.2 * low, high * 1.6)
-        ax.set_xticks([0, *decades], ["0", *(f"$10^{{{round(math.log10(d))}}}$" for d in decades)])
-    else:
-        ax.set_xscale("log")
-        ax.set_xlim(low / 1.6, high * 1.6)
 
 
 def _style(ax: Axes, title: str, ylabel: str, steps: Sequence[int]) -> None:

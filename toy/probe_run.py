@@ -29,8 +29,9 @@ from sinkscope.reports.document import HeadMaps
 from sinkscope.reports.embedded import read_embedded_png
 from sinkscope.reports.plots import draw_head_maps
 from sinkscope.toy.evaluate import FIGURE_SEED, MEAN_FIGURE, STD_FIGURE, ToyDefaultState, default_position_mse
-from sinkscope.toy.run_dir import RunConfig, load_model, read_config, require_finished
+from sinkscope.toy.run_dir import RunConfig, load_model, read_config, read_metrics, require_finished
 from sinkscope.toy.task import eval_batch
+from sinkscope.toy.training_curves import SINK_FORMATION_FIGURE, formation_records, sink_formation_figure
 
 PROBE_FILE = "probe.json"
 DEFAULT_STATE_FILE = "default_state.json"
@@ -165,6 +166,10 @@ def probe_run(
                 tmp / SHARE_FIGURE,
             )
             copied = _copy_run_figures(run_dir, tmp)
+            logged = formation_records(read_metrics(run_dir))
+            if len(logged) >= 2:  # when the sink formed, from the steps training logged
+                sink_formation_figure(logged, f"{run_dir.name}: sinks during training", tmp / SINK_FORMATION_FIGURE)
+                copied.append(SINK_FORMATION_FIGURE)
             write_provenance(tmp, "toy probe", source=str(run_dir.resolve()))
     files = [PROBE_FILE, HEADS_CSV, DEFAULT_STATE_FILE, ANCHOR_MASS_FIGURE, SHARE_FIGURE, *copied, PROVENANCE_FILE]
     return ToyProbeReport(str(run_dir), str(out_dir), probe, state, files)

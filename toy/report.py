@@ -62,7 +62,7 @@ from sinkscope.toy.report_blocks import (
 )
 from sinkscope.toy.reproduce import REPRODUCE_FILE
 from sinkscope.toy.reproduction_report import reproduction_report
-from sinkscope.toy.run_dir import RunConfig, read_config
+from sinkscope.toy.run_dir import RunConfig, read_config, read_metrics
 from sinkscope.toy.sweep import SWEEP_FILE, SweepResult
 from sinkscope.toy.sweep_findings import NORMALISED_KINDS, UNNORMALISED_MEANING, sweep_findings
 from sinkscope.toy.sweep_plots import figure_captions
@@ -71,9 +71,15 @@ from sinkscope.toy.tradeoff import (
     TRADEOFF_FILE,
     TradeoffResult,
 )
+from sinkscope.toy.training_curves import SINK_FORMATION_FIGURE, formation_finding
 
 # drawn by the report from patching.json: the largest effects with their intervals
 HEADS_EFFECTS_FIGURE = "patching_heads_effects.png"
+FORMATION_CAPTION = (
+    "sinks during training, one point per logged step (metrics.jsonl), each on that step's training batch of 128 "
+    "sequences: sink rate per ε over (sequence, layer, head), heads with BOS mass >= 0.9, each layer's BOS mass at "
+    "non-trigger queries (mean over heads); no interval recorded"
+)
 POSITIONS_EFFECTS_FIGURE = "patching_positions_effects.png"
 
 # probe ------------------------------------------------------------------------------
@@ -168,6 +174,11 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
         Section("Layers", (layer_table(probe.layers),)),
         _probe_default_state(state, name, figure_dir),
     ]
+    formation = existing_figures(source, [(SINK_FORMATION_FIGURE, FORMATION_CAPTION)])
+    if formation:
+        sections.append(Section("Sinks during training", tuple(formation)))
+        finding = formation_finding(read_metrics(run_dir), name) if run_dir is not None else None
+        findings += [finding] if finding else []
     # the training run's heatmaps as the probe copied them: a report reads only its own directory
     heatmaps = existing_figures(source, [(figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])
     sections.append(Section("Attention heatmaps", tuple(heatmaps)))

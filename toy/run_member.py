@@ -16,7 +16,7 @@ import torch
 
 from sinkscope.infra.atomic_io import atomic_write_text, holds_files
 from sinkscope.interp.hook_names import pattern_hook
-from sinkscope.probes.sink_metrics import anchor_mass
+from sinkscope.probes.sink_metrics import SINK_EPS, SINK_RATE_EPSILONS, alpha_k, anchor_mass
 from sinkscope.toy.checkpoint import optimizer_from_tensors, optimizer_to_tensors
 from sinkscope.toy.metrics_log import metrics_before
 from sinkscope.toy.model import ToyTransformer
@@ -252,7 +252,8 @@ def log_step(member: RunMember, step: int, loss: float, linf: float, batch: Task
     names = {pattern_hook(layer) for layer in range(member.config.model.n_layers)}
     with torch.no_grad():
         _, cache = member.model.run_with_cache(batch.tokens, names_filter=lambda name: name in names)
-    default, trigger = head_anchor_masses(member.model, batch, dict(cache.items()))
+    patterns = dict(cache.items())
+    default, trigger = head_anchor_masses(member.model, batch, patterns)
     return append_metrics(
         member.run_dir,
         {
@@ -261,5 +262,17 @@ def log_step(member: RunMember, step: int, loss: float, linf: float, batch: Task
             "linf_error": linf,
             "anchor_mass_default": default,
             "anchor_mass_trigger": trigger,
+            # when the sink forms: heads with a sink, and Gu et al.'s sink rate, on this batch
+            "n_sink_heads": sum(mass >= 1.0 - SINK_EPS for layer in default for mass in layer),
+            "sink_rate": sink_rates(member.model, patterns),
         },
     )
+
+
+def sink_rates(model: ToyTransformer, patterns: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Gu et al.'s Sink_1(ε) in percent of (sequence, layer, head) entries, keyed by ε
+    (``"0.3"``): alpha_0 is the mean attention of every query on BOS."""
+    alphas = torch.stack(
+        [alpha_k(patterns[pattern_hook(layer)], 0) for layer in range(model.cfg.n_layers)]
+    )  # [layer, batch, head]
+    return {str(eps): round(float((alphas > eps).double().mean()) * 100.0, 4) for eps in SINK_RATE_EPSILONS}

@@ -86,7 +86,8 @@ class TrackingConfig:
 
 def scalars(record: Mapping[str, Any]) -> dict[str, float]:
     """A metrics line as flat scalars: ``loss``, ``linf_error`` and, per layer and head,
-    ``anchor_mass_default/L{layer}H{head}`` and ``anchor_mass_trigger/...``. ``step`` and
+    ``anchor_mass_default/L{layer}H{head}`` and ``anchor_mass_trigger/...``, ``n_sink_heads``,
+    ``sink_rate/{eps}``. ``step`` and
     ``run`` say where the line belongs, so they are not logged as values; a null
     (non-finite) value is left out."""
     flat: dict[str, float] = {}
@@ -95,6 +96,8 @@ def scalars(record: Mapping[str, Any]) -> dict[str, float]:
             continue
         if isinstance(value, (int, float)):
             flat[key] = float(value)
+        elif isinstance(value, dict):  # sink_rate by ε
+            flat.update({f"{key}/{name}": float(v) for name, v in value.items() if isinstance(v, (int, float))})
         elif isinstance(value, list):  # [layer][head]
             for layer, heads in enumerate(value):
                 for head, mass in enumerate(heads):

@@ -25,8 +25,9 @@ from sinkscope.pretrained_analysis.compare import (
 from sinkscope.pretrained_analysis.compare_figures import CHECKPOINT_AXIS, sink_rate_figure
 from sinkscope.pretrained_analysis.loading import LoadSpec
 from sinkscope.pretrained_analysis.training_steps import parse_steps, step_from_revision
-from sinkscope.pretrained_analysis.trajectory_figures import STEP_AXIS, trajectory_figure
+from sinkscope.pretrained_analysis.trajectory_figures import trajectory_figure
 from sinkscope.reporting import report
+from sinkscope.reports.step_axis import STEP_AXIS
 from tiny_models import build_tiny_gpt2
 
 PROMPTS = [
