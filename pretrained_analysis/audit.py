@@ -334,6 +334,15 @@ def _ablation_settings(config: AuditConfig) -> AblationSettings:
     )
 
 
+def _check_sink_to_ablate(config: AuditConfig, hooked: HookedModel, label: str) -> None:
+    """Before any probe runs: a learned sink to remove needs a model that has one."""
+    if config.ablate and config.ablate_sink == "learned" and not has_learned_sinks(hooked):
+        raise InputError(
+            f"{label} has no learned sink logits to remove (gpt-oss has them); use ablate_sink 'anchor'",
+            field="ablate_sink",
+        )
+
+
 def audit(
     model: LoadSpec | LoadedModel | Any,
     prompts: PromptSpec | PromptSet | Sequence[str],
@@ -365,11 +374,7 @@ def audit(
     tokenized = tokenize_prompts(prompt_set, loaded)
     info = loaded.info
     hooked = HookedModel(loaded.bridge, prepend_bos=prompt_set.spec.prepend_bos)
-    if config.ablate and config.ablate_sink == "learned" and not has_learned_sinks(hooked):
-        raise InputError(
-            f"{info.label} has no learned sink logits to remove (gpt-oss has them); use ablate_sink 'anchor'",
-            field="ablate_sink",
-        )
+    _check_sink_to_ablate(config, hooked, info.label)
     try:
         probe = _probe(hooked, tokenized, config, info.label, progress)
         _check_finite(probe, info)
