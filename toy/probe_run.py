@@ -83,6 +83,15 @@ def _copy_run_figures(run_dir: Path, out_dir: Path) -> list[str]:
     return copied
 
 
+def _draw_sink_formation(run_dir: Path, out_dir: Path) -> list[str]:
+    """When the sink formed, from the steps training logged (two at least): the figure's name."""
+    logged = formation_records(read_metrics(run_dir))
+    if len(logged) < 2:
+        return []
+    sink_formation_figure(logged, f"{run_dir.name}: sinks during training", out_dir / SINK_FORMATION_FIGURE)
+    return [SINK_FORMATION_FIGURE]
+
+
 def probe_of_run(
     run_dir: str | os.PathLike,
     n_sequences: int = 1000,
@@ -165,11 +174,7 @@ def probe_run(
                 ),
                 tmp / SHARE_FIGURE,
             )
-            copied = _copy_run_figures(run_dir, tmp)
-            logged = formation_records(read_metrics(run_dir))
-            if len(logged) >= 2:  # when the sink formed, from the steps training logged
-                sink_formation_figure(logged, f"{run_dir.name}: sinks during training", tmp / SINK_FORMATION_FIGURE)
-                copied.append(SINK_FORMATION_FIGURE)
+            copied = _copy_run_figures(run_dir, tmp) + _draw_sink_formation(run_dir, tmp)
             write_provenance(tmp, "toy probe", source=str(run_dir.resolve()))
     files = [PROBE_FILE, HEADS_CSV, DEFAULT_STATE_FILE, ANCHOR_MASS_FIGURE, SHARE_FIGURE, *copied, PROVENANCE_FILE]
     return ToyProbeReport(str(run_dir), str(out_dir), probe, state, files)
