@@ -66,6 +66,16 @@ GGUF_FAMILIES: dict[str, GGUFFamily] = {
     "nemotron": GGUFFamily("nemotron", {"num_key_value_heads": 2}, norm_offset=True, rms_norm=False),
 }
 
+# mixture-of-experts families: transformers' GGUF reader reads the expert count and top-k
+# from the file but keeps the config class's expert widths (``moe_intermediate_size``,
+# Qwen2-MoE's shared expert), so the tiny model is drawn with those defaults
+MOE_FAMILIES: dict[str, GGUFFamily] = {
+    "qwen2moe": GGUFFamily("qwen2_moe", {"num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2}),
+    "qwen3moe": GGUFFamily(
+        "qwen3_moe", {"num_key_value_heads": 2, "head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2}
+    ),
+}
+
 
 # families transformers' GGUF reader does not read (tests of the refusal)
 REFUSED_FAMILIES: dict[str, GGUFFamily] = {
@@ -142,6 +152,10 @@ def shape_metadata(writer, config, family: GGUFFamily) -> None:
         if hasattr(text, name)
     )
     (writer.add_layer_norm_rms_eps if family.rms_norm else writer.add_layer_norm_eps)(float(eps))
+    if getattr(text, "num_experts_per_tok", None) is not None:
+        writer.add_expert_count(getattr(text, "num_experts", None) or text.num_local_experts)
+        writer.add_expert_used_count(text.num_experts_per_tok)
+        writer.add_expert_feed_forward_length(text.moe_intermediate_size)
 
 
 def gguf_tensors(model, family: GGUFFamily, architecture) -> dict:
@@ -162,6 +176,26 @@ def gguf_tensors(model, family: GGUFFamily, architecture) -> dict:
         if suffix == "weight" and any(part in hf_name for part in family.transposed):
             data = data.T  # Conv1D keeps [in, out]; llama.cpp stores [out, in]
         tensors[f"{gguf_name}.{suffix}"] = data.contiguous().numpy()
+    return tensors | expert_tensors(model, names)
+
+
+def expert_tensors(model, names) -> dict:
+    """A mixture-of-experts layer's stacked expert matrices under llama.cpp's names:
+    transformers fuses gate and up as ``experts.gate_up_proj`` ``[expert, 2 * width, d_model]``,
+    llama.cpp keeps ``ffn_gate_exps`` and ``ffn_up_exps`` apart; the shared expert's gate is a
+    vector in llama.cpp (``ffn_gate_inp_shexp``)."""
+    tensors = {}
+    for hf_name, tensor in model.state_dict().items():
+        base, _, suffix = hf_name.rpartition(".")
+        data = tensor.detach().float()
+        if suffix == "gate_up_proj" and data.dim() == 3:
+            gate, up = data.chunk(2, dim=1)
+            tensors[f"{names.get_name(base + '.gate_proj')}.weight"] = gate.contiguous().numpy()
+            tensors[f"{names.get_name(base + '.up_proj')}.weight"] = up.contiguous().numpy()
+        elif suffix == "down_proj" and data.dim() == 3:
+            tensors[f"{names.get_name(base + '.down_proj')}.weight"] = data.contiguous().numpy()
+        elif hf_name.endswith("shared_expert_gate.weight"):
+            tensors[f"{names.get_name(base)}.weight"] = data.flatten().contiguous().numpy()
     return tensors
 
 
@@ -186,7 +220,7 @@ def build_tiny_gguf(directory: Path, family: str, quantization: str = "F32", see
     """Write ``directory/tiny-FAMILY.QUANT.gguf`` and return its path."""
     import gguf
 
-    spec = GGUF_FAMILIES.get(family) or REFUSED_FAMILIES[family]
+    spec = GGUF_FAMILIES.get(family) or MOE_FAMILIES.get(family) or REFUSED_FAMILIES[family]
     tokenizer = train_byte_level_tokenizer()
     # transformers reads Gemma files with GemmaTokenizer, which adds <mask> when the vocabulary
     # lacks it (real Gemma vocabularies have it): every file carries one, a control token
