@@ -74,6 +74,12 @@ MOE_FAMILIES: dict[str, GGUFFamily] = {
     "qwen3moe": GGUFFamily(
         "qwen3_moe", {"num_key_value_heads": 2, "head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2}
     ),
+    # MiniMax-M2: QK-norm over all heads at once, partial rotary (rotary_dim < head_dim) and a
+    # routing bias; its experts are intermediate_size wide
+    "minimax-m2": GGUFFamily(
+        "minimax_m2",
+        {"num_key_value_heads": 2, "head_dim": 8, "rotary_dim": 4, "num_local_experts": 4, "num_experts_per_tok": 2},
+    ),
 }
 
 
@@ -143,7 +149,7 @@ def shape_metadata(writer, config, family: GGUFFamily) -> None:
     head_dim = getattr(text, "head_dim", None) or width // n_heads
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
-    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_dimension_count(getattr(text, "rotary_dim", None) or head_dim)
     if getattr(text, "rope_theta", None) is not None:
         writer.add_rope_freq_base(float(text.rope_theta))
     eps = next(
@@ -155,7 +161,7 @@ def shape_metadata(writer, config, family: GGUFFamily) -> None:
     if getattr(text, "num_experts_per_tok", None) is not None:
         writer.add_expert_count(getattr(text, "num_experts", None) or text.num_local_experts)
         writer.add_expert_used_count(text.num_experts_per_tok)
-        writer.add_expert_feed_forward_length(text.moe_intermediate_size)
+        writer.add_expert_feed_forward_length(getattr(text, "moe_intermediate_size", None) or text.intermediate_size)
 
 
 def gguf_tensors(model, family: GGUFFamily, architecture) -> dict:
@@ -194,6 +200,8 @@ def expert_tensors(model, names) -> dict:
             tensors[f"{names.get_name(base + '.up_proj')}.weight"] = up.contiguous().numpy()
         elif suffix == "down_proj" and data.dim() == 3:
             tensors[f"{names.get_name(base + '.down_proj')}.weight"] = data.contiguous().numpy()
+        elif suffix == "e_score_correction_bias":  # llama.cpp's exp_probs_b
+            tensors[f"{names.get_name(base + '.e_score_correction')}.bias"] = data.contiguous().numpy()
         elif hf_name.endswith("shared_expert_gate.weight"):
             tensors[f"{names.get_name(base)}.weight"] = data.flatten().contiguous().numpy()
     return tensors

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason
 torch.set_num_threads(1)
 
 PROMPTS = TINY_GPT2_PROMPTS + ["Softmax rows sum to one."]
-CLASSES = {"qwen2moe": "Qwen2MoeForCausalLM", "qwen3moe": "Qwen3MoeForCausalLM"}
+CLASSES = {"qwen2moe": "Qwen2MoeForCausalLM", "qwen3moe": "Qwen3MoeForCausalLM", "minimax-m2": "MiniMaxM2ForCausalLM"}
 CASES = [(family, quantization) for family in MOE_FAMILIES for quantization in ("F16", "Q8_0")]
 
 
