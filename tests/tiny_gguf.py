@@ -87,6 +87,19 @@ MOE_FAMILIES: dict[str, GGUFFamily] = {
 REFUSED_FAMILIES: dict[str, GGUFFamily] = {
     "gemma": GGUFFamily("gemma", {"num_key_value_heads": 1, "head_dim": 8}, norm_offset=True),
     "mistral-named": GGUFFamily("mistral", {"num_key_value_heads": 2, "sliding_window": None}, "llama", "mistral"),
+    # transformers reads neither the experts nor the learned sinks of a gpt-oss file as
+    # llama.cpp writes it (ffn_*_exps, attn_sinks) and would start them at random; the head
+    # size is the config class's 64, which it does not read from the file either
+    "gpt-oss": GGUFFamily(
+        "gpt_oss",
+        {
+            "num_key_value_heads": 2,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": 4,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
 }
 
 
@@ -173,7 +186,8 @@ def gguf_tensors(model, family: GGUFFamily, architecture) -> dict:
     tensors = {}
     for hf_name, tensor in model.state_dict().items():
         base, _, suffix = hf_name.rpartition(".")
-        gguf_name = names.get_name(base)
+        # gguf's map spells some names without the model's prefix (BLOOM's h.0..., not transformer.h.0...)
+        gguf_name = names.get_name(base) or names.get_name(base.partition(".")[2])
         if gguf_name is None or (gguf_name == "output" and model.config.get_text_config().tie_word_embeddings):
             continue
         data = tensor.detach().float()
@@ -182,7 +196,8 @@ def gguf_tensors(model, family: GGUFFamily, architecture) -> dict:
         if suffix == "weight" and any(part in hf_name for part in family.transposed):
             data = data.T  # Conv1D keeps [in, out]; llama.cpp stores [out, in]
         tensors[f"{gguf_name}.{suffix}"] = data.contiguous().numpy()
-    return tensors | expert_tensors(model, names)
+    experts = gpt_oss_tensors if model.config.model_type == "gpt_oss" else expert_tensors
+    return tensors | experts(model, names)
 
 
 def expert_tensors(model, names) -> dict:
@@ -204,6 +219,29 @@ def expert_tensors(model, names) -> dict:
             tensors[f"{names.get_name(base + '.e_score_correction')}.bias"] = data.contiguous().numpy()
         elif hf_name.endswith("shared_expert_gate.weight"):
             tensors[f"{names.get_name(base)}.weight"] = data.flatten().contiguous().numpy()
+    return tensors
+
+
+def gpt_oss_tensors(model, names) -> dict:
+    """gpt-oss's experts and learned sinks as llama.cpp's converter writes them: gate and up
+    interleaved in ``gate_up_proj`` ``[expert, d_model, 2 * width]`` come apart into
+    ``ffn_gate_exps`` / ``ffn_up_exps`` ``[expert, width, d_model]`` (and their biases), the
+    down matrices are transposed, the sink logits are ``attn_sinks.weight``."""
+    tensors = {}
+    for hf_name, tensor in model.state_dict().items():
+        base, _, suffix = hf_name.rpartition(".")
+        data = tensor.detach().float()
+        if suffix in ("gate_up_proj", "gate_up_proj_bias"):
+            kind = "weight" if suffix == "gate_up_proj" else "bias"
+            for part, half in (("gate_proj", data[..., ::2]), ("up_proj", data[..., 1::2])):
+                half = half.transpose(1, 2) if kind == "weight" else half
+                tensors[f"{names.get_name(f'{base}.{part}')}.{kind}"] = half.contiguous().numpy()
+        elif suffix in ("down_proj", "down_proj_bias") and base.endswith("experts"):
+            half = data.transpose(1, 2) if suffix == "down_proj" else data
+            kind = "weight" if suffix == "down_proj" else "bias"
+            tensors[f"{names.get_name(base + '.down_proj')}.{kind}"] = half.contiguous().numpy()
+        elif suffix == "sinks":
+            tensors[f"{names.get_name(base + '.sinks')}.weight"] = data.contiguous().numpy()
     return tensors
 
 

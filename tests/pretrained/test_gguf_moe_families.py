@@ -1,9 +1,10 @@
 """GGUF checkpoints of the mixture-of-experts families transformers' GGUF reader lists
-(Qwen2-MoE, Qwen3-MoE), each a tiny random 2-layer file written here (``tiny_gguf``) in two
+(Qwen2-MoE, Qwen3-MoE, MiniMax-M2), each a tiny random 2-layer file written here (``tiny_gguf``) in two
 quantisation types: loaded through sinkscope's own path, every probe metric equals
 transformers' eager attention on the same dequantised weights to 1e-5. Layer 1's attention
-reads layer 0's routed experts, so a wrong expert path would show there. The other
-families that reader lists but that cannot be audited here are one short line each."""
+reads layer 0's routed experts, so a wrong expert path would show there. A gpt-oss file as
+llama.cpp writes it, whose experts and learned sinks that reader leaves unread (and would
+start at random), is one short line."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import importlib.util
 
 import pytest
 import torch
-from test_gguf_families import hf_from_gguf, pattern_metrics
+from test_gguf_families import hf_from_gguf, one_line_refusal, pattern_metrics
 from test_gqa import direct_head_metrics
 
 from sinkscope.interp.hooked_model import HookedModel
@@ -81,3 +82,12 @@ def test_every_probe_metric_matches_transformers_on_the_same_moe_gguf(loaded_pai
             measured = torch.tensor([getattr(layer, name) for layer in result.layers], dtype=torch.float64)
         torch.testing.assert_close(measured, values, atol=1e-5, rtol=1e-5, msg=f"{family} {quantization} {name}")
     assert float(expected["row_entropy"].min()) < 0.9  # attention is not uniform: the check has teeth
+
+
+def test_a_gguf_whose_weights_the_reader_leaves_unread_is_one_line(tmp_path, capsys):
+    """transformers loads a llama.cpp gpt-oss file without its experts and learned sinks and
+    starts them at random, saying so only in a log: the audit refuses it, naming the family."""
+    path = build_tiny_gguf(tmp_path / "gpt-oss", "gpt-oss", "Q8_0")
+    err = one_line_refusal(["audit", str(path), "--out", str(tmp_path / "out"), "--no-progress"], capsys)
+    assert "transformers' GGUF reader does not read 10 weights of the gpt_oss family from tiny-gpt-oss.Q8_0.gguf" in err
+    assert not (tmp_path / "out").exists()
