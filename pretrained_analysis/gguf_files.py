@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sinkscope.infra.devices import is_out_of_memory
+from sinkscope.infra.errors import SUPPORTED_FAMILIES_DOC
 from sinkscope.pretrained_analysis.resolve import (
     GGUF_INSTALL,
-    SUPPORTED_FAMILIES_DOC,
     ModelLoadError,
     ResolvedModel,
     first_line,

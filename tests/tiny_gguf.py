@@ -87,6 +87,9 @@ MOE_FAMILIES: dict[str, GGUFFamily] = {
 REFUSED_FAMILIES: dict[str, GGUFFamily] = {
     "gemma": GGUFFamily("gemma", {"num_key_value_heads": 1, "head_dim": 8}, norm_offset=True),
     "mistral-named": GGUFFamily("mistral", {"num_key_value_heads": 2, "sliding_window": None}, "llama", "mistral"),
+    # LFM2: convolution layers (layer 0) among attention ones; the file lists key/value heads
+    # per layer, 0 for a convolution layer, as llama.cpp writes it
+    "lfm2": GGUFFamily("lfm2", {"num_key_value_heads": 2, "full_attn_idxs": [1], "block_auto_adjust_ff_dim": False}),
     # transformers reads neither the experts nor the learned sinks of a gpt-oss file as
     # llama.cpp writes it (ffn_*_exps, attn_sinks) and would start them at random; the head
     # size is the config class's 64, which it does not read from the file either
@@ -158,13 +161,18 @@ def shape_metadata(writer, config, family: GGUFFamily) -> None:
     writer.add_block_count(N_LAYERS)
     writer.add_feed_forward_length(getattr(text, "intermediate_size", None) or 4 * width)
     writer.add_head_count(n_heads)
-    writer.add_head_count_kv(getattr(text, "num_key_value_heads", n_heads))
+    kv_heads = getattr(text, "num_key_value_heads", n_heads)
+    kinds = getattr(text, "layer_types", None) or ()
+    writer.add_head_count_kv([0 if kind == "conv" else kv_heads for kind in kinds] if "conv" in kinds else kv_heads)
+    if hasattr(text, "conv_L_cache"):
+        writer.add_shortconv_l_cache(text.conv_L_cache)
     head_dim = getattr(text, "head_dim", None) or width // n_heads
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_rope_dimension_count(getattr(text, "rotary_dim", None) or head_dim)
-    if getattr(text, "rope_theta", None) is not None:
-        writer.add_rope_freq_base(float(text.rope_theta))
+    theta = getattr(text, "rope_theta", None) or (getattr(text, "rope_parameters", None) or {}).get("rope_theta")
+    if theta is not None:
+        writer.add_rope_freq_base(float(theta))
     eps = next(
         getattr(text, name)
         for name in ("rms_norm_eps", "norm_epsilon", "layer_norm_epsilon", "layer_norm_eps", "norm_eps")
@@ -195,6 +203,8 @@ def gguf_tensors(model, family: GGUFFamily, architecture) -> dict:
             data = data + 1.0  # llama.cpp stores Gemma's norms as 1 + w
         if suffix == "weight" and any(part in hf_name for part in family.transposed):
             data = data.T  # Conv1D keeps [in, out]; llama.cpp stores [out, in]
+        if gguf_name.endswith("shortconv.conv"):
+            data = data.squeeze(1)  # llama.cpp keeps LFM2's depthwise kernel [channel, width]
         tensors[f"{gguf_name}.{suffix}"] = data.contiguous().numpy()
     experts = gpt_oss_tensors if model.config.model_type == "gpt_oss" else expert_tensors
     return tensors | experts(model, names)
@@ -246,7 +256,8 @@ def gpt_oss_tensors(model, names) -> dict:
 
 
 def add_tensor(writer, name: str, data, quantization: str) -> None:
-    """One tensor; matrices in ``quantization``, 1-D tensors in F32."""
+    """One tensor; matrices in ``quantization``, 1-D tensors (and rows shorter than one
+    quantisation block) in F32."""
     import gguf
     import numpy as np
 
@@ -254,6 +265,8 @@ def add_tensor(writer, name: str, data, quantization: str) -> None:
         writer.add_tensor(name, data.astype(np.float32))
     elif quantization == "F16":
         writer.add_tensor(name, data.astype(np.float16))
+    elif data.shape[-1] % gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[quantization]][0]:
+        writer.add_tensor(name, data.astype(np.float32))  # rows shorter than a block stay F32, as in llama.cpp
     else:
         kind = gguf.GGMLQuantizationType[quantization]
         writer.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)

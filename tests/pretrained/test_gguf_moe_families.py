@@ -91,3 +91,12 @@ def test_a_gguf_whose_weights_the_reader_leaves_unread_is_one_line(tmp_path, cap
     err = one_line_refusal(["audit", str(path), "--out", str(tmp_path / "out"), "--no-progress"], capsys)
     assert "transformers' GGUF reader does not read 10 weights of the gpt_oss family from tiny-gpt-oss.Q8_0.gguf" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_gguf_family_with_layers_without_attention_is_one_line(tmp_path, capsys):
+    """LFM2 (a convolution layer, then an attention layer): transformers reads the file and
+    the bridge boots it, but sink probes need every layer's attention."""
+    path = build_tiny_gguf(tmp_path / "lfm2", "lfm2", "Q8_0")
+    err = one_line_refusal(["audit", str(path), "--out", str(tmp_path / "out"), "--no-progress"], capsys)
+    assert "Lfm2ForCausalLM has no attention hooks in layer 0 (1 of 2 layers): the lfm2 family" in err
+    assert not (tmp_path / "out").exists()
