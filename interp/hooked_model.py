@@ -32,9 +32,9 @@ from jaxtyping import Bool, Float, Int, Shaped
 from transformer_lens import HookedRootModule
 
 from sinkscope.infra.bounds import POSITIVE
-from sinkscope.infra.errors import SUPPORTED_FAMILIES_DOC, InputError
+from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS, validate_attention_kind
-from sinkscope.interp.hook_names import attn_hook, block_hook
+from sinkscope.interp.hook_names import attn_hook, block_hook, require_attention_everywhere
 from sinkscope.interp.visibility import REACH_BOUNDS, bridge_reach, check_reach, key_visibility, layer_reach
 
 HookFn = Callable[..., Any]
@@ -182,27 +182,6 @@ def _is_bridge(model: torch.nn.Module) -> bool:
     # check costs about 2.4 s (toy evaluations would pay it in every worker process).
     bridge_package = sys.modules.get("transformer_lens.model_bridge")
     return bridge_package is not None and isinstance(model, bridge_package.TransformerBridge)
-
-
-def require_attention_everywhere(model: Any, hook_names: frozenset[str], n_layers: int) -> None:
-    """Refuse, in one line naming the family, a bridge some of whose layers have no attention:
-    state-space models (Mamba) and hybrids with convolution or recurrent layers (LFM2), which
-    the bridge boots but whose layers sink probes cannot all read."""
-    layers = [
-        layer
-        for layer in range(n_layers)
-        if any(attn_hook(layer, name) not in hook_names for name in ("pattern", "v", "z"))
-    ]
-    if not layers:
-        return
-    original = getattr(model, "original_model", model)
-    family = getattr(getattr(original, "config", None), "model_type", "unknown")
-    where = "any layer" if len(layers) == n_layers else f"layer {layers[0]} ({len(layers)} of {n_layers} layers)"
-    raise InputError(
-        f"{type(original).__name__} has no attention hooks in {where}: the {family} family is not "
-        f"all attention, and sink probes read every layer's; the supported families are listed in "
-        f"{SUPPORTED_FAMILIES_DOC}"
-    )
 
 
 class HookedModel:

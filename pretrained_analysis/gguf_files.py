@@ -121,7 +121,8 @@ def load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[s
     if not progress:
         gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
-        hf_model, loading = AutoModelForCausalLM.from_pretrained(
+        # with output_loading_info, a (model, loading report) pair, which transformers' stub omits
+        pair: Any = AutoModelForCausalLM.from_pretrained(
             resolved.location,
             gguf_file=resolved.gguf_file,
             dtype=getattr(torch, spec.dtype),
@@ -129,6 +130,7 @@ def load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[s
             device_map=spec.device_map,
             output_loading_info=True,
         )
+        hf_model, loading = pair
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, gguf_file=resolved.gguf_file)
     except ImportError as error:  # transformers checks the gguf version itself
         raise ModelLoadError(
@@ -148,7 +150,7 @@ def load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[s
     refuse_unread_weights(resolved, hf_model.config, loading.get("missing_keys") or ())
     name_architecture(hf_model.config)
     if spec.device is not None:
-        hf_model = hf_model.to(spec.device)  # type: ignore[arg-type]  # transformers' stub takes a dtype only
+        hf_model = hf_model.to(spec.device)
     return {"hf_model": hf_model.eval(), "tokenizer": tokenizer}
 
 
