@@ -9,7 +9,9 @@ Shapes (TransformerLens conventions):
 
 from __future__ import annotations
 
-from sinkscope.infra.errors import InputError
+from typing import Any
+
+from sinkscope.infra.errors import SUPPORTED_FAMILIES_DOC, InputError
 
 ATTN_HOOKS = ("q", "k", "v", "z", "attn_scores", "pattern")
 BLOCK_HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
@@ -31,3 +33,24 @@ def block_hook(layer: int, name: str) -> str:
 
 def pattern_hook(layer: int) -> str:
     return attn_hook(layer, "pattern")
+
+
+def require_attention_everywhere(model: Any, hook_names: frozenset[str], n_layers: int) -> None:
+    """Refuse, in one line naming the family, a bridge some of whose layers have no attention:
+    state-space models (Mamba) and hybrids with convolution or recurrent layers (LFM2), which
+    the bridge boots but whose layers sink probes cannot all read."""
+    layers = [
+        layer
+        for layer in range(n_layers)
+        if any(attn_hook(layer, name) not in hook_names for name in ("pattern", "v", "z"))
+    ]
+    if not layers:
+        return
+    original = getattr(model, "original_model", model)
+    family = getattr(getattr(original, "config", None), "model_type", "unknown")
+    where = "any layer" if len(layers) == n_layers else f"layer {layers[0]} ({len(layers)} of {n_layers} layers)"
+    raise InputError(
+        f"{type(original).__name__} has no attention hooks in {where}: the {family} family is not "
+        f"all attention, and sink probes read every layer's; the supported families are listed in "
+        f"{SUPPORTED_FAMILIES_DOC}"
+    )

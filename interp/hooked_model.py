@@ -34,7 +34,7 @@ from transformer_lens import HookedRootModule
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.anchors import anchor_how
 from sinkscope.interp.attention_kinds import validate_attention_kind
-from sinkscope.interp.hook_names import attn_hook, block_hook
+from sinkscope.interp.hook_names import attn_hook, block_hook, require_attention_everywhere
 from sinkscope.interp.model_spec import ModelSpec
 from sinkscope.interp.visibility import bridge_reach, key_visibility, layer_reach
 
@@ -118,14 +118,7 @@ class HookedModel:
         hook_names = frozenset(self.model.hook_dict.keys())
         if self.is_bridge:
             cfg = self.model.cfg
-            missing = [attn_hook(0, name) for name in ("pattern", "v", "z") if attn_hook(0, name) not in hook_names]
-            if missing:
-                # e.g. state-space models (Mamba), which the bridge boots but which have no attention
-                architecture = type(getattr(model, "original_model", model)).__name__
-                raise InputError(
-                    f"{architecture} has no attention hooks {missing}; sink probes need attention layers "
-                    "(a transformer such as GPT-2, Pythia, Llama, Mistral, Qwen2, Gemma or BERT)"
-                )
+            require_attention_everywhere(model, hook_names, int(cfg.n_layers))
             self.spec = ModelSpec(
                 family="bridge",
                 n_layers=int(cfg.n_layers),

@@ -20,11 +20,10 @@ from safetensors import SafetensorError
 
 from sinkscope.infra.bounds import COUNT, POSITIVE, Bound
 from sinkscope.infra.devices import is_out_of_memory, resolve_device
-from sinkscope.infra.errors import InputError
+from sinkscope.infra.errors import SUPPORTED_FAMILIES_DOC, InputError
 from sinkscope.pretrained_analysis.gguf_files import gguf_quantization, load_gguf
 from sinkscope.pretrained_analysis.resolve import (
     OFFLINE_FIX,
-    SUPPORTED_FAMILIES_DOC,
     ModelLoadError,
     ModelNotAvailableError,
     ResolvedModel,

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sinkscope.infra.devices import is_out_of_memory
+from sinkscope.infra.errors import SUPPORTED_FAMILIES_DOC
 from sinkscope.pretrained_analysis.resolve import (
     GGUF_INSTALL,
-    SUPPORTED_FAMILIES_DOC,
     ModelLoadError,
     ResolvedModel,
     first_line,
@@ -121,13 +121,16 @@ def load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[s
     if not progress:
         gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
-        hf_model = AutoModelForCausalLM.from_pretrained(
+        # with output_loading_info, a (model, loading report) pair, which transformers' stub omits
+        pair: Any = AutoModelForCausalLM.from_pretrained(
             resolved.location,
             gguf_file=resolved.gguf_file,
             dtype=getattr(torch, spec.dtype),
             attn_implementation="eager",
             device_map=spec.device_map,
+            output_loading_info=True,
         )
+        hf_model, loading = pair
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, gguf_file=resolved.gguf_file)
     except ImportError as error:  # transformers checks the gguf version itself
         raise ModelLoadError(
@@ -144,10 +147,25 @@ def load_gguf(resolved: ResolvedModel, spec: LoadSpec, progress: bool) -> dict[s
         ) from error
     finally:
         gguf_utils.tqdm = bar
+    refuse_unread_weights(resolved, hf_model.config, loading.get("missing_keys") or ())
     name_architecture(hf_model.config)
     if spec.device is not None:
-        hf_model = hf_model.to(spec.device)  # type: ignore[arg-type]  # transformers' stub takes a dtype only
+        hf_model = hf_model.to(spec.device)
     return {"hf_model": hf_model.eval(), "tokenizer": tokenizer}
+
+
+def refuse_unread_weights(resolved: ResolvedModel, config: Any, missing: Any) -> None:
+    """Refuse a model some of whose weights transformers' GGUF reader did not find in the file
+    (it names them in a log and starts them at random): an audit of it would measure random
+    weights. gpt-oss files as llama.cpp writes them are one such family (experts, sinks)."""
+    if not missing:
+        return
+    example = sorted(missing)[0]
+    raise ModelLoadError(
+        f"transformers' GGUF reader does not read {len(missing)} weights of the "
+        f"{getattr(config, 'model_type', '?')} family from {resolved.gguf_file} (such as {example}); "
+        f"the supported families are listed in {SUPPORTED_FAMILIES_DOC}"
+    )
 
 
 def name_architecture(config: Any) -> None:

@@ -66,7 +66,6 @@ GGUF_SUFFIX = ".gguf"
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file, whatever its name
 GGUF_INSTALL = "pip install 'sinkscope[gguf]'"
 # where a refusal of an unsupported model family points: the lists are long (about 170 names)
-SUPPORTED_FAMILIES_DOC = "docs/auditing.md#supported-families"
 OFFLINE_FIX = (
     "pass a local directory saved with save_pretrained, or connect to the internet and unset "
     "HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE so it downloads once into the cache"

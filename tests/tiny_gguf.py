@@ -66,11 +66,43 @@ GGUF_FAMILIES: dict[str, GGUFFamily] = {
     "nemotron": GGUFFamily("nemotron", {"num_key_value_heads": 2}, norm_offset=True, rms_norm=False),
 }
 
+# mixture-of-experts families: transformers' GGUF reader reads the expert count and top-k
+# from the file but keeps the config class's expert widths (``moe_intermediate_size``,
+# Qwen2-MoE's shared expert), so the tiny model is drawn with those defaults
+MOE_FAMILIES: dict[str, GGUFFamily] = {
+    "qwen2moe": GGUFFamily("qwen2_moe", {"num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2}),
+    "qwen3moe": GGUFFamily(
+        "qwen3_moe", {"num_key_value_heads": 2, "head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2}
+    ),
+    # MiniMax-M2: QK-norm over all heads at once, partial rotary (rotary_dim < head_dim) and a
+    # routing bias; its experts are intermediate_size wide
+    "minimax-m2": GGUFFamily(
+        "minimax_m2",
+        {"num_key_value_heads": 2, "head_dim": 8, "rotary_dim": 4, "num_local_experts": 4, "num_experts_per_tok": 2},
+    ),
+}
+
 
 # families transformers' GGUF reader does not read (tests of the refusal)
 REFUSED_FAMILIES: dict[str, GGUFFamily] = {
     "gemma": GGUFFamily("gemma", {"num_key_value_heads": 1, "head_dim": 8}, norm_offset=True),
     "mistral-named": GGUFFamily("mistral", {"num_key_value_heads": 2, "sliding_window": None}, "llama", "mistral"),
+    # LFM2: convolution layers (layer 0) among attention ones; the file lists key/value heads
+    # per layer, 0 for a convolution layer, as llama.cpp writes it
+    "lfm2": GGUFFamily("lfm2", {"num_key_value_heads": 2, "full_attn_idxs": [1], "block_auto_adjust_ff_dim": False}),
+    # transformers reads neither the experts nor the learned sinks of a gpt-oss file as
+    # llama.cpp writes it (ffn_*_exps, attn_sinks) and would start them at random; the head
+    # size is the config class's 64, which it does not read from the file either
+    "gpt-oss": GGUFFamily(
+        "gpt_oss",
+        {
+            "num_key_value_heads": 2,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": 4,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
 }
 
 
@@ -129,19 +161,28 @@ def shape_metadata(writer, config, family: GGUFFamily) -> None:
     writer.add_block_count(N_LAYERS)
     writer.add_feed_forward_length(getattr(text, "intermediate_size", None) or 4 * width)
     writer.add_head_count(n_heads)
-    writer.add_head_count_kv(getattr(text, "num_key_value_heads", n_heads))
+    kv_heads = getattr(text, "num_key_value_heads", n_heads)
+    kinds = getattr(text, "layer_types", None) or ()
+    writer.add_head_count_kv([0 if kind == "conv" else kv_heads for kind in kinds] if "conv" in kinds else kv_heads)
+    if hasattr(text, "conv_L_cache"):
+        writer.add_shortconv_l_cache(text.conv_L_cache)
     head_dim = getattr(text, "head_dim", None) or width // n_heads
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
-    writer.add_rope_dimension_count(head_dim)
-    if getattr(text, "rope_theta", None) is not None:
-        writer.add_rope_freq_base(float(text.rope_theta))
+    writer.add_rope_dimension_count(getattr(text, "rotary_dim", None) or head_dim)
+    theta = getattr(text, "rope_theta", None) or (getattr(text, "rope_parameters", None) or {}).get("rope_theta")
+    if theta is not None:
+        writer.add_rope_freq_base(float(theta))
     eps = next(
         getattr(text, name)
         for name in ("rms_norm_eps", "norm_epsilon", "layer_norm_epsilon", "layer_norm_eps", "norm_eps")
         if hasattr(text, name)
     )
     (writer.add_layer_norm_rms_eps if family.rms_norm else writer.add_layer_norm_eps)(float(eps))
+    if getattr(text, "num_experts_per_tok", None) is not None:
+        writer.add_expert_count(getattr(text, "num_experts", None) or text.num_local_experts)
+        writer.add_expert_used_count(text.num_experts_per_tok)
+        writer.add_expert_feed_forward_length(getattr(text, "moe_intermediate_size", None) or text.intermediate_size)
 
 
 def gguf_tensors(model, family: GGUFFamily, architecture) -> dict:
@@ -153,7 +194,8 @@ def gguf_tensors(model, family: GGUFFamily, architecture) -> dict:
     tensors = {}
     for hf_name, tensor in model.state_dict().items():
         base, _, suffix = hf_name.rpartition(".")
-        gguf_name = names.get_name(base)
+        # gguf's map spells some names without the model's prefix (BLOOM's h.0..., not transformer.h.0...)
+        gguf_name = names.get_name(base) or names.get_name(base.partition(".")[2])
         if gguf_name is None or (gguf_name == "output" and model.config.get_text_config().tie_word_embeddings):
             continue
         data = tensor.detach().float()
@@ -161,12 +203,61 @@ def gguf_tensors(model, family: GGUFFamily, architecture) -> dict:
             data = data + 1.0  # llama.cpp stores Gemma's norms as 1 + w
         if suffix == "weight" and any(part in hf_name for part in family.transposed):
             data = data.T  # Conv1D keeps [in, out]; llama.cpp stores [out, in]
+        if gguf_name.endswith("shortconv.conv"):
+            data = data.squeeze(1)  # llama.cpp keeps LFM2's depthwise kernel [channel, width]
         tensors[f"{gguf_name}.{suffix}"] = data.contiguous().numpy()
+    experts = gpt_oss_tensors if model.config.model_type == "gpt_oss" else expert_tensors
+    return tensors | experts(model, names)
+
+
+def expert_tensors(model, names) -> dict:
+    """A mixture-of-experts layer's stacked expert matrices under llama.cpp's names:
+    transformers fuses gate and up as ``experts.gate_up_proj`` ``[expert, 2 * width, d_model]``,
+    llama.cpp keeps ``ffn_gate_exps`` and ``ffn_up_exps`` apart; the shared expert's gate is a
+    vector in llama.cpp (``ffn_gate_inp_shexp``)."""
+    tensors = {}
+    for hf_name, tensor in model.state_dict().items():
+        base, _, suffix = hf_name.rpartition(".")
+        data = tensor.detach().float()
+        if suffix == "gate_up_proj" and data.dim() == 3:
+            gate, up = data.chunk(2, dim=1)
+            tensors[f"{names.get_name(base + '.gate_proj')}.weight"] = gate.contiguous().numpy()
+            tensors[f"{names.get_name(base + '.up_proj')}.weight"] = up.contiguous().numpy()
+        elif suffix == "down_proj" and data.dim() == 3:
+            tensors[f"{names.get_name(base + '.down_proj')}.weight"] = data.contiguous().numpy()
+        elif suffix == "e_score_correction_bias":  # llama.cpp's exp_probs_b
+            tensors[f"{names.get_name(base + '.e_score_correction')}.bias"] = data.contiguous().numpy()
+        elif hf_name.endswith("shared_expert_gate.weight"):
+            tensors[f"{names.get_name(base)}.weight"] = data.flatten().contiguous().numpy()
+    return tensors
+
+
+def gpt_oss_tensors(model, names) -> dict:
+    """gpt-oss's experts and learned sinks as llama.cpp's converter writes them: gate and up
+    interleaved in ``gate_up_proj`` ``[expert, d_model, 2 * width]`` come apart into
+    ``ffn_gate_exps`` / ``ffn_up_exps`` ``[expert, width, d_model]`` (and their biases), the
+    down matrices are transposed, the sink logits are ``attn_sinks.weight``."""
+    tensors = {}
+    for hf_name, tensor in model.state_dict().items():
+        base, _, suffix = hf_name.rpartition(".")
+        data = tensor.detach().float()
+        if suffix in ("gate_up_proj", "gate_up_proj_bias"):
+            kind = "weight" if suffix == "gate_up_proj" else "bias"
+            for part, half in (("gate_proj", data[..., ::2]), ("up_proj", data[..., 1::2])):
+                half = half.transpose(1, 2) if kind == "weight" else half
+                tensors[f"{names.get_name(f'{base}.{part}')}.{kind}"] = half.contiguous().numpy()
+        elif suffix in ("down_proj", "down_proj_bias") and base.endswith("experts"):
+            half = data.transpose(1, 2) if suffix == "down_proj" else data
+            kind = "weight" if suffix == "down_proj" else "bias"
+            tensors[f"{names.get_name(base + '.down_proj')}.{kind}"] = half.contiguous().numpy()
+        elif suffix == "sinks":
+            tensors[f"{names.get_name(base + '.sinks')}.weight"] = data.contiguous().numpy()
     return tensors
 
 
 def add_tensor(writer, name: str, data, quantization: str) -> None:
-    """One tensor; matrices in ``quantization``, 1-D tensors in F32."""
+    """One tensor; matrices in ``quantization``, 1-D tensors (and rows shorter than one
+    quantisation block) in F32."""
     import gguf
     import numpy as np
 
@@ -174,6 +265,8 @@ def add_tensor(writer, name: str, data, quantization: str) -> None:
         writer.add_tensor(name, data.astype(np.float32))
     elif quantization == "F16":
         writer.add_tensor(name, data.astype(np.float16))
+    elif data.shape[-1] % gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[quantization]][0]:
+        writer.add_tensor(name, data.astype(np.float32))  # rows shorter than a block stay F32, as in llama.cpp
     else:
         kind = gguf.GGMLQuantizationType[quantization]
         writer.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
@@ -186,7 +279,7 @@ def build_tiny_gguf(directory: Path, family: str, quantization: str = "F32", see
     """Write ``directory/tiny-FAMILY.QUANT.gguf`` and return its path."""
     import gguf
 
-    spec = GGUF_FAMILIES.get(family) or REFUSED_FAMILIES[family]
+    spec = GGUF_FAMILIES.get(family) or MOE_FAMILIES.get(family) or REFUSED_FAMILIES[family]
     tokenizer = train_byte_level_tokenizer()
     # transformers reads Gemma files with GemmaTokenizer, which adds <mask> when the vocabulary
     # lacks it (real Gemma vocabularies have it): every file carries one, a control token

@@ -14,6 +14,9 @@ messages say ``batch_size``, never a command-line flag.
 
 from __future__ import annotations
 
+# where a refusal of a model family points: the supported families and how to list them
+SUPPORTED_FAMILIES_DOC = "docs/auditing.md#supported-families"
+
 
 class SinkscopeError(Exception):
     """Base of the errors sinkscope raises on purpose."""

@@ -219,6 +219,7 @@ def test_the_audit_command_reads_a_gemma3_gguf(tmp_path, prompt_file):
 def one_line_refusal(argv, capsys) -> str:
     from sinkscope.cli import main
 
+    capsys.readouterr()  # what building the checkpoint printed (save_pretrained's progress bar) is not the refusal
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and len(err) < 300, err

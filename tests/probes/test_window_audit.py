@@ -10,10 +10,10 @@ import json
 
 import pytest
 import torch
-from test_sliding_window import build_windowed
 
 from sinkscope.cli import main
 from sinkscope.pretrained_analysis.audit import read_audit
+from windowed_models import build_windowed
 
 torch.set_num_threads(1)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_sliding_window import PROMPTS, WINDOWED, build_windowed
 
 from hf_reference import edited_eager_attention
 from sinkscope.interp.hooked_model import HookedModel
@@ -20,6 +19,7 @@ from sinkscope.probes.interventions import (
     run_with_intervention,
 )
 from tiny_models import load_hf_model
+from windowed_models import PROMPTS, WINDOWED, build_windowed
 
 torch.set_num_threads(1)
 

@@ -69,7 +69,9 @@ def test_the_probe_draws_the_logged_points_and_the_report_states_them(run, tmp_p
 
 
 def test_a_run_logged_before_the_sink_rate_draws_what_it_has(run, tmp_path):
-    records = [{k: v for k, v in record.items() if k not in ("sink_rate", "n_sink_heads")} for record in read_metrics(run)]
+    records = [
+        {k: v for k, v in record.items() if k not in ("sink_rate", "n_sink_heads")} for record in read_metrics(run)
+    ]
     figure = sink_formation_figure(records, "old", tmp_path / "old.png")
     assert len(figure.axes) == 2  # sink heads and per-layer BOS mass; no sink rate was logged
 
