@@ -28,6 +28,8 @@ skipped.
 
 from __future__ import annotations
 
+import operator
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -96,8 +98,31 @@ class Intervention:
         return sorted({head for head_layer, head in self.heads if head_layer == layer})
 
 
-def _heads(heads: Sequence[HeadRef]) -> tuple[HeadRef, ...]:
-    return tuple((int(layer), int(head)) for layer, head in heads)
+HEAD_NAME = re.compile(r"L(\d+)H(\d+)")  # how tables and findings name a head: L3H7
+
+
+def _heads(heads: Sequence[HeadRef] | Sequence[str]) -> tuple[HeadRef, ...]:
+    """(layer, head) pairs of whole numbers, or the names tables print (``"L3H7"``)."""
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence):
+        raise InputError(
+            f"heads must be a list of (layer, head) pairs or names like 'L0H3', got {type(heads).__name__} {heads!r}",
+            field="heads",
+        )
+    return tuple(_head(item) for item in heads)
+
+
+def _head(item: object) -> HeadRef:
+    if isinstance(item, str) and (named := HEAD_NAME.fullmatch(item.strip())):
+        return int(named.group(1)), int(named.group(2))
+    pair = tuple(item) if isinstance(item, (tuple, list)) else ()
+    try:  # any whole number (numpy's, a 0-d integer tensor), never a float or a bool
+        if len(pair) != 2 or any(isinstance(x, bool) for x in pair):
+            raise TypeError
+        return operator.index(pair[0]), operator.index(pair[1])
+    except TypeError:
+        raise InputError(
+            f"each head is a (layer, head) pair of integers or a name like 'L0H3', got {item!r}", field="heads"
+        ) from None
 
 
 def remove_sink(heads: Sequence[HeadRef]) -> Intervention:

@@ -169,3 +169,16 @@ def test_bert_remove_sink_goes_through_hook_z(minilm):
     real = batch.attention_mask
     torch.testing.assert_close(captured["z"][:, :, 3][real], expected_z[real], atol=1e-5, rtol=0)
     assert (edited - plain).abs().max() > 1e-3
+
+
+def test_heads_are_pairs_of_whole_numbers_or_the_names_tables_print():
+    import numpy as np
+
+    from sinkscope.infra.errors import InputError
+    from sinkscope.probes.interventions import remove_learned_sink, remove_sink
+
+    assert remove_sink(["L0H1", (2, 3), (np.int64(4), torch.tensor(5))]).heads == ((0, 1), (2, 3), (4, 5))
+    assert remove_learned_sink([" L10H2 "]).heads == ((10, 2),)
+    for bad in ("L0H0", [(0.5, 1)], [(True, 0)], [(0,)], ["head 3"], [None], 7):
+        with pytest.raises(InputError, match="heads|each head"):
+            remove_sink(bad)
