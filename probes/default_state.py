@@ -26,13 +26,22 @@ from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
-from sinkscope.probes.interventions import HeadRef, Intervention, intervention_hooks, mask_random_key, remove_sink
+from sinkscope.probes.interventions import (
+    HeadRef,
+    Intervention,
+    intervention_hooks,
+    mask_random_key,
+    remove_learned_sink,
+    remove_sink,
+)
 from sinkscope.reports.frames import dataframe
 
 if TYPE_CHECKING:
     import pandas
 
 ErrorFn = Callable[[torch.Tensor, PreparedBatch], torch.Tensor]
+# what the test may take a sink away with: the anchor key, or learned sink logits
+REMOVALS = (remove_sink, remove_learned_sink)
 ALL_SINK_HEADS = "all_sink_heads"  # the label of the row that removes every sink head at once
 
 
@@ -237,9 +246,16 @@ def default_state_test(
     is taken away: ``remove_sink`` (the anchor key), or ``remove_learned_sink`` for a
     model's learned sink logits (gpt-oss), each against the same random-key control.
     """
+    if removal not in REMOVALS:
+        raise InputError(
+            f"removal must be remove_sink or remove_learned_sink (from sinkscope.probes.interventions), got {removal!r}",
+            field="removal",
+        )
+    if not callable(error_fn):
+        raise InputError(f"error_fn must be a function (logits, batch) -> errors, got {error_fn!r}", field="error_fn")
     hooked = model if isinstance(model, HookedModel) else HookedModel(model)
     batch = hooked.prepare(inputs, attention_mask)
-    heads = tuple((int(layer), int(head)) for layer, head in sink_heads)
+    heads = remove_sink(sink_heads).heads if len(sink_heads) else ()  # (layer, head) pairs or names like "L0H3"
     if not heads:
         return DefaultStateResult(heads, batch.batch_size, (), None, "no sink heads: there is no sink to remove")
     before = _errors(hooked, batch, error_fn, None, config.batch_size)

@@ -182,3 +182,12 @@ def test_heads_are_pairs_of_whole_numbers_or_the_names_tables_print():
     for bad in ("L0H0", [(0.5, 1)], [(True, 0)], [(0,)], ["head 3"], [None], 7):
         with pytest.raises(InputError, match="heads|each head"):
             remove_sink(bad)
+
+
+def test_the_default_state_test_refuses_a_removal_it_does_not_know():
+    from sinkscope.infra.errors import InputError
+    from sinkscope.probes.default_state import default_state_test
+
+    for removal in ("remove_sink", print, None):
+        with pytest.raises(InputError, match="removal must be remove_sink or remove_learned_sink"):
+            default_state_test(None, ["a"], [(0, 0)], lambda logits, batch: logits, removal=removal)
