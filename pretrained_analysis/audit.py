@@ -52,6 +52,7 @@ from sinkscope.pretrained_analysis.examples import (
     EXAMPLE_TEXT_CHARS,
     AttentionExample,
     attention_examples,
+    with_token_texts,
 )
 from sinkscope.pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model, wrap_model
 from sinkscope.pretrained_analysis.prompts import (
@@ -91,7 +92,8 @@ class AuditConfig:
     way; each tested set costs two passes with logits); ablate_prompts: ablate on the
     first this many prompts only (None: all); n_examples: prompts drawn as attention
     heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys;
-    layers: the layers probed (None: all), where the sink heads and ablated heads come from."""
+    layers: the layers probed (None: all), where the sink heads and ablated heads come from;
+    key_geometry / secondary_sinks: measure them in the same pass (``ProbeConfig``)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "batch_size": POSITIVE,
@@ -113,6 +115,8 @@ class AuditConfig:
     n_bootstrap: int = 1000
     seed: int = 0
     layers: tuple[int, ...] | None = None
+    key_geometry: bool = True
+    secondary_sinks: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", ProbeConfig(layers=self.layers).layers)  # sorted, checked
@@ -120,7 +124,8 @@ class AuditConfig:
             check_argument(getattr(self, name), int, name, "an integer")
         check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
         check_argument(self.sink_eps, (float, int), "sink_eps", "a number in [0, 1)")
-        check_argument(self.ablate, bool, "ablate", "True or False")
+        for name in ("ablate", "key_geometry", "secondary_sinks"):
+            check_argument(getattr(self, name), bool, name, "True or False")
         if self.ablate_heads < 0:
             raise InputError(f"ablate_heads must be >= 0, got {self.ablate_heads}", field="ablate_heads")
         if self.ablate_prompts is not None and self.ablate_prompts < 1:
@@ -135,7 +140,13 @@ class AuditConfig:
             raise InputError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}", field="n_bootstrap")
 
     def probe_config(self) -> ProbeConfig:
-        return ProbeConfig(sink_eps=self.sink_eps, batch_size=self.batch_size, layers=self.layers)
+        return ProbeConfig(
+            sink_eps=self.sink_eps,
+            batch_size=self.batch_size,
+            layers=self.layers,
+            with_key_geometry=self.key_geometry,
+            with_secondary_sinks=self.secondary_sinks,
+        )
 
 
 def upgrade_audit_v1(audit: dict[str, Any]) -> dict[str, Any]:
@@ -352,6 +363,7 @@ def audit(
     try:
         probe = _probe(hooked, tokenized, config, info.label, progress)
         _check_finite(probe, info)
+        probe = with_token_texts(probe, loaded.bridge.tokenizer)
         ablation = (
             ablate(hooked, tokenized, probe, _ablation_settings(config), info.label, progress)
             if config.ablate and info.causal

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 COSINE = Bound(-1.0, 1.0, 1e-6)
 SECONDARY_MIN_MASS = 0.3  # a key's mean attention from later queries that makes it a secondary sink
-SECONDARY_MIN_QUERIES = 4  # ... over at least this many later queries
+SECONDARY_MIN_QUERIES = 4  # ... over at least this many later queries (fixed: fewer say little)
 HEADS_CSV = "heads.csv"  # ProbeResult.heads_csv() in a result directory
 
 
@@ -86,7 +86,6 @@ class ProbeConfig:
         "batch_size": POSITIVE,
         "layers": COUNT,
         "secondary_min_mass": FRACTION,
-        "secondary_min_queries": POSITIVE,
     }
 
     sink_eps: float = SINK_EPS
@@ -103,7 +102,6 @@ class ProbeConfig:
     with_key_geometry: bool = False
     with_secondary_sinks: bool = False
     secondary_min_mass: float = SECONDARY_MIN_MASS
-    secondary_min_queries: int = SECONDARY_MIN_QUERIES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", layer_selection(self.layers))

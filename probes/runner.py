@@ -40,7 +40,16 @@ from sinkscope.interp.visibility import layer_reach
 from sinkscope.probes.batches import iterate_batches as iterate_batches  # callers import it from here
 from sinkscope.probes.key_geometry import KeyGeometrySums
 from sinkscope.probes.pattern_sums import PatternSums
-from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate, layers_note
+from sinkscope.probes.probe import (
+    SECONDARY_MIN_QUERIES,
+    HeadProbe,
+    LayerProbe,
+    ProbeBatch,
+    ProbeConfig,
+    ProbeResult,
+    SinkRate,
+    layers_note,
+)
 from sinkscope.probes.secondary_result import secondary_sinks_of
 from sinkscope.probes.secondary_sinks import SecondarySinkSums
 from sinkscope.probes.sink_metrics import (
@@ -85,7 +94,7 @@ class ProbeAccumulator:
         self.geometry = KeyGeometrySums(spec, self._context) if config.with_key_geometry else None
         self.secondary = (
             SecondarySinkSums(
-                config.secondary_min_mass, config.secondary_min_queries, config.massive_abs, config.massive_ratio
+                config.secondary_min_mass, SECONDARY_MIN_QUERIES, config.massive_abs, config.massive_ratio
             )
             if config.with_secondary_sinks
             else None

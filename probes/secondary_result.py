@@ -143,11 +143,6 @@ class SecondarySinks:
         return fragment("Secondary sinks", subtitle, parts)
 
 
-def shown_token(text: str) -> str:
-    """A token's text as a reader can see it: quoted, with whitespace escaped."""
-    return repr(text)
-
-
 def _sink_row(key: int, tally: TokenTally, by_position: bool, residuals_read: bool) -> SecondarySinkToken:
     heads = [f"L{layer}H{head}" for (layer, head), _ in tally.heads.most_common(HEADS_LISTED)]
     share = tally.sink_massive / tally.sink_occurrences if residuals_read and tally.sink_occurrences else math.nan
@@ -211,7 +206,7 @@ SECONDARY_TABLE: TableDefinition[SecondarySinkToken] = TableDefinition(
         Column("first massive layer", numeric=True),
     ),
     lambda row: (
-        shown_token(row.token),
+        row.token,
         row.occurrences,
         row.sink_occurrences,
         row.head_hits,
@@ -236,7 +231,7 @@ MASSIVE_TABLE: TableDefinition[MassiveToken] = TableDefinition(
         Column("layers", numeric=True),
         Column("max |x|", ".4g", numeric=True),
     ),
-    lambda row: (shown_token(row.token), row.occurrences, row.at_anchor, row.first_layer, row.n_layers, row.max_abs),
+    lambda row: (row.token, row.occurrences, row.at_anchor, row.first_layer, row.n_layers, row.max_abs),
     "occurrences: token occurrences whose residual stream (after a probed block) has a massive entry; "
     "first layer: the earliest block after which one appears; layers: how many blocks show one.",
 )

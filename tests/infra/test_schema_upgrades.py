@@ -68,6 +68,14 @@ ADDED_SINCE_V1 = {
     "normalised_effect_ci_low",
     "normalised_effect_ci_high",
     "anchor_how",
+    # key geometry and secondary sinks (issue 25): not measured in a version-1 file
+    "anchor_key_cos",
+    "other_key_cos",
+    "anchor_key_cos_rotated",
+    "other_key_cos_rotated",
+    "anchor_key_norm_ratio",
+    "anchor_value_norm_ratio",
+    "secondary_sinks",
 }
 
 
