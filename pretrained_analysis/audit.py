@@ -47,7 +47,13 @@ from sinkscope.infra.heartbeat import heartbeat
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.ablation import AblationResult, AblationSettings, ablate, upgrade_ablation_v1
 from sinkscope.pretrained_analysis.anchors import anchor_words
-from sinkscope.pretrained_analysis.audit_figures import EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, draw_audit_figures
+from sinkscope.pretrained_analysis.audit_figures import (
+    EXAMPLE_FIGURE,
+    GEOMETRY_FIGURE,
+    LAYER_FIGURE,
+    MAP_FIGURE,
+    draw_audit_figures,
+)
 from sinkscope.pretrained_analysis.examples import (
     EXAMPLE_TEXT_CHARS,
     AttentionExample,
@@ -235,9 +241,10 @@ class AuditResult:
         return audit_html(self)
 
 
-def figure_names(n_examples: int) -> tuple[str, ...]:
-    """The figures an audit with ``n_examples`` attention examples draws."""
-    return (MAP_FIGURE, LAYER_FIGURE, *(EXAMPLE_FIGURE.format(index=k) for k in range(n_examples)))
+def figure_names(n_examples: int, key_geometry: bool = False) -> tuple[str, ...]:
+    """The figures an audit with ``n_examples`` attention examples (and its key geometry) draws."""
+    examples = tuple(EXAMPLE_FIGURE.format(index=k) for k in range(n_examples))
+    return (MAP_FIGURE, LAYER_FIGURE, *((GEOMETRY_FIGURE,) if key_geometry else ()), *examples)
 
 
 def read_audit(directory: str | Path) -> AuditResult:
@@ -386,7 +393,7 @@ def audit(
         notes=tokenized.notes + _notes(info, tokenized.summary, probe, config),
         versions=_versions(),
         seconds=time.perf_counter() - start,
-        figures=figure_names(len(examples)),
+        figures=figure_names(len(examples), config.key_geometry),
         example_prompts=tuple(tokenized.texts[example.prompt_index][:EXAMPLE_TEXT_CHARS] for example in examples),
     )
 

@@ -7,6 +7,7 @@ once for every medium."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,9 +15,11 @@ from sinkscope.infra.errors import InputError
 from sinkscope.probes.mechanism_distance import Spread, spread
 from sinkscope.reports.document import Column, TableDefinition
 from sinkscope.reports.frames import dataframe
+from sinkscope.reports.scatter import ScatterPanel, marked_scatter
 
 if TYPE_CHECKING:
     import pandas
+    from matplotlib.figure import Figure
 
     from sinkscope.probes.probe import HeadProbe, ProbeResult
 
@@ -130,3 +133,37 @@ def key_geometry(result: Any) -> KeyGeometry:
             "or audit with AuditConfig(key_geometry=True)"
         )
     return KeyGeometry(tuple(heads))
+
+
+def _cosine_panel(heads: tuple[HeadProbe, ...], rotated: bool) -> ScatterPanel:
+    suffix, stage = ("_rotated", "after RoPE") if rotated else ("", "before RoPE")
+    return ScatterPanel(
+        f"query-key cosine, {stage}",
+        "mean cos(q, k_other)",
+        "mean cos(q, k_anchor)",
+        [head.other_key_cos if not rotated else head.other_key_cos_rotated for head in heads],
+        [getattr(head, "anchor_key_cos" + suffix) for head in heads],
+        [head.is_sink_head for head in heads],
+        diagonal=True,
+    )
+
+
+def draw_key_geometry(heads: tuple[HeadProbe, ...], path: str | os.PathLike, title: str) -> Figure:
+    """The one key-geometry figure: per head, the queries' cosine with the anchor's key against
+    their cosine with the other keys (before RoPE, and after it for rotary models), and the
+    anchor's key and value norm ratios; sink heads in red."""
+    rotates = any(not math.isnan(head.anchor_key_cos_rotated) for head in heads)
+    panels = [_cosine_panel(heads, rotated=False), *([_cosine_panel(heads, rotated=True)] if rotates else [])]
+    panels.append(
+        ScatterPanel(
+            "anchor norms over the median token",
+            "\u2016k_anchor\u2016 / median \u2016k\u2016",
+            "\u2016v_anchor\u2016 / median \u2016v\u2016",
+            [head.anchor_key_norm_ratio for head in heads],
+            [head.anchor_value_norm_ratio for head in heads],
+            [head.is_sink_head for head in heads],
+            log=True,
+            reference=1.0,
+        )
+    )
+    return marked_scatter(panels, path, title, ("sink heads", "other heads"))

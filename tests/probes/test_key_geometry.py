@@ -9,12 +9,12 @@ import math
 
 import pytest
 import torch
-from tiny_models import build_tiny_gpt2, build_tiny_gqa, load_bridge, load_hf_model, toy_sink_model
 
 from sinkscope.infra.errors import InputError
 from sinkscope.probes.geometry_result import key_geometry
 from sinkscope.probes.probe import ProbeConfig
 from sinkscope.probes.runner import probe_model
+from tiny_models import build_tiny_gpt2, build_tiny_gqa, load_bridge, load_hf_model, toy_sink_model
 
 LENGTHS = (9, 6, 12, 7)  # unequal: the probe's batches pad, the reference does not
 CONFIG = ProbeConfig(with_key_geometry=True, batch_size=3)

@@ -9,11 +9,11 @@ from collections import Counter, defaultdict
 
 import pytest
 import torch
-from tiny_models import build_tiny_gpt2, load_bridge, load_hf_model, toy_sink_model, train_byte_level_tokenizer
 
 from sinkscope.infra.codec import read_result, write_result
 from sinkscope.probes.probe import SECONDARY_MIN_MASS, SECONDARY_MIN_QUERIES, ProbeConfig, ProbeResult
 from sinkscope.probes.runner import probe_model
+from tiny_models import build_tiny_gpt2, load_bridge, load_hf_model, toy_sink_model, train_byte_level_tokenizer
 
 PROMPTS = [
     "The fox ran. The dog sat on the mat and slept",
@@ -88,7 +88,9 @@ def reference_massive(model, rows: list[list[int]]) -> dict[int, tuple[int, int]
     for row in rows:
         outputs: list[torch.Tensor] = []
         handles = [
-            block.register_forward_hook(lambda _m, _i, out: outputs.append(out[0] if isinstance(out, tuple) else out))
+            block.register_forward_hook(
+                lambda _m, _i, out, seen=outputs: seen.append(out[0] if isinstance(out, tuple) else out)
+            )
             for block in model.transformer.h
         ]
         with torch.no_grad():
