@@ -235,3 +235,18 @@ MASSIVE_TABLE: TableDefinition[MassiveToken] = TableDefinition(
     "occurrences: token occurrences whose residual stream (after a probed block) has a massive entry; "
     "first layer: the earliest block after which one appears; layers: how many blocks show one.",
 )
+
+
+def secondary_sinks(result: object) -> SecondarySinks:
+    """The ``SecondarySinks`` of a ``ProbeResult`` or of any result holding one as ``.probe``
+    (an ``AuditResult``); an ``InputError`` when the probe did not gather them."""
+    from sinkscope.infra.errors import InputError
+
+    probe = getattr(result, "probe", result)
+    found = getattr(probe, "secondary_sinks", None)
+    if found is None:
+        raise InputError(
+            "this result has no secondary sinks; probe with ProbeConfig(with_secondary_sinks=True) "
+            "or audit with AuditConfig(secondary_sinks=True)"
+        )
+    return found

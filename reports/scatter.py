@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, TICK_PT, TITLE_PT, legend_below, save_figure
 
@@ -33,6 +34,16 @@ class ScatterPanel:
     reference: float | None = None
 
 
+def _plain_log_axis(ax, axis, values: np.ndarray) -> None:
+    """A log axis labelled in plain numbers (0.8, 1, 10); within one decade the minor ticks
+    are labelled too, or the axis would show one label or none."""
+    (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    axis.set_major_formatter(plain)
+    narrow = len(values) > 0 and values.max() / values.min() < 10
+    axis.set_minor_formatter(plain if narrow else NullFormatter())
+
+
 def _draw(ax, panel: ScatterPanel, labels: tuple[str, str]) -> None:
     x, y = np.asarray(panel.x, dtype=float), np.asarray(panel.y, dtype=float)
     marked = np.asarray(panel.marked, dtype=bool)
@@ -41,8 +52,8 @@ def _draw(ax, panel: ScatterPanel, labels: tuple[str, str]) -> None:
         keep = shown & group
         ax.scatter(x[keep], y[keep], s=size, c=colour, alpha=0.75, label=f"{label} (n = {int(keep.sum())})")
     if panel.log:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        for axis, values in ((ax.xaxis, x[shown]), (ax.yaxis, y[shown])):
+            _plain_log_axis(ax, axis, values)
     if panel.diagonal and shown.any():
         low = min(x[shown].min(), y[shown].min())
         high = max(x[shown].max(), y[shown].max())

@@ -23,6 +23,8 @@ from sinkscope.cli.args import (
     say,
     units_bar,
 )
+from sinkscope.cli.audit_config import add_measurement_flags
+from sinkscope.cli.audit_config import audit_config as _audit_config
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 from sinkscope.reports.formatting import plural
@@ -64,6 +66,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _add_prompt_flags(audit)
     _add_input_flags(audit)
     _add_ablation_flags(audit)
+    add_measurement_flags(audit)
     _add_placement_flags(audit)
     add_common_output(audit)
 
@@ -321,21 +324,6 @@ def _audit_line(result) -> str:
         ablation = result.ablation
         line += f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_delta:+.3f}"
     return line
-
-
-def _audit_config(args: argparse.Namespace):
-    from sinkscope.pretrained_analysis.audit import AuditConfig
-
-    return AuditConfig(
-        batch_size=args.batch_size,
-        sink_eps=args.sink_eps,
-        ablate=args.ablate,
-        ablate_heads=args.ablate_heads,
-        ablate_prompts=args.ablate_prompts,
-        n_examples=args.n_examples,
-        seed=args.seed,
-        layers=args.layers,
-    )
 
 
 def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec, prompt_set) -> dict:
