@@ -38,9 +38,14 @@ def geometry_sections(source: Path, result: AuditResult) -> list[Section]:
     sinks = result.probe.secondary_sinks
     if sinks is not None:
         blocks: list[Block] = [Paragraph(f"Thresholds: {sinks.rule()}.")]
-        blocks.append(SECONDARY_TABLE.table(sinks.tokens, limit=20))
-        if sinks.residuals_read:
+        if sinks.tokens:
+            blocks.append(SECONDARY_TABLE.table(sinks.tokens, limit=20))
+        else:
+            blocks.append(Paragraph("No key other than the anchor passes the threshold in any head."))
+        if sinks.residuals_read and sinks.massive:
             blocks.append(MASSIVE_TABLE.table(sinks.massive, limit=20))
+        elif sinks.residuals_read:
+            blocks.append(Paragraph("No token carries a massive activation."))
         sections.append(Section("Secondary sinks", tuple(blocks)))
     return sections
 
@@ -57,10 +62,11 @@ def _geometry_finding(result: AuditResult) -> str | None:
     return (
         f"Key geometry{f' ({stage})' if stage else ''}: sink heads' queries have mean cosine {sink.text()} with the "
         f"anchor's key and {rows[(other, 'sink heads')].text()} with the other keys; the other heads "
-        f"{rest.text()} and {rows[(other, 'other heads')].text()}. The anchor's key norm is "
-        f"{rows[(key, 'sink heads')].text()} times the median key's in sink heads ({rows[(key, 'other heads')].text()} "
-        f"elsewhere), its value norm {rows[(value, 'sink heads')].text()} times ({rows[(value, 'other heads')].text()}); "
-        "means over heads, each head's cosine a mean over every query, its norm ratio a mean over prompts."
+        f"{rest.text()} and {rows[(other, 'other heads')].text()}. The anchor's key norm over the median key's: "
+        f"{rows[(key, 'sink heads')].text()} in sink heads, {rows[(key, 'other heads')].text()} in the others; its "
+        f"value norm over the median value's: {rows[(value, 'sink heads')].text()} and "
+        f"{rows[(value, 'other heads')].text()}. Means over heads; each head's cosine is a mean over every query, "
+        "its norm ratio a mean over prompts."
     )
 
 
