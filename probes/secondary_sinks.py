@@ -92,17 +92,23 @@ class SecondarySinkSums:
         eligible = batch.attention_mask & (counts >= self.min_queries)
         eligible[rows, batch.anchor] = False
         hits = (mean >= self.min_mass) & eligible.unsqueeze(1)  # [batch, head, key]
-        found = hits.nonzero().cpu()
+        found = hits.nonzero().cpu()  # [n, 3]: (row, head, key)
         if not len(found):
             return
         masses = mean[hits].double().cpu()
         assert self._hit is not None
         self._hit[found[:, 0], found[:, 2]] = True
-        for (row, head, key), mass in zip(found.tolist(), masses.tolist()):
-            tally = self.tally[int(self._keys[row, key])]
-            tally.head_hits += 1
+        # one Python step per distinct (token, head) of the batch, not per hit
+        tokens, heads = self._keys[found[:, 0], found[:, 2]], found[:, 1]
+        pairs, inverse, counts = torch.unique(
+            tokens * pattern.shape[1] + heads, return_inverse=True, return_counts=True
+        )
+        mass_sums = torch.zeros(len(pairs), dtype=torch.float64).index_add_(0, inverse, masses)
+        for pair, count, mass in zip(pairs.tolist(), counts.tolist(), mass_sums.tolist()):
+            tally = self.tally[pair // pattern.shape[1]]
+            tally.head_hits += count
             tally.mass += mass
-            tally.heads[(layer, head)] += 1
+            tally.heads[(layer, pair % pattern.shape[1])] += count
 
     def add_resid(self, layer: int, resid: torch.Tensor, batch: PreparedBatch, median: torch.Tensor) -> None:
         massive, magnitude = massive_positions(
@@ -120,17 +126,18 @@ class SecondarySinkSums:
         """Close the batch: count every real occurrence, tie its hits to massive activations."""
         assert self._hit is not None and self._first_massive is not None
         real = batch.attention_mask.cpu()
+        tokens, counts = torch.unique(self._keys[real], return_counts=True)
+        for token, count in zip(tokens.tolist(), counts.tolist()):
+            self.tally[token].occurrences += count
+        sinks, counts = torch.unique(self._keys[real & self._hit], return_counts=True)
+        for token, count in zip(sinks.tolist(), counts.tolist()):
+            self.tally[token].sink_occurrences += count
         anchors = batch.anchor.cpu()
-        for row in range(batch.batch_size):
-            for pos in real[row].nonzero().flatten().tolist():
-                tally = self.tally[int(self._keys[row, pos])]
-                tally.occurrences += 1
-                first = int(self._first_massive[row, pos])
-                hit = bool(self._hit[row, pos])
-                tally.sink_occurrences += hit
-                if first != NO_LAYER:
-                    tally.massive += 1
-                    tally.massive_at_anchor += pos == int(anchors[row])
-                    tally.sink_massive += hit
-                    tally.first_massive_layer = min(tally.first_massive_layer, first)
+        # positions carrying a massive activation are few (mostly the anchor): one step each
+        for row, pos in (real & (self._first_massive != NO_LAYER)).nonzero().tolist():
+            tally = self.tally[int(self._keys[row, pos])]
+            tally.massive += 1
+            tally.massive_at_anchor += pos == int(anchors[row])
+            tally.sink_massive += bool(self._hit[row, pos])
+            tally.first_massive_layer = min(tally.first_massive_layer, int(self._first_massive[row, pos]))
         self._hit = self._first_massive = None
