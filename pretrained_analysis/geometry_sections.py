@@ -72,8 +72,8 @@ def _geometry_finding(result: AuditResult) -> str | None:
 
 def _token_list(sinks: SecondarySinks) -> str:
     return "; ".join(
-        f"{row.token} ({row.sink_occurrences} of {row.occurrences} occurrences in {plural(row.n_heads, 'head')}, "
-        f"mean mass {row.mean_mass:.2f})"
+        f"{row.token} ({row.sink_occurrences} of {row.occurrences} occurrences, mean position {row.mean_position:.1f}, "
+        f"in {plural(row.n_heads, 'head')}, mean mass {row.mean_mass:.2f})"
         for row in sinks.tokens[:TOP_TOKENS]
     )
 

@@ -151,12 +151,13 @@ def _cosine_panel(heads: tuple[HeadProbe, ...], rotated: bool) -> ScatterPanel:
 def draw_key_geometry(heads: tuple[HeadProbe, ...], path: str | os.PathLike, title: str) -> Figure:
     """The one key-geometry figure: per head, the queries' cosine with the anchor's key against
     their cosine with the other keys (before RoPE, and after it for rotary models), and the
-    anchor's key and value norm ratios; sink heads in red."""
+    anchor's key and value norm ratios (query heads that share a kv head share these, so
+    their points coincide); sink heads in red."""
     rotates = any(not math.isnan(head.anchor_key_cos_rotated) for head in heads)
     panels = [_cosine_panel(heads, rotated=False), *([_cosine_panel(heads, rotated=True)] if rotates else [])]
     panels.append(
         ScatterPanel(
-            "anchor norms over the median token",
+            "anchor norms over the median token (per kv head)",
             "\u2016k_anchor\u2016 / median \u2016k\u2016",
             "\u2016v_anchor\u2016 / median \u2016v\u2016",
             [head.anchor_key_norm_ratio for head in heads],

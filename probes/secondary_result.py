@@ -30,7 +30,8 @@ class SecondarySinkToken:
     of the mean attention from later queries; heads: the heads with most hits, "L{l}H{h}";
     massive_share: share of sink occurrences that carry a massive activation (NaN when
     residuals were not read); first_massive_layer: the earliest layer any occurrence of
-    the token carries one (-1: none)."""
+    the token carries one (-1: none); mean_position: the sink occurrences' mean distance
+    from the anchor (1: right after it)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "token_id": COUNT,
@@ -39,6 +40,7 @@ class SecondarySinkToken:
         "head_hits": COUNT,
         "mean_mass": FRACTION,
         "n_heads": COUNT,
+        "mean_position": NONNEGATIVE,
         "massive_share": FRACTION,
         "first_massive_layer": Bound(-1),
     }
@@ -53,6 +55,7 @@ class SecondarySinkToken:
     heads: tuple[str, ...]
     massive_share: float
     first_massive_layer: int
+    mean_position: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ def _sink_row(key: int, tally: TokenTally, by_position: bool, residuals_read: bo
         heads=tuple(heads),
         massive_share=share,
         first_massive_layer=-1 if first == NO_LAYER else first,
+        mean_position=tally.sink_offsets / tally.sink_occurrences if tally.sink_occurrences else math.nan,
     )
 
 
@@ -198,6 +202,7 @@ SECONDARY_TABLE: TableDefinition[SecondarySinkToken] = TableDefinition(
         Column("token"),
         Column("occurrences", numeric=True),
         Column("as a sink", numeric=True),
+        Column("mean position", ".1f", numeric=True),
         Column("head hits", numeric=True),
         Column("mean mass", ".3f", numeric=True),
         Column("heads", numeric=True),
@@ -209,6 +214,7 @@ SECONDARY_TABLE: TableDefinition[SecondarySinkToken] = TableDefinition(
         row.token,
         row.occurrences,
         row.sink_occurrences,
+        row.mean_position,
         row.head_hits,
         row.mean_mass,
         row.n_heads,
@@ -217,6 +223,7 @@ SECONDARY_TABLE: TableDefinition[SecondarySinkToken] = TableDefinition(
         None if row.first_massive_layer < 0 else row.first_massive_layer,
     ),
     "occurrences: over every prompt; as a sink: occurrences that are a secondary sink in at least one head; "
+    "mean position: their mean distance from the anchor (1: the token right after it); "
     "head hits: (occurrence, head) pairs; mean mass: mean over those pairs of the mean attention from later "
     "queries; with massive activation: share of the sink occurrences whose residual stream carries one.",
 )

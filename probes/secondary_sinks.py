@@ -48,6 +48,7 @@ class TokenTally:
 
     occurrences: int = 0
     sink_occurrences: int = 0
+    sink_offsets: int = 0  # summed distance from the anchor of the sink occurrences
     head_hits: int = 0
     mass: float = 0.0
     heads: Counter = field(default_factory=Counter)
@@ -129,10 +130,14 @@ class SecondarySinkSums:
         tokens, counts = torch.unique(self._keys[real], return_counts=True)
         for token, count in zip(tokens.tolist(), counts.tolist()):
             self.tally[token].occurrences += count
-        sinks, counts = torch.unique(self._keys[real & self._hit], return_counts=True)
-        for token, count in zip(sinks.tolist(), counts.tolist()):
-            self.tally[token].sink_occurrences += count
         anchors = batch.anchor.cpu()
+        sink = real & self._hit
+        offsets = (torch.arange(batch.n_pos).view(1, -1) - anchors.view(-1, 1))[sink]
+        sinks, inverse, counts = torch.unique(self._keys[sink], return_inverse=True, return_counts=True)
+        offset_sums = torch.zeros(len(sinks), dtype=torch.long).index_add_(0, inverse, offsets)
+        for token, count, offset in zip(sinks.tolist(), counts.tolist(), offset_sums.tolist()):
+            self.tally[token].sink_occurrences += count
+            self.tally[token].sink_offsets += offset
         # positions carrying a massive activation are few (mostly the anchor): one step each
         for row, pos in (real & (self._first_massive != NO_LAYER)).nonzero().tolist():
             tally = self.tally[int(self._keys[row, pos])]

@@ -40,8 +40,10 @@ def _plain_log_axis(ax, axis, values: np.ndarray) -> None:
     (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
     plain = FuncFormatter(lambda value, _: f"{value:g}")
     axis.set_major_formatter(plain)
-    narrow = len(values) > 0 and values.max() / values.min() < 10
-    axis.set_minor_formatter(plain if narrow else NullFormatter())
+    # minor ticks labelled at 2 and 5 only (0.2, 0.5, 2, 5): every one would overlap
+    sparse = FuncFormatter(lambda value, _: f"{value:g}" if f"{value:.0e}"[0] in "25" else "")
+    narrow = len(values) > 0 and values.max() / values.min() < 30
+    axis.set_minor_formatter(sparse if narrow else NullFormatter())
 
 
 def _draw(ax, panel: ScatterPanel, labels: tuple[str, str]) -> None:
@@ -64,7 +66,7 @@ def _draw(ax, panel: ScatterPanel, labels: tuple[str, str]) -> None:
     ax.set_xlabel(panel.xlabel, fontsize=LABEL_PT)
     ax.set_ylabel(panel.ylabel, fontsize=LABEL_PT)
     ax.set_title(panel.title, fontsize=TITLE_PT)
-    ax.tick_params(labelsize=TICK_PT)
+    ax.tick_params(which="both", labelsize=TICK_PT)
     ax.grid(alpha=0.3)
 
 

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         compare_directories,
     )
     from sinkscope.probes.default_state import default_state_test
+    from sinkscope.probes.geometry_result import key_geometry
     from sinkscope.probes.interventions import (
         evict_anchor,
         mask_random_key,
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
         MechanismSource,
         read_mechanism,
     )
-    from sinkscope.probes.geometry_result import key_geometry
     from sinkscope.probes.patching import activation_patching
     from sinkscope.probes.probe import ProbeConfig, ProbeResult
     from sinkscope.probes.runner import probe_model

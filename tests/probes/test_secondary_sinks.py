@@ -59,7 +59,9 @@ def planted(tmp_path_factory):
 
 def reference_hits(model, rows: list[list[int]], later_only: bool = True) -> dict[int, dict]:
     """Per token id: occurrences, sink occurrences, head hits and summed mass, from eager attention."""
-    tallies: dict[int, dict] = defaultdict(lambda: {"occ": 0, "sink": 0, "hits": 0, "mass": 0.0, "heads": Counter()})
+    tallies: dict[int, dict] = defaultdict(
+        lambda: {"occ": 0, "sink": 0, "pos": 0, "hits": 0, "mass": 0.0, "heads": Counter()}
+    )
     for row in rows:
         with torch.no_grad():
             attentions = model(torch.tensor([row]), output_attentions=True).attentions
@@ -79,6 +81,7 @@ def reference_hits(model, rows: list[list[int]], later_only: bool = True) -> dic
                         tallies[token]["mass"] += mass
                         tallies[token]["heads"][f"L{layer}H{head}"] += 1
             tallies[token]["sink"] += hit
+            tallies[token]["pos"] += pos if hit else 0  # the anchor is position 0 here
     return tallies
 
 
@@ -118,6 +121,7 @@ def test_every_secondary_sink_matches_eager_attention(planted):
         tally = expected[row.token_id]
         assert (row.occurrences, row.sink_occurrences, row.head_hits) == (tally["occ"], tally["sink"], tally["hits"])
         assert row.mean_mass == pytest.approx(tally["mass"] / tally["hits"], abs=1e-5)
+        assert row.mean_position == pytest.approx(tally["pos"] / tally["sink"])
         assert set(row.heads) <= set(tally["heads"]) and row.n_heads == len(tally["heads"])
 
 
