@@ -11,7 +11,9 @@ attention query head h reads its kv head (``ModelSpec.expand_kv``).
 Averaging: cosines over every selected query that sees the anchor and at least one other
 real key (all prompts pooled); norm ratios one per prompt (prompts with at least one
 other real token), then averaged over prompts. Nothing of ``[batch, head, query, key]``
-size is formed: the other keys' cosines are one masked sum of unit keys per query.
+size is formed: the other keys' cosines are one sum of unit keys per query, a running sum
+in plain causal layers (linear in T) and a masked sum under windows, chunks or
+bidirectional attention.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import ModelSpec, PreparedBatch
+from sinkscope.interp.visibility import layer_reach
 
 # (batch, selected queries [batch, query], visible keys of a layer [batch, query, key])
 PassContext = Callable[[int], tuple[PreparedBatch, torch.Tensor, torch.Tensor]]
@@ -35,20 +38,38 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
+def _other_key_sums(
+    kn: torch.Tensor, batch: PreparedBatch, visible: torch.Tensor, causal_prefix: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per query, the sum of the unit keys of the other real keys it sees ``[batch, query,
+    head, d]`` and their number ``[batch, query]``. A plain causal layer sees a prefix: a
+    running sum, with no ``[batch, query, key]`` tensor; a windowed, chunked or
+    bidirectional one takes its visibility as a mask."""
+    positions = torch.arange(batch.n_pos, device=kn.device)
+    other = batch.attention_mask & (positions.view(1, -1) != batch.anchor.view(-1, 1))  # [batch, key]
+    if causal_prefix:
+        return (kn * other[..., None, None]).cumsum(dim=1), other.cumsum(dim=1)
+    others = visible & other.unsqueeze(1)
+    return torch.einsum("bqk,bkhd->bqhd", others.float(), kn), others.sum(dim=-1)
+
+
 def cosine_sums(
-    q: torch.Tensor, k: torch.Tensor, batch: PreparedBatch, queries: torch.Tensor, visible: torch.Tensor
+    q: torch.Tensor,
+    k: torch.Tensor,
+    batch: PreparedBatch,
+    queries: torch.Tensor,
+    visible: torch.Tensor,
+    causal_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sums over ``queries`` [batch, query] of cos(q_i, k_anchor) and of the mean cos(q_i, k_j)
     over the other real keys j that query i sees, per head, and how many queries counted.
 
-    q, k: ``[batch, pos, head, d_head]`` (k already one head per query head)."""
+    q, k: ``[batch, pos, head, d_head]`` (k already one head per query head); causal_prefix:
+    the layer is plain causal (``visible`` is then j <= i over real keys)."""
     qn, kn = _unit(q), _unit(k)
     rows = torch.arange(batch.batch_size, device=q.device)
     anchor_cos = (qn * kn[rows, batch.anchor].unsqueeze(1)).sum(dim=-1)  # [batch, query, head]
-    positions = torch.arange(batch.n_pos, device=q.device)
-    others = visible & batch.attention_mask.unsqueeze(1) & (positions.view(1, 1, -1) != batch.anchor.view(-1, 1, 1))
-    key_sum = torch.einsum("bqk,bkhd->bqhd", others.float(), kn)
-    n_others = others.sum(dim=-1)  # [batch, query]
+    key_sum, n_others = _other_key_sums(kn, batch, visible, causal_prefix)
     other_cos = (qn * key_sum).sum(dim=-1) / n_others.clamp_min(1).unsqueeze(-1)
     counted = (queries & (n_others > 0)).unsqueeze(-1).float()
     return (anchor_cos * counted).sum(dim=(0, 1)), (other_cos * counted).sum(dim=(0, 1)), counted.sum()
@@ -113,7 +134,8 @@ class KeyGeometrySums:
     def _add_cosines(self, layer: int, stage: str, q: torch.Tensor, k: torch.Tensor) -> None:
         batch, selected, visible = self.context(layer)
         seen = selected & visible[torch.arange(batch.batch_size), :, batch.anchor]
-        anchor, other, count = cosine_sums(q, k, batch, seen, visible)
+        causal_prefix = self.spec.causal and layer_reach(self.spec, layer) == (0, 0)
+        anchor, other, count = cosine_sums(q, k, batch, seen, visible, causal_prefix)
         self.anchor_cos[stage][layer] += anchor.double().cpu()
         self.other_cos[stage][layer] += other.double().cpu()
         self.cos_count[stage][layer] += float(count)

@@ -177,3 +177,27 @@ def test_toy_sink_head_keys_and_the_api(tmp_path):
     assert math.isnan(plain.heads[0].anchor_key_cos)
     with pytest.raises(InputError, match="with_key_geometry"):
         key_geometry(plain)
+
+
+def test_the_running_sum_of_causal_layers_equals_the_masked_sum():
+    """The two ways of summing the other keys agree on a causal mask, with padding and a
+    shifted anchor (left padding)."""
+    from sinkscope.interp.hooked_model import PreparedBatch
+    from sinkscope.interp.visibility import key_visibility
+    from sinkscope.probes.key_geometry import cosine_sums
+
+    torch.manual_seed(0)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[1, :2] = False  # left padding: the anchor is position 2
+    mask[2, 5:] = False  # right padding
+    anchor = mask.long().argmax(dim=1)
+    batch = PreparedBatch(torch.zeros(3, 7, dtype=torch.long), mask, anchor)
+    q, k = torch.randn(3, 7, 4, 8), torch.randn(3, 7, 4, 8)
+    queries = mask & (torch.arange(7).view(1, -1) > anchor.view(-1, 1))
+    visible = key_visibility(mask)
+    masked = cosine_sums(q, k, batch, queries, visible, causal_prefix=False)
+    running = cosine_sums(q, k, batch, queries, visible, causal_prefix=True)
+    for a, b in zip(masked, running):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    windowed = cosine_sums(q, k, batch, queries, key_visibility(mask, window=2), causal_prefix=False)
+    assert not torch.allclose(windowed[1], running[1], atol=1e-3)  # a window changes the other keys
