@@ -35,6 +35,8 @@ rotating between repeats, each figure the median over the repeats:
   compares a pass without it against passes with it; ``x trunk`` compares the audit with
   ``bare trunk``, like with like: that is what the probes themselves cost. The memory
   ratio has no logits in its numerator;
+- ``audit lean``: the same audit without the key geometry and the secondary sinks
+  (``--no-key-geometry --no-secondary-sinks``): what those two measurements add;
 - ``full cache``: ``run_with_cache`` on every hook of every batch, all caches kept, which
   is what computing the same metrics from cached activations would hold.
 Writing the figures and JSON (``write_audit``, two example heatmaps) is timed once, apart.
@@ -93,7 +95,7 @@ from sinkscope.pretrained_analysis.prompts import (  # noqa: E402
     tokenize_prompts,
 )
 
-MODES = ("bare hf", "bare bridge", "bare trunk", "audit", "full cache")
+MODES = ("bare hf", "bare bridge", "bare trunk", "audit", "audit lean", "full cache")
 MiB = 2**20
 MAX_TOKENS = {"gpt2-small": 1024, "pythia-160m": 2048, "smollm2-135m": 8192}  # each shape's positions
 BUDGET_PATTERNS = 2  # one-layer float32 patterns the audit may add to the bare bridge's peak
@@ -218,6 +220,7 @@ def runner(h: Harness, mode: str, batch_size: int) -> Callable[[], None]:
     last_block = f"blocks.{bridge.cfg.n_layers - 1}.hook_resid_post"
     batches = [tokenized.batch(start, start + batch_size) for start in range(0, len(tokenized), batch_size)]
     config = AuditConfig(batch_size=batch_size, n_examples=0)
+    lean = AuditConfig(batch_size=batch_size, n_examples=0, key_geometry=False, secondary_sinks=False)
 
     def run() -> None:
         with torch.no_grad():
@@ -233,8 +236,8 @@ def runner(h: Harness, mode: str, batch_size: int) -> Callable[[], None]:
                         bridge.run_with_hooks(tokens, fwd_hooks=[(last_block, _end_trunk)], attention_mask=mask.long())
                     except _EndOfTrunk:
                         pass
-            elif mode == "audit":
-                audit(h.loaded, h.prompt_set, config, progress=False)
+            elif mode in ("audit", "audit lean"):
+                audit(h.loaded, h.prompt_set, config if mode == "audit" else lean, progress=False)
             else:
                 caches = [bridge.run_with_cache(tokens, attention_mask=mask.long())[1] for tokens, mask in batches]
                 del caches

@@ -13,12 +13,13 @@ from typing import Any
 
 from sinkscope.infra.errors import SUPPORTED_FAMILIES_DOC, InputError
 
-ATTN_HOOKS = ("q", "k", "v", "z", "attn_scores", "pattern")
+ATTN_HOOKS = ("q", "k", "v", "z", "attn_scores", "pattern", "rot_q", "rot_k")
 BLOCK_HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 
 
 def attn_hook(layer: int, name: str) -> str:
-    """``blocks.{layer}.attn.hook_{name}`` for name in q, k, v, z, attn_scores, pattern."""
+    """``blocks.{layer}.attn.hook_{name}`` for name in q, k, v, z, attn_scores, pattern, and the
+    rotated rot_q, rot_k of rotary models (after RoPE; q and k are before it)."""
     if name not in ATTN_HOOKS:
         raise InputError(f"unknown attention hook {name!r}; choose one of {', '.join(ATTN_HOOKS)}")
     return f"blocks.{layer}.attn.hook_{name}"

@@ -54,11 +54,18 @@ from sinkscope.pretrained_analysis.ablation import (
     upgrade_ablation_v1,
 )
 from sinkscope.pretrained_analysis.anchors import anchor_words
-from sinkscope.pretrained_analysis.audit_figures import EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, draw_audit_figures
+from sinkscope.pretrained_analysis.audit_figures import (
+    EXAMPLE_FIGURE,
+    GEOMETRY_FIGURE,
+    LAYER_FIGURE,
+    MAP_FIGURE,
+    draw_audit_figures,
+)
 from sinkscope.pretrained_analysis.examples import (
     EXAMPLE_TEXT_CHARS,
     AttentionExample,
     attention_examples,
+    with_token_texts,
 )
 from sinkscope.pretrained_analysis.loading import LoadedModel, LoadSpec, ModelInfo, load_model, wrap_model
 from sinkscope.pretrained_analysis.prompts import (
@@ -100,7 +107,8 @@ class AuditConfig:
     (the sink heads' anchor key) or ``learned`` (the learned sink logits of heads whose
     learned sink takes >= 1 - sink_eps, gpt-oss); n_examples: prompts drawn as attention
     heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys;
-    layers: the layers probed (None: all), where the sink heads and ablated heads come from."""
+    layers: the layers probed (None: all), where the sink heads and ablated heads come from;
+    key_geometry / secondary_sinks: measure them in the same pass (``ProbeConfig``)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "batch_size": POSITIVE,
@@ -123,6 +131,8 @@ class AuditConfig:
     n_bootstrap: int = 1000
     seed: int = 0
     layers: tuple[int, ...] | None = None
+    key_geometry: bool = True
+    secondary_sinks: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", ProbeConfig(layers=self.layers).layers)  # sorted, checked
@@ -130,7 +140,8 @@ class AuditConfig:
             check_argument(getattr(self, name), int, name, "an integer")
         check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
         check_argument(self.sink_eps, (float, int), "sink_eps", "a number in [0, 1)")
-        check_argument(self.ablate, bool, "ablate", "True or False")
+        for name in ("ablate", "key_geometry", "secondary_sinks"):
+            check_argument(getattr(self, name), bool, name, "True or False")
         if self.ablate_sink not in ABLATE_SINKS:
             raise InputError(
                 f"ablate_sink must be one of {', '.join(ABLATE_SINKS)}, got {self.ablate_sink!r}", field="ablate_sink"
@@ -149,7 +160,13 @@ class AuditConfig:
             raise InputError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}", field="n_bootstrap")
 
     def probe_config(self) -> ProbeConfig:
-        return ProbeConfig(sink_eps=self.sink_eps, batch_size=self.batch_size, layers=self.layers)
+        return ProbeConfig(
+            sink_eps=self.sink_eps,
+            batch_size=self.batch_size,
+            layers=self.layers,
+            with_key_geometry=self.key_geometry,
+            with_secondary_sinks=self.secondary_sinks,
+        )
 
 
 def upgrade_audit_v1(audit: dict[str, Any]) -> dict[str, Any]:
@@ -238,9 +255,10 @@ class AuditResult:
         return audit_html(self)
 
 
-def figure_names(n_examples: int) -> tuple[str, ...]:
-    """The figures an audit with ``n_examples`` attention examples draws."""
-    return (MAP_FIGURE, LAYER_FIGURE, *(EXAMPLE_FIGURE.format(index=k) for k in range(n_examples)))
+def figure_names(n_examples: int, key_geometry: bool = False) -> tuple[str, ...]:
+    """The figures an audit with ``n_examples`` attention examples (and its key geometry) draws."""
+    examples = tuple(EXAMPLE_FIGURE.format(index=k) for k in range(n_examples))
+    return (MAP_FIGURE, LAYER_FIGURE, *((GEOMETRY_FIGURE,) if key_geometry else ()), *examples)
 
 
 def read_audit(directory: str | Path) -> AuditResult:
@@ -378,6 +396,7 @@ def audit(
     try:
         probe = _probe(hooked, tokenized, config, info.label, progress)
         _check_finite(probe, info)
+        probe = with_token_texts(probe, loaded.bridge.tokenizer)
         ablation = (
             ablate(hooked, tokenized, probe, _ablation_settings(config), info.label, progress)
             if config.ablate and info.causal
@@ -400,7 +419,7 @@ def audit(
         notes=tokenized.notes + _notes(info, tokenized.summary, probe, config),
         versions=_versions(),
         seconds=time.perf_counter() - start,
-        figures=figure_names(len(examples)),
+        figures=figure_names(len(examples), config.key_geometry),
         example_prompts=tuple(tokenized.texts[example.prompt_index][:EXAMPLE_TEXT_CHARS] for example in examples),
     )
 

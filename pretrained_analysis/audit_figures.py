@@ -1,6 +1,6 @@
 """The figures of one audit, written beside its ``audit.json``: the layers x heads map of
-anchor mass with its sink heads outlined, anchor mass per layer, and the attention
-patterns of the example heads."""
+anchor mass with its sink heads outlined, anchor mass per layer, the key geometry per head
+(when measured), and the attention patterns of the example heads."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sinkscope.pretrained_analysis.examples import plot_text
+from sinkscope.probes.geometry_result import draw_key_geometry
 from sinkscope.probes.tables import anchor_mass_map
 from sinkscope.reports.plots import attention_grid, draw_head_maps, line_chart
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 MAP_FIGURE = "anchor_mass_map.png"
 LAYER_FIGURE = "anchor_mass_by_layer.png"
 EXAMPLE_FIGURE = "attention_example_{index}.png"
+GEOMETRY_FIGURE = "key_geometry.png"
 
 
 def _seeing(result: AuditResult) -> str:
@@ -61,6 +63,8 @@ def draw_audit_figures(result: AuditResult, directory: Path) -> None:
         "anchor mass / share of heads" + (" or queries" if _seeing(result) else ""),
         ylim=(0.0, 1.02),
     )
+    if GEOMETRY_FIGURE in result.figures:
+        draw_key_geometry(result.probe.heads, directory / GEOMETRY_FIGURE, f"{label}: key geometry per head")
     for number, example in enumerate(result.examples):
         attention_grid(
             example.patterns[None],

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
+from sinkscope.pretrained_analysis.geometry_sections import geometry_parts
 from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
 from sinkscope.probes.display import default_state_table, probe_parts
 from sinkscope.reports.formatting import plural
@@ -24,7 +25,7 @@ def audit_html(result: AuditResult) -> str:
         f"{model.n_layers} layers x {model.heads_text}; {plural(result.prompts.n_prompts, 'prompt')}; "
         f"anchor: {result.anchor}"
     )
-    parts = [bullets_html(audit_findings(result)), *probe_parts(result.probe)]
+    parts = [bullets_html(audit_findings(result)), *probe_parts(result.probe), *geometry_parts(result)]
     if result.examples:  # in memory only: an audit read back from disk has none
         example = result.examples[0]
         parts.append(

@@ -5,7 +5,7 @@ least, with every token labelled as readable text."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -76,6 +76,14 @@ def readable_tokens(tokenizer: Any, ids: list[int]) -> tuple[str, ...]:
         else:
             labels.append(token_label(tokenizer.decode([token_id])))
     return tuple(labels)
+
+
+def with_token_texts(probe: ProbeResult, tokenizer: Any) -> ProbeResult:
+    """``probe`` with its secondary-sink and massive-activation tokens as readable text."""
+    if probe.secondary_sinks is None or tokenizer is None:
+        return probe
+    texts = probe.secondary_sinks.with_token_text(lambda token_id: readable_tokens(tokenizer, [token_id])[0])
+    return replace(probe, secondary_sinks=texts)
 
 
 WORDPIECE_PREFIX = "##"

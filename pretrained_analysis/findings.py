@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sinkscope.pretrained_analysis.geometry_sections import geometry_findings
 from sinkscope.pretrained_analysis.tables import LOSS
 from sinkscope.probes.default_state import Estimate
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeResult
@@ -203,6 +204,7 @@ def audit_findings(result: AuditResult) -> list[str]:
                 default_state_finding(test.all_sink_heads, LOSS, subject, test.n_inputs)
                 + " Each change is a mean over prompts of the per-prompt loss change."
             )
+    findings.extend(geometry_findings(result))
     return findings + list(result.notes)
 
 

@@ -27,6 +27,7 @@ from sinkscope.pretrained_analysis.compare import LAYER_FIGURE as COMPARISON_LAY
 from sinkscope.pretrained_analysis.compare_figures import layer_caption, sink_rate_caption
 from sinkscope.pretrained_analysis.examples import example_heads
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings, removed_words
+from sinkscope.pretrained_analysis.geometry_sections import geometry_sections
 from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
 from sinkscope.pretrained_analysis.trajectory_figures import trajectory_caption
 from sinkscope.probes.probe import layers_setting
@@ -126,6 +127,7 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
             ),
         ),
         Section("Layers", (layer_table(probe.layers),)),
+        *geometry_sections(source, result),
     ]
     names = [name for name in result.figures if name.startswith("attention_example_")]
     shown = _example_heads_text(result)

@@ -6,8 +6,7 @@ computes them; docs/metrics.md defines every metric."""
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -32,6 +31,19 @@ from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS
 from sinkscope.interp.model_spec import ModelSpec, upgrade_model_spec_v1
+from sinkscope.probes.layer_selection import (  # re-exported: callers import them from here
+    check_layers,
+    layer_selection,
+    layers_text,
+    probed_layers,
+)
+from sinkscope.probes.layer_selection import (
+    layers_note as layers_note,
+)
+from sinkscope.probes.layer_selection import (
+    layers_setting as layers_setting,
+)
+from sinkscope.probes.secondary_result import SecondarySinks
 from sinkscope.probes.sink_metrics import (
     SINK_EPS,
     SINK_RATE_EPSILONS,
@@ -43,6 +55,9 @@ from sinkscope.reports.text import table_csv
 if TYPE_CHECKING:
     import pandas
 
+COSINE = Bound(-1.0, 1.0, 1e-6)
+SECONDARY_MIN_MASS = 0.3  # a key's mean attention from later queries that makes it a secondary sink
+SECONDARY_MIN_QUERIES = 4  # ... over at least this many later queries (fixed: fewer say little)
 HEADS_CSV = "heads.csv"  # ProbeResult.heads_csv() in a result directory
 
 
@@ -56,6 +71,8 @@ class ProbeConfig:
     with_values / with_residual: also read hook_v + hook_z / hook_resid_post.
     layers: the layers probed, ascending (None: every layer); the result has rows for
     these layers only, and its sink rates and layer-output norms are over them.
+    with_key_geometry / with_secondary_sinks: also read hook_q + hook_k (+ hook_rot_q/k) /
+    gather secondary sinks (``sinkscope.probes.key_geometry``, ``secondary_sinks``).
     """
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
@@ -68,6 +85,7 @@ class ProbeConfig:
         "massive_ratio": NONNEGATIVE,
         "batch_size": POSITIVE,
         "layers": COUNT,
+        "secondary_min_mass": FRACTION,
     }
 
     sink_eps: float = SINK_EPS
@@ -81,6 +99,9 @@ class ProbeConfig:
     with_values: bool = True
     with_residual: bool = True
     layers: tuple[int, ...] | None = None
+    with_key_geometry: bool = False
+    with_secondary_sinks: bool = False
+    secondary_min_mass: float = SECONDARY_MIN_MASS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", layer_selection(self.layers))
@@ -100,69 +121,6 @@ class ProbeConfig:
     def probed_layers(self, n_layers: int) -> tuple[int, ...]:
         """The layers probed in an ``n_layers``-layer model, ascending."""
         return probed_layers(self.layers, n_layers)
-
-
-def layer_selection(layers: Any) -> tuple[int, ...] | None:
-    """``layers`` (any sequence of layer indices, e.g. ``range(4)``, or None for every
-    layer) as a sorted tuple without repeats; an ``InputError`` naming ``layers`` for
-    anything else."""
-    if layers is None:
-        return None
-    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
-        raise InputError(f"layers must be a list of layer indices such as [0, 3] or None, got {layers!r}", "layers")
-    chosen = tuple(layers)
-    # numpy's integers are integers too (numbers.Integral); a bool is not a layer
-    if any(isinstance(layer, bool) or not isinstance(layer, numbers.Integral) for layer in chosen):
-        raise InputError(f"layers must hold integers, got {chosen!r}; pass indices such as [0, 3]", field="layers")
-    if not chosen:
-        raise InputError("layers is empty; name at least one layer index, or pass None for every layer", "layers")
-    if min(chosen) < 0:
-        raise InputError(f"layers are counted from 0, got {min(chosen)}; pass indices >= 0 such as [0, 3]", "layers")
-    return tuple(sorted({int(layer) for layer in chosen}))
-
-
-def check_layers(layers: tuple[int, ...] | None, n_layers: int, model: str = "the model") -> None:
-    """An ``InputError`` naming the model's layer count when a chosen layer is not one of its."""
-    outside_model = [layer for layer in layers or () if layer >= n_layers]
-    if outside_model:
-        raise InputError(
-            f"layer {outside_model[0]} is out of range: {model} has {n_layers} layers, "
-            f"numbered 0 to {n_layers - 1}; choose layers in that range",
-            field="layers",
-        )
-
-
-def probed_layers(layers: tuple[int, ...] | None, n_layers: int) -> tuple[int, ...]:
-    """The layers a probe with ``layers`` runs on, in an ``n_layers``-layer model."""
-    return tuple(range(n_layers)) if layers is None else layers
-
-
-def layers_text(layers: tuple[int, ...] | None) -> str:
-    """``layers`` as a reader writes them: ``all``, or runs such as ``0-3, 7``."""
-    if layers is None:
-        return "all"
-    runs: list[list[int]] = []
-    for layer in layers:
-        if runs and layer == runs[-1][-1] + 1:
-            runs[-1].append(layer)
-        else:
-            runs.append([layer])
-    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
-
-
-def layers_note(layers: tuple[int, ...] | None, n_layers: int) -> tuple[str, ...]:
-    """What a probe of some layers only says about its numbers (nothing for every layer)."""
-    if layers is None or len(layers) == n_layers:
-        return ()
-    return (
-        f"layers {layers_text(layers)} of {n_layers} probed (layers): heads, sink heads, the sink rate and "
-        "the layer-output norms are over these layers only",
-    )
-
-
-def layers_setting(layers: tuple[int, ...] | None) -> tuple[str, str]:
-    """The settings line of a probe's or an audit's ``layers``, for ``config_block``."""
-    return "layers probed", layers_text(layers)
 
 
 @dataclass
@@ -202,6 +160,9 @@ class HeadProbe:
         "learned_sink_mass": FRACTION,
         "anchor_mass_all_queries": NONNEGATIVE,
         "alpha_all_queries": NONNEGATIVE,
+        **dict.fromkeys(("anchor_key_cos", "other_key_cos", "anchor_key_cos_rotated", "other_key_cos_rotated"), COSINE),
+        "anchor_key_norm_ratio": NONNEGATIVE,
+        "anchor_value_norm_ratio": NONNEGATIVE,
     }
 
     layer: int
@@ -219,6 +180,13 @@ class HeadProbe:
     learned_sink_mass: float = math.nan
     anchor_mass_all_queries: float = math.nan
     alpha_all_queries: float = math.nan
+    # key geometry (sinkscope.probes.key_geometry; NaN unless measured)
+    anchor_key_cos: float = math.nan
+    other_key_cos: float = math.nan
+    anchor_key_cos_rotated: float = math.nan
+    other_key_cos_rotated: float = math.nan
+    anchor_key_norm_ratio: float = math.nan
+    anchor_value_norm_ratio: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -324,6 +292,7 @@ class ProbeResult:
     attn_out_norm_of_sum: float
     attn_out_sum_of_norms: float
     notes: tuple[str, ...] = field(default=())
+    secondary_sinks: SecondarySinks | None = None
 
     def inconsistencies(self) -> Iterator[Problem]:
         """Rows that do not fit the model: every (layer, head) of the probed layers once, one

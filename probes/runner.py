@@ -26,7 +26,7 @@ anchor mass over the remaining real queries after the anchor (the trigger positi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -38,8 +38,21 @@ from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.interp.learned_sinks import has_learned_sinks
 from sinkscope.interp.model_spec import ModelSpec
 from sinkscope.interp.visibility import layer_reach
+from sinkscope.probes.batches import iterate_batches as iterate_batches  # callers import it from here
+from sinkscope.probes.key_geometry import KeyGeometrySums
 from sinkscope.probes.pattern_sums import PatternSums
-from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeBatch, ProbeConfig, ProbeResult, SinkRate, layers_note
+from sinkscope.probes.probe import (
+    SECONDARY_MIN_QUERIES,
+    HeadProbe,
+    LayerProbe,
+    ProbeBatch,
+    ProbeConfig,
+    ProbeResult,
+    SinkRate,
+    layers_note,
+)
+from sinkscope.probes.secondary_result import secondary_sinks_of
+from sinkscope.probes.secondary_sinks import SecondarySinkSums
 from sinkscope.probes.sink_metrics import (
     head_output_norms,
     is_sink_head,
@@ -79,6 +92,14 @@ class ProbeAccumulator:
         self._out_total: torch.Tensor | None = None
         self._out_norm_total: torch.Tensor | None = None
         self._grams: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        self.geometry = KeyGeometrySums(spec, self._context) if config.with_key_geometry else None
+        self.secondary = (
+            SecondarySinkSums(
+                config.secondary_min_mass, SECONDARY_MIN_QUERIES, config.massive_abs, config.massive_ratio
+            )
+            if config.with_secondary_sinks
+            else None
+        )
 
     def hooks(self) -> list[tuple[str, Any]]:
         hooks = []
@@ -93,6 +114,8 @@ class ProbeAccumulator:
                     hooks.append((output_hook, self._make_output_hook(layer)))
             if self.config.with_residual:
                 hooks.append((block_hook(layer, "resid_post"), self._make_resid_hook(layer)))
+            if self.geometry is not None:
+                hooks.extend(self.geometry.hooks(layer))
         return hooks
 
     def run(self, batch: PreparedBatch, query_mask: torch.Tensor | None) -> None:
@@ -110,8 +133,12 @@ class ProbeAccumulator:
         # hooks only read, so inference mode (no autograd bookkeeping at all); the pass
         # ends after the last probed block, the last hook point any probe reads
         last = block_hook(self.layers[-1], "resid_post")
+        if self.secondary is not None:
+            self.secondary.start(batch)
         with torch.inference_mode():
             self.model.run_with_hooks(batch, self.hooks(), stop_after=last)
+            if self.secondary is not None:
+                self.secondary.finish(batch)
             if self._out_total is not None:
                 selected = self._selected.to(torch.float64)
                 self.out_of_sum += float((self._out_total.norm(dim=-1).double() * selected).sum())
@@ -140,15 +167,21 @@ class ProbeAccumulator:
 
         return hook
 
+    def _context(self, layer: int) -> tuple[PreparedBatch, torch.Tensor, torch.Tensor]:
+        """(batch, selected queries, ``layer``'s key visibility) of the pass ``run`` is making."""
+        batch, selected = self._pass()
+        reach = layer_reach(self.model.spec, layer)
+        if reach not in self._visible:
+            self._visible[reach] = self.model.visible_keys(batch, layer)
+        return batch, selected, self._visible[reach]
+
     def _make_pattern_hook(self, layer: int):
         def hook(pattern: torch.Tensor, hook: Any) -> None:
-            batch, selected = self._pass()
-            reach = layer_reach(self.model.spec, layer)
-            if reach not in self._visible:
-                self._visible[reach] = self.model.visible_keys(batch, layer)
-            visible = self._visible[reach]
+            batch, selected, visible = self._context(layer)
             self.sums.add(layer, pattern, batch, selected, visible, self._value_norms)
             self._value_norms = None
+            if self.secondary is not None:
+                self.secondary.add_pattern(layer, pattern, batch, selected, visible)
 
         return hook
 
@@ -203,6 +236,8 @@ class ProbeAccumulator:
             self.massive_at_anchor[layer] += stats.at_anchor
             self.max_abs[layer] = max(float(self.max_abs[layer]), stats.max_abs)
             self.median_abs[layer] += float(stats.median_abs.double().sum())
+            if self.secondary is not None:
+                self.secondary.add_resid(layer, resid, batch, stats.median_abs)
 
         return hook
 
@@ -226,6 +261,11 @@ class ProbeAccumulator:
             attn_out_norm_of_sum=float(self.out_of_sum) / total if total > 0 else math.nan,
             attn_out_sum_of_norms=float(self.sum_of_out) / total if total > 0 else math.nan,
             notes=_normalisation_notes(spec) + layers_note(config.layers, spec.n_layers),
+            secondary_sinks=(
+                None
+                if self.secondary is None
+                else secondary_sinks_of(self.secondary, self.n_inputs, config.with_residual)
+            ),
         )
 
     def _head_rows(self, mass: torch.Tensor, sink: torch.Tensor) -> tuple[HeadProbe, ...]:
@@ -261,6 +301,7 @@ class ProbeAccumulator:
                 learned_sink_mass=float(learned[layer, head]),
                 anchor_mass_all_queries=float(mass_all[layer, head]),
                 alpha_all_queries=float(alpha_all[layer, head]),
+                **(self.geometry.head_fields(layer, head) if self.geometry is not None else {}),
             )
             for layer in self.layers
             for head in range(self.model.spec.n_heads)
@@ -326,56 +367,6 @@ def _normalisation_notes(spec: ModelSpec) -> tuple[str, ...]:
         f"{spec.attention} attention is not normalised: pattern rows need not sum to one, "
         "and row_entropy is computed on renormalised rows",
     )
-
-
-def iterate_batches(
-    inputs: torch.Tensor | Sequence[str],
-    attention_mask: torch.Tensor | None,
-    query_mask: torch.Tensor | None,
-    batch_size: int,
-) -> Iterator[ProbeBatch]:
-    """Split inputs (and their masks, ``[n, pos]``) into ``ProbeBatch``es of ``batch_size``.
-
-    Token ids with an ``attention_mask`` are batched by length: rows sorted by where
-    their real tokens end (a stable sort: equal lengths keep the given order), each
-    batch cut after its last real column, so it pads only to its own longest row.
-    Probe results do not depend on the grouping (see the module docstring). Strings and
-    toy tokens keep the given order.
-    """
-    if isinstance(inputs, str):
-        inputs = [inputs]
-    n = len(inputs)
-    if n == 0:
-        raise InputError("the input set is empty; pass at least one input")
-    if query_mask is not None and not torch.is_tensor(inputs):
-        raise InputError("query_mask needs fixed positions: pass token ids (model.to_tokens) instead of strings")
-    is_token_ids = torch.is_tensor(inputs) and inputs.ndim == 2 and not inputs.is_floating_point()
-    if not is_token_ids or attention_mask is None:
-        for start in range(0, n, batch_size):
-            stop = min(start + batch_size, n)
-            yield ProbeBatch(
-                inputs=inputs[start:stop],
-                attention_mask=None if attention_mask is None else attention_mask[start:stop],
-                query_mask=None if query_mask is None else query_mask[start:stop],
-            )
-        return
-    assert isinstance(inputs, torch.Tensor)  # token ids with a mask, as checked above
-    for name, mask in (("attention_mask", attention_mask), ("query_mask", query_mask)):
-        if mask is not None and mask.shape != inputs.shape:
-            raise InputError(f"{name} {tuple(mask.shape)} must match token ids {tuple(inputs.shape)}")
-    real = attention_mask.bool()
-    # one past each row's last real token (the full width for a row with none, which
-    # HookedModel.prepare then refuses)
-    ends = inputs.shape[1] - real.flip(1).to(torch.long).argmax(dim=1)
-    order = torch.sort(ends, stable=True).indices
-    for start in range(0, n, batch_size):
-        rows = order[start : start + batch_size]
-        width = int(ends[rows].max())
-        yield ProbeBatch(
-            inputs=inputs[rows, :width],
-            attention_mask=attention_mask[rows, :width],
-            query_mask=None if query_mask is None else query_mask[rows, :width],
-        )
 
 
 def probe_batches(

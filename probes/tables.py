@@ -26,6 +26,19 @@ HEAD_OUT_NORM = Column("head_out_norm", ".3g", numeric=True)
 DORMANT = Column("dormant")
 CANCELLATION = Column("cancellation", ".3f", numeric=True)
 
+# key geometry (sinkscope.probes.key_geometry): the HeadProbe fields, as the per-head table shows them
+GEOMETRY_COLUMN_FIELDS = (
+    "anchor_key_cos",
+    "other_key_cos",
+    "anchor_key_cos_rotated",
+    "other_key_cos_rotated",
+    "anchor_key_norm_ratio",
+    "anchor_value_norm_ratio",
+)
+GEOMETRY_COLUMNS = tuple(
+    Column(name, ".3f" if "cos" in name else ".3g", numeric=True) for name in GEOMETRY_COLUMN_FIELDS
+)
+
 HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
     "Per head",
     (
@@ -44,6 +57,7 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         Column("row_mass", ".4f", numeric=True),
         DORMANT,
         HEAD_OUT_NORM,
+        *GEOMETRY_COLUMNS,
     ),
     lambda h: (
         h.layer,
@@ -61,6 +75,7 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         h.row_mass,
         h.dormant,
         h.head_out_norm,
+        *(getattr(h, name) for name in GEOMETRY_COLUMN_FIELDS),
     ),
     "anchor_mass: mean attention on the anchor over the selected queries that can see it; learned_sink_mass: "
     "mean of 1 - row sum over the same queries, the mass a learned per-head sink logit (gpt-oss) takes from "
@@ -70,7 +85,9 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
     "included (shown for layers where some query cannot see it); value_weighted_anchor_share: share "
     "of the head's output norm coming from the anchor; row_entropy: normalised by log(#visible keys); "
     "row_mass: total weight of the selected queries' rows (1 under softmax); dormant: low entropy with mass "
-    "on the anchor. A metric measured for no head is left out. Sink heads come first, largest anchor mass "
+    "on the anchor; anchor_key_cos / other_key_cos (*_rotated: after RoPE): mean cosine of the head's queries "
+    "with the anchor's key / with the other keys they see; *_norm_ratio: the anchor's key or value norm over "
+    "the median of the prompt's other tokens. A metric measured for no head is left out. Sink heads come first, largest anchor mass "
     "first; then the other heads, also largest anchor mass first, any without a measured anchor mass last.",
     order=lambda h: (
         not h.is_sink_head,

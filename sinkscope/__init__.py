@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         compare_directories,
     )
     from sinkscope.probes.default_state import default_state_test
+    from sinkscope.probes.geometry_result import key_geometry
     from sinkscope.probes.interventions import (
         evict_anchor,
         mask_random_key,
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from sinkscope.probes.patching import activation_patching
     from sinkscope.probes.probe import ProbeConfig, ProbeResult
     from sinkscope.probes.runner import probe_model
+    from sinkscope.probes.secondary_result import secondary_sinks
     from sinkscope.reporting import report
     from sinkscope.toy.evaluate import evaluate_run
     from sinkscope.toy.model import ToyModelConfig
@@ -118,6 +120,8 @@ _EXPORTS: dict[str, str] = {
     "zero_head": "sinkscope.probes.interventions",
     "default_state_test": "sinkscope.probes.default_state",
     "activation_patching": "sinkscope.probes.patching",
+    "key_geometry": "sinkscope.probes.geometry_result",
+    "secondary_sinks": "sinkscope.probes.secondary_result",
     # toy models
     "train": "sinkscope.toy.train",
     "train_seeds": "sinkscope.toy.train",

@@ -14,6 +14,8 @@ from sinkscope.cli.args import (
     say,
     units_bar,
 )
+from sinkscope.cli.audit_config import add_measurement_flags
+from sinkscope.cli.audit_config import audit_config as _audit_config
 from sinkscope.cli.audit_flags import add_ablation_flags, add_input_flags, add_placement_flags, add_prompt_flags
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
@@ -56,6 +58,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_prompt_flags(audit)
     add_input_flags(audit)
     add_ablation_flags(audit)
+    add_measurement_flags(audit)
     add_placement_flags(audit)
     add_common_output(audit)
 
@@ -182,22 +185,6 @@ def _audit_line(result) -> str:
         ablation = result.ablation
         line += f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_delta:+.3f}"
     return line
-
-
-def _audit_config(args: argparse.Namespace):
-    from sinkscope.pretrained_analysis.audit import AuditConfig
-
-    return AuditConfig(
-        batch_size=args.batch_size,
-        sink_eps=args.sink_eps,
-        ablate=args.ablate,
-        ablate_heads=args.ablate_heads,
-        ablate_prompts=args.ablate_prompts,
-        ablate_sink=args.ablate_sink,
-        n_examples=args.n_examples,
-        seed=args.seed,
-        layers=args.layers,
-    )
 
 
 def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec, prompt_set) -> dict:

@@ -71,6 +71,14 @@ ADDED_SINCE_V1 = {
     "anchor_how": "",
     "ablate_sink": "anchor",
     "sink": "anchor",
+    # key geometry and secondary sinks (issue 25): not measured in a version-1 file
+    "anchor_key_cos": None,
+    "other_key_cos": None,
+    "anchor_key_cos_rotated": None,
+    "other_key_cos_rotated": None,
+    "anchor_key_norm_ratio": None,
+    "anchor_value_norm_ratio": None,
+    "secondary_sinks": None,
 }
 
 

@@ -14,6 +14,7 @@ from sinkscope.infra.codec import encode, read_result, write_result
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.probes.probe import HeadProbe, ProbeConfig, ProbeResult
 from sinkscope.probes.runner import probe_model
+from sinkscope.probes.tables import GEOMETRY_COLUMN_FIELDS
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.task import TaskConfig, eval_batch
 from tiny_models import toy_sink_model as sink_model
@@ -81,6 +82,7 @@ def test_serialises_to_json_and_csv(task_batch, tmp_path):
     frame = result.to_dataframe()
     # every field but the metrics measured for no head here (NaN throughout), as in heads.csv
     unmeasured = {"anchor_mass_other", "learned_sink_mass", "anchor_mass_all_queries", "alpha_all_queries"}
+    unmeasured |= set(GEOMETRY_COLUMN_FIELDS)  # key geometry: not asked for here
     assert list(frame.columns) == [field.name for field in fields(HeadProbe) if field.name not in unmeasured]
     assert len(frame) == 4 and all(math.isnan(getattr(result.heads[0], name)) for name in unmeasured)
     assert frame["anchor_mass"].tolist() == [row.anchor_mass for row in result.heads]

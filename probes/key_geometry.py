@@ -1,0 +1,167 @@
+"""Key geometry per head (Gu et al., ICLR 2025, §3.1), summed in the probe's own pass.
+
+For each query head: the mean cosine between its queries and the anchor's key, against
+their mean cosine with the other keys they can see; ||k_anchor|| / median ||k_j|| and
+||v_anchor|| / median ||v_j|| over the prompt's other real tokens. Cosines are read twice
+where the model rotates queries and keys: before RoPE (``hook_q``/``hook_k``) and after it
+(``hook_rot_q``/``hook_rot_k``), the vectors whose dot product is the attention score. A
+rotation keeps norms, so the norm ratios are read once, before it. Under grouped-query
+attention query head h reads its kv head (``ModelSpec.expand_kv``).
+
+Averaging: cosines over every selected query that sees the anchor and at least one other
+real key (all prompts pooled); norm ratios one per prompt (prompts with at least one
+other real token), then averaged over prompts. Nothing of ``[batch, head, query, key]``
+size is formed: the other keys' cosines are one sum of unit keys per query, a running sum
+in plain causal layers (linear in T) and a masked sum under windows, chunks or
+bidirectional attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from sinkscope.interp.hook_names import attn_hook
+from sinkscope.interp.hooked_model import ModelSpec, PreparedBatch
+from sinkscope.interp.visibility import layer_reach
+
+# (batch, selected queries [batch, query], visible keys of a layer [batch, query, key])
+PassContext = Callable[[int], tuple[PreparedBatch, torch.Tensor, torch.Tensor]]
+STAGES = ("pre", "rot")  # before and after the rotary embedding
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    """``x`` scaled to unit norm along its last axis (zero vectors stay zero), in float32."""
+    x = x.float()
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def _other_key_sums(
+    kn: torch.Tensor, batch: PreparedBatch, visible: torch.Tensor, causal_prefix: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per query, the sum of the unit keys of the other real keys it sees ``[batch, query,
+    head, d]`` and their number ``[batch, query]``. A plain causal layer sees a prefix: a
+    running sum, with no ``[batch, query, key]`` tensor; a windowed, chunked or
+    bidirectional one takes its visibility as a mask."""
+    positions = torch.arange(batch.n_pos, device=kn.device)
+    other = batch.attention_mask & (positions.view(1, -1) != batch.anchor.view(-1, 1))  # [batch, key]
+    if causal_prefix:
+        return (kn * other[..., None, None]).cumsum(dim=1), other.cumsum(dim=1)
+    others = visible & other.unsqueeze(1)
+    return torch.einsum("bqk,bkhd->bqhd", others.float(), kn), others.sum(dim=-1)
+
+
+def cosine_sums(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    batch: PreparedBatch,
+    queries: torch.Tensor,
+    visible: torch.Tensor,
+    causal_prefix: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sums over ``queries`` [batch, query] of cos(q_i, k_anchor) and of the mean cos(q_i, k_j)
+    over the other real keys j that query i sees, per head, and how many queries counted.
+
+    q, k: ``[batch, pos, head, d_head]`` (k already one head per query head); causal_prefix:
+    the layer is plain causal (``visible`` is then j <= i over real keys)."""
+    qn, kn = _unit(q), _unit(k)
+    rows = torch.arange(batch.batch_size, device=q.device)
+    anchor_cos = (qn * kn[rows, batch.anchor].unsqueeze(1)).sum(dim=-1)  # [batch, query, head]
+    key_sum, n_others = _other_key_sums(kn, batch, visible, causal_prefix)
+    other_cos = (qn * key_sum).sum(dim=-1) / n_others.clamp_min(1).unsqueeze(-1)
+    counted = (queries & (n_others > 0)).unsqueeze(-1).float()
+    return (anchor_cos * counted).sum(dim=(0, 1)), (other_cos * counted).sum(dim=(0, 1)), counted.sum()
+
+
+def anchor_norm_ratios(x: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
+    """``||x_anchor|| / median_j ||x_j||`` over each prompt's other real tokens j, per head:
+    ``[batch, head]``, NaN for a prompt without another real token or with a zero median.
+    x: ``[batch, pos, head, d]``."""
+    norms = x.float().norm(dim=-1)  # [batch, pos, head]
+    rows = torch.arange(batch.batch_size, device=x.device)
+    others = batch.attention_mask.clone()
+    others[rows, batch.anchor] = False
+    median = norms.masked_fill(~others.unsqueeze(-1), float("nan")).nanmedian(dim=1).values
+    # a head whose other keys are all zero has no ratio (not an infinite one)
+    return torch.where(median > 0, norms[rows, batch.anchor] / median.clamp_min(1e-30), float("nan"))
+
+
+class KeyGeometrySums:
+    """Per-(layer, head) sums and counts of the key geometry, filled by forward hooks."""
+
+    def __init__(self, spec: ModelSpec, context: PassContext) -> None:
+        self.spec, self.context = spec, context
+        shape = (spec.n_layers, spec.n_heads)
+        zeros = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
+        self.anchor_cos = {stage: zeros(shape) for stage in STAGES}
+        self.other_cos = {stage: zeros(shape) for stage in STAGES}
+        self.cos_count = {stage: zeros(spec.n_layers) for stage in STAGES}
+        self.ratio = {name: zeros(shape) for name in ("k", "v")}
+        self.ratio_count = {name: zeros(shape) for name in ("k", "v")}
+        self._waiting: dict[tuple[int, str], torch.Tensor] = {}
+
+    def rotates(self, layer: int) -> bool:
+        """Whether the model exposes ``layer``'s rotated queries and keys."""
+        return all(attn_hook(layer, name) in self.spec.hook_names for name in ("rot_q", "rot_k"))
+
+    def hooks(self, layer: int) -> list[tuple[str, Any]]:
+        hooks = [
+            (attn_hook(layer, "q"), self._qk_hook(layer, "pre", "q")),
+            (attn_hook(layer, "k"), self._qk_hook(layer, "pre", "k")),
+            (attn_hook(layer, "v"), self._value_hook(layer)),
+        ]
+        if self.rotates(layer):
+            hooks += [
+                (attn_hook(layer, "rot_q"), self._qk_hook(layer, "rot", "q")),
+                (attn_hook(layer, "rot_k"), self._qk_hook(layer, "rot", "k")),
+            ]
+        return hooks
+
+    def _qk_hook(self, layer: int, stage: str, kind: str):
+        def hook(x: torch.Tensor, hook: Any) -> None:
+            # whichever of q and k fires first waits for the other, then both are dropped
+            other = self._waiting.pop((layer, stage), None)
+            if other is None:
+                self._waiting[(layer, stage)] = x
+                return
+            q, k = (x, other) if kind == "q" else (other, x)
+            self._add_cosines(layer, stage, q, self.spec.expand_kv(k))
+
+        return hook
+
+    def _add_cosines(self, layer: int, stage: str, q: torch.Tensor, k: torch.Tensor) -> None:
+        batch, selected, visible = self.context(layer)
+        seen = selected & visible[torch.arange(batch.batch_size), :, batch.anchor]
+        causal_prefix = self.spec.causal and layer_reach(self.spec, layer) == (0, 0)
+        anchor, other, count = cosine_sums(q, k, batch, seen, visible, causal_prefix)
+        self.anchor_cos[stage][layer] += anchor.double().cpu()
+        self.other_cos[stage][layer] += other.double().cpu()
+        self.cos_count[stage][layer] += float(count)
+        if stage == "pre":
+            self._add_ratio("k", layer, k, batch)
+
+    def _value_hook(self, layer: int):
+        def hook(v: torch.Tensor, hook: Any) -> None:
+            self._add_ratio("v", layer, self.spec.expand_kv(v), self.context(layer)[0])
+
+        return hook
+
+    def _add_ratio(self, name: str, layer: int, x: torch.Tensor, batch: PreparedBatch) -> None:
+        ratios = anchor_norm_ratios(x, batch).double().cpu()
+        valid = ~torch.isnan(ratios)
+        self.ratio[name][layer] += torch.where(valid, ratios, 0.0).sum(dim=0)
+        self.ratio_count[name][layer] += valid.sum(dim=0)
+
+    def head_fields(self, layer: int, head: int) -> dict[str, float]:
+        """The ``HeadProbe`` geometry fields of one head (NaN where nothing was counted)."""
+        fields = {}
+        for stage, suffix in (("pre", ""), ("rot", "_rotated")):
+            count = float(self.cos_count[stage][layer])
+            for name, sums in (("anchor_key_cos", self.anchor_cos), ("other_key_cos", self.other_cos)):
+                fields[name + suffix] = float(sums[stage][layer, head]) / count if count > 0 else float("nan")
+        for name, field in (("k", "anchor_key_norm_ratio"), ("v", "anchor_value_norm_ratio")):
+            count = float(self.ratio_count[name][layer, head])
+            fields[field] = float(self.ratio[name][layer, head]) / count if count > 0 else float("nan")
+        return fields
