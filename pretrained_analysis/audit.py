@@ -47,6 +47,7 @@ from sinkscope.infra.heartbeat import heartbeat
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.ablation import AblationResult, AblationSettings, ablate, upgrade_ablation_v1
 from sinkscope.pretrained_analysis.anchors import anchor_words
+from sinkscope.pretrained_analysis.audit_experiments import audit_experiments, check_experiments, experiment_samples
 from sinkscope.pretrained_analysis.audit_figures import EXAMPLE_FIGURE, LAYER_FIGURE, MAP_FIGURE, draw_audit_figures
 from sinkscope.pretrained_analysis.examples import (
     EXAMPLE_TEXT_CHARS,
@@ -69,6 +70,7 @@ from sinkscope.pretrained_analysis.prompts import (
 )
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, upgrade_probe_v1
 from sinkscope.probes.runner import iterate_batches, probe_batches
+from sinkscope.probes.sink_curves import SinkCurves
 from sinkscope.reports.formatting import plural
 from sinkscope.reports.frames import dataframe, row_of, without_unmeasured
 
@@ -91,7 +93,8 @@ class AuditConfig:
     way; each tested set costs two passes with logits); ablate_prompts: ablate on the
     first this many prompts only (None: all); n_examples: prompts drawn as attention
     heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys;
-    layers: the layers probed (None: all), where the sink heads and ablated heads come from."""
+    layers: the layers probed (None: all), where the sink heads and ablated heads come from;
+    input_types, eps_curve, lengths: the sink experiments (``input_types``; None: not run)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "batch_size": POSITIVE,
@@ -102,6 +105,8 @@ class AuditConfig:
         "n_bootstrap": POSITIVE,
         "seed": UNBOUNDED,
         "layers": COUNT,
+        "eps_curve": FRACTION,
+        "lengths": POSITIVE,
     }
 
     batch_size: int = 16
@@ -113,9 +118,13 @@ class AuditConfig:
     n_bootstrap: int = 1000
     seed: int = 0
     layers: tuple[int, ...] | None = None
+    input_types: tuple[str, ...] | None = None
+    eps_curve: tuple[float, ...] | None = None
+    lengths: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", ProbeConfig(layers=self.layers).layers)  # sorted, checked
+        check_experiments(self.input_types, self.eps_curve, self.lengths)
         for name in ("batch_size", "ablate_heads", "n_examples", "n_bootstrap", "seed"):
             check_argument(getattr(self, name), int, name, "an integer")
         check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
@@ -175,6 +184,7 @@ class AuditResult:
     figures: tuple[str, ...]
     examples: tuple[AttentionExample, ...] = field(default=(), metadata={"persist": False})
     example_prompts: tuple[str, ...] = ()
+    experiments: SinkCurves | None = None  # input types, eps and T curves, when asked for
 
     def inconsistencies(self) -> Iterator[Problem]:
         """The model's size as its probe saw it; figure names inside the audit directory."""
@@ -246,7 +256,7 @@ def _versions() -> tuple[tuple[str, str], ...]:
 
 
 def _probe(
-    hooked: HookedModel, prompts: TokenizedPrompts, config: AuditConfig, label: str, progress: bool
+    hooked: HookedModel, prompts: TokenizedPrompts, config: AuditConfig, label: str, progress: bool, samples=None
 ) -> ProbeResult:
     bar = tqdm(total=len(prompts), desc=f"probing {label}", unit="prompt", disable=not progress, leave=False)
     # a batch of a large model on a busy machine can take minutes: the heartbeat says it is still going
@@ -259,7 +269,7 @@ def _probe(
                 bar.update(len(batch.inputs))
                 said()
 
-        return probe_batches(hooked, batches(), config.probe_config())
+        return probe_batches(hooked, batches(), config.probe_config(), samples)
 
 
 def _check_finite(probe: ProbeResult, model: ModelInfo) -> None:
@@ -350,8 +360,10 @@ def audit(
     info = loaded.info
     hooked = HookedModel(loaded.bridge, prepend_bos=prompt_set.spec.prepend_bos)
     try:
-        probe = _probe(hooked, tokenized, config, info.label, progress)
+        prompt_sums = experiment_samples(hooked, config)
+        probe = _probe(hooked, tokenized, config, info.label, progress, prompt_sums)
         _check_finite(probe, info)
+        experiments = audit_experiments(hooked, loaded, tokenized, config, prompt_sums)
         ablation = (
             ablate(hooked, tokenized, probe, _ablation_settings(config), info.label, progress)
             if config.ablate and info.causal
@@ -376,6 +388,7 @@ def audit(
         seconds=time.perf_counter() - start,
         figures=figure_names(len(examples)),
         example_prompts=tuple(tokenized.texts[example.prompt_index][:EXAMPLE_TEXT_CHARS] for example in examples),
+        experiments=experiments,
     )
 
 
