@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
 from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
 from sinkscope.probes.display import default_state_table, probe_parts
+from sinkscope.probes.sink_curve_tables import curve_tables
 from sinkscope.reports.formatting import plural
 from sinkscope.reports.html import bullets_html, escape, fragment, heat_grid, inline_table
 
@@ -31,6 +32,8 @@ def audit_html(result: AuditResult) -> str:
             f"<p>Tokens of prompt {example.prompt_index} (the first attention example; heat maps in the report): "
             f"<code>{escape(' | '.join(example.labels))}</code></p>"
         )
+    if result.experiments is not None:
+        parts.extend(inline_table(table) for table in curve_tables(result.experiments))
     if result.ablation is not None:
         ablation = result.ablation
         parts.append(inline_table(ABLATION_TABLE.table(ablation_rows(ablation))))

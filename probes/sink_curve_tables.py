@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sinkscope.probes.sink_curves import EpsPoint, LengthPoint, SampleMean, SinkCurves
 from sinkscope.reports.curves import CurveSeries, interval_curves
-from sinkscope.reports.document import Cell, Column, Figure, Table, TableDefinition
+from sinkscope.reports.document import Block, Cell, Column, Figure, Paragraph, Section, Table, TableDefinition
 from sinkscope.reports.formatting import interval_text, plural
 from sinkscope.reports.html import bullets_html, fragment, inline_table
 
@@ -27,12 +27,11 @@ def sink_rate_name(curves: SinkCurves, eps: float | None = None) -> str:
     return f"Sink_{curves.k + 1}^{curves.eps if eps is None else eps:g}"
 
 
-def estimate_cell(value: SampleMean, digits: int = 1) -> str:
-    """``"77.0 [95% CI 70.3 to 80.1, n = 64]"``; ``"n = 1, no interval"`` from one prompt."""
+def estimate_cell(value: SampleMean, digits: int = 1, unit: str = "") -> str:
+    """``"77.0% [95% CI 70.3 to 80.1, n = 64]"``; ``"n = 1, no interval"`` from one prompt."""
     if value.n == 0:
         return "not measured"
-    mean = f"{value.mean:.{digits}f}" if abs(value.mean) >= 10**-digits or value.mean == 0 else f"{value.mean:.2g}"
-    return f"{mean} [{interval_text(value.ci_low, value.ci_high, value.n, digits + 2)}]"
+    return f"{value.mean:.{digits}f}{unit} [{interval_text(value.ci_low, value.ci_high, value.n, 3)}]"
 
 
 def input_type_table(curves: SinkCurves) -> Table:
@@ -136,36 +135,42 @@ def draw_curve_figures(curves: SinkCurves, directory: Path, label: str) -> list[
     return figures
 
 
+def _first_last(points: list, kind: str, x: str) -> tuple | None:
+    """The first and last measured point of ``kind`` along ``x`` (None with fewer than two)."""
+    kept = sorted((p for p in points if p.input_type == kind and p.sink_rate.n), key=lambda p: getattr(p, x))
+    return (kept[0], kept[-1]) if len(kept) > 1 else None
+
+
 def curve_findings(curves: SinkCurves) -> list[str]:
     """The experiments in sentences: the input-type contrast, the eps range, the T range."""
     found = []
     rows = {row.input_type: row for row in curves.input_types}
     if len(rows) > 1:
-        parts = [f"{estimate_cell(row.sink_rate)}% on {row.input_type}" for row in rows.values()]
-        found.append(f"{sink_rate_name(curves)} per input type: {'; '.join(parts)} (mean over prompts).")
-        first = next(iter(rows.values()))
-        repeated = rows.get("repeated")
+        parts = [f"{estimate_cell(row.sink_rate, unit='%')} on {row.input_type}" for row in rows.values()]
+        found.append(f"{sink_rate_name(curves)} per input type, mean over prompts: {'; '.join(parts)}.")
+        first, repeated = next(iter(rows.values())), rows.get("repeated")
         if repeated is not None and first.input_type != "repeated" and first.sink_rate.mean > 0:
             kept = repeated.sink_rate.mean / first.sink_rate.mean
             verb = "removes most of the sink" if kept < 0.5 else "keeps the sink"
             found.append(f"One token repeated {verb}: {kept:.0%} of the {first.input_type}' sink rate remains.")
-    for kind in _types(curves.eps_curve):
-        points = sorted((p for p in curves.eps_curve if p.input_type == kind), key=lambda p: p.eps)
-        low, high = points[0], points[-1]
-        found.append(
-            f"Against ε ({kind}): the sink rate is {low.sink_rate.mean:.1f}% at ε = {low.eps:g} and "
-            f"{high.sink_rate.mean:.1f}% at ε = {high.eps:g}, over {plural(low.sink_rate.n, 'prompt')}."
-        )
-    for kind in _types(curves.length_curve):
-        points = sorted(
-            (p for p in curves.length_curve if p.input_type == kind and p.sink_rate.n), key=lambda p: p.length
-        )
-        if len(points) > 1:
-            a, b = points[0], points[-1]
-            found.append(
-                f"Against T ({kind}): from T = {a.length} to {b.length} the sink rate goes from {a.sink_rate.mean:.1f}% "
-                f"to {b.sink_rate.mean:.1f}% and the anchor mass from {a.anchor_mass.mean:.3f} to {b.anchor_mass.mean:.3f}."
-            )
+    ends = [(kind, _first_last(list(curves.eps_curve), kind, "eps")) for kind in _types(curves.eps_curve)]
+    parts = [
+        f"{kind} {a.sink_rate.mean:.1f}% to {b.sink_rate.mean:.1f}%" for kind, pair in ends if pair for a, b in [pair]
+    ]
+    if parts:
+        a, b = next(pair for _, pair in ends if pair)
+        found.append(f"Sink rate from ε = {a.eps:g} to ε = {b.eps:g}: {'; '.join(parts)}.")
+    ends = [(kind, _first_last(list(curves.length_curve), kind, "length")) for kind in _types(curves.length_curve)]
+    parts = [
+        f"{kind} {a.sink_rate.mean:.1f}% to {b.sink_rate.mean:.1f}% (anchor mass {a.anchor_mass.mean:.3f} to "
+        f"{b.anchor_mass.mean:.3f})"
+        for kind, pair in ends
+        if pair
+        for a, b in [pair]
+    ]
+    if parts:
+        a, b = next(pair for _, pair in ends if pair)
+        found.append(f"Sink rate from T = {a.length} to T = {b.length} tokens: {'; '.join(parts)}.")
     return found
 
 
@@ -183,3 +188,11 @@ def curves_html(curves: SinkCurves) -> str:
     """Inline notebook display: the findings and every table."""
     parts = [bullets_html(curve_findings(curves)), *[inline_table(table) for table in curve_tables(curves)]]
     return fragment("Sink experiments", f"{plural(curves.n_forwards, 'forward pass', 'forward passes')} added", parts)
+
+
+def curve_section(curves: SinkCurves, figure_dir: Path, label: str) -> Section:
+    """The report's section: the tables, then the curves (drawn into ``figure_dir``)."""
+    blocks: list[Block] = [*curve_tables(curves), *draw_curve_figures(curves, figure_dir, label)]
+    blocks.append(Paragraph(f"Forward passes the experiments added to the probe's own: {curves.n_forwards}."))
+    blocks.extend(Paragraph(note.capitalize() + ".") for note in curves.notes)
+    return Section("Sink experiments", tuple(blocks))

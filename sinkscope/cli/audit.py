@@ -23,6 +23,7 @@ from sinkscope.cli.args import (
     say,
     units_bar,
 )
+from sinkscope.cli.audit_experiment_flags import add_experiment_flags, experiment_settings
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 from sinkscope.reports.formatting import plural
@@ -64,6 +65,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _add_prompt_flags(audit)
     _add_input_flags(audit)
     _add_ablation_flags(audit)
+    add_experiment_flags(audit)
     _add_placement_flags(audit)
     add_common_output(audit)
 
@@ -122,9 +124,7 @@ def _add_input_flags(audit: argparse.ArgumentParser) -> None:
         default=DEFAULT_N_PROMPTS,
         help=f"number of prompts; a seeded subset when the source holds more (default {DEFAULT_N_PROMPTS})",
     )
-    audit.add_argument(
-        "--seed", type=NON_NEGATIVE, default=0, help="seed for random prompts, subsets and ablation controls"
-    )
+    audit.add_argument("--seed", type=NON_NEGATIVE, default=0, help="seed of random tokens, subsets, controls")
     audit.add_argument("--batch-size", type=POSITIVE, default=16, help="prompts per forward pass (default 16)")
     audit.add_argument(
         "--prepend-bos",
@@ -139,9 +139,7 @@ def _add_input_flags(audit: argparse.ArgumentParser) -> None:
         "tokenized as the text it spells",
     )
     audit.add_argument("--text-column", default="text", help="text column of .jsonl/.csv/.parquet files and datasets")
-    audit.add_argument(
-        "--split", default="train", help="dataset split, slicing allowed, e.g. 'test[:500]' (default train)"
-    )
+    audit.add_argument("--split", default="train", help="dataset split, e.g. 'test[:500]' (default train)")
 
 
 def _add_ablation_flags(audit: argparse.ArgumentParser) -> None:
@@ -335,6 +333,7 @@ def _audit_config(args: argparse.Namespace):
         n_examples=args.n_examples,
         seed=args.seed,
         layers=args.layers,
+        **experiment_settings(args),
     )
 
 
