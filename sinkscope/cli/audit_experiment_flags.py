@@ -13,11 +13,24 @@ def fraction_list(text: str) -> tuple[float, ...]:
     return tuple(fraction(part) for part in list_items(text))
 
 
+def input_type_list(text: str) -> tuple[str, ...]:
+    """Comma-separated input types, checked while parsing (before any model loads)."""
+    from sinkscope.infra.errors import InputError
+    from sinkscope.pretrained_analysis.input_types import check_input_types
+
+    kinds = str_list(text)
+    try:
+        check_input_types(kinds)
+    except InputError as error:
+        raise argparse.ArgumentTypeError(str(error).split(" (")[0]) from error
+    return kinds
+
+
 def add_experiment_flags(audit: argparse.ArgumentParser) -> None:
     """--input-types, --eps-curve, --lengths; any of them runs the experiments."""
     audit.add_argument(
         "--input-types",
-        type=str_list,
+        type=input_type_list,
         default=None,
         help="also probe these inputs, same lengths, seed and anchor: prompts,random,repeated (uniform random "
         "tokens; one token repeated); the sink rate and anchor mass per type side by side (Gu et al., Table 1)",

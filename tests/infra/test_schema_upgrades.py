@@ -68,6 +68,10 @@ ADDED_SINCE_V1 = {
     "normalised_effect_ci_low",
     "normalised_effect_ci_high",
     "anchor_how",
+    "input_types",  # the sink experiments (AuditConfig, AuditResult.experiments)
+    "eps_curve",
+    "lengths",
+    "experiments",
 }
 
 
