@@ -124,6 +124,9 @@ class AuditConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", ProbeConfig(layers=self.layers).layers)  # sorted, checked
+        for name in ("input_types", "eps_curve", "lengths"):  # a list from Python reads as its tuple
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         check_experiments(self.input_types, self.eps_curve, self.lengths)
         for name in ("batch_size", "ablate_heads", "n_examples", "n_bootstrap", "seed"):
             check_argument(getattr(self, name), int, name, "an integer")

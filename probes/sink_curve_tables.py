@@ -22,9 +22,11 @@ AVERAGED = (
 )
 
 
-def sink_rate_name(curves: SinkCurves, eps: float | None = None) -> str:
-    """Gu et al.'s name of the sink rate, Sink_{k+1}^ε (they count the first token as 1)."""
-    return f"Sink_{curves.k + 1}^{curves.eps if eps is None else eps:g}"
+def sink_rate_name(curves: SinkCurves) -> str:
+    """Gu et al.'s sink rate at the table's eps, written as the audit writes it: Sink₁(ε = 0.3)
+    (they count the first token as 1)."""
+    subscript = str(curves.k + 1).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+    return f"Sink{subscript}(ε = {curves.eps:g})"
 
 
 def estimate_cell(value: SampleMean, digits: int = 1, unit: str = "") -> str:
@@ -115,7 +117,7 @@ def draw_curve_figures(curves: SinkCurves, directory: Path, label: str) -> list[
         interval_curves(
             series, directory / EPS_FIGURE, f"{label}: sink rate against ε", "ε", "sink rate (%)", (-2, 102)
         )
-        caption = f"Sink_{curves.k + 1}^ε against ε, mean over prompts with 95% intervals"
+        caption = f"{sink_rate_name(curves).split('(')[0]}(ε) against ε, mean over prompts with 95% intervals"
         figures.append(Figure(directory / EPS_FIGURE, caption, directory))
     if curves.length_curve:
         for metric, name, ylim in (
