@@ -338,12 +338,10 @@ def audit(
     progress: bool = True,
     tokenizer: Any = None,
 ) -> AuditResult:
-    """Audit ``model`` on ``prompts``.
-
-    model: a ``LoadSpec`` to load, a ``LoadedModel``, or a model already in memory (a
-    ``TransformerBridge``, or a Hugging Face ``PreTrainedModel`` with its ``tokenizer``;
-    see ``loading.wrap_model``). prompts: a ``PromptSpec`` to read, a ``PromptSet``, or a
-    list of strings (all used, at most ``PromptSpec``'s default length each; special-token
+    """Audit ``model`` (a ``LoadSpec`` to load, a ``LoadedModel``, or a model already in memory:
+    a ``TransformerBridge``, or a Hugging Face ``PreTrainedModel`` with its ``tokenizer``; see
+    ``loading.wrap_model``) on ``prompts`` (a ``PromptSpec`` to read, a ``PromptSet``, or a
+    list of strings, all used, at most ``PromptSpec``'s default length each; special-token
     text in them is text: ``prompt_set(texts, parse_special_tokens=True)`` parses it).
     An argument of the wrong type is an ``InputError`` naming it."""
     start = time.perf_counter()
