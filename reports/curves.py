@@ -26,17 +26,17 @@ class CurveSeries:
     high: tuple[float, ...]
 
 
-def _draw(ax, series: CurveSeries, offset: float) -> None:
+def _draw(ax, series: CurveSeries) -> None:
     x, mean = np.asarray(series.x, dtype=float), np.asarray(series.mean, dtype=float)
     low, high = np.asarray(series.low, dtype=float), np.asarray(series.high, dtype=float)
     measured = np.isfinite(mean)
     if series.x and not (len(series.mean) == len(series.low) == len(series.high) == len(series.x)):
         raise InputError(f"series {series.name!r} has unequal x, mean and interval lengths")
-    line = ax.plot(x[measured] * offset, mean[measured], marker="o", markersize=3, label=series.name)[0]
+    line = ax.plot(x[measured], mean[measured], marker="o", markersize=3, label=series.name)[0]
     bars = measured & np.isfinite(low) & np.isfinite(high)
     if bars.any():
         errors = np.vstack([mean[bars] - low[bars], high[bars] - mean[bars]])
-        ax.errorbar(x[bars] * offset, mean[bars], yerr=errors, fmt="none", ecolor=line.get_color(), capsize=3)
+        ax.errorbar(x[bars], mean[bars], yerr=errors, fmt="none", ecolor=line.get_color(), capsize=3)
 
 
 def interval_curves(
@@ -48,13 +48,12 @@ def interval_curves(
     ylim: tuple[float, float] | None = None,
     log_x: bool = False,
 ) -> Figure:
-    """One line with markers and error bars per series; on ``log_x`` the series are nudged
-    apart by a few percent so that their bars do not hide each other."""
+    """One line with markers and error bars per series, each point at the x it was measured
+    at (series that agree overlap); ``log_x``: a base-2 x axis labelled at the measured x."""
     fig = Figure(figsize=(5.6, 3.6), layout="constrained")
     ax = fig.subplots()
-    for index, item in enumerate(series):
-        nudge = 1.0 + 0.015 * (index - (len(series) - 1) / 2) if len(series) > 1 else 1.0
-        _draw(ax, item, nudge)
+    for item in series:
+        _draw(ax, item)
     if log_x:
         ax.set_xscale("log", base=2)
         ticks = sorted({value for item in series for value in item.x})
