@@ -97,6 +97,9 @@ def test_a_planted_bos_sink_stays_under_every_input_type_as_eager_attention_says
         assert row.sink_rate.mean == pytest.approx(float(prompt_sink_rates(alpha, 0.3).mean()), abs=1e-6)
         assert row.anchor_mass.mean == pytest.approx(float(mass.flatten(1).mean(1).mean()), abs=1e-6)
         assert row.sink_rate.n == len(texts) and row.sink_rate.ci_low <= row.sink_rate.mean <= row.sink_rate.ci_high
+    html = result._repr_html_()  # the notebook shows the report's tables
+    assert "Sink rate and anchor mass per input type" in html and "Sink rate against" in html
+    assert set(curves.to_dataframe()["input_type"]) == set(TYPES)
     write_audit(result, tmp_path / "audit")
     assert read_audit(tmp_path / "audit").experiments == curves
 
