@@ -138,8 +138,9 @@ def draw_curve_figures(curves: SinkCurves, directory: Path, label: str) -> list[
 
 
 def _first_last(points: list, kind: str, x: str) -> tuple | None:
-    """The first and last measured point of ``kind`` along ``x`` (None with fewer than two)."""
-    kept = sorted((p for p in points if p.input_type == kind and p.sink_rate.n), key=lambda p: getattr(p, x))
+    """The first and last point of ``kind`` along ``x`` measured on at least two prompts (an
+    interval exists), None with fewer than two such points."""
+    kept = sorted((p for p in points if p.input_type == kind and p.sink_rate.n >= 2), key=lambda p: getattr(p, x))
     return (kept[0], kept[-1]) if len(kept) > 1 else None
 
 
@@ -153,7 +154,7 @@ def curve_findings(curves: SinkCurves) -> list[str]:
         first, repeated = next(iter(rows.values())), rows.get("repeated")
         if repeated is not None and first.input_type != "repeated" and first.sink_rate.mean > 0:
             kept = repeated.sink_rate.mean / first.sink_rate.mean
-            verb = "removes most of the sink" if kept < 0.5 else "keeps the sink"
+            verb = "removes most of the sink" if kept < 0.5 else "keeps most of the sink"
             found.append(f"One token repeated {verb}: {kept:.0%} of the {first.input_type}' sink rate remains.")
     ends = [(kind, _first_last(list(curves.eps_curve), kind, "eps")) for kind in _types(curves.eps_curve)]
     parts = [
@@ -172,7 +173,10 @@ def curve_findings(curves: SinkCurves) -> list[str]:
     ]
     if parts:
         a, b = next(pair for _, pair in ends if pair)
-        found.append(f"Sink rate from T = {a.length} to T = {b.length} tokens: {'; '.join(parts)}.")
+        found.append(
+            f"Sink rate from T = {a.length} to T = {b.length} tokens ({plural(b.sink_rate.n, 'prompt')} reach "
+            f"T = {b.length}): {'; '.join(parts)}."
+        )
     return found
 
 
