@@ -56,7 +56,7 @@ def interval_curves(
         _draw(ax, item)
     if log_x:
         ax.set_xscale("log", base=2)
-        ticks = sorted({value for item in series for value in item.x})
+        ticks = sorted({x for item in series for x, mean in zip(item.x, item.mean) if np.isfinite(mean)})
         ax.set_xticks(ticks, [f"{value:g}" for value in ticks])
         ax.minorticks_off()
     ax.set_xlabel(xlabel, fontsize=LABEL_PT)
