@@ -14,6 +14,7 @@ from sinkscope.reports.formatting import interval_text, plural
 from sinkscope.reports.html import bullets_html, fragment, inline_table
 
 EPS_FIGURE = "sink_rate_eps.png"
+ONE = "a point without a bar rests on one prompt (n per point in the table)"
 LENGTH_FIGURE = "sink_rate_length.png"
 AVERAGED = (
     "per prompt: a prompt's sink rate is the percent of its (layer, head) pairs with alpha > ε, its anchor mass "
@@ -117,7 +118,7 @@ def draw_curve_figures(curves: SinkCurves, directory: Path, label: str) -> list[
         interval_curves(
             series, directory / EPS_FIGURE, f"{label}: sink rate against ε", "ε", "sink rate (%)", (-2, 102)
         )
-        caption = f"{sink_rate_name(curves).split('(')[0]}(ε) against ε, mean over prompts with 95% intervals"
+        caption = f"{sink_rate_name(curves).split('(')[0]}(ε) against ε, mean over prompts with 95% intervals; {ONE}"
         figures.append(Figure(directory / EPS_FIGURE, caption, directory))
     if curves.length_curve:
         for metric, name, ylim in (
@@ -131,9 +132,8 @@ def draw_curve_figures(curves: SinkCurves, directory: Path, label: str) -> list[
             ]
             path = directory / LENGTH_FIGURE.replace("sink_rate", metric)
             interval_curves(series, path, f"{label}: {name} against T", "T (tokens, anchor included)", name, ylim, True)
-            figures.append(
-                Figure(path, f"{name} against T (ε = {curves.eps:g} for the sink rate), 95% intervals", directory)
-            )
+            caption = f"{name} against T (ε = {curves.eps:g} for the sink rate), mean over prompts with 95% intervals"
+            figures.append(Figure(path, f"{caption}; {ONE}", directory))
     return figures
 
 
