@@ -4,7 +4,9 @@
 
 Same model and prompts as ``bench_audit.py`` (random weights, N random-token prompts of T
 tokens, BOS first, batches of 16, one CPU thread). Ways, each the median over R timed
-runs after one warm-up, the order rotating between repeats:
+runs after one warm-up, the order rotating between repeats, timed as the process's CPU
+time (``time.process_time``: one thread, so the work done, which a busy machine's other
+processes do not inflate as they do wall-clock time):
 - ``bare trunk``: the bridge's forward ended after the last block (where the audit ends);
 - ``audit``: the default audit (no experiment; figures not drawn);
 - ``+ eps curve``: the audit with ``eps_curve`` of 9 values (the same pass keeps each prompt's alpha);
@@ -66,12 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         for repeat in range(args.repeats):
             shift = repeat % len(names)
             for name in names[shift:] + names[:shift]:
-                started = time.perf_counter()
+                started = time.process_time()
                 runs[name]()
-                times[name].append(time.perf_counter() - started)
+                times[name].append(time.process_time() - started)
     median = {name: statistics.median(values) for name, values in times.items()}
     print(f"{SHAPES[args.shape]}, {args.prompts} prompts x {args.tokens} tokens, {args.repeats} repeats, 1 thread")
-    print(f"{'way':<16}{'seconds':>9}{'x trunk':>9}{'x audit':>9}")
+    print(f"{'way':<16}{'CPU s':>9}{'x trunk':>9}{'x audit':>9}")
     for name, seconds in median.items():
         print(f"{name:<16}{seconds:>9.2f}{seconds / median['bare trunk']:>9.2f}{seconds / median['audit']:>9.2f}")
     return 0
