@@ -31,11 +31,7 @@ from tqdm.auto import tqdm
 
 from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.bounds import (
-    COUNT,
-    FRACTION,
     NONNEGATIVE,
-    POSITIVE,
-    UNBOUNDED,
     Bound,
     Problem,
     head_ref_problems,
@@ -47,13 +43,14 @@ from sinkscope.infra.heartbeat import heartbeat
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.interp.learned_sinks import has_learned_sinks
 from sinkscope.pretrained_analysis.ablation import (
-    ABLATE_SINKS,
     AblationResult,
     AblationSettings,
     ablate,
     upgrade_ablation_v1,
 )
 from sinkscope.pretrained_analysis.anchors import anchor_words
+from sinkscope.pretrained_analysis.audit_config import AuditConfig
+from sinkscope.pretrained_analysis.audit_experiments import audit_experiments, experiment_samples
 from sinkscope.pretrained_analysis.audit_figures import (
     EXAMPLE_FIGURE,
     GEOMETRY_FIGURE,
@@ -81,8 +78,9 @@ from sinkscope.pretrained_analysis.prompts import (
 from sinkscope.pretrained_analysis.prompts import (
     prompt_set as make_prompt_set,
 )
-from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, SinkRate, upgrade_probe_v1
+from sinkscope.probes.probe import HEADS_CSV, ProbeResult, SinkRate, upgrade_probe_v1
 from sinkscope.probes.runner import iterate_batches, probe_batches
+from sinkscope.probes.sink_curves import SinkCurves
 from sinkscope.reports.formatting import plural
 from sinkscope.reports.frames import dataframe, row_of, without_unmeasured
 
@@ -95,78 +93,6 @@ VERSION_PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "
 
 class AuditFailed(RunFailed):
     """The audit ran but its numbers cannot be trusted (e.g. non-finite attention)."""
-
-
-@dataclass(frozen=True)
-class AuditConfig:
-    """How to audit. sink_eps: a sink head has anchor mass >= 1 - sink_eps; ablate: the
-    loss-based ablations (causal models); ablate_heads: how many sink heads, strongest
-    anchor mass first, are ablated one by one (all of them are ablated together either
-    way; each tested set costs two passes with logits); ablate_prompts: ablate on the
-    first this many prompts only (None: all); ablate_sink: the sink removed, ``anchor``
-    (the sink heads' anchor key) or ``learned`` (the learned sink logits of heads whose
-    learned sink takes >= 1 - sink_eps, gpt-oss); n_examples: prompts drawn as attention
-    heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys;
-    layers: the layers probed (None: all), where the sink heads and ablated heads come from;
-    key_geometry / secondary_sinks: measure them in the same pass (``ProbeConfig``)."""
-
-    BOUNDS: ClassVar[dict[str, Bound]] = {
-        "batch_size": POSITIVE,
-        "sink_eps": FRACTION,
-        "ablate_heads": COUNT,
-        "ablate_prompts": POSITIVE,
-        "n_examples": COUNT,
-        "n_bootstrap": POSITIVE,
-        "seed": UNBOUNDED,
-        "layers": COUNT,
-    }
-
-    batch_size: int = 16
-    sink_eps: float = 0.1
-    ablate: bool = False
-    ablate_heads: int = 16
-    ablate_prompts: int | None = None
-    ablate_sink: str = "anchor"
-    n_examples: int = 2
-    n_bootstrap: int = 1000
-    seed: int = 0
-    layers: tuple[int, ...] | None = None
-    key_geometry: bool = True
-    secondary_sinks: bool = True
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "layers", ProbeConfig(layers=self.layers).layers)  # sorted, checked
-        for name in ("batch_size", "ablate_heads", "n_examples", "n_bootstrap", "seed"):
-            check_argument(getattr(self, name), int, name, "an integer")
-        check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
-        check_argument(self.sink_eps, (float, int), "sink_eps", "a number in [0, 1)")
-        for name in ("ablate", "key_geometry", "secondary_sinks"):
-            check_argument(getattr(self, name), bool, name, "True or False")
-        if self.ablate_sink not in ABLATE_SINKS:
-            raise InputError(
-                f"ablate_sink must be one of {', '.join(ABLATE_SINKS)}, got {self.ablate_sink!r}", field="ablate_sink"
-            )
-        if self.ablate_heads < 0:
-            raise InputError(f"ablate_heads must be >= 0, got {self.ablate_heads}", field="ablate_heads")
-        if self.ablate_prompts is not None and self.ablate_prompts < 1:
-            raise InputError(f"ablate_prompts must be >= 1, got {self.ablate_prompts}", field="ablate_prompts")
-        if self.batch_size < 1:
-            raise InputError(f"batch_size must be >= 1, got {self.batch_size}", field="batch_size")
-        if not 0.0 <= self.sink_eps < 1.0:
-            raise InputError(f"sink_eps must lie in [0, 1), got {self.sink_eps}", field="sink_eps")
-        if self.n_examples < 0:
-            raise InputError(f"n_examples must be >= 0, got {self.n_examples}", field="n_examples")
-        if self.n_bootstrap < 1:
-            raise InputError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}", field="n_bootstrap")
-
-    def probe_config(self) -> ProbeConfig:
-        return ProbeConfig(
-            sink_eps=self.sink_eps,
-            batch_size=self.batch_size,
-            layers=self.layers,
-            with_key_geometry=self.key_geometry,
-            with_secondary_sinks=self.secondary_sinks,
-        )
 
 
 def upgrade_audit_v1(audit: dict[str, Any]) -> dict[str, Any]:
@@ -206,6 +132,7 @@ class AuditResult:
     figures: tuple[str, ...]
     examples: tuple[AttentionExample, ...] = field(default=(), metadata={"persist": False})
     example_prompts: tuple[str, ...] = ()
+    experiments: SinkCurves | None = None  # input types, eps and T curves, when asked for
 
     def inconsistencies(self) -> Iterator[Problem]:
         """The model's size as its probe saw it; figure names inside the audit directory."""
@@ -278,7 +205,7 @@ def _versions() -> tuple[tuple[str, str], ...]:
 
 
 def _probe(
-    hooked: HookedModel, prompts: TokenizedPrompts, config: AuditConfig, label: str, progress: bool
+    hooked: HookedModel, prompts: TokenizedPrompts, config: AuditConfig, label: str, progress: bool, samples=None
 ) -> ProbeResult:
     bar = tqdm(total=len(prompts), desc=f"probing {label}", unit="prompt", disable=not progress, leave=False)
     # a batch of a large model on a busy machine can take minutes: the heartbeat says it is still going
@@ -291,7 +218,7 @@ def _probe(
                 bar.update(len(batch.inputs))
                 said()
 
-        return probe_batches(hooked, batches(), config.probe_config())
+        return probe_batches(hooked, batches(), config.probe_config(), samples)
 
 
 def _check_finite(probe: ProbeResult, model: ModelInfo) -> None:
@@ -368,12 +295,10 @@ def audit(
     progress: bool = True,
     tokenizer: Any = None,
 ) -> AuditResult:
-    """Audit ``model`` on ``prompts``.
-
-    model: a ``LoadSpec`` to load, a ``LoadedModel``, or a model already in memory (a
-    ``TransformerBridge``, or a Hugging Face ``PreTrainedModel`` with its ``tokenizer``;
-    see ``loading.wrap_model``). prompts: a ``PromptSpec`` to read, a ``PromptSet``, or a
-    list of strings (all used, at most ``PromptSpec``'s default length each; special-token
+    """Audit ``model`` (a ``LoadSpec`` to load, a ``LoadedModel``, or a model already in memory:
+    a ``TransformerBridge``, or a Hugging Face ``PreTrainedModel`` with its ``tokenizer``; see
+    ``loading.wrap_model``) on ``prompts`` (a ``PromptSpec`` to read, a ``PromptSet``, or a
+    list of strings, all used, at most ``PromptSpec``'s default length each; special-token
     text in them is text: ``prompt_set(texts, parse_special_tokens=True)`` parses it).
     An argument of the wrong type is an ``InputError`` naming it."""
     start = time.perf_counter()
@@ -394,9 +319,11 @@ def audit(
     hooked = HookedModel(loaded.bridge, prepend_bos=prompt_set.spec.prepend_bos)
     _check_sink_to_ablate(config, hooked, info.label)
     try:
-        probe = _probe(hooked, tokenized, config, info.label, progress)
+        prompt_sums = experiment_samples(hooked, config)
+        probe = _probe(hooked, tokenized, config, info.label, progress, prompt_sums)
         _check_finite(probe, info)
         probe = with_token_texts(probe, loaded.bridge.tokenizer)
+        experiments = audit_experiments(hooked, loaded, tokenized, config, prompt_sums)
         ablation = (
             ablate(hooked, tokenized, probe, _ablation_settings(config), info.label, progress)
             if config.ablate and info.causal
@@ -421,6 +348,7 @@ def audit(
         seconds=time.perf_counter() - start,
         figures=figure_names(len(examples), config.key_geometry),
         example_prompts=tuple(tokenized.texts[example.prompt_index][:EXAMPLE_TEXT_CHARS] for example in examples),
+        experiments=experiments,
     )
 
 

@@ -10,6 +10,7 @@ from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, compari
 from sinkscope.pretrained_analysis.geometry_sections import geometry_parts
 from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
 from sinkscope.probes.display import default_state_table, probe_parts
+from sinkscope.probes.sink_curve_tables import curve_tables
 from sinkscope.reports.formatting import plural
 from sinkscope.reports.html import bullets_html, escape, fragment, heat_grid, inline_table
 
@@ -32,6 +33,8 @@ def audit_html(result: AuditResult) -> str:
             f"<p>Tokens of prompt {example.prompt_index} (the first attention example; heat maps in the report): "
             f"<code>{escape(' | '.join(example.labels))}</code></p>"
         )
+    if result.experiments is not None:
+        parts.extend(inline_table(table) for table in curve_tables(result.experiments))
     if result.ablation is not None:
         ablation = result.ablation
         parts.append(inline_table(ABLATION_TABLE.table(ablation_rows(ablation))))

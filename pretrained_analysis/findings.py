@@ -20,6 +20,7 @@ from sinkscope.probes.report_sections import (
     sink_rate_phrase,
     value_share_phrase,
 )
+from sinkscope.probes.sink_curve_tables import curve_findings
 from sinkscope.probes.tables import SINK_RATE_NAME
 from sinkscope.reports.document import percent, sig
 from sinkscope.reports.formatting import estimate_text, plural
@@ -189,6 +190,8 @@ def audit_findings(result: AuditResult) -> list[str]:
     massive = _massive_phrase(probe.layers)
     if massive:
         findings.append(massive)
+    if result.experiments is not None:
+        findings.extend(curve_findings(result.experiments))
     ablation = result.ablation
     if ablation is not None:
         findings.append(

@@ -337,13 +337,22 @@ def load_prompt_set(spec: PromptSpec) -> PromptSet:
 TextRows = tuple[list[list[int]], list[int], tuple[str, ...]]
 
 
+def ordinary_tokens(model: LoadedModel) -> torch.Tensor:
+    """The ids random prompts draw from: every token of the tokenizer and the model's
+    vocabulary that is not a special token."""
+    import torch
+
+    tokenizer = model.bridge.tokenizer
+    special = set(tokenizer.all_special_ids)
+    vocab = min(len(tokenizer), int(model.bridge.cfg.d_vocab))
+    return torch.tensor([token for token in range(vocab) if token not in special], dtype=torch.long)
+
+
 def _random_rows(prompt_set: PromptSet, model: LoadedModel, how: str) -> list[list[int]]:
     import torch
 
-    spec, tokenizer = prompt_set.spec, model.bridge.tokenizer
-    special = set(tokenizer.all_special_ids)
-    vocab = min(len(tokenizer), int(model.bridge.cfg.d_vocab))
-    candidates = torch.tensor([token for token in range(vocab) if token not in special], dtype=torch.long)
+    spec = prompt_set.spec
+    candidates = ordinary_tokens(model)
     prepend = how in ANCHOR_PREFIXED
     n_body = spec.max_len - int(prepend)
     generator = torch.Generator().manual_seed(spec.seed)

@@ -38,6 +38,7 @@ from sinkscope.probes.report_sections import (
     layer_table,
     sink_head_threshold,
 )
+from sinkscope.probes.sink_curve_tables import curve_section
 from sinkscope.reports.document import (
     Block,
     Details,
@@ -239,6 +240,8 @@ def audit_report(source: Path, figure_dir: Path) -> ReportDocument:
     sections = _audit_measurements(source, result)
     if result.ablation is not None:
         sections.append(_ablation_section(result.ablation, model.label, figure_dir))
+    if result.experiments is not None:
+        sections.append(curve_section(result.experiments, figure_dir, model.label))
     sections.append(_audit_configuration(result))
     revision = f" at revision {model.revision}" if model.revision else ""
     return ReportDocument(

@@ -62,14 +62,16 @@ from sinkscope.probes.sink_metrics import (
     projected_value_norms,
     queries_after_anchor,
 )
+from sinkscope.probes.sink_samples import SampleSums
 
 
 class ProbeAccumulator:
     """Per-(layer, head) sums and counts, filled by forward hooks, one batch at a time."""
 
-    def __init__(self, model: HookedModel, config: ProbeConfig) -> None:
+    def __init__(self, model: HookedModel, config: ProbeConfig, samples: SampleSums | None = None) -> None:
         self.model = model
         self.config = config
+        self.samples = samples  # per-prompt statistics for the sink experiments, kept only when asked
         spec = model.spec
         config.check_layers(spec.n_layers)
         self.layers = config.probed_layers(spec.n_layers)
@@ -179,6 +181,8 @@ class ProbeAccumulator:
         def hook(pattern: torch.Tensor, hook: Any) -> None:
             batch, selected, visible = self._context(layer)
             self.sums.add(layer, pattern, batch, selected, visible, self._value_norms)
+            if self.samples is not None:
+                self.samples.add(layer, pattern, batch, selected, visible)
             self._value_norms = None
             if self.secondary is not None:
                 self.secondary.add_pattern(layer, pattern, batch, selected, visible)
@@ -370,11 +374,14 @@ def _normalisation_notes(spec: ModelSpec) -> tuple[str, ...]:
 
 
 def probe_batches(
-    model: torch.nn.Module | HookedModel, batches: Iterable[ProbeBatch], config: ProbeConfig = ProbeConfig()
+    model: torch.nn.Module | HookedModel,
+    batches: Iterable[ProbeBatch],
+    config: ProbeConfig = ProbeConfig(),
+    samples: SampleSums | None = None,
 ) -> ProbeResult:
-    """Probe a stream of batches (e.g. a generator over a dataset)."""
+    """Probe a stream of batches (e.g. a generator over a dataset), filling ``samples`` too when given."""
     hooked = model if isinstance(model, HookedModel) else HookedModel(model)
-    accumulator = ProbeAccumulator(hooked, config)
+    accumulator = ProbeAccumulator(hooked, config, samples)
     for probe_batch in batches:
         prepared = hooked.prepare(probe_batch.inputs, probe_batch.attention_mask)
         if probe_batch.query_mask is not None and probe_batch.query_mask.shape != prepared.attention_mask.shape:

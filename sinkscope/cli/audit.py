@@ -16,6 +16,7 @@ from sinkscope.cli.args import (
 )
 from sinkscope.cli.audit_config import add_measurement_flags
 from sinkscope.cli.audit_config import audit_config as _audit_config
+from sinkscope.cli.audit_experiment_flags import add_experiment_flags
 from sinkscope.cli.audit_flags import add_ablation_flags, add_input_flags, add_placement_flags, add_prompt_flags
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
@@ -59,6 +60,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_input_flags(audit)
     add_ablation_flags(audit)
     add_measurement_flags(audit)
+    add_experiment_flags(audit)
     add_placement_flags(audit)
     add_common_output(audit)
 

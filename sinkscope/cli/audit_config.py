@@ -24,6 +24,7 @@ def add_measurement_flags(audit: argparse.ArgumentParser) -> None:
 
 
 def audit_config(args: argparse.Namespace):
+    from sinkscope.cli.audit_experiment_flags import experiment_settings
     from sinkscope.pretrained_analysis.audit import AuditConfig
 
     return AuditConfig(
@@ -38,4 +39,5 @@ def audit_config(args: argparse.Namespace):
         layers=args.layers,
         key_geometry=args.key_geometry,
         secondary_sinks=args.secondary_sinks,
+        **experiment_settings(args),
     )

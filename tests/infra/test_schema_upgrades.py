@@ -79,6 +79,11 @@ ADDED_SINCE_V1 = {
     "anchor_key_norm_ratio": None,
     "anchor_value_norm_ratio": None,
     "secondary_sinks": None,
+    # the sink experiments (AuditConfig, AuditResult.experiments): not run in a version-1 file
+    "input_types": None,
+    "eps_curve": None,
+    "lengths": None,
+    "experiments": None,
 }
 
 

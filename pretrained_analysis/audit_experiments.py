@@ -1,0 +1,76 @@
+"""The audit's hooks into its sink experiments (``input_types``): the settings checked,
+the statistics its probe pass keeps, and the experiments run after it. Without
+``input_types``, ``eps_curve`` or ``lengths`` none of this runs and the probe keeps nothing more."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sinkscope.infra.arguments import check_argument
+from sinkscope.interp.hooked_model import HookedModel
+from sinkscope.pretrained_analysis.input_types import (
+    PROMPTS,
+    check_input_types,
+    prompt_samples,
+    sink_experiments,
+)
+from sinkscope.pretrained_analysis.loading import LoadedModel
+from sinkscope.pretrained_analysis.prompts import TokenizedPrompts, ordinary_tokens
+from sinkscope.probes.sink_curves import SinkCurves, check_curve_settings
+from sinkscope.probes.sink_samples import SampleSums
+
+if TYPE_CHECKING:
+    from sinkscope.pretrained_analysis.audit_config import AuditConfig
+
+
+def check_experiments(
+    input_types: tuple[str, ...] | None, eps_curve: tuple[float, ...] | None, lengths: tuple[int, ...] | None
+) -> None:
+    """``AuditConfig``'s experiment settings: tuples (or None) of known input types, eps in
+    [0, 1) and lengths >= 2; an ``InputError`` naming the setting otherwise."""
+    for name, value, kind in (("input_types", input_types, str), ("eps_curve", eps_curve, (float, int))):
+        check_argument(value, (tuple, type(None)), name, "a tuple or None")
+        for item in value or ():
+            check_argument(item, kind, name, "a tuple of input type names" if kind is str else "a tuple of numbers")
+    check_argument(lengths, (tuple, type(None)), "lengths", "a tuple of integers or None")
+    for item in lengths or ():
+        check_argument(item, int, "lengths", "a tuple of integers")
+    check_input_types(input_types or ())
+    check_curve_settings(eps_curve or (), lengths or ())
+
+
+def experiment_samples(hooked: HookedModel, config: AuditConfig) -> SampleSums | None:
+    """What the audit's probe pass keeps for the experiments; None (nothing kept, the
+    default audit's cost unchanged) when none is asked for."""
+    if not asked(config):
+        return None
+    return prompt_samples(hooked, config.probe_config(), tuple(sorted(set(config.lengths or ()))))
+
+
+def asked(config: AuditConfig) -> bool:
+    """Whether ``config`` asks for any sink experiment."""
+    return any(value is not None for value in (config.input_types, config.eps_curve, config.lengths))
+
+
+def audit_experiments(
+    hooked: HookedModel,
+    loaded: LoadedModel,
+    prompts: TokenizedPrompts,
+    config: AuditConfig,
+    prompt_sums: SampleSums | None,
+) -> SinkCurves | None:
+    """The experiments ``config`` asks for (None when none), after the probe filled ``prompt_sums``."""
+    if prompt_sums is None:
+        return None
+    return sink_experiments(
+        hooked,
+        prompts,
+        config.probe_config(),
+        prompt_sums,
+        ordinary_tokens(loaded),
+        config.input_types or (PROMPTS,),
+        config.eps_curve or (),
+        tuple(sorted(set(config.lengths or ()))),
+        config.n_bootstrap,
+        (prompts.summary.spec.seed, config.seed),
+    )
