@@ -288,6 +288,12 @@ def _check_sink_to_ablate(config: AuditConfig, hooked: HookedModel, label: str) 
         )
 
 
+def _as_prompt_set(prompts: PromptSpec | PromptSet | list[str]) -> PromptSet:
+    if isinstance(prompts, PromptSet):
+        return prompts
+    return load_prompt_set(prompts) if isinstance(prompts, PromptSpec) else make_prompt_set(prompts)
+
+
 def audit(
     model: LoadSpec | LoadedModel | Any,
     prompts: PromptSpec | PromptSet | Sequence[str],
@@ -308,12 +314,7 @@ def audit(
         prompts = prompt_texts(prompts)  # before the model loads: a bad list fails at once
     loaded = load_model(model, progress=progress) if isinstance(model, LoadSpec) else wrap_model(model, tokenizer)
     config.probe_config().check_layers(loaded.info.n_layers, loaded.info.label)
-    if isinstance(prompts, PromptSet):
-        prompt_set = prompts
-    elif isinstance(prompts, PromptSpec):
-        prompt_set = load_prompt_set(prompts)
-    else:
-        prompt_set = make_prompt_set(prompts)
+    prompt_set = _as_prompt_set(prompts)
     tokenized = tokenize_prompts(prompt_set, loaded)
     info = loaded.info
     hooked = HookedModel(loaded.bridge, prepend_bos=prompt_set.spec.prepend_bos)

@@ -68,6 +68,8 @@ TEXTS_SOURCE = "texts"  # a list of strings given in Python (``prompt_set``), no
 DEFAULT_MAX_LEN = 64
 DEFAULT_N_PROMPTS = 64
 
+BUILTIN_PROMPTS = Path(str(resources.files("sinkscope.pretrained_analysis") / "data" / "default_prompts.txt"))
+
 
 @dataclass(frozen=True)
 class PromptSpec:
@@ -241,10 +243,6 @@ def check_context(spec: PromptSpec, n_ctx: int, model_label: str) -> None:
         )
 
 
-def _builtin_path() -> Path:
-    return Path(str(resources.files("sinkscope.pretrained_analysis") / "data" / "default_prompts.txt"))
-
-
 def _read_hub(spec: PromptSpec) -> list[Any]:
     import datasets
 
@@ -320,7 +318,7 @@ def load_prompt_set(spec: PromptSpec) -> PromptSet:
     if spec.kind == "hub":
         location, column, values = spec.source, spec.text_column, _read_hub(spec)
     else:
-        path = _builtin_path() if spec.kind == "builtin" else Path(spec.source).expanduser()
+        path = BUILTIN_PROMPTS if spec.kind == "builtin" else Path(spec.source).expanduser()
         values, column = read_file(path, spec.text_column)
         location = "built-in default prompts" if spec.kind == "builtin" else str(path)
     texts = _texts(values, column, location)

@@ -230,6 +230,16 @@ def _errors(
     return torch.cat(chunks)
 
 
+def _check_functions(error_fn: object, removal: object) -> None:
+    if removal not in REMOVALS:
+        raise InputError(
+            f"removal must be remove_sink or remove_learned_sink (from sinkscope.probes.interventions), got {removal!r}",
+            field="removal",
+        )
+    if not callable(error_fn):
+        raise InputError(f"error_fn must be a function (logits, batch) -> errors, got {error_fn!r}", field="error_fn")
+
+
 def default_state_test(
     model: torch.nn.Module | HookedModel,
     inputs: torch.Tensor | Sequence[str],
@@ -246,13 +256,7 @@ def default_state_test(
     is taken away: ``remove_sink`` (the anchor key), or ``remove_learned_sink`` for a
     model's learned sink logits (gpt-oss), each against the same random-key control.
     """
-    if removal not in REMOVALS:
-        raise InputError(
-            f"removal must be remove_sink or remove_learned_sink (from sinkscope.probes.interventions), got {removal!r}",
-            field="removal",
-        )
-    if not callable(error_fn):
-        raise InputError(f"error_fn must be a function (logits, batch) -> errors, got {error_fn!r}", field="error_fn")
+    _check_functions(error_fn, removal)
     hooked = model if isinstance(model, HookedModel) else HookedModel(model)
     batch = hooked.prepare(inputs, attention_mask)
     heads = remove_sink(sink_heads).heads if len(sink_heads) else ()  # (layer, head) pairs or names like "L0H3"
