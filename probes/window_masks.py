@@ -15,12 +15,16 @@ cache instead re-indexes the kept keys to consecutive positions (the first S tok
 0..S-1, the window right after them), so its distances differ from the text's; this test
 asks what the model loses when keys vanish, with nothing else changed.
 
-How they are imposed: at ``hook_pattern``, the hidden keys' weights are set to zero and
-each row is divided by what its visible keys (plus a learned sink's share, on models that
-have sink logits) held. For softmax attention that is exactly the softmax over the visible
-scores, i.e. a -inf mask on ``hook_attn_scores``; the model's own causal, sliding-window
-and chunk masks still apply, since a key they hid already has weight zero. Kinds whose rows
-are not normalised (ReLU, linear toy models) only lose the hidden keys' weights.
+How they are imposed, on every head of every layer:
+- on a bridge (a Hugging Face model), at ``hook_attn_scores``: the hidden keys' scores are
+  set to the dtype's lowest value, as the model's own causal mask does, so its softmax (with
+  a learned sink's logit, on models that have one) runs over the visible keys only. This is
+  exact where an edit after the softmax is not: a strong sink can leave the other keys'
+  weights at zero in float32 (underflow), and no renormalisation brings them back;
+- on toy models (whose attention kinds include unnormalised ones), at ``hook_pattern``: the
+  hidden keys' weights are set to zero and, for softmax, each row is divided by what its
+  visible keys held (``restrict_pattern``).
+The model's own causal, sliding-window and chunk masks still apply.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ from sinkscope.infra.bounds import COUNT, Bound
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import FwdHooks, HookedModel
-from sinkscope.interp.learned_sinks import has_learned_sinks
 
 WindowKind = Literal["full", "window", "first", "random"]
 WINDOW_KINDS: tuple[str, ...] = get_args(WindowKind)
@@ -67,11 +70,6 @@ class WindowSetting:
         if self.kind == "window":
             return f"last {self.window}"
         return f"{'first' if self.kind == 'first' else 'random'} {self.sinks} + last {self.window}"
-
-    @property
-    def reach(self) -> int:
-        """Keys a query keeps at most (W + S); 0 for full attention."""
-        return self.window + self.sinks
 
 
 def window_settings(windows: Sequence[int], sinks: Sequence[int]) -> tuple[WindowSetting, ...]:
@@ -110,39 +108,46 @@ def allowed_keys(setting: WindowSetting, n_pos: int, seed: int = 0) -> Bool[torc
 
 
 def restrict_pattern(
-    pattern: Float[torch.Tensor, "batch head query key"],
-    allowed: Bool[torch.Tensor, "query key"],
-    normalised: bool,
-    learned_sinks: bool,
+    pattern: Float[torch.Tensor, "batch head query key"], allowed: Bool[torch.Tensor, "query key"], normalised: bool
 ) -> Float[torch.Tensor, "batch head query key"]:
     """``pattern`` with the keys ``allowed`` hides at zero; rows of normalised attention are
-    divided by the mass left on their visible keys, plus the learned sink's share (1 - row
-    sum) on models with sink logits, which a softmax over the visible scores keeps."""
-    visible = allowed.to(pattern.device)
-    kept = pattern.masked_fill(~visible, 0.0)
+    divided by the mass left on their visible keys (the softmax over the visible scores)."""
+    kept = pattern.masked_fill(~allowed.to(pattern.device), 0.0)
     if not normalised:
         return kept
     left = kept.sum(dim=-1, keepdim=True)
-    if learned_sinks:
-        left = left + (1.0 - pattern.sum(dim=-1, keepdim=True)).clamp_min(0.0)
     return kept / torch.where(left > 0, left, torch.ones_like(left))
 
 
 def window_hooks(model: HookedModel, allowed: Bool[torch.Tensor, "query key"]) -> FwdHooks:
-    """Hooks that impose ``allowed`` on every head of every layer (``model.run_with_hooks``)."""
+    """Hooks that impose ``allowed`` on every head of every layer (``model.run_with_hooks``):
+    on the scores of a bridge's softmax attention, else on the pattern."""
     spec = model.spec
     if not spec.causal:
         raise InputError("the window test needs a causal language model; this model attends in both directions")
+    if model.is_bridge and spec.attention == "softmax" and attn_hook(0, "attn_scores") in spec.hook_names:
+        return [(attn_hook(layer, "attn_scores"), _score_hook(allowed)) for layer in range(spec.n_layers)]
     if not spec.pattern_writable:
         raise InputError(
             "this model's attention pattern is read-only (its module has consumed it before the hook); "
             "the window test needs a model whose hook_pattern edits reach the output (GPT-2, Pythia, Llama ...)"
         )
-    sinks = has_learned_sinks(model)
 
     def hook(pattern: torch.Tensor, hook: Any) -> torch.Tensor:
-        if pattern.shape[-1] != allowed.shape[-1]:
-            raise InputError(f"the mask covers {allowed.shape[-1]} positions, the input has {pattern.shape[-1]}")
-        return restrict_pattern(pattern, allowed, spec.normalised, sinks)
+        _check_size(pattern, allowed)
+        return restrict_pattern(pattern, allowed, spec.normalised)
 
     return [(attn_hook(layer, "pattern"), hook) for layer in range(spec.n_layers)]
+
+
+def _score_hook(allowed: Bool[torch.Tensor, "query key"]) -> Any:
+    def hook(scores: torch.Tensor, hook: Any) -> torch.Tensor:
+        _check_size(scores, allowed)
+        return scores.masked_fill(~allowed.to(scores.device), torch.finfo(scores.dtype).min)
+
+    return hook
+
+
+def _check_size(attention: torch.Tensor, allowed: torch.Tensor) -> None:
+    if attention.shape[-2:] != allowed.shape:
+        raise InputError(f"the mask covers {allowed.shape[-1]} positions, the input has {attention.shape[-1]}")
