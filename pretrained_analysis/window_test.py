@@ -23,7 +23,7 @@ from sinkscope.infra.arguments import check_argument
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.pretrained_analysis.boot import LoadedModel
-from sinkscope.pretrained_analysis.loading import LoadSpec, load_model, wrap_model
+from sinkscope.pretrained_analysis.loading import LoadSpec, load_model, loading_announced, wrap_model
 from sinkscope.probes.window_masks import window_settings
 from sinkscope.probes.window_test import WindowRun, WindowTestResult, run_window_test
 
@@ -93,7 +93,11 @@ def window_test(
     if text is not None and not (isinstance(text, str) and text.strip()):
         raise InputError("text must be a non-empty string (or None for the packaged text)", field="text")
     settings = window_settings(tuple(windows), tuple(sinks))
-    loaded = load_model(model, progress=progress) if isinstance(model, LoadSpec) else wrap_model(model, tokenizer)
+    if isinstance(model, LoadSpec):
+        with loading_announced(model.label, progress):
+            loaded = load_model(model, progress=progress)
+    else:
+        loaded = wrap_model(model, tokenizer)
     hooked = HookedModel(loaded.bridge)
     chunks = text_chunks(hooked, default_text() if text is None else text, chunk_tokens, max_chunks)
     run = WindowRun(
@@ -105,4 +109,6 @@ def window_test(
     )
     bar = tqdm(total=len(settings), desc=f"window test {run.model}", unit="setting", disable=not progress)
     with bar:
-        return run_window_test(hooked, chunks, settings, position_next_token_loss, run, seed, tick=lambda: bar.update(1))
+        return run_window_test(
+            hooked, chunks, settings, position_next_token_loss, run, seed, tick=lambda: bar.update(1)
+        )

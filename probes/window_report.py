@@ -27,7 +27,12 @@ from sinkscope.reports.write import ReportKind
 RESULT_FILE = "window_test.json"
 FIGURE_FILE = "window_test_loss.png"
 # (colour, line style) per setting kind: the window alone stands out, the control is dashed
-KIND_STYLE = {"full": ("#000000", "-"), "window": ("#d62728", "-"), "first": ("#1f77b4", "-"), "random": ("#ff7f0e", "--")}
+KIND_STYLE = {
+    "full": ("#000000", "-"),
+    "window": ("#d62728", "-"),
+    "first": ("#1f77b4", "-"),
+    "random": ("#ff7f0e", "--"),
+}
 
 
 def _interval(estimate: Any, n_units: int) -> tuple[float, float]:
@@ -156,8 +161,11 @@ def window_document(result: WindowTestResult, figure_dir: Path) -> ReportDocumen
             ("text", result.source),
             ("units", f"{plural(result.n_units, result.unit)} of {result.n_positions} positions with a loss"),
             ("seed (random control, bootstrap)", str(result.seed)),
-            ("cost", f"{result.seconds:.1f} s for {result.tokens:,} positions forwarded "
-             f"({result.seconds_per_1k_tokens:.3g} s per 1,000)"),
+            (
+                "cost",
+                f"{result.seconds:.1f} s for {result.tokens:,} positions forwarded "
+                f"({result.seconds_per_1k_tokens:.3g} s per 1,000)",
+            ),
         ),
     )
     sections = (

@@ -201,4 +201,3 @@ def run_window_test(
         seconds=seconds,
         tokens=sum(batch.batch_size * batch.n_pos for batch in batches) * len(settings),
     )
-

@@ -16,16 +16,16 @@ from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, TICK_PT, TITLE_PT, 
 LOG_VALUES_RATIO = 10.0  # values spanning more than this share a log axis
 
 
-def running_mean(values: Sequence[float], width: int) -> np.ndarray:
+def running_mean(values: Sequence[float], width: int) -> list[float]:
     """The mean of each value and the ``width - 1`` before it (fewer at the start), so every
     point is an average of measured values only."""
     array = np.asarray(values, dtype=float)
     if width <= 1:
-        return array
+        return array.tolist()
     total = np.cumsum(np.insert(array, 0, 0.0))
     ends = np.arange(1, len(array) + 1)
     starts = np.maximum(ends - width, 0)
-    return (total[ends] - total[starts]) / (ends - starts)
+    return ((total[ends] - total[starts]) / (ends - starts)).tolist()
 
 
 def position_curves(
