@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sinkscope.infra.codec import read_result
+from sinkscope.probes.window_masks import WindowSetting
 from sinkscope.probes.window_test import SettingLoss, WindowTestResult
 from sinkscope.reports.curves import position_curves, running_mean
 from sinkscope.reports.document import (
@@ -26,6 +27,8 @@ from sinkscope.reports.write import ReportKind
 
 RESULT_FILE = "window_test.json"
 FIGURE_FILE = "window_test_loss.png"
+FIRST_SHADES = ("#6baed6", "#2171b5", "#08306b")
+RANDOM_SHADES = ("#fdae6b", "#e6550d", "#7f2704")
 # (colour, line style) per setting kind: the window alone stands out, the control is dashed
 KIND_STYLE = {
     "full": ("#000000", "-"),
@@ -127,15 +130,31 @@ def smoothing_width(result: WindowTestResult) -> int:
     return max(1, result.n_positions // 64)
 
 
+def _style(setting: WindowSetting, sinks: list[int]) -> tuple[str, str]:
+    """(colour, line style): black full attention, red window alone, blues for the first S
+    and oranges (dashed) for the control, darker for larger S."""
+    if setting.kind in ("full", "window"):
+        return KIND_STYLE[setting.kind]
+    shades = FIRST_SHADES if setting.kind == "first" else RANDOM_SHADES
+    return shades[sinks.index(setting.sinks) % len(shades)], KIND_STYLE[setting.kind][1]
+
+
 def window_figure(result: WindowTestResult, path: Path) -> Any:
-    """Loss against position, one line per setting (running mean, ``smoothing_width``)."""
+    """Loss against position (running mean, ``smoothing_width``), one panel per W with full
+    attention, the window alone, and each S kept first and at random."""
     width = smoothing_width(result)
-    series = [
-        (row.setting.label, running_mean(curve, width), *KIND_STYLE[row.setting.kind])
-        for row, curve in zip(result.rows, result.curves, strict=True)
-    ]
+    sinks = sorted({row.setting.sinks for row in result.rows if row.setting.sinks})
+    full = (result.rows[0].setting.label, running_mean(result.curves[0], width), *KIND_STYLE["full"])
+    panels = []
+    for window in sorted({row.setting.window for row in result.rows if row.setting.window}):
+        series = [
+            (row.setting.label, running_mean(curve, width), *_style(row.setting, sinks))
+            for row, curve in zip(result.rows, result.curves, strict=True)
+            if row.setting.window == window
+        ]
+        panels.append((f"W = {window}", [full, *series]))
     return position_curves(
-        series,
+        panels or [("full attention", [full])],
         path,
         f"Window test: {result.model}, {plural(result.n_units, result.unit)}",
         f"{result.loss_name} (running mean of {width})" if width > 1 else result.loss_name,

@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from sinkscope.infra.errors import InputError
-from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, TICK_PT, TITLE_PT, legend_below, save_figure
+from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, TICK_PT, TITLE_PT, save_figure
 
 LOG_VALUES_RATIO = 10.0  # values spanning more than this share a log axis
 
@@ -28,33 +28,40 @@ def running_mean(values: Sequence[float], width: int) -> list[float]:
     return ((total[ends] - total[starts]) / (ends - starts)).tolist()
 
 
+Series = tuple[str, Sequence[float], str, str]  # (name, values, colour, line style)
+
+
 def position_curves(
-    series: Sequence[tuple[str, Sequence[float], str, str]],
+    panels: Sequence[tuple[str, Sequence[Series]]],
     path: str | os.PathLike,
     title: str,
     ylabel: str,
     marker_at: int | None = None,
     marker_label: str = "",
 ) -> Figure:
-    """One line per ``(name, values, colour, linestyle)``, value k at position k + 1 (log x).
-    ``marker_at``: a dotted vertical line at that position, named ``marker_label``."""
-    if not series or not all(len(values) for _, values, _, _ in series):
-        raise InputError("a position curve needs at least one series with values")
-    fig = Figure(figsize=(min(PAGE_WIDTH_IN, 8.0), 4.4), layout="constrained")
-    ax = fig.subplots()
-    finite = np.concatenate([np.asarray(values, dtype=float) for _, values, _, _ in series])
-    finite = finite[np.isfinite(finite) & (finite > 0)]
-    for name, values, colour, style in series:
-        ax.plot(np.arange(1, len(values) + 1), values, label=name, color=colour, linestyle=style, linewidth=1.2)
-    ax.set_xscale("log")
-    if finite.size and finite.max() / finite.min() > LOG_VALUES_RATIO:
-        ax.set_yscale("log")
-    if marker_at is not None and marker_at > 0:
-        ax.axvline(marker_at + 1, color="#777777", linestyle=":", linewidth=1.0, label=marker_label or None)
-    ax.set_xlabel("position in the chunk (log scale)", fontsize=LABEL_PT)
-    ax.set_ylabel(ylabel, fontsize=LABEL_PT)
-    ax.tick_params(labelsize=TICK_PT)
-    ax.grid(alpha=0.3, which="both")
-    ax.set_title(title, fontsize=TITLE_PT)
-    legend_below(fig, ax, len(series) + (marker_at is not None))
+    """One panel per ``(panel title, series)``, side by side on a shared value axis; in each,
+    one line per series, value k at position k + 1 (log x). ``marker_at``: a dotted vertical
+    line at that position, named ``marker_label``."""
+    if not panels or not all(values for _, series in panels for _, values, _, _ in series):
+        raise InputError("a position curve needs at least one panel of series with values")
+    fig = Figure(figsize=(min(PAGE_WIDTH_IN, 1.0 + 3.6 * len(panels)), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    every = np.concatenate([np.asarray(v, dtype=float) for _, series in panels for _, v, _, _ in series])
+    every = every[np.isfinite(every) & (every > 0)]
+    log_values = bool(every.size) and every.max() / every.min() > LOG_VALUES_RATIO
+    for ax, (panel_title, series) in zip(axes, panels, strict=True):
+        for name, values, colour, style in series:
+            ax.plot(np.arange(1, len(values) + 1), values, label=name, color=colour, linestyle=style, linewidth=1.1)
+        if marker_at is not None and marker_at > 0:
+            ax.axvline(marker_at + 1, color="#777777", linestyle=":", linewidth=1.0, label=marker_label or None)
+        ax.set_xscale("log")
+        if log_values:
+            ax.set_yscale("log")
+        ax.set_title(panel_title, fontsize=LABEL_PT)
+        ax.set_xlabel("position in the chunk (log scale)", fontsize=LABEL_PT)
+        ax.tick_params(labelsize=TICK_PT)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=TICK_PT - 1, frameon=False, loc="best")
+    axes[0].set_ylabel(ylabel, fontsize=LABEL_PT)
+    fig.suptitle(title, fontsize=TITLE_PT)
     return save_figure(fig, path)
