@@ -148,7 +148,11 @@ def window_figure(result: WindowTestResult, path: Path) -> Any:
     panels = []
     for window in sorted({row.setting.window for row in result.rows if row.setting.window}):
         series = [
-            (row.setting.label, running_mean(curve, width), *_style(row.setting, sinks))
+            (
+                row.setting.label.replace(f"last {window}", "last W"),
+                running_mean(curve, width),
+                *_style(row.setting, sinks),
+            )
             for row, curve in zip(result.rows, result.curves, strict=True)
             if row.setting.window == window
         ]

@@ -40,11 +40,12 @@ def position_curves(
     marker_label: str = "",
 ) -> Figure:
     """One panel per ``(panel title, series)``, side by side on a shared value axis; in each,
-    one line per series, value k at position k + 1 (log x). ``marker_at``: a dotted vertical
-    line at that position, named ``marker_label``."""
+    one line per series, value k at position k + 1 (log x). The panels share their series'
+    names, so one legend under them names every line. ``marker_at``: a dotted vertical line
+    at that position, named ``marker_label``."""
     if not panels or not all(values for _, series in panels for _, values, _, _ in series):
         raise InputError("a position curve needs at least one panel of series with values")
-    fig = Figure(figsize=(min(PAGE_WIDTH_IN, 1.0 + 3.6 * len(panels)), 4.2), layout="constrained")
+    fig = Figure(figsize=(min(PAGE_WIDTH_IN, max(7.5, 1.0 + 3.6 * len(panels))), 4.6), layout="constrained")
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     every = np.concatenate([np.asarray(v, dtype=float) for _, series in panels for _, v, _, _ in series])
     every = every[np.isfinite(every) & (every > 0)]
@@ -61,7 +62,8 @@ def position_curves(
         ax.set_xlabel("position in the chunk (log scale)", fontsize=LABEL_PT)
         ax.tick_params(labelsize=TICK_PT)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=TICK_PT - 1, frameon=False, loc="best")
     axes[0].set_ylabel(ylabel, fontsize=LABEL_PT)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=TICK_PT, frameon=False)
     fig.suptitle(title, fontsize=TITLE_PT)
     return save_figure(fig, path)

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from pretrained.test_learned_sinks import build_tiny_gpt_oss
+from round_trip import assert_json_files_round_trip
 from sinkscope.cli.entry import run_command_line
 from sinkscope.infra.codec import read_result, write_result
 from sinkscope.infra.errors import InputError
@@ -148,6 +149,7 @@ def test_the_command_writes_the_result_and_its_report(tmp_path, capsys):
     assert printed["window_test"]["n_units"] == 2
     assert {"window_test.json", "report.html", "report.md"} <= {p.name for p in out.iterdir()}
     assert (out / "report_figures" / "window_test_loss.png").is_file()
+    assert assert_json_files_round_trip(out) == {"window_test"}
     markdown = (out / "report.md").read_text()
     assert "first 2 + last 16" in markdown and "re-indexes" in markdown
     rebuilt = report(out, overwrite=True)  # `sinkscope report` knows the directory
