@@ -44,7 +44,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     command.add_argument("--max-chunks", type=POSITIVE, default=None, help="use at most this many chunks")
     command.add_argument("--seed", type=at_least(0), default=0, help="the random control's and bootstrap's seed")
     command.add_argument("--device", type=device_name, default=None, help="cpu, cuda, cuda:N, mps or auto")
-    command.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    command.add_argument(
+        "--dtype",
+        choices=("float32", "float16", "bfloat16"),
+        default="float32",
+        help="weights' dtype (default float32)",
+    )
     command.add_argument("--out", type=out_path, dest="out_dir", default=None, help="output directory")
     command.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     add_common_output(command)
