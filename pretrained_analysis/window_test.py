@@ -3,8 +3,8 @@ chunks, next-token loss at every position of every chunk under each window setti
 (``sinkscope.probes.window_masks``), summarised with intervals over the chunks.
 
 The default text ships with the package (``data/window_text.txt``): chapters 1 to 4 of Jane
-Austen's *Pride and Prejudice* (1813, public domain), about 4,400 words, transcribed for
-sinkscope from the 1813 text (the wording may differ in places from a given printed
+Austen's *Pride and Prejudice* (1813, public domain), about 4,400 words, reproduced for
+sinkscope from memory of the 1813 text (the wording may differ in places from a printed
 edition); it runs offline.
 """
 
