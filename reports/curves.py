@@ -1,6 +1,12 @@
-"""Curves with intervals: one line per series over numeric x, each measured point with its
-interval as an error bar. Only measured points are drawn (NaN means are left out, never
-joined across), and a point without an interval (fewer than two units) has no bar."""
+"""Curves of measured points against a numeric axis, two kinds:
+
+- with intervals (``interval_curves``): one line per series, each measured point with its
+  interval as an error bar; only measured points are drawn (NaN means are left out, never
+  joined across), and a point without an interval (fewer than two units) has no bar;
+- over positions (``position_curves``): one line per series on a log-scaled position axis
+  (the first positions and the far ones side by side), with a log-scaled value axis when
+  the values span more than a factor of ten (the streaming window test).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from sinkscope.infra.errors import InputError
-from sinkscope.reports.plots import LABEL_PT, TICK_PT, TITLE_PT, legend_below, save_figure
+from sinkscope.reports.plots import LABEL_PT, PAGE_WIDTH_IN, TICK_PT, TITLE_PT, legend_below, save_figure
+
+LOG_VALUES_RATIO = 10.0  # values spanning more than this share a log axis
 
 
 @dataclass(frozen=True)
@@ -68,4 +76,57 @@ def interval_curves(
     ax.set_title(title, fontsize=TITLE_PT)
     if len(series) > 1:
         legend_below(fig, ax, len(series))
+    return save_figure(fig, path)
+
+
+def running_mean(values: Sequence[float], width: int) -> list[float]:
+    """The mean of each value and the ``width - 1`` before it (fewer at the start), so every
+    point is an average of measured values only."""
+    array = np.asarray(values, dtype=float)
+    if width <= 1:
+        return array.tolist()
+    total = np.cumsum(np.insert(array, 0, 0.0))
+    ends = np.arange(1, len(array) + 1)
+    starts = np.maximum(ends - width, 0)
+    return ((total[ends] - total[starts]) / (ends - starts)).tolist()
+
+
+Series = tuple[str, Sequence[float], str, str]  # (name, values, colour, line style)
+
+
+def position_curves(
+    panels: Sequence[tuple[str, Sequence[Series]]],
+    path: str | os.PathLike,
+    title: str,
+    ylabel: str,
+    marker_at: int | None = None,
+    marker_label: str = "",
+) -> Figure:
+    """One panel per ``(panel title, series)``, side by side on a shared value axis; in each,
+    one line per series, value k at position k + 1 (log x). The panels share their series'
+    names, so one legend under them names every line. ``marker_at``: a dotted vertical line
+    at that position, named ``marker_label``."""
+    if not panels or not all(values for _, series in panels for _, values, _, _ in series):
+        raise InputError("a position curve needs at least one panel of series with values")
+    fig = Figure(figsize=(min(PAGE_WIDTH_IN, max(7.5, 1.0 + 3.6 * len(panels))), 4.6), layout="constrained")
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    every = np.concatenate([np.asarray(v, dtype=float) for _, series in panels for _, v, _, _ in series])
+    every = every[np.isfinite(every) & (every > 0)]
+    log_values = bool(every.size) and every.max() / every.min() > LOG_VALUES_RATIO
+    for ax, (panel_title, series) in zip(axes, panels, strict=True):
+        for name, values, colour, style in series:
+            ax.plot(np.arange(1, len(values) + 1), values, label=name, color=colour, linestyle=style, linewidth=1.1)
+        if marker_at is not None and marker_at > 0:
+            ax.axvline(marker_at + 1, color="#777777", linestyle=":", linewidth=1.0, label=marker_label or None)
+        ax.set_xscale("log")
+        if log_values:
+            ax.set_yscale("log")
+        ax.set_title(panel_title, fontsize=LABEL_PT)
+        ax.set_xlabel("position in the chunk (log scale)", fontsize=LABEL_PT)
+        ax.tick_params(labelsize=TICK_PT)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel(ylabel, fontsize=LABEL_PT)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=TICK_PT, frameon=False)
+    fig.suptitle(title, fontsize=TITLE_PT)
     return save_figure(fig, path)

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         audit_suite,
         compare_directories,
     )
+    from sinkscope.pretrained_analysis.window_test import window_test
     from sinkscope.probes.default_state import default_state_test
     from sinkscope.probes.geometry_result import key_geometry
     from sinkscope.probes.interventions import (
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
     from sinkscope.probes.probe import ProbeConfig, ProbeResult
     from sinkscope.probes.runner import probe_model
     from sinkscope.probes.secondary_result import secondary_sinks
+    from sinkscope.probes.window_test import WindowTestResult
     from sinkscope.reporting import report
     from sinkscope.toy.evaluate import evaluate_run
     from sinkscope.toy.model import ToyModelConfig
@@ -81,6 +83,7 @@ if TYPE_CHECKING:
     from sinkscope.toy.task import TaskConfig
     from sinkscope.toy.tracking import TrackingConfig
     from sinkscope.toy.train import train, train_seeds
+    from sinkscope.toy.window_test import toy_window_test
 
 # public name -> the module that defines it (tests/package/test_public_api.py checks that
 # the two lists agree)
@@ -122,6 +125,10 @@ _EXPORTS: dict[str, str] = {
     "activation_patching": "sinkscope.probes.patching",
     "key_geometry": "sinkscope.probes.geometry_result",
     "secondary_sinks": "sinkscope.probes.secondary_result",
+    # the streaming window test (StreamingLLM's), on pretrained and toy models
+    "window_test": "sinkscope.pretrained_analysis.window_test",
+    "toy_window_test": "sinkscope.toy.window_test",
+    "WindowTestResult": "sinkscope.probes.window_test",
     # toy models
     "train": "sinkscope.toy.train",
     "train_seeds": "sinkscope.toy.train",

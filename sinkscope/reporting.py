@@ -17,11 +17,12 @@ from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import package_version
 from sinkscope.pretrained_analysis.report import REPORT_KINDS as PRETRAINED_KINDS
 from sinkscope.probes.mechanism_report import REPORT_KINDS as MECHANISM_KINDS
+from sinkscope.probes.window_report import REPORT_KINDS as WINDOW_KINDS
 from sinkscope.reports.write import ReportKind, write_report
 from sinkscope.toy.report import REPORT_KINDS as TOY_KINDS
 from sinkscope.toy.run_dir import CONFIG_FILE, RESULT_FILE
 
-REPORT_KINDS: tuple[ReportKind, ...] = PRETRAINED_KINDS + TOY_KINDS + MECHANISM_KINDS
+REPORT_KINDS: tuple[ReportKind, ...] = PRETRAINED_KINDS + TOY_KINDS + MECHANISM_KINDS + WINDOW_KINDS
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from sinkscope.pretrained_analysis.compare import Comparison
 from sinkscope.pretrained_analysis.suite import AuditSuite
 from sinkscope.probes.patching import PatchingResult
 from sinkscope.probes.probe import ProbeResult
+from sinkscope.probes.window_test import WindowTestResult
 from sinkscope.toy.evaluate import ToyDefaultState
 from sinkscope.toy.experiment import ModelSummary
 from sinkscope.toy.patching import TriggerPatching
@@ -42,6 +43,7 @@ PERSISTED = {
         TradeoffResult,
         TrainResult,
         TriggerPatching,
+        WindowTestResult,
     )
 }
 
@@ -78,4 +80,5 @@ PERSISTED_MODULES = (
     "sinkscope.pretrained_analysis.audit",
     "sinkscope.pretrained_analysis.compare",
     "sinkscope.pretrained_analysis.suite",
+    "sinkscope.probes.window_test",
 )

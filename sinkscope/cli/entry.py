@@ -42,6 +42,7 @@ INTERRUPTED = {
     "report": "files already replaced are complete; re-run with --overwrite",
     "compare": "nothing was written; any old comparison is as it was",
     "demo": "the step that stopped said what it kept; run sinkscope demo again to continue",
+    "window-test": "files are written only after every setting ran; re-run with --overwrite to replace any partial output",
 }
 
 

@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 
 import sinkscope
-from sinkscope.cli import audit, compare, demo, report, toy
+from sinkscope.cli import audit, compare, demo, report, toy, window_test
 from sinkscope.cli.args import Parser, add_debug
 
 MAIN_EXAMPLES = """examples:
@@ -25,6 +25,7 @@ HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace], dict]] = {
     ("report", None): report.run,
     ("compare", None): compare.run,
     ("demo", None): demo.run,
+    ("window-test", None): window_test.run,
 }
 
 
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(commands)
     compare.add_parser(commands)
     demo.add_parser(commands)
+    window_test.add_parser(commands)
     return parser
 
 

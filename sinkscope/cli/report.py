@@ -24,6 +24,7 @@ DIR: a result directory, recognised by its files (the report says which kind it 
                                                        sinkscope toy patch
   toy tradeoff      tradeoff.json                      sinkscope toy tradeoff
   mechanism         mechanism.json                     sinkscope compare --mechanism
+  window test       window_test.json                   sinkscope window-test MODEL
 report.html is one self-contained page (figures embedded, no network needed); report.md has
 the same findings and tables.
 """
@@ -40,7 +41,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "result_dir",
         metavar="DIR",
         help="a result directory of one of the kinds listed below: audit, comparison, toy reproduction, toy sweep, "
-        "toy probe, toy patch, toy tradeoff or mechanism",
+        "toy probe, toy patch, toy tradeoff, mechanism or window test",
     )
     report.add_argument(
         "--out",
