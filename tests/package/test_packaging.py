@@ -62,7 +62,7 @@ def test_after_a_regular_install_only_the_sinkscope_names_import(wheel, tmp_path
         capture_output=True,
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    code = "import sinkscope.interp.hook_names as m, sinkscope.pretrained_analysis.prompts as p; print(m.__file__); print(p._builtin_path())"
+    code = "import sinkscope.interp.hook_names as m, sinkscope.pretrained_analysis.prompts as p; print(m.__file__); print(p.BUILTIN_PROMPTS)"
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     module_file, prompts_file = done.stdout.split()
