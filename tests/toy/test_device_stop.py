@@ -4,6 +4,7 @@ CPU), and a stopped seed stays frozen at its stop step."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -70,3 +71,34 @@ def test_a_stopped_seed_is_frozen_and_keeps_its_first_stop():
     assert stopped[1].step == 7 and stopped[1].diverged
     kept, updated = torch.zeros(3, 2), torch.ones(3, 2)
     assert frozen_where(stop.stopped, kept, updated).tolist() == [[0, 0], [0, 0], [1, 1]]
+
+
+class _InterruptAfter:
+    """A step-boundary latch that reports a signal from its ``reads``-th read on."""
+
+    def __init__(self, reads: int) -> None:
+        self.reads = reads
+
+    @property
+    def requested(self) -> bool:
+        self.reads -= 1
+        return self.reads < 0
+
+
+def test_an_interrupt_inside_a_device_block_checkpoints_that_step_and_resumes_exactly(tmp_path, monkeypatch):
+    configs = _configs((0, 1), max_steps=250, stop_linf=1e-12, log_every=100, checkpoint_every=200)
+    straight = [tmp_path / f"s{k}" for k in range(2)]
+    monkeypatch.setattr(train_module, "uses_device_rule", lambda device, compiled: False)
+    train_seeds(configs, straight, progress=False)
+    monkeypatch.setattr(train_module, "uses_device_rule", lambda device, compiled: True)
+    monkeypatch.setattr(train_module, "interrupts_at_step_boundaries", lambda: nullcontext(_InterruptAfter(137)))
+    dirs = [tmp_path / f"d{k}" for k in range(2)]
+    with pytest.raises(KeyboardInterrupt):
+        train_seeds(configs, dirs, progress=False)
+    assert [p.name for p in checkpoint_dirs(dirs[0])][-1] == "step-00000137"  # mid-block, not a log step
+    monkeypatch.setattr(train_module, "interrupts_at_step_boundaries", lambda: nullcontext(_InterruptAfter(10**9)))
+    resumed = train_seeds(configs, dirs, progress=False)
+    assert [r.resumed_from_step for r in resumed] == [137, 137]
+    for a, b in zip(dirs, straight):
+        assert _run_files(a)["final"] == _run_files(b)["final"]
+        assert _run_files(a)["metrics"] == _run_files(b)["metrics"]
