@@ -113,6 +113,22 @@ def measure_case(layers: int, heads: int, k: int, device: torch.device, steps: i
     }
 
 
+def markdown_table(cases: list[dict]) -> str:
+    """The figures as RESULTS.md's table: one row per case and K."""
+    lines = [
+        "| case | K | eager steps/s | compiled steps/s | eager seed-steps/s | compiled seed-steps/s "
+        "| compiled / eager | compile time (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in cases:
+        lines.append(
+            f"| {row['case']} | {row['k']} | {row['eager_steps_per_s']:,.1f} | {row['compiled_steps_per_s']:,.1f} "
+            f"| {row['eager_seed_steps_per_s']:,.1f} | {row['compiled_seed_steps_per_s']:,.1f} "
+            f"| {row['ratio']:.2f}x | {row['compile_s']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def machine() -> dict:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     info = {"torch": torch.__version__, "python": platform.python_version(), "load_1min": load}
@@ -145,6 +161,7 @@ def main() -> None:
     report["machine_end"] = machine()
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown_table(report["cases"]))
 
 
 if __name__ == "__main__":

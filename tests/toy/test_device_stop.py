@@ -38,14 +38,14 @@ def _run_files(run_dir) -> dict[str, bytes]:
     return files
 
 
-def _train(tmp_path, name: str, device_rule: bool, monkeypatch, seeds=(0, 1, 2)):
+def _train(tmp_path, name: str, device_rule: bool, monkeypatch, seeds):
     monkeypatch.setattr(train_module, "uses_device_rule", lambda device, compiled: device_rule)
     dirs = [tmp_path / f"{name}{k}" for k in range(len(seeds))]
-    configs = _configs(seeds, max_steps=3000, stop_linf=2e-2, log_every=100, checkpoint_every=300)
+    configs = _configs(seeds, max_steps=3000, stop_linf=3e-2, log_every=100, checkpoint_every=300)
     return dirs, train_seeds(configs, dirs, progress=False, compile="off")
 
 
-@pytest.mark.parametrize("seeds", [(0,), (0, 1, 2)])
+@pytest.mark.parametrize("seeds", [(0,), (0, 1)])
 def test_device_rule_gives_the_host_rule_numbers_bit_for_bit(tmp_path, monkeypatch, seeds):
     host_dirs, host = _train(tmp_path, "h", False, monkeypatch, seeds)
     device_dirs, device = _train(tmp_path, "d", True, monkeypatch, seeds)
