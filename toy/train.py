@@ -62,9 +62,11 @@ def torch_threads(threads: int) -> Iterator[None]:
 
 
 def uses_device_rule(device: torch.device, compiled: bool) -> bool:
-    """Whether the stop rule is decided on the device: compiled, or off the CPU (where a
-    host read per step is a synchronisation). Eager on the CPU the host reads each step's
-    L-inf: the same numbers, without the copies that freeze a stopped seed."""
+    """Whether the stop rule is decided on the device (``sinkscope.toy.device_stop``, read
+    at the steps that log or checkpoint): compiled, or off the CPU (where a host read per
+    step is a synchronisation). Eager on the CPU the host reads each step's L-inf: the same
+    numbers, without the copies that freeze a stopped seed. Compiled steps round
+    differently from eager ones; eager CPU is the reference."""
     return compiled or device.type != "cpu"
 
 
@@ -150,8 +152,7 @@ def train_seeds(
     tracking: TrackingConfig | None = None,
     compile: str = "auto",
 ) -> list[TrainResult]:
-    """Train ``configs`` (identical but for ``train.seed``) together, one run directory
-    each; one result per config, in order.
+    """Train ``configs`` (identical but for ``train.seed``) together, one run dir each.
 
     With ``resume=True`` an existing run directory with the same config continues from
     its newest intact checkpoint (a finished run returns its stored result). Only
@@ -166,15 +167,8 @@ def train_seeds(
     ``run`` added, ``str(Path(run_dir))`` of the run it belongs to. ``threads``: torch
     intra-op threads while training (restored after; ``TRAIN_THREADS`` by default). ``device``: ``cpu``, ``cuda[:N]`` or ``auto``;
     batches are drawn there, reproducible per seed on a given kind of device.
-    ``tracking``: log each run that trains to W&B and/or TensorBoard (``sinkscope.toy.tracking``);
-    not part of the run's config, so a run resumes with it on or off.
-    ``compile``: ``on``, ``off`` or ``auto`` (compiled on CUDA, eager elsewhere:
-    ``sinkscope.toy.compiled_step`` says why): the whole step (forward, MSE, backward,
-    Adam) under ``torch.compile``, eager with one note line where compiling is impossible;
-    not part of the run's config either. Compiled steps round differently from eager ones
-    (steps to converge may differ by a few; eager CPU is the reference). On the CPU eager,
-    the host reads each step's L-inf; compiled or on a GPU, the stop rule is decided on the
-    device (``sinkscope.toy.device_stop``) and read at the steps that log or checkpoint.
+    ``tracking`` (W&B/TensorBoard: ``sinkscope.toy.tracking``) and ``compile`` (on, off, auto:
+    ``sinkscope.toy.compiled_step``) are not part of the run's config: a run resumes with either.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
     """
     if on_log is not None and not callable(on_log):
@@ -182,9 +176,7 @@ def train_seeds(
             f"on_log must be a function (step, record) or None, got {type(on_log).__name__}", field="on_log"
         )
     configs, paths = _checked_arguments(configs, run_dirs, tracking)
-    target_device = resolve_device(device)
-    compiled = compile_wanted(compile, target_device)
-    device_rule = uses_device_rule(target_device, compiled)
+    target_device, compiled = resolve_device(device), compile_wanted(compile, resolve_device(device))
     # refused before any directory is made or any tensor allocated
     check_fits(configs[0].model, configs[0].train.batch_size, len(configs), target_device)
     results: dict[int, TrainResult] = {}
@@ -203,7 +195,7 @@ def train_seeds(
         # opened once every directory is accepted, so a refused call leaves no tracked run
         trackers = held.enter_context(RunTrackers(tracking, [(m.run_dir, m.config) for m in members.values()]))
         log = _both(on_log, trackers.on_log if tracking is not None else None)
-        results.update(_train_by_start(members, progress, log, interrupt, device_rule, compiled))
+        results.update(_train_by_start(members, progress, log, interrupt, compiled))
     ordered = [results[index] for index in range(len(configs))]
     diverged = [result for result in ordered if result.status == "diverged"]
     if diverged:
@@ -216,11 +208,11 @@ def _train_by_start(
     progress: bool,
     log: OnLog | None,
     interrupt: StepBoundaryInterrupt,
-    device_rule: bool = False,
     compiled: bool = False,
 ) -> dict[int, TrainResult]:
     """Train the members in one stack per starting step, earliest first; results by index."""
     results: dict[int, TrainResult] = {}
+    device_rule = bool(members) and uses_device_rule(next(iter(members.values())).device, compiled)
     try:
         for start in sorted({member.step for member in members.values()}):
             group = [index for index, member in members.items() if member.step == start]
