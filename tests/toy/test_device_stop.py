@@ -45,7 +45,7 @@ def _train(tmp_path, name: str, device_rule: bool, monkeypatch, seeds):
     return dirs, train_seeds(configs, dirs, progress=False, compile="off")
 
 
-@pytest.mark.parametrize("seeds", [(0,), (0, 1)])
+@pytest.mark.parametrize("seeds", [(0,), pytest.param((0, 1), marks=pytest.mark.slow)])
 def test_device_rule_gives_the_host_rule_numbers_bit_for_bit(tmp_path, monkeypatch, seeds):
     host_dirs, host = _train(tmp_path, "h", False, monkeypatch, seeds)
     device_dirs, device = _train(tmp_path, "d", True, monkeypatch, seeds)
