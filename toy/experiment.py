@@ -177,16 +177,18 @@ def train_and_evaluate(
     n_sequences: int,
     device: str = "cpu",
     tracking: TrackingConfig | None = None,
+    compile: str = "auto",
 ) -> list[ModelSummary]:
     """One unit of an experiment: train (or resume) ``out_dir/name`` for each job of
     ``group`` (one config, or seeds of one config trained together) on ``device``,
     evaluate each (on the CPU) and write its ``evaluation.json``, the mark of a finished
     run that a re-run skips. ``tracking``: each run is a tracked run, opened here (in the
-    unit's own process), with its evaluation (``evaluation_values``) beside its result."""
+    unit's own process), with its evaluation (``evaluation_values``) beside its result.
+    ``compile``: the training step compiled or not (``train_seeds``)."""
     names, configs = [name for name, _ in group], [config for _, config in group]
     run_dirs = [Path(out_dir) / name for name in names]
     with RunTrackers(tracking, list(zip(run_dirs, configs))) as trackers:
-        results = train_seeds(configs, run_dirs, progress=False, device=device, on_log=trackers.on_log)
+        results = train_seeds(configs, run_dirs, progress=False, device=device, on_log=trackers.on_log, compile=compile)
         summaries = [
             _evaluate(name, config, result, Path(out_dir), n_sequences)
             for name, config, result in zip(names, configs, results)
@@ -218,12 +220,13 @@ def _unit(
     n_sequences: int,
     device: str,
     tracking: TrackingConfig | None,
+    compile: str,
 ) -> Unit:
     """A seed group as a unit: a CPU each, a GPU each when training on CUDA."""
     return Unit(
         name="+".join(name for name, _ in group),
         function=train_and_evaluate,
-        args=(group, str(out_dir), n_sequences, device, tracking),
+        args=(group, str(out_dir), n_sequences, device, tracking, compile),
         gpus=1 if device.startswith("cuda") else 0,
     )
 
@@ -285,6 +288,7 @@ def run_jobs(
     executor: str = "local",
     ray_address: str | None = None,
     tracking: TrackingConfig | None = None,
+    compile: str = "auto",
 ) -> dict[str, ModelSummary]:
     """Train and evaluate every ``(run name, config)`` job as units (``execution``): seeds
     of one config train together (``seed_groups``), one unit per group, on ``workers``
@@ -294,10 +298,11 @@ def run_jobs(
     no other, and the failures are one ``UnitsFailed`` at the end. Pass the costliest
     jobs first so the workers finish together. ``progress``: one line per running model
     on stderr (``sinkscope.toy.progress``). ``tracking``: each unit logs its runs there (give it
-    the experiment's group and absolute paths: ``TrackingConfig.for_units``)."""
+    the experiment's group and absolute paths: ``TrackingConfig.for_units``). ``compile``:
+    each unit's training step compiled or not (``train_seeds``)."""
     groups = seed_groups(jobs, workers)
     # absolute paths: a Ray worker on another node has its own working directory
-    units = [_unit(group, out_dir.resolve(), n_sequences, device, tracking) for group in groups]
+    units = [_unit(group, out_dir.resolve(), n_sequences, device, tracking, compile) for group in groups]
     done = {unit.name: _evaluated(group, out_dir) for unit, group in zip(units, groups)}
     pending = [name for unit, group in zip(units, groups) if done[unit.name] is None for name, _ in group]
     _say_what_resumes(out_dir, pending, finished=len(jobs) - len(pending))

@@ -26,6 +26,7 @@ from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
 from sinkscope.reports.formatting import plural
+from sinkscope.toy.compiled_step import check_compile_choice
 from sinkscope.toy.experiment import (
     SUMMARY_FILE,
     ModelSummary,
@@ -264,6 +265,7 @@ def reproduce(
     overwrite: bool = False,
     progress: bool = True,
     device: str = "cpu",
+    compile: str = "auto",
     executor: str = "local",
     ray_address: str | None = None,
     tracking: TrackingConfig | None = None,
@@ -271,12 +273,14 @@ def reproduce(
     """Train and evaluate every model of ``config`` into ``out_dir``; write ``summary.json``.
     ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``); evaluation
     runs on the CPU. ``executor``/``ray_address``: where the units run (``run_jobs``).
-    ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
+    ``compile``: ``auto``, ``on`` or ``off``, the training step compiled or not
+    (``sinkscope.toy.train.train_seeds``; not a resume setting). ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
     ``out_dir``'s name (``sinkscope.toy.tracking``); not a resume setting."""
     check_argument(config, ReproduceConfig, "config", "a ReproduceConfig")
     check_path(out_dir, "out_dir", "an output directory path (str or pathlib.Path)")
     out_dir = Path(out_dir)
     target_device = unit_device(device, executor)  # before anything is written
+    check_compile_choice(compile)
     if tracking is not None:
         tracking.check()
         tracking = tracking.for_units(out_dir)  # grouped by this directory's name, not a staging one's
@@ -293,6 +297,7 @@ def reproduce(
             executor,
             ray_address,
             tracking,
+            compile,
         )
         models = [by_name[name] for name, _ in sorted(jobs, key=_job_order)]
         one_layer_softmax = [

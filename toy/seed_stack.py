@@ -15,9 +15,8 @@ import torch
 from torch.func import functional_call, stack_module_state, vmap
 from tqdm.auto import tqdm
 
-from sinkscope.toy.checkpoint import (
-    save_tensors,
-)
+from sinkscope.toy.checkpoint import save_tensors
+from sinkscope.toy.device_stop import DeviceStop, Stopped, device_step
 from sinkscope.toy.interrupt import StepBoundaryInterrupt
 from sinkscope.toy.progress import LOG_INTERVAL_S, TERMINAL_INTERVAL_S
 from sinkscope.toy.run_dir import (
@@ -56,6 +55,12 @@ class SeedStack:
         self.optimizer = paper_adam(list(self.params.values()), members[0].config)
         self._load_member_optimizer_states()
         self._batched = vmap(lambda p, b, x: functional_call(self.base, (p, b), (x,)))
+
+    def parameters(self) -> list[torch.Tensor]:
+        """The tensors Adam steps: the model's own (one member) or the stacked ones."""
+        if len(self.members) == 1:
+            return list(self._model.parameters())
+        return list(self.params.values())
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens [K, batch, pos, d_model]`` -> outputs of the same shape."""
@@ -107,8 +112,12 @@ class StackTraining:
     they are at, the last step checkpointed, the results so far, the progress bar and
     the caller's ``on_log``."""
 
-    def __init__(self, members: list[RunMember], progress: bool, on_log: OnLog | None) -> None:
+    def __init__(
+        self, members: list[RunMember], progress: bool, on_log: OnLog | None, device_rule: bool, compiled: bool
+    ) -> None:
         self.members = members
+        self.device_rule, self.compiled = device_rule, compiled
+        self.stepping: tuple[SeedStack, DeviceStop, Callable] | None = None
         self.progress = progress
         self.on_log = on_log
         self.step = members[0].step
@@ -133,6 +142,62 @@ class StackTraining:
     def elapsed(self, member: RunMember) -> float:
         """``member``'s training time: before this call and since it started."""
         return member.wall_before + time.perf_counter() - self.started
+
+    def advance(self, interrupt: StepBoundaryInterrupt) -> bool:
+        """With the device-side stop rule: the steps up to the next one that logs,
+        checkpoints or ends the run, with no host read, then that step on the host. Without
+        it: one step on the host. False when no member continues."""
+        if self.device_rule:
+            self._device_block(interrupt)
+            if self.stack is None:
+                return False
+        return self.train_step(interrupt)
+
+    def _device_block(self, interrupt: StepBoundaryInterrupt) -> None:
+        """Steps on the device until the next host step (or an interrupt); then one read of
+        the stop flags, and the members that stopped finish at their own stop step."""
+        stack = self.stack
+        assert stack is not None
+        end = next_host_step(self.step, self.train_cfg.log_every, self.train_cfg.checkpoint_every)
+        end = min(end, self.train_cfg.max_steps)
+        if end <= self.step or not stack.optimizer.state:  # Adam's state is made by its first step
+            return
+        if self.stepping is None or self.stepping[0] is not stack:
+            stop = DeviceStop(len(stack.members), self.train_cfg.stop_linf, stack.parameters()[0].device)
+            self.stepping = (
+                stack,
+                stop,
+                device_step(stack.forward, stack.parameters(), stack.optimizer, stop, self.compiled),
+            )
+        _, stop, step_once = self.stepping
+        start, start_states = self.step, [m.generator.get_state() for m in stack.members]
+        stop.step.fill_(start)
+        while self.step < end and not interrupt.requested:
+            _, tokens, targets = self._draw_batches()
+            step_once(tokens, targets)
+            self.step += 1
+        self.bar.update(self.step - start)
+        stops = stop.stopped_members()
+        for stopped in stops:
+            self._finish_stopped(stopped, start, start_states[stopped.index])
+        if stops:
+            self.stack = stack.without({stopped.index for stopped in stops})
+
+    def _finish_stopped(self, stopped: Stopped, start: int, start_state: torch.Tensor) -> None:
+        """A member the device stopped at ``stopped.step``: its log line and finish, as the
+        host would have written them then (its batch and data state drawn again)."""
+        assert self.stack is not None
+        member = self.stack.members[stopped.index]
+        generator = torch.Generator(device=member.generator.device).set_state(start_state)
+        for _ in range(stopped.step - start):
+            sample_batch(self.task_cfg, self.train_cfg.batch_size, generator, self.target)
+        data_state = generator.get_state()
+        batch = sample_batch(self.task_cfg, self.train_cfg.batch_size, generator, self.target)
+        status = "diverged" if stopped.diverged else "converged"
+        if not stopped.diverged:
+            self.stack.sync_member(stopped.index)
+            self._log(member, stopped.step, stopped.loss, stopped.linf, batch)
+        self._finish(stopped.index, status, stopped.loss, stopped.linf, data_state, stopped.step)
 
     def train_step(self, interrupt: StepBoundaryInterrupt) -> bool:
         """One step of every member of the stack; False when none continues."""
@@ -213,31 +278,41 @@ class StackTraining:
             converged = linf_k < train_cfg.stop_linf
             if step % train_cfg.log_every == 0 or converged or step >= train_cfg.max_steps:
                 self.stack.sync_member(k)
-                record = log_step(member, step, loss_k, linf_k, batches[k])
-                if self.on_log is not None:
-                    threads = torch.get_num_threads()
-                    self.on_log(step, {**record, "run": str(member.run_dir)})
-                    # a callback may change torch's thread count; on some CPUs 2 threads sum in
-                    # another order than 1, so the trainer's own count holds for its steps
-                    if torch.get_num_threads() != threads:
-                        torch.set_num_threads(threads)
+                self._log(member, step, loss_k, linf_k, batches[k])
             if converged or step >= train_cfg.max_steps:
                 self._finish(k, "converged" if converged else "max_steps", loss_k, linf_k, data_states[k])
                 finished.add(k)
         return finished
 
-    def _finish(self, k: int, status: str, loss: float, linf: float, data_state: torch.Tensor) -> None:
-        """Write member k's final checkpoint and weights (unless it diverged) and its result."""
+    def _log(self, member: RunMember, step: int, loss: float, linf: float, batch: TaskBatch) -> None:
+        record = log_step(member, step, loss, linf, batch)
+        if self.on_log is not None:
+            threads = torch.get_num_threads()
+            self.on_log(step, {**record, "run": str(member.run_dir)})
+            # a callback may change torch's thread count; on some CPUs 2 threads sum in
+            # another order than 1, so the trainer's own count holds for its steps
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+
+    def _finish(
+        self, k: int, status: str, loss: float, linf: float, data_state: torch.Tensor, step: int | None = None
+    ) -> None:
+        """Write member k's final checkpoint and weights (unless it diverged) and its result,
+        at ``step`` (default: the step being taken; earlier for a member the device
+        stopped, whose weights and Adam moments are frozen since, and whose Adam step count
+        is wound back to that step's)."""
         assert self.stack is not None  # called for members of the stack being stepped
         member = self.stack.members[k]
         self.stack.sync_member(k)
+        step = self.step if step is None else step
+        rewind_adam_count(member.optimizer, self.step - step)
         # a run continued past an earlier finish still holds that finish's result and
         # weights: the stale result goes first, so a kill in between leaves an unfinished
         # run (resumable), never a result describing other weights
         (member.run_dir / RESULT_FILE).unlink(missing_ok=True)
         if status != "diverged":
-            if self.step != self.last_checkpoint:
-                write_step_checkpoint(member, self.step, data_state, self.elapsed(member))
+            if step != self.last_checkpoint:
+                write_step_checkpoint(member, step, data_state, self.elapsed(member))
             save_tensors(member.run_dir / FINAL_WEIGHTS, member.model.state_dict())
         else:
             (member.run_dir / FINAL_WEIGHTS).unlink(missing_ok=True)  # the last good checkpoint speaks for it
@@ -245,7 +320,7 @@ class StackTraining:
             str(member.run_dir),
             status,
             status == "converged",
-            self.step,
+            step,
             self.elapsed(member),
             linf,
             loss,
@@ -257,15 +332,35 @@ class StackTraining:
         self.results[self.index_of[id(member)]] = result
 
 
+def next_host_step(step: int, log_every: int, checkpoint_every: int) -> int:
+    """The first step from ``step`` on that logs or checkpoints."""
+    return min(-(-step // every) * every for every in (log_every, checkpoint_every))
+
+
+def rewind_adam_count(optimizer: torch.optim.Optimizer, steps: int) -> None:
+    """Adam's step count as it was ``steps`` steps ago (its moments are frozen already)."""
+    if steps:
+        for state in optimizer.state.values():
+            state["step"] = state["step"] - steps
+
+
 def train_stack(
-    members: list[RunMember], progress: bool, on_log: OnLog | None, interrupt: StepBoundaryInterrupt
+    members: list[RunMember],
+    progress: bool,
+    on_log: OnLog | None,
+    interrupt: StepBoundaryInterrupt,
+    device_rule: bool = False,
+    compiled: bool = False,
 ) -> list[TrainResult]:
     """Train members that start at the same step until each converges, reaches
-    ``max_steps`` or diverges; one result per member."""
-    training = StackTraining(members, progress, on_log)
+    ``max_steps`` or diverges; one result per member. ``device_rule``: the stop rule kept
+    on the device, the host reading it only at the steps that log or checkpoint (same
+    numbers; no synchronisation per step on a GPU). ``compiled``: those steps compiled
+    (``sinkscope.toy.compiled_step``); needs ``device_rule``."""
+    training = StackTraining(members, progress, on_log, device_rule or compiled, compiled)
     try:
         while training.stack is not None:
-            if not training.train_step(interrupt):
+            if not training.advance(interrupt):
                 break
     finally:
         training.bar.close()

@@ -24,6 +24,7 @@ from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
 from sinkscope.interp.attention_kinds import validate_attention_kind
+from sinkscope.toy.compiled_step import check_compile_choice
 from sinkscope.toy.experiment import (
     SUMMARY_FILE,
     ModelSummary,
@@ -259,6 +260,7 @@ def sweep(
     overwrite: bool = False,
     progress: bool = True,
     device: str = "cpu",
+    compile: str = "auto",
     executor: str = "local",
     ray_address: str | None = None,
     tracking: TrackingConfig | None = None,
@@ -267,12 +269,14 @@ def sweep(
     (``sinkscope report`` turns the directory into ``report.html`` and ``report.md``). Re-running with the same settings resumes: finished seed groups are read
     back. ``device``: where the models train (``cpu``, ``cuda[:N]`` or ``auto``);
     ``executor``/``ray_address``: where the units run (``sinkscope.toy.experiment.run_jobs``).
-    ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
+    ``compile``: ``auto``, ``on`` or ``off``, the training step compiled or not
+    (``sinkscope.toy.train.train_seeds``; not a resume setting). ``tracking``: log every model that trains to W&B and/or TensorBoard, grouped by
     ``out_dir``'s name (``sinkscope.toy.tracking``); not a resume setting."""
     check_argument(config, SweepConfig, "config", "a SweepConfig")
     check_path(out_dir, "out_dir", "an output directory path (str or pathlib.Path)")
     out_dir = Path(out_dir)
     target_device = unit_device(device, executor)  # before anything is written
+    check_compile_choice(compile)
     if tracking is not None:
         tracking.check()
         tracking = tracking.for_units(out_dir)  # grouped by this directory's name, not a staging one's
@@ -288,6 +292,7 @@ def sweep(
             executor,
             ray_address,
             tracking,
+            compile,
         )
         rows = aggregate(config, by_name)
         models = [by_name[name] for name in sorted(by_name)]

@@ -26,6 +26,7 @@ from sinkscope.infra.arguments import PATH_TYPES, check_argument, check_items, c
 from sinkscope.infra.atomic_io import locked_directory
 from sinkscope.infra.devices import resolve_device
 from sinkscope.infra.errors import InputError, RunFailed
+from sinkscope.toy.compiled_step import compile_wanted
 from sinkscope.toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
 from sinkscope.toy.memory import check_fits
 from sinkscope.toy.run_dir import (
@@ -58,6 +59,15 @@ def torch_threads(threads: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def uses_device_rule(device: torch.device, compiled: bool) -> bool:
+    """Whether the stop rule is decided on the device (``sinkscope.toy.device_stop``, read
+    at the steps that log or checkpoint): compiled, or off the CPU (where a host read per
+    step is a synchronisation). Eager on the CPU the host reads each step's L-inf: the same
+    numbers, without the copies that freeze a stopped seed. Compiled steps round
+    differently from eager ones; eager CPU is the reference."""
+    return compiled or device.type != "cpu"
 
 
 class TrainingDiverged(RunFailed):
@@ -122,12 +132,13 @@ def train(
     threads: int = TRAIN_THREADS,
     device: str | torch.device = "cpu",
     tracking: TrackingConfig | None = None,
+    compile: str = "auto",
 ) -> TrainResult:
     """Train one toy model into ``run_dir`` and return how it ended (``train_seeds`` with
     K = 1; the arguments are the same)."""
     check_argument(config, RunConfig, "config", "a RunConfig")
     check_path(run_dir, "run_dir", "a run directory path (str or pathlib.Path)")
-    return train_seeds([config], [run_dir], resume, progress, on_log, threads, device, tracking)[0]
+    return train_seeds([config], [run_dir], resume, progress, on_log, threads, device, tracking, compile)[0]
 
 
 def train_seeds(
@@ -139,9 +150,9 @@ def train_seeds(
     threads: int = TRAIN_THREADS,
     device: str | torch.device = "cpu",
     tracking: TrackingConfig | None = None,
+    compile: str = "auto",
 ) -> list[TrainResult]:
-    """Train ``configs`` (identical but for ``train.seed``) together, one run directory
-    each; one result per config, in order.
+    """Train ``configs`` (identical but for ``train.seed``) together, one run dir each.
 
     With ``resume=True`` an existing run directory with the same config continues from
     its newest intact checkpoint (a finished run returns its stored result). Only
@@ -156,8 +167,8 @@ def train_seeds(
     ``run`` added, ``str(Path(run_dir))`` of the run it belongs to. ``threads``: torch
     intra-op threads while training (restored after; ``TRAIN_THREADS`` by default). ``device``: ``cpu``, ``cuda[:N]`` or ``auto``;
     batches are drawn there, reproducible per seed on a given kind of device.
-    ``tracking``: log each run that trains to W&B and/or TensorBoard (``sinkscope.toy.tracking``);
-    not part of the run's config, so a run resumes with it on or off.
+    ``tracking`` (W&B/TensorBoard: ``sinkscope.toy.tracking``) and ``compile`` (on, off, auto:
+    ``sinkscope.toy.compiled_step``) are not part of the run's config: a run resumes with either.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
     """
     if on_log is not None and not callable(on_log):
@@ -165,7 +176,7 @@ def train_seeds(
             f"on_log must be a function (step, record) or None, got {type(on_log).__name__}", field="on_log"
         )
     configs, paths = _checked_arguments(configs, run_dirs, tracking)
-    target_device = resolve_device(device)
+    target_device, compiled = resolve_device(device), compile_wanted(compile, resolve_device(device))
     # refused before any directory is made or any tensor allocated
     check_fits(configs[0].model, configs[0].train.batch_size, len(configs), target_device)
     results: dict[int, TrainResult] = {}
@@ -184,7 +195,7 @@ def train_seeds(
         # opened once every directory is accepted, so a refused call leaves no tracked run
         trackers = held.enter_context(RunTrackers(tracking, [(m.run_dir, m.config) for m in members.values()]))
         log = _both(on_log, trackers.on_log if tracking is not None else None)
-        results.update(_train_by_start(members, progress, log, interrupt))
+        results.update(_train_by_start(members, progress, log, interrupt, compiled))
     ordered = [results[index] for index in range(len(configs))]
     diverged = [result for result in ordered if result.status == "diverged"]
     if diverged:
@@ -193,14 +204,19 @@ def train_seeds(
 
 
 def _train_by_start(
-    members: dict[int, RunMember], progress: bool, log: OnLog | None, interrupt: StepBoundaryInterrupt
+    members: dict[int, RunMember],
+    progress: bool,
+    log: OnLog | None,
+    interrupt: StepBoundaryInterrupt,
+    compiled: bool = False,
 ) -> dict[int, TrainResult]:
     """Train the members in one stack per starting step, earliest first; results by index."""
     results: dict[int, TrainResult] = {}
+    device_rule = bool(members) and uses_device_rule(next(iter(members.values())).device, compiled)
     try:
         for start in sorted({member.step for member in members.values()}):
             group = [index for index, member in members.items() if member.step == start]
-            trained = train_stack([members[index] for index in group], progress, log, interrupt)
+            trained = train_stack([members[index] for index in group], progress, log, interrupt, device_rule, compiled)
             results.update(zip(group, trained))
     except BaseException:
         _discard_unstarted(members.values())

@@ -165,6 +165,17 @@ def add_device(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_compile(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--compile",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="compile each training step with torch.compile (CUDA: as CUDA graphs): on, off, or auto "
+        "(on with CUDA, off on a CPU, where eager is the bit-identical reference and compiling costs "
+        "about a minute per model shape) (default auto)",
+    )
+
+
 def add_executor(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--executor",
@@ -211,12 +222,13 @@ def tracking_config(args: argparse.Namespace) -> TrackingConfig | None:
 
 
 def experiment_options(args: argparse.Namespace) -> dict:
-    """How ``toy reproduce`` and ``toy sweep`` run: overwrite, progress, device, executor,
-    tracking."""
+    """How ``toy reproduce`` and ``toy sweep`` run: overwrite, progress, device, compile,
+    executor, tracking."""
     return {
         "overwrite": args.overwrite,
         "progress": not args.no_progress,
         "device": args.device,
+        "compile": args.compile,
         "executor": args.executor,
         "ray_address": args.ray_address,
         "tracking": tracking_config(args),
@@ -285,6 +297,7 @@ def add_experiment(parser: argparse.ArgumentParser, sequences_default: int, sequ
     add_executor(parser)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing, different --out")
     add_device(parser)
+    add_compile(parser)
     add_tracking(parser)
     add_common_output(parser)
 

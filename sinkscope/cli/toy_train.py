@@ -10,6 +10,7 @@ from sinkscope.cli.args import (
     NON_NEGATIVE,
     POSITIVE,
     add_common_output,
+    add_compile,
     add_device,
     add_tracking,
     out_path,
@@ -89,6 +90,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "with --resume: the run's own, and it may differ)",
     )
     add_device(train)
+    add_compile(train)
     add_tracking(train)
     add_common_output(train)
 
@@ -136,7 +138,15 @@ def run(args: argparse.Namespace) -> dict:
     out = Path(args.run_dir)
     if holds_files(out) and not args.resume:
         raise InputError(f"{out} already exists; pass --resume to continue it or choose another --out")
-    result = train(config, out, resume=True, progress=not args.no_progress, device=args.device, tracking=tracking)
+    result = train(
+        config,
+        out,
+        resume=True,
+        progress=not args.no_progress,
+        device=args.device,
+        tracking=tracking,
+        compile=args.compile,
+    )
     if not args.json:
         say(
             f"{result.status} after {result.steps} steps ({result.wall_seconds:.1f} s), "

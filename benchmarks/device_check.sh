@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Issue 26's GPU checks in one call on the device machine (its CUDA image has torch, not
+# transformer-lens): install sinkscope from this tree and the packages the image lacks from
+# .device_deps (made here first by benchmarks/device_deps.sh), then run device_check.py.
+# The call: command "bash benchmarks/device_check.sh", carry [".device_deps"], timeout_s 600.
+# Figures land in $OUT/device_check.json (and one log per stage).
+set -uo pipefail
+PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD/.device_deps${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
+"$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -3
+BIN=$(dirname "$(command -v "$PY")")
+export PATH="$BIN:$PATH"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+"$PY" -c "import torch, sinkscope.toy.train; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+"$PY" benchmarks/device_check.py --out "${OUT:-device-check-out}" --budget-s "${BUDGET_S:-560}" "$@"

@@ -1,0 +1,130 @@
+"""--compile: auto's choice per device, the one-line fallback to eager when compiling is
+impossible (simulated), and the compiled step on CUDA (marked ``cuda``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sinkscope.toy.compiled_step as compiled_step
+from sinkscope.cli import main
+from sinkscope.toy.checkpoint import load_tensors
+from sinkscope.toy.compiled_step import compile_wanted
+from sinkscope.toy.model import ToyModelConfig
+from sinkscope.toy.run_dir import FINAL_WEIGHTS, RunConfig, TrainConfig
+from sinkscope.toy.task import TaskConfig
+from sinkscope.toy.train import train_seeds
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _configs(seeds=(0, 1), **settings) -> list[RunConfig]:
+    settings = {"max_steps": 120, "stop_linf": 1e-12, "log_every": 50, "checkpoint_every": 100, **settings}
+    return [RunConfig(ToyModelConfig(), TaskConfig(), TrainConfig(seed=s, **settings)) for s in seeds]
+
+
+def _weights(run_dir) -> dict[str, torch.Tensor]:
+    return load_tensors(run_dir / FINAL_WEIGHTS)
+
+
+def test_auto_compiles_on_cuda_only():
+    assert compile_wanted("auto", torch.device("cuda")) and not compile_wanted("auto", torch.device("cpu"))
+    assert compile_wanted("on", torch.device("cpu")) and not compile_wanted("off", torch.device("cuda"))
+    with pytest.raises(ValueError, match="compile must be one of auto, on, off"):
+        compile_wanted("yes", torch.device("cpu"))
+
+
+def _eager_reference(tmp_path) -> list[dict[str, torch.Tensor]]:
+    dirs = [tmp_path / f"eager{k}" for k in range(2)]
+    train_seeds(_configs(), dirs, progress=False, compile="off")
+    return [_weights(d) for d in dirs]
+
+
+def _assert_same(reference, dirs) -> None:
+    for expected, run_dir in zip(reference, dirs):
+        got = _weights(run_dir)
+        assert all(torch.equal(got[name], expected[name]) for name in expected)
+
+
+def test_no_cpp_compiler_trains_eager_with_one_note_line(tmp_path, monkeypatch, capsys):
+    reference = _eager_reference(tmp_path)
+    monkeypatch.setattr(compiled_step.shutil, "which", lambda name: None)
+    monkeypatch.setattr(compiled_step.torch, "compile", lambda *a, **k: pytest.fail("compiled without a compiler"))
+    dirs = [tmp_path / f"on{k}" for k in range(2)]
+    capsys.readouterr()
+    train_seeds(_configs(), dirs, progress=False, compile="on")
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sinkscope:")]
+    assert notes == ["sinkscope: training eager: no C++ compiler (c++ not found; install one or set CXX)"]
+    _assert_same(reference, dirs)
+
+
+def test_a_compile_failure_mid_step_reruns_that_step_eager(tmp_path, monkeypatch, capsys):
+    """The failing 'compiled' step runs the whole step, then fails (as inductor would on
+    its last graph): the state is put back and the step rerun eager, so the numbers are
+    eager's exactly."""
+    reference = _eager_reference(tmp_path)
+
+    def failing_compile(step, mode=None):
+        def compiled(*args):
+            step(*args)
+            raise RuntimeError("simulated inductor failure\nwith a second line")
+
+        return compiled
+
+    monkeypatch.setattr(compiled_step.torch, "compile", failing_compile)
+    dirs = [tmp_path / f"on{k}" for k in range(2)]
+    capsys.readouterr()
+    train_seeds(_configs(), dirs, progress=False, compile="on")
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sinkscope:")]
+    assert notes == ["sinkscope: training eager: torch.compile failed (RuntimeError: simulated inductor failure)"]
+    _assert_same(reference, dirs)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_compiled_cuda_step_tracks_eager_and_stops_on_the_device(tmp_path):
+    """Compiled (CUDA graphs) against eager on the GPU: the same data, numbers within
+    rounding after 120 steps, and seeds that converge stop where the rule says."""
+    eager = [tmp_path / f"e{k}" for k in range(2)]
+    compiled = [tmp_path / f"c{k}" for k in range(2)]
+    train_seeds(_configs(), eager, progress=False, device="cuda", compile="off")
+    train_seeds(_configs(), compiled, progress=False, device="cuda", compile="on")
+    for a, b in zip(eager, compiled):
+        wa, wb = _weights(a), _weights(b)
+        assert max(float((wa[n] - wb[n]).abs().max()) for n in wa) <= 1e-4
+    results = train_seeds(
+        _configs(max_steps=3000, stop_linf=2e-2),
+        [tmp_path / "s0", tmp_path / "s1"],
+        progress=False,
+        device="cuda",
+        compile="on",
+    )
+    assert all(r.converged and r.linf_error < 2e-2 for r in results)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_toy_train_compile_on_cuda_cli(tmp_path):
+    out = tmp_path / "run"
+    code = main(
+        ["toy", "train", "--max-steps", "50", "--device", "cuda", "--compile", "on", "--out", str(out), "--no-progress"]
+    )
+    assert code == 0 and (out / FINAL_WEIGHTS).is_file()
+
+
+@pytest.mark.slow
+def test_compiled_cpu_step_tracks_eager_within_rounding(tmp_path):
+    """torch.compile on the CPU (about a minute to compile here): the same data, weights
+    within 1e-4 of eager after 120 steps, and seeds converging within 10% of eager's steps."""
+    eager = [tmp_path / f"e{k}" for k in range(2)]
+    compiled = [tmp_path / f"c{k}" for k in range(2)]
+    train_seeds(_configs(), eager, progress=False, compile="off")
+    train_seeds(_configs(), compiled, progress=False, compile="on")
+    for a, b in zip(eager, compiled):
+        wa, wb = _weights(a), _weights(b)
+        assert max(float((wa[n] - wb[n]).abs().max()) for n in wa) <= 1e-4
+    settings = {"max_steps": 3000, "stop_linf": 3e-2}
+    on = train_seeds(_configs(**settings), [tmp_path / "on0", tmp_path / "on1"], progress=False, compile="on")
+    off = train_seeds(_configs(**settings), [tmp_path / "off0", tmp_path / "off1"], progress=False, compile="off")
+    for a, b in zip(on, off):
+        assert a.converged and b.converged and abs(a.steps - b.steps) <= 0.1 * b.steps
