@@ -229,9 +229,13 @@ def _check_finite(probe: ProbeResult, model: ModelInfo) -> None:
         )
     bad = [f"L{row.layer}H{row.head}" for row in probe.heads if not math.isfinite(row.anchor_mass)]
     if bad:
+        fix = (
+            "the weights themselves hold NaN or inf: check the checkpoint"
+            if str(model.dtype).removeprefix("torch.") == "float32"
+            else "rerun with dtype float32"
+        )
         raise AuditFailed(
-            f"{model.label} produced non-finite attention in {len(bad)} heads (first: {bad[0]}) in {model.dtype}; "
-            "rerun with dtype float32",
+            f"{model.label} produced non-finite attention in {len(bad)} heads (first: {bad[0]}) in {model.dtype}; {fix}",
             field="dtype",
         )
 

@@ -72,6 +72,12 @@ class AuditConfig:
             raise InputError(
                 f"ablate_sink must be one of {', '.join(ABLATE_SINKS)}, got {self.ablate_sink!r}", field="ablate_sink"
             )
+        if self.ablate_sink != "anchor" and not self.ablate:
+            raise InputError(
+                f"ablate_sink {self.ablate_sink!r} says which sink the ablations remove; turn them on with ablate "
+                "(--ablate)",
+                field="ablate_sink",
+            )
         if self.ablate_heads < 0:
             raise InputError(f"ablate_heads must be >= 0, got {self.ablate_heads}", field="ablate_heads")
         if self.ablate_prompts is not None and self.ablate_prompts < 1:

@@ -307,6 +307,12 @@ def boot_in_memory(model: Any, tokenizer: Any) -> Any:
         )
     if tokenizer is None:
         raise InputError("a Hugging Face model needs its tokenizer; pass tokenizer=...", field="tokenizer")
+    if not callable(tokenizer) or not hasattr(tokenizer, "convert_ids_to_tokens"):
+        raise InputError(
+            f"tokenizer must be a Hugging Face tokenizer object, got {type(tokenizer).__name__}; load it with "
+            "transformers.AutoTokenizer.from_pretrained(path)",
+            field="tokenizer",
+        )
     parameter = next(model.parameters())
     try:
         return TransformerBridge.boot_transformers(

@@ -34,7 +34,7 @@ from sinkscope.pretrained_analysis.compare_figures import (
 )
 from sinkscope.pretrained_analysis.prompts import PromptSpec
 from sinkscope.pretrained_analysis.tables import comparison_definition
-from sinkscope.pretrained_analysis.training_steps import check_steps_used, training_step
+from sinkscope.pretrained_analysis.training_steps import check_steps, check_steps_used, training_step
 from sinkscope.pretrained_analysis.trajectory_figures import trajectory_figure
 from sinkscope.probes.tables import SINK_RATE_NAME
 from sinkscope.reports.document import Table
@@ -192,7 +192,7 @@ def _row(result: AuditResult, directory: str | None, steps: Mapping[str, int] | 
     layers = tuple(layer.anchor_mass for layer in result.probe.layers)
     ablation = result.ablation
     all_sinks = None
-    if ablation is not None and ablation.default_state.all_sink_heads is not None:
+    if ablation is not None and ablation.sink == "anchor" and ablation.default_state.all_sink_heads is not None:
         row = ablation.default_state.all_sink_heads
         all_sinks = row.error_after_remove - row.error_before
     return ComparisonRow(
@@ -248,7 +248,7 @@ def compare_audits(
         raise InputError(f"{len(directories)} directories for {len(results)} audits; pass one per audit")
     check_comparable(results, directories or [result.model.label for result in results])
     if steps is not None:
-        check_argument(steps, Mapping, "steps", "a mapping of revision names to training steps")
+        steps = check_steps(steps)
         check_steps_used(steps, {result.model.revision for result in results if result.model.revision})
     rows = tuple(
         _row(result, None if directories is None else directories[k], steps) for k, result in enumerate(results)

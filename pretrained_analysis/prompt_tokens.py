@@ -54,7 +54,11 @@ def _manual_bos(bridge: Any) -> list[int]:
 def text_ids(bridge: Any, text: str, prepend_bos: bool, parse_special: bool, specials: Sequence[str]) -> list[int]:
     """The token ids of ``text`` (not truncated), the anchor first when ``prepend_bos``."""
     if parse_special or not any(special in text for special in specials):
-        return bridge.to_tokens(text, prepend_bos=prepend_bos, truncate=False, move_to_device=False)[0].tolist()
+        ids = bridge.to_tokens(text, prepend_bos=prepend_bos, truncate=False, move_to_device=False)[0].tolist()
+        bos = bridge.tokenizer.bos_token_id
+        if prepend_bos and bos is not None and ids[:2] == [bos, bos]:
+            return ids[1:]  # the text spells its own BOS, read as one: one anchor, never two
+        return ids
     prefix = _manual_bos(bridge) if prepend_bos else []
     with _special_text_as_text(bridge.tokenizer):
         ids = bridge.to_tokens(text, prepend_bos=prepend_bos and not prefix, truncate=False, move_to_device=False)

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 from sinkscope.infra.errors import InputError
 
-# "step" or "checkpoint" then digits, not inside a longer word ("nonstep12" says nothing)
-STEP_PATTERN = re.compile(r"(?:^|[^a-z])(?:global_?)?(?:step|checkpoint)[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+# "step" or "checkpoint" then digits, not inside a longer word ("nonstep12", "step10k" say nothing exact)
+STEP_PATTERN = re.compile(r"(?:^|[^a-z])(?:global_?)?(?:step|checkpoint)[-_]?(\d+)(?![0-9a-z])", re.IGNORECASE)
 
 
 def step_from_revision(revision: str | None) -> int | None:
@@ -42,6 +42,19 @@ def parse_steps(text: str) -> dict[str, int]:
             raise InputError(f"--steps names revision {revision!r} twice; give each revision one step", field="steps")
         steps[revision] = int(step)
     return steps
+
+
+def check_steps(steps: object) -> dict[str, int]:
+    """A mapping given in Python: revision names to whole-number steps >= 0."""
+    if not isinstance(steps, Mapping):
+        raise InputError(f"steps must map revision names to training steps, got {type(steps).__name__}", field="steps")
+    for revision, step in steps.items():
+        if not isinstance(revision, str) or not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise InputError(
+                f"steps maps revision names (str) to whole-number steps >= 0, got {revision!r}: {step!r}",
+                field="steps",
+            )
+    return dict(steps)
 
 
 def training_step(revision: str | None, steps: Mapping[str, int] | None) -> int | None:

@@ -61,7 +61,7 @@ def _sink_rate_panel(ax: Axes, rows: Sequence[ComparisonRow], steps: list[int]) 
 
 def _sink_heads_panel(ax: Axes, rows: Sequence[ComparisonRow], steps: list[int]) -> None:
     ax.plot(steps, [row.n_sink_heads for row in rows], marker="o", markersize=4, color="C3")
-    ax.set_ylim(bottom=-0.5)
+    ax.set_ylim(-0.5, max(1, *(row.n_sink_heads for row in rows)) + 0.5)  # all zeros: still a readable axis
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of heads
     _style(ax, f"sink heads (of {rows[0].n_layers * rows[0].n_heads})", "sink heads", steps)
 

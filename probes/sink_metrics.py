@@ -138,7 +138,8 @@ def alpha_k(
     """Gu et al.'s alpha_k per sample and head: mean over queries i >= k of A[i, k].
 
     ``k`` counts from each row's anchor (k = 0 is the first real token); ``query_mask``
-    keeps real queries. NaN where a row has no query i >= k.
+    keeps real queries. NaN where a row has no query i > k (a one-token row, whose only
+    query is k itself, would count as a sink by construction).
     """
     if k < 0:
         raise InputError(f"k must be >= 0 (offset from the first token), got {k}", field="k")
@@ -146,12 +147,16 @@ def alpha_k(
     key = _anchor_index(anchor, batch, pattern.device) + k
     if bool((key >= n_key).any()):
         raise InputError(f"k={k} lies beyond the last token of a row; use a smaller k or longer inputs")
-    selected = torch.arange(n_query, device=pattern.device).unsqueeze(0) >= key.unsqueeze(1)
+    positions = torch.arange(n_query, device=pattern.device).unsqueeze(0)
+    selected, after = positions >= key.unsqueeze(1), positions > key.unsqueeze(1)
     if query_mask is not None:
-        selected = selected & query_mask.to(device=pattern.device, dtype=torch.bool)
+        real = query_mask.to(device=pattern.device, dtype=torch.bool)
+        selected, after = selected & real, after & real
     weights = selected.to(pattern.dtype).unsqueeze(1)
     count = weights.sum(dim=2)
-    return (column(pattern, key) * weights).sum(dim=2) / count
+    alpha = (column(pattern, key) * weights).sum(dim=2) / count
+    # a row whose only query is k itself says nothing: under softmax it attends to k wholly
+    return torch.where(after.any(dim=1).unsqueeze(1), alpha, torch.nan)
 
 
 def sink_rate(alpha: Float[torch.Tensor, " ..."], eps: float = 0.3) -> float:

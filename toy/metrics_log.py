@@ -20,14 +20,18 @@ MAX_LINE_BYTES = 1 << 20  # a metrics line holds a few numbers per head: kilobyt
 
 def metrics_before(run_dir: Path, step: int) -> str:
     """The lines of ``run_dir``'s metrics.jsonl logged before ``step``, as the text to
-    write back. A line that is not JSON ends the reading (a line cut by an interruption:
-    everything before it is intact); a line with no step (edited by hand) is dropped."""
+    write back. A last line that is not JSON was cut by an interruption and is dropped
+    (everything before it is intact); one with lines after it is damage, refused before
+    anything changes, so no intact line is lost; a line with no step (edited by hand) is
+    dropped."""
     path = run_dir / METRICS_FILE
     if not path.is_file():
         return ""
     kept: list[str] = []
+    number = 0
     with open(path, "rb") as handle:
         while line := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
             if len(line) > MAX_LINE_BYTES:
                 raise InputError(
                     f"{path} has a line longer than {MAX_LINE_BYTES // (1 << 20)} MB, which no metrics line is (the "
@@ -38,15 +42,26 @@ def metrics_before(run_dir: Path, step: int) -> str:
             try:
                 record = json.loads(line)
             except ValueError:  # not JSON, or not UTF-8: cut short, or blank
-                if line.strip():
-                    break
-                continue
+                if not line.strip():
+                    continue
+                if _more_lines(handle):  # damage in the middle: the lines after it are intact and kept
+                    raise InputError(
+                        f"{path} line {number} is not a metrics line (the file is damaged in the middle); "
+                        "delete or repair that line, then resume (nothing was changed)",
+                        field="run_dir",
+                    ) from None
+                break  # the last line, cut short by an interruption
             logged = logged_step(record)
             if logged >= step and logged != float("inf"):
                 break  # steps only grow: the rest of the file is trained again
             if logged < step:
                 kept.append(json.dumps(record) + "\n")
     return "".join(kept)
+
+
+def _more_lines(handle) -> bool:
+    """Whether anything but blank lines follows in ``handle`` (read to the end)."""
+    return any(rest.strip() for rest in iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""))
 
 
 def logged_step(record: object) -> float:

@@ -35,13 +35,38 @@ def _sink_heads(record: dict) -> int:
     return sum(mass is not None and mass >= 1.0 - SINK_EPS for layer in record["anchor_mass_default"] for mass in layer)
 
 
+def _masses(value: object) -> bool:
+    """``[layer][head]`` numbers or nulls, every layer with the same number of heads."""
+    if not isinstance(value, list) or not value or not all(isinstance(layer, list) and layer for layer in value):
+        return False
+    numbers = all(m is None or (isinstance(m, (int, float)) and not isinstance(m, bool)) for ly in value for m in ly)
+    return numbers and len({len(layer) for layer in value}) == 1
+
+
+def _rates(value: object) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(rate, (int, float)) and not isinstance(rate, bool) for rate in value.values()
+    )
+
+
 def formation_records(records: Sequence[dict]) -> list[dict]:
-    """The logged lines that can be drawn: a whole-number step and per-head BOS masses."""
-    return [
-        record
-        for record in records
-        if isinstance(record.get("step"), int) and isinstance(record.get("anchor_mass_default"), list)
-    ]
+    """The logged lines that can be drawn, in step order (a step logged twice, as after a
+    resume that redid it: its last line): a whole-number step and per-head BOS masses of
+    the same shape as the first such line's; a ``sink_rate`` kept only where every line
+    has one with the same thresholds (a line edited by hand is left out, not drawn)."""
+    by_step: dict[int, dict] = {}
+    for record in records:
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool) and _masses(record.get("anchor_mass_default")):
+            by_step[step] = record
+    rows = [by_step[step] for step in sorted(by_step)]
+    if rows:
+        shape = [len(layer) for layer in rows[0]["anchor_mass_default"]]
+        rows = [row for row in rows if [len(layer) for layer in row["anchor_mass_default"]] == shape]
+    rated = rows and all(_rates(row.get("sink_rate")) for row in rows)
+    if rated and len({tuple(row["sink_rate"]) for row in rows}) == 1:
+        return rows
+    return [{key: value for key, value in row.items() if key != "sink_rate"} for row in rows]
 
 
 def sink_formation_figure(records: Sequence[dict], title: str, path: str | os.PathLike) -> Figure:

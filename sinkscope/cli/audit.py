@@ -149,7 +149,8 @@ def run(args: argparse.Namespace) -> dict:
 
     slugs = unique_slugs([where.label for where in resolved])
     out = Path(args.out_dir or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
-    inputs = [Path(where.location) for where in resolved if where.is_local]
+    # what the audit reads: a GGUF checkpoint is one file, so --out may sit beside it in its folder
+    inputs = [Path(where.location) / (where.gguf_file or "") for where in resolved if where.is_local]
     if prompt_spec.kind == "file" and Path(prompt_spec.source).is_file():  # anything else is refused as prompts
         inputs.append(Path(prompt_spec.source))
     if len(specs) > 1:
@@ -186,6 +187,9 @@ def _audit_line(result) -> str:
     if result.ablation is not None:
         ablation = result.ablation
         line += f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_delta:+.3f}"
+        together = ablation.default_state.all_sink_heads
+        if ablation.sink == "learned" and together is not None:
+            line += f", learned sinks removed {together.error_after_remove - together.error_before:+.3f}"
     return line
 
 

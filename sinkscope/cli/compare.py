@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> dict:
     # --sink-eps only means something side by side, so it asks for that comparison too
     mechanism = args.mechanism or args.sink_eps is not None
     if mechanism or not all(is_audit_directory(d) for d in args.directories):
-        if args.steps is not None:
+        if args.steps is not None and (mechanism or all(Path(d).is_dir() for d in args.directories)):
             raise InputError(
                 "--steps places audits of one model's checkpoints on the training step; it applies only when every "
                 "DIR is an audit (no toy directory, --mechanism or --sink-eps): drop --steps",

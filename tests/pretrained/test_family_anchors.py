@@ -203,3 +203,31 @@ def test_strings_given_to_a_probe_get_the_tokenizers_own_anchor(checkpoint):
     for mine, theirs in zip(probed.heads, expected.heads, strict=True):  # the same tokens: equal up to rounding
         for name in ("anchor_mass", "alpha", "value_weighted_anchor_share", "row_entropy", "head_out_norm"):
             assert getattr(mine, name) == pytest.approx(getattr(theirs, name), rel=1e-6, abs=1e-9), name
+
+
+def test_a_text_that_spells_its_own_bos_gets_one_anchor_with_special_tokens_parsed(checkpoint):
+    how, directory, own = checkpoint
+    if how != "prepended":
+        return  # the case: a BOS the tokenizer has but does not add, spelled at the text's start
+    loaded = load_model(LoadSpec(str(directory), device="cpu"), progress=False)
+    text = own.bos_token + " " + TEXTS[1]
+    tokenized = tokenize_prompts(prompt_set([text], parse_special_tokens=True), loaded)
+    row = tokenized.tokens[0][tokenized.attention_mask[0]].tolist()
+    assert row.count(own.bos_token_id) == 1 and row[0] == own.bos_token_id
+
+
+def test_a_tokenizer_given_as_a_path_is_one_input_error(checkpoint):
+    from sinkscope.infra.errors import InputError
+
+    _, directory, _ = checkpoint
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(directory))
+    with pytest.raises(InputError, match="AutoTokenizer.from_pretrained"):
+        audit(model, TEXTS, AuditConfig(n_examples=0), progress=False, tokenizer=str(directory))
+
+
+def test_the_learned_sink_setting_without_the_ablations_is_refused():
+    from sinkscope.infra.errors import InputError
+
+    with pytest.raises(InputError, match="--ablate"):
+        AuditConfig(ablate_sink="learned")
+    assert AuditConfig(ablate=True, ablate_sink="learned").ablate_sink == "learned"

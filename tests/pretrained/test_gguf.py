@@ -248,3 +248,16 @@ def test_bad_gguf_input_is_one_line(tmp_path, capsys):
     with pytest.raises(ValueError, match="drop the revision"):
         resolve_model(str(broken), revision="step1")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_an_audit_may_write_beside_its_gguf_file(tmp_path, monkeypatch):
+    """The README's example run inside the folder that holds the .gguf: the file is the
+    input, not its folder, so --out there is the audit's own."""
+    from sinkscope.cli import main
+    from tiny_gguf import build_tiny_gguf
+
+    path = build_tiny_gguf(tmp_path / "models", "llama")
+    monkeypatch.chdir(path.parent)
+    argv = ["audit", f"./{path.name}", "--prompt", "a b c d e", "--out", "out/tiny", "--examples", "0", "--no-progress"]
+    assert main(argv) == 0
+    assert (path.parent / "out" / "tiny" / "audit.json").is_file() and path.is_file()

@@ -166,3 +166,34 @@ def test_bad_steps_on_the_command_line_are_one_line_and_exit_2(results, tmp_path
         error = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("usage")]
         assert len(error) == 1 and words in error[0], error
         assert not out.exists()
+
+
+def test_steps_given_in_python_are_whole_numbers_for_named_revisions(results):
+    assert step_from_revision("step10k") is None  # "10k" is no exact step
+    for bad in ({"step0": -5}, {"step0": 1.5}, {"step0": float("nan")}, {0: 1}, {"step0": True}, [("step0", 1)]):
+        with pytest.raises(InputError, match="steps"):
+            compare_audits(results, steps=bad)
+
+
+def test_a_missing_directory_is_named_before_steps_are_judged(results, tmp_path, capsys):
+    first = tmp_path / "a"
+    write_audit(results[0], first)
+    code = _exit_code(
+        ["compare", str(first), str(tmp_path / "missing"), "--out", str(tmp_path / "o"), "--steps", "s=1"]
+    )
+    error = capsys.readouterr().err
+    assert code == 2 and "missing" in error and "drop --steps" not in error
+
+
+def test_a_learned_sink_ablation_is_not_compared_as_the_anchor_s(results):
+    from sinkscope.pretrained_analysis.ablation import AblationResult
+    from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, Estimate
+
+    change = Estimate(0.5, 0.4, 0.6)
+    row = DefaultStateRow("all_sink_heads", ((0, 0),), 4.0, 4.5, 4.0, change, Estimate(0.0, -0.1, 0.1), 1.0)
+    test = DefaultStateResult(((0, 0),), 3, (row,), row, "")
+    anchor = replace(results[2], ablation=AblationResult(4.0, 4.1, test))
+    learned = replace(results[2], ablation=AblationResult(4.0, 4.1, test, sink="learned"))
+    rows = compare_audits([anchor, learned]).rows
+    assert rows[0].all_sink_heads_loss_delta == pytest.approx(0.5)
+    assert rows[1].all_sink_heads_loss_delta is None and rows[1].base_loss == 4.0  # another test: not the same column

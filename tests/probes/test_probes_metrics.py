@@ -157,3 +157,11 @@ def test_massive_activations_without_padding_match_the_per_prompt_median():
     assert float(massive_activations(resid, padded, torch.zeros(3, dtype=torch.long)).median_abs[0]) == float(
         resid[0, :4].abs().median()
     )
+
+
+def test_alpha_of_a_row_whose_only_query_is_the_anchor_is_not_measured():
+    pattern = torch.tensor([[[[1.0, 0.0], [0.6, 0.4]]], [[[1.0, 0.0], [0.0, 0.0]]]])  # [batch 2, head 1, 2, 2]
+    real = torch.tensor([[True, True], [True, False]])  # the second row has one token
+    alpha = alpha_k(pattern, 0, 0, real)
+    assert alpha[0, 0].item() == pytest.approx(0.8)
+    assert math.isnan(alpha[1, 0].item())

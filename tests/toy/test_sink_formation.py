@@ -91,3 +91,44 @@ def test_a_formed_sink_is_found_at_its_first_logged_step():
 def test_the_metrics_lines_are_json_with_the_new_fields(run):
     first = json.loads((run / METRICS_FILE).read_text().splitlines()[0])
     assert {"n_sink_heads", "sink_rate"} <= set(first)
+
+
+def test_records_out_of_order_twice_or_damaged_are_drawn_in_step_order_or_left_out():
+    def line(step, mass, **extra):
+        return {"step": step, "anchor_mass_default": [[mass]], **extra}
+
+    records = [line(300, 0.97), line(100, 0.5), line(200, 0.95), line(0, 0.2), line(200, 0.96)]
+    finding = formation_finding(records, "r")
+    assert "first sink head appears at logged step 200" in finding and "every 100 steps" in finding
+    damaged = [
+        line(0, 0.1),
+        {"step": 50, "anchor_mass_default": [["x"]]},  # a text where a mass should be
+        {"step": 60, "anchor_mass_default": []},
+        {"step": "70", "anchor_mass_default": [[0.5]]},
+        line(80, 0.2, sink_rate={"abc": 1.0}),
+        line(100, 0.3, sink_rate={"0.3": 5.0}),
+    ]
+    from sinkscope.toy.training_curves import formation_records
+
+    kept = formation_records(damaged)
+    assert [record["step"] for record in kept] == [0, 80, 100]
+    assert all("sink_rate" not in record for record in kept)  # thresholds differ between lines: none drawn
+
+
+def test_a_metrics_line_damaged_in_the_middle_refuses_the_resume_and_changes_nothing(run, tmp_path):
+    import shutil
+
+    from sinkscope.infra.errors import InputError
+    from sinkscope.toy.metrics_log import metrics_before
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    lines = (copy / METRICS_FILE).read_text().splitlines(keepends=True)
+    damaged = "".join([lines[0], "not json\n", *lines[1:]])
+    (copy / METRICS_FILE).write_text(damaged)
+    with pytest.raises(InputError, match="line 2 is not a metrics line"):
+        metrics_before(copy, 10_000)
+    assert (copy / METRICS_FILE).read_text() == damaged
+    cut = "".join(lines) + '{"step": 28'  # the last line cut short by an interruption: dropped
+    (copy / METRICS_FILE).write_text(cut)
+    assert metrics_before(copy, 10_000) == "".join(json.dumps(json.loads(x)) + "\n" for x in lines)
