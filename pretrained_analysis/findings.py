@@ -240,6 +240,7 @@ def comparison_findings(comparison: Comparison) -> list[str]:
         )
     findings.append(_peak_layers(comparison))
     findings.extend(_trajectory_phrase(model, rows, epsilons) for model, rows in comparison.trajectories())
+    findings.extend(_no_trajectory_phrase(comparison))
     most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))
     findings.append(f"Most sink heads: {most.label} with {most.n_sink_heads} of {most.n_layers * most.n_heads}.")
     ablated = [row for row in rows if row.all_sink_heads_loss_delta is not None]
@@ -267,3 +268,22 @@ def _trajectory_phrase(model: str, rows: Sequence[ComparisonRow], epsilons: Sequ
         f"from {first.n_sink_heads} to {last.n_sink_heads}, mean anchor mass from {first.mean_anchor_mass:.3f} to "
         f"{last.mean_anchor_mass:.3f} (one audit per checkpoint, no interval recorded)."
     )
+
+
+def _no_trajectory_phrase(comparison: Comparison) -> list[str]:
+    """Why a model's checkpoints are drawn in the given order rather than against the step."""
+    drawn = {model for model, _ in comparison.trajectories()}
+    phrases = []
+    for model, rows in comparison.model_groups():
+        if len(rows) < 2 or model in drawn or len({row.revision for row in rows}) < len(rows):
+            continue
+        unknown = [str(row.revision) for row in rows if row.step is None]
+        steps = [row.step for row in rows if row.step is not None]
+        shared = sorted({step for step in steps if steps.count(step) > 1})
+        why = (
+            f"no training step is known for {', '.join(unknown)} (give it with --steps REV=STEP)"
+            if unknown
+            else f"two checkpoints share step {shared[0]:,}"
+        )
+        phrases.append(f"{model}'s checkpoints are drawn in the order given, not against the training step: {why}.")
+    return phrases

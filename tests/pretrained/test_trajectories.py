@@ -197,3 +197,13 @@ def test_a_learned_sink_ablation_is_not_compared_as_the_anchor_s(results):
     rows = compare_audits([anchor, learned]).rows
     assert rows[0].all_sink_heads_loss_delta == pytest.approx(0.5)
     assert rows[1].all_sink_heads_loss_delta is None and rows[1].base_loss == 4.0  # another test: not the same column
+
+
+def test_checkpoints_not_drawn_against_the_step_say_why(results):
+    from sinkscope.pretrained_analysis.findings import comparison_findings
+
+    renamed = [_as_revision(result, name) for result, name in zip(results, ["step0", "main", "step9"], strict=True)]
+    assert any("no training step is known for main" in f for f in comparison_findings(compare_audits(renamed)))
+    twice = [_as_revision(result, name) for result, name in zip(results, ["a", "b", "c"], strict=True)]
+    shared = compare_audits(twice, steps={"a": 5, "b": 5, "c": 9})
+    assert any("two checkpoints share step 5" in f for f in comparison_findings(shared))
