@@ -31,12 +31,12 @@ if TYPE_CHECKING:
     )
     from sinkscope.mechanism import compare_mechanism, write_mechanism
     from sinkscope.pretrained_analysis.audit import (
-        AuditConfig,
         AuditResult,
         audit,
         read_audit,
         write_audit,
     )
+    from sinkscope.pretrained_analysis.audit_config import AuditConfig
     from sinkscope.pretrained_analysis.compare import (
         compare_audits,
         read_comparison,
@@ -92,7 +92,7 @@ _EXPORTS: dict[str, str] = {
     "audit": "sinkscope.pretrained_analysis.audit",
     "write_audit": "sinkscope.pretrained_analysis.audit",
     "read_audit": "sinkscope.pretrained_analysis.audit",
-    "AuditConfig": "sinkscope.pretrained_analysis.audit",
+    "AuditConfig": "sinkscope.pretrained_analysis.audit_config",
     "AuditResult": "sinkscope.pretrained_analysis.audit",
     "compare_audits": "sinkscope.pretrained_analysis.compare",
     "compare_directories": "sinkscope.pretrained_analysis.suite",

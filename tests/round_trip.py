@@ -78,6 +78,7 @@ PERSISTED_MODULES = (
     "sinkscope.toy.reproduce",
     "sinkscope.toy.sweep",
     "sinkscope.pretrained_analysis.audit",
+    "sinkscope.pretrained_analysis.audit_config",
     "sinkscope.pretrained_analysis.compare",
     "sinkscope.pretrained_analysis.suite",
     "sinkscope.probes.window_test",

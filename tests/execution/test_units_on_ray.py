@@ -149,7 +149,7 @@ def test_a_unit_that_raises_a_bug_shows_its_traceback_and_bad_input_names_its_fl
     """Locally, in this process (one worker): a unit's plain exception is a bug, shown with
     its traceback after the others ran (exit 1); an InputError in every unit is bad input."""
 
-    def broken(group, out_dir, n_sequences, device="cpu", tracking=None):
+    def broken(group, out_dir, n_sequences, device="cpu", tracking=None, compile="auto"):
         raise TypeError("boom")
 
     monkeypatch.setattr(sinkscope.toy.experiment, "train_and_evaluate", broken)
@@ -159,7 +159,7 @@ def test_a_unit_that_raises_a_bug_shows_its_traceback_and_bad_input_names_its_fl
     assert "raised:\nTraceback (most recent call last):" in err and "TypeError: boom" in err
     assert "sinkscope: run failed: 2 of 2 training units failed" in err  # one worker: seeds train together
 
-    def refuse(group, out_dir, n_sequences, device="cpu", tracking=None):
+    def refuse(group, out_dir, n_sequences, device="cpu", tracking=None, compile="auto"):
         raise InputError("max_steps is too small for this task", field="max_steps")
 
     monkeypatch.setattr(sinkscope.toy.experiment, "train_and_evaluate", refuse)
