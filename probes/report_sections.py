@@ -127,7 +127,7 @@ def default_state_finding(row: DefaultStateRow, what: str, subject: str, n: int)
     ci = row.remove_increase
     return (
         f"Removing the sinks of {subject} {verb} {what} from {sig(row.error_before, digits)} to "
-        f"{sig(row.error_after_remove, digits)} while the matched control {control} (change {sig(remove_change)}, "
+        f"{sig(row.error_after_remove, digits)} while the matched control {control} (change {sig(remove_change, 3)}, "
         f"{interval_text(ci.ci_low, ci.ci_high, n)}, vs {sig(control_change)} for the control)."
     )
 

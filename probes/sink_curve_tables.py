@@ -154,8 +154,10 @@ def curve_findings(curves: SinkCurves) -> list[str]:
         first, repeated = next(iter(rows.values())), rows.get("repeated")
         if repeated is not None and first.input_type != "repeated" and first.sink_rate.mean > 0:
             kept = repeated.sink_rate.mean / first.sink_rate.mean
-            verb = "removes most of the sink" if kept < 0.5 else "keeps most of the sink"
-            found.append(f"One token repeated {verb}: {kept:.0%} of the {first.input_type}' sink rate remains.")
+            verb = (
+                "removes most of the sink" if kept < 0.5 else "keeps most of the sink" if kept < 1 else "keeps the sink"
+            )
+            found.append(f"One token repeated {verb}: its sink rate is {kept:.0%} of the {first.input_type}'.")
     ends = [(kind, _first_last(list(curves.eps_curve), kind, "eps")) for kind in _types(curves.eps_curve)]
     parts = [
         f"{kind} {a.sink_rate.mean:.1f}% to {b.sink_rate.mean:.1f}%" for kind, pair in ends if pair for a, b in [pair]

@@ -98,6 +98,17 @@ def window_rows(result: WindowTestResult) -> list[dict[str, Any]]:
     ]
 
 
+def window_findings(result: WindowTestResult) -> tuple[str, ...]:
+    """What was measured, and what it shows (``window_finding``)."""
+    unit = result.unit if result.n_units == 1 else f"{result.unit}s"
+    measured = (
+        f"{result.model} on {result.n_units} {unit} of {result.n_positions} tokens from {result.source}: the mean "
+        f"{result.loss_name} over positions {result.scored_from} to {result.n_positions - 1} of each, then over "
+        f"the {unit}; intervals are 95% bootstrap intervals over the {unit} (paired for increases; none from one)."
+    )
+    return measured, window_finding(result)
+
+
 def window_finding(result: WindowTestResult) -> str:
     """One sentence: at the narrowest window and fewest kept tokens, the loss with the window
     alone, with the first S tokens and with S random tokens, against full attention."""
@@ -197,7 +208,7 @@ def window_document(result: WindowTestResult, figure_dir: Path) -> ReportDocumen
         Section("Run", (run,)),
     )
     return ReportDocument(
-        "Streaming window test", f"{result.model} on {result.source}", (window_finding(result),), sections
+        "Streaming window test", f"{result.model} on {result.source}", window_findings(result), sections
     )
 
 
@@ -215,7 +226,7 @@ def window_html(result: WindowTestResult) -> str:
     return fragment(
         f"Streaming window test: {result.model}",
         f"{result.source}; {plural(result.n_units, result.unit)}",
-        [bullets_html([window_finding(result)]), inline_table(table)],
+        [bullets_html(list(window_findings(result))), inline_table(table)],
     )
 
 

@@ -180,8 +180,9 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
         finding = formation_finding(read_metrics(run_dir), name) if run_dir is not None else None
         findings += [finding] if finding else []
     # the training run's heatmaps as the probe copied them: a report reads only its own directory
-    heatmaps = existing_figures(source, [(figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES])
-    sections.append(Section("Attention heatmaps", tuple(heatmaps)))
+    copied = [(figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES if (source / figure).is_file()]
+    if copied:  # a run that was never evaluated has no heatmaps to copy
+        sections.append(Section("Attention heatmaps", tuple(existing_figures(source, copied))))
     sections += [_probe_configuration(source, probe, run_config), citation_section()]
     return ReportDocument(
         title=f"Sink probes: {name}",

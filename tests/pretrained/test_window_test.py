@@ -23,7 +23,7 @@ from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.loading import wrap_model
 from sinkscope.pretrained_analysis.window_test import default_text, window_test
 from sinkscope.probes.window_masks import WindowSetting, allowed_keys, window_hooks, window_settings
-from sinkscope.probes.window_report import window_definition, window_finding
+from sinkscope.probes.window_report import window_definition, window_finding, window_findings
 from sinkscope.probes.window_test import WindowTestResult
 from sinkscope.reporting import report
 from tiny_models import build_tiny_gpt2, build_tiny_gqa, load_bridge, load_hf_model
@@ -154,6 +154,6 @@ def test_the_command_writes_the_result_and_its_report(tmp_path, capsys):
     assert "first 2 + last 16" in markdown and "re-indexes" in markdown
     rebuilt = report(out, overwrite=True)  # `sinkscope report` knows the directory
     assert rebuilt.kind == "window test" and rebuilt.findings == (
-        window_finding(read_result(out / "window_test.json", WindowTestResult)),
+        *window_findings(read_result(out / "window_test.json", WindowTestResult)),
     )
     assert run_command_line(["window-test", str(directory), "--windows", "0", "--out", str(tmp_path / "x")]) == 2

@@ -93,6 +93,9 @@ def result_dirs(tmp_path_factory) -> dict[str, Path]:
     dirs["audit"] = root / "audit"
     assert main(["audit", str(gpt2), str(neox), "--out", str(root / "comparison"), *fast]) == 0
     dirs["comparison"] = root / "comparison"
+    window = ["window-test", str(gpt2), "--windows", "8", "--sinks", "1", "--chunk-tokens", "64", "--max-chunks", "2"]
+    assert main([*window, "--out", str(xss_dir(root, "-window")), "--no-progress", "--json"]) == 0
+    dirs["window test"] = xss_dir(root, "-window")
     # toy and pretrained side by side: the audit first, so the models table's layers column is out of order
     assert main(["compare", str(root / "audit"), str(run), "--out", str(xss_dir(root, "-mechanism")), "--json"]) == 0
     dirs["mechanism"] = xss_dir(root, "-mechanism")
