@@ -18,6 +18,7 @@ files declare it (``own_tokenizer``):
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 ANCHOR_HOWS: tuple[str, ...] = ("tokenizer", "prepended", "absent", "off", "cls")
@@ -52,13 +53,33 @@ def declared_bos(tokenizer: Any) -> str | None:
     return tokenizer.bos_token
 
 
+# tokenizer -> its causal anchor: reloading a tokenizer's files takes seconds (a 49k-token
+# vocabulary is deep-copied on load), once per audit or prepare() call without this
+_DECIDED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
 def anchor_how(tokenizer: Any, causal: bool, prepend_bos: bool) -> str:
-    """One of ``ANCHOR_HOWS`` for prompts tokenized with ``tokenizer`` (the bridge's)."""
+    """One of ``ANCHOR_HOWS`` for prompts tokenized with ``tokenizer`` (the bridge's);
+    decided once per tokenizer object read from files (they do not change under it)."""
     if not prepend_bos:
         return "off"
     if not causal:
         return "cls"
+    try:
+        return _DECIDED[tokenizer]
+    except (KeyError, TypeError):  # TypeError: an object that cannot be weakly referenced
+        pass
     own = own_tokenizer(tokenizer)
+    how = _causal_anchor(tokenizer, own)
+    if own is not tokenizer:  # read from files; an in-memory tokenizer may still be changed by its owner
+        try:
+            _DECIDED[tokenizer] = how
+        except TypeError:
+            pass
+    return how
+
+
+def _causal_anchor(tokenizer: Any, own: Any) -> str:
     bos = declared_bos(tokenizer) if own is tokenizer else own.bos_token
     if bos is None:
         return "absent"

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from einops import einsum, rearrange
+from jaxtyping import Bool, Float, Int
 
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import ModelSpec, PreparedBatch
@@ -34,51 +36,61 @@ STAGES = ("pre", "rot")  # before and after the rotary embedding
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
     """``x`` scaled to unit norm along its last axis (zero vectors stay zero), in float32."""
-    x = x.float()
-    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return torch.nn.functional.normalize(x.float(), dim=-1, eps=1e-12)
 
 
 def _other_key_sums(
-    kn: torch.Tensor, batch: PreparedBatch, visible: torch.Tensor, causal_prefix: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per query, the sum of the unit keys of the other real keys it sees ``[batch, query,
-    head, d]`` and their number ``[batch, query]``. A plain causal layer sees a prefix: a
-    running sum, with no ``[batch, query, key]`` tensor; a windowed, chunked or
-    bidirectional one takes its visibility as a mask."""
+    kn: Float[torch.Tensor, "batch key kv_head d"], batch: PreparedBatch, visible: torch.Tensor, causal_prefix: bool
+) -> tuple[Float[torch.Tensor, "batch query kv_head d"], Int[torch.Tensor, "batch query"]]:
+    """Per query, the sum of the unit keys of the other real keys it sees and their number.
+    A plain causal layer sees a prefix: a running sum, with no ``[batch, query, key]``
+    tensor; a windowed, chunked or bidirectional one takes its visibility as a mask."""
     positions = torch.arange(batch.n_pos, device=kn.device)
     other = batch.attention_mask & (positions.view(1, -1) != batch.anchor.view(-1, 1))  # [batch, key]
     if causal_prefix:
         return (kn * other[..., None, None]).cumsum(dim=1), other.cumsum(dim=1)
     others = visible & other.unsqueeze(1)
-    return torch.einsum("bqk,bkhd->bqhd", others.float(), kn), others.sum(dim=-1)
+    return einsum(others.float(), kn, "b q k, b k kv d -> b q kv d"), others.sum(dim=-1)
 
 
 def cosine_sums(
-    q: torch.Tensor,
-    k: torch.Tensor,
+    q: Float[torch.Tensor, "batch pos head d_head"],
+    k: Float[torch.Tensor, "batch pos kv_head d_head"],
     batch: PreparedBatch,
-    queries: torch.Tensor,
-    visible: torch.Tensor,
+    queries: Bool[torch.Tensor, "batch pos"],
+    visible: Bool[torch.Tensor, "batch pos key"],
     causal_prefix: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sums over ``queries`` [batch, query] of cos(q_i, k_anchor) and of the mean cos(q_i, k_j)
-    over the other real keys j that query i sees, per head, and how many queries counted.
+) -> tuple[Float[torch.Tensor, " head"], Float[torch.Tensor, " head"], torch.Tensor]:
+    """Sums over ``queries`` of cos(q_i, k_anchor) and of the mean cos(q_i, k_j) over the
+    other real keys j that query i sees, per query head, and how many queries counted.
 
-    q, k: ``[batch, pos, head, d_head]`` (k already one head per query head); causal_prefix:
-    the layer is plain causal (``visible`` is then j <= i over real keys)."""
-    qn, kn = _unit(q), _unit(k)
+    k holds one head per kv head (grouped-query attention: query head h reads kv head
+    h // (head / kv_head)), so the keys are normalised and summed once per kv head, not
+    once per query head; causal_prefix: the layer is plain causal (``visible`` is then
+    j <= i over real keys)."""
+    n_kv = k.shape[2]
+    # dot products with unit keys, then over |q|: the query tensor is read, not rescaled
+    grouped = rearrange(q.float(), "b p (kv g) d -> b p kv g d", kv=n_kv)
+    q_norms = grouped.norm(dim=-1).clamp_min(1e-12)  # [batch, pos, kv_head, group]
+    kn = _unit(k)
     rows = torch.arange(batch.batch_size, device=q.device)
-    anchor_cos = (qn * kn[rows, batch.anchor].unsqueeze(1)).sum(dim=-1)  # [batch, query, head]
+    anchor_keys = rearrange(kn[rows, batch.anchor], "b kv d -> b 1 kv d 1")
+    anchor_cos = (grouped @ anchor_keys).squeeze(-1) / q_norms
     key_sum, n_others = _other_key_sums(kn, batch, visible, causal_prefix)
-    other_cos = (qn * key_sum).sum(dim=-1) / n_others.clamp_min(1).unsqueeze(-1)
-    counted = (queries & (n_others > 0)).unsqueeze(-1).float()
-    return (anchor_cos * counted).sum(dim=(0, 1)), (other_cos * counted).sum(dim=(0, 1)), counted.sum()
+    other_cos = (grouped @ key_sum.unsqueeze(-1)).squeeze(-1) / (q_norms * n_others.clamp_min(1)[..., None, None])
+    counted = (queries & (n_others > 0)).float()
+    per_head = "b p kv g, b p -> kv g"
+    return (
+        einsum(anchor_cos, counted, per_head).flatten(),
+        einsum(other_cos, counted, per_head).flatten(),
+        counted.sum(),
+    )
 
 
-def anchor_norm_ratios(x: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
-    """``||x_anchor|| / median_j ||x_j||`` over each prompt's other real tokens j, per head:
-    ``[batch, head]``, NaN for a prompt without another real token or with a zero median.
-    x: ``[batch, pos, head, d]``."""
+def anchor_norm_ratios(x: Float[torch.Tensor, "batch pos head d"], batch: PreparedBatch) -> torch.Tensor:
+    """``||x_anchor|| / median_j ||x_j||`` over each prompt's other real tokens j, per head
+    of ``x`` (kv heads for keys and values): ``[batch, head]``, NaN for a prompt without
+    another real token or with a zero median."""
     norms = x.float().norm(dim=-1)  # [batch, pos, head]
     rows = torch.arange(batch.batch_size, device=x.device)
     others = batch.attention_mask.clone()
@@ -127,7 +139,7 @@ class KeyGeometrySums:
                 self._waiting[(layer, stage)] = x
                 return
             q, k = (x, other) if kind == "q" else (other, x)
-            self._add_cosines(layer, stage, q, self.spec.expand_kv(k))
+            self._add_cosines(layer, stage, q, k)
 
         return hook
 
@@ -144,12 +156,13 @@ class KeyGeometrySums:
 
     def _value_hook(self, layer: int):
         def hook(v: torch.Tensor, hook: Any) -> None:
-            self._add_ratio("v", layer, self.spec.expand_kv(v), self.context(layer)[0])
+            self._add_ratio("v", layer, v, self.context(layer)[0])
 
         return hook
 
     def _add_ratio(self, name: str, layer: int, x: torch.Tensor, batch: PreparedBatch) -> None:
-        ratios = anchor_norm_ratios(x, batch).double().cpu()
+        # per kv head, then one copy per query head that reads it (the norms are the kv head's)
+        ratios = self.spec.expand_kv(anchor_norm_ratios(x, batch), head_axis=1).double().cpu()
         valid = ~torch.isnan(ratios)
         self.ratio[name][layer] += torch.where(valid, ratios, 0.0).sum(dim=0)
         self.ratio_count[name][layer] += valid.sum(dim=0)

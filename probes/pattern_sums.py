@@ -54,10 +54,12 @@ class PatternSums:
         selected: torch.Tensor,
         visible: torch.Tensor,
         value_norms: torch.Tensor | None,
+        clean: bool | None = None,
     ) -> None:
         """Add one batch's ``pattern [batch, head, query, key]`` of ``layer``; ``selected``:
         the queries that count ``[batch, query]``; ``visible``: the layer's ``[batch, query,
-        key]`` key visibility; ``value_norms``: ``projected_value_norms`` or None."""
+        key]`` key visibility; ``value_norms``: ``projected_value_norms`` or None; ``clean``:
+        ``masked_cleanly(pattern, visible)`` where known."""
         anchor = batch.anchor
         sees_anchor = sees_key(visible, anchor)
         seen = selected & sees_anchor
@@ -75,7 +77,7 @@ class PatternSums:
         sees_alpha_key = sees_key(visible, (anchor + self.k).clamp_max(batch.n_pos - 1))
         self._add_alpha(layer, pattern, anchor, batch.attention_mask & sees_alpha_key, all_queries=False)
         self._add_alpha(layer, pattern, anchor, batch.attention_mask, all_queries=True)
-        sums, counts = row_entropy_sums(pattern, visible, selected)
+        sums, counts = row_entropy_sums(pattern, visible, selected, clean)
         self.entropy[layer] += sums.double().cpu()
         self.entropy_count[layer] += counts.double().cpu()
         if value_norms is not None:

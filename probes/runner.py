@@ -57,6 +57,7 @@ from sinkscope.probes.sink_metrics import (
     head_output_norms,
     is_sink_head,
     learned_sink_mass,
+    masked_cleanly,
     massive_activations,
     output_gram,
     projected_value_norms,
@@ -180,12 +181,13 @@ class ProbeAccumulator:
     def _make_pattern_hook(self, layer: int):
         def hook(pattern: torch.Tensor, hook: Any) -> None:
             batch, selected, visible = self._context(layer)
-            self.sums.add(layer, pattern, batch, selected, visible, self._value_norms)
+            clean = masked_cleanly(pattern, visible)  # decides the cheap paths of the sums below
+            self.sums.add(layer, pattern, batch, selected, visible, self._value_norms, clean)
             if self.samples is not None:
                 self.samples.add(layer, pattern, batch, selected, visible)
             self._value_norms = None
             if self.secondary is not None:
-                self.secondary.add_pattern(layer, pattern, batch, selected, visible)
+                self.secondary.add_pattern(layer, pattern, batch, selected, visible, clean)
 
         return hook
 
@@ -241,7 +243,7 @@ class ProbeAccumulator:
             self.max_abs[layer] = max(float(self.max_abs[layer]), stats.max_abs)
             self.median_abs[layer] += float(stats.median_abs.double().sum())
             if self.secondary is not None:
-                self.secondary.add_resid(layer, resid, batch, stats.median_abs)
+                self.secondary.add_resid(layer, stats.position_max, batch, stats.median_abs)
 
         return hook
 

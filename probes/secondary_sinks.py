@@ -24,22 +24,30 @@ NO_LAYER = 1 << 30  # the first massive layer of a position that carries none
 
 
 def later_query_mass(
-    pattern: torch.Tensor, queries: torch.Tensor, visible: torch.Tensor
+    pattern: torch.Tensor, queries: torch.Tensor, visible: torch.Tensor, clean: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per key, the summed attention from the later ``queries`` [batch, query] that see it,
-    ``[batch, head, key]``, and how many such queries there are, ``[batch, key]``."""
+    ``[batch, head, key]``, and how many such queries there are, ``[batch, key]``.
+    ``clean``: the pattern is ``masked_cleanly`` (zero on every hidden key); under causal
+    visibility the sum is then one matrix product over all queries less each key's own."""
     positions = torch.arange(pattern.shape[-1], device=pattern.device)
     later = positions.view(1, -1, 1) > positions.view(1, 1, -1)
     mask = visible & later & queries.unsqueeze(-1)
+    if clean and not bool(visible.triu(1).any()):  # no query sees a later key: causal
+        weights = queries.to(pattern.dtype)  # [batch, query]
+        every = (weights[:, None, None, :] @ pattern).squeeze(2)  # [batch, head, key]
+        return every - pattern.diagonal(dim1=-2, dim2=-1) * weights[:, None, :], mask.sum(dim=1)
     return torch.einsum("bhqk,bqk->bhk", pattern, mask.to(pattern.dtype)), mask.sum(dim=1)
 
 
-def massive_positions(resid: torch.Tensor, real: torch.Tensor, median: torch.Tensor, abs_min: float, ratio: float):
+def massive_positions(
+    position_max: torch.Tensor, real: torch.Tensor, median: torch.Tensor, abs_min: float, ratio: float
+) -> torch.Tensor:
     """``[batch, pos]``: real positions with an entry |x| > ``abs_min`` and > ``ratio`` x the
-    row's ``median`` |x|; and their largest |x|."""
-    magnitude = resid.abs().amax(dim=-1)  # the largest entry decides whether any entry passes
-    limit = torch.clamp(ratio * median.view(-1, 1).to(magnitude.dtype), min=abs_min)
-    return (magnitude > limit) & real, magnitude
+    row's ``median`` |x|, from each position's largest |x| (``position_max``), which decides
+    whether any of its entries passes."""
+    limit = torch.clamp(ratio * median.view(-1, 1).to(position_max.dtype), min=abs_min)
+    return (position_max > limit) & real
 
 
 @dataclass
@@ -85,9 +93,15 @@ class SecondarySinkSums:
         return torch.arange(batch.n_pos).expand(batch.batch_size, -1)
 
     def add_pattern(
-        self, layer: int, pattern: torch.Tensor, batch: PreparedBatch, selected: torch.Tensor, visible: torch.Tensor
+        self,
+        layer: int,
+        pattern: torch.Tensor,
+        batch: PreparedBatch,
+        selected: torch.Tensor,
+        visible: torch.Tensor,
+        clean: bool = False,
     ) -> None:
-        sums, counts = later_query_mass(pattern, selected, visible)
+        sums, counts = later_query_mass(pattern, selected, visible, clean)
         mean = sums.float() / counts.clamp_min(1).unsqueeze(1)
         rows = torch.arange(batch.batch_size, device=mean.device)
         eligible = batch.attention_mask & (counts >= self.min_queries)
@@ -111,11 +125,11 @@ class SecondarySinkSums:
             tally.mass += mass
             tally.heads[(layer, pair % pattern.shape[1])] += count
 
-    def add_resid(self, layer: int, resid: torch.Tensor, batch: PreparedBatch, median: torch.Tensor) -> None:
-        massive, magnitude = massive_positions(
-            resid, batch.attention_mask, median, self.massive_abs, self.massive_ratio
-        )
-        massive, magnitude = massive.cpu(), magnitude.float().cpu()
+    def add_resid(self, layer: int, position_max: torch.Tensor, batch: PreparedBatch, median: torch.Tensor) -> None:
+        """One layer's massive activations: ``position_max`` each position's largest |x|,
+        ``median`` each prompt's median |x| (``massive_activations``)."""
+        massive = massive_positions(position_max, batch.attention_mask, median, self.massive_abs, self.massive_ratio)
+        massive, magnitude = massive.cpu(), position_max.float().cpu()
         assert self._first_massive is not None
         self._first_massive = torch.where(massive, self._first_massive.clamp_max(layer), self._first_massive)
         for row, pos in massive.nonzero().tolist():

@@ -78,6 +78,16 @@ def test_value_weighted_share_of_a_signed_pattern_uses_magnitudes():
     assert sums.item() == pytest.approx(0.8 * 2 / (0.8 * 2 + 0.2 * 6))
 
 
+def test_value_weighted_share_leaves_out_a_query_that_attends_almost_nowhere():
+    """A ReLU head whose weights sum to 6e-7 writes rounding residue: a share of it (here
+    0.97) would be read as the head writing the anchor's value; a row above the threshold counts."""
+    pattern = torch.tensor([[[[1.0, 0.0, 0.0], [5.8e-7, 0.2e-7, 0.0], [1.94e-4, 0.06e-4, 0.0]]]])
+    norms = torch.tensor([[[1.0, 1.0, 1.0]]])
+    sums, counts = value_weighted_anchor_share_sums(pattern, norms)
+    assert counts.tolist() == [1]  # the third query only: 2e-4 >= SILENT_ROW_MASS
+    assert sums.item() == pytest.approx(0.97)
+
+
 def test_value_weighted_share_agrees_with_the_elementwise_sum_on_a_random_pattern():
     generator = torch.Generator().manual_seed(0)
     pattern = torch.rand(2, 3, 7, 7, generator=generator).tril().softmax(dim=-1)
@@ -99,6 +109,44 @@ def test_row_entropy_normalised_by_visible_keys():
     assert counts.tolist() == [2, 2]
     expected_a = 1.0 + (-(0.2 * math.log(0.2) + 0.3 * math.log(0.3) + 0.5 * math.log(0.5)) / math.log(3))
     assert sums[0].item() == pytest.approx(expected_a, rel=1e-5)
+
+
+def test_the_lower_median_is_torch_s_median_exactly():
+    from sinkscope.probes.sink_metrics import lower_median
+
+    generator = torch.Generator().manual_seed(0)
+    for width in (1, 2, 7, 64, 1001):
+        values = torch.randn(5, width, generator=generator).abs()
+        assert torch.equal(lower_median(values), values.median(dim=1).values)
+    doubles = torch.rand(3, 10, dtype=torch.float64, generator=generator)
+    assert torch.equal(lower_median(doubles), doubles.median(dim=1).values)
+
+
+def _entropy_reference(pattern, visible):
+    """Row entropy over the visible keys after renormalising, / log(#visible), element by element."""
+    probs = pattern.clamp_min(0) * visible.unsqueeze(1)
+    mass = probs.sum(dim=-1, keepdim=True)
+    probs = probs / mass.clamp_min(1e-30)
+    entropy = -(probs * torch.where(probs > 0, probs.log(), 0.0)).sum(dim=-1)
+    n_visible = visible.sum(dim=-1).unsqueeze(1)
+    rows = (n_visible >= 2) & (mass.squeeze(-1) > 0)  # a row with no mass has no entropy
+    return ((entropy / torch.log(n_visible.clamp_min(2))) * rows).sum(dim=(0, 2)), rows.sum(dim=(0, 2))
+
+
+def test_row_entropy_of_masked_patterns_and_of_patterns_with_hidden_mass_match_the_definition():
+    """A causal softmax pattern (zero on hidden keys: the one-temporary path), a ReLU pattern
+    that does not sum to one, and a pattern with mass on hidden keys (the general path)."""
+    generator = torch.Generator().manual_seed(0)
+    visible = torch.ones(2, 6, 6, dtype=torch.bool).tril()
+    scores = torch.randn(2, 3, 6, 6, generator=generator)
+    softmax = scores.masked_fill(~visible.unsqueeze(1), -math.inf).softmax(dim=-1)
+    relu = scores.relu() * visible.unsqueeze(1)
+    leaky = softmax + 0.01  # mass on the hidden keys, which the entropy must not count
+    for pattern in (softmax, relu, leaky):
+        sums, counts = row_entropy_sums(pattern, visible)
+        expected, expected_counts = _entropy_reference(pattern, visible)
+        assert counts.tolist() == expected_counts.tolist()
+        assert sums.tolist() == pytest.approx(expected.tolist(), rel=1e-5)
 
 
 def test_massive_activations_counts_anchor_outliers():
