@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from sinkscope.pretrained_analysis.audit_figures import GEOMETRY_FIGURE
 from sinkscope.probes.geometry_result import GEOMETRY_SUMMARY_TABLE, summary_rows
-from sinkscope.probes.secondary_result import MASSIVE_TABLE, SECONDARY_TABLE, SecondarySinks
+from sinkscope.probes.secondary_result import MASSIVE_TABLE, SECONDARY_TABLE, SecondarySinks, SecondarySinkToken
 from sinkscope.reports.document import Block, Paragraph, Section, result_figures
 from sinkscope.reports.formatting import plural
 
@@ -70,28 +70,43 @@ def _geometry_finding(result: AuditResult) -> str | None:
     )
 
 
-def _token_list(sinks: SecondarySinks) -> str:
+def _token_list(rows: tuple[SecondarySinkToken, ...]) -> str:
     return "; ".join(
-        f"{row.token} ({row.sink_occurrences} of {row.occurrences} occurrences, mean position {row.mean_position:.1f}, "
-        f"in {plural(row.n_heads, 'head')}, mean mass {row.mean_mass:.2f})"
-        for row in sinks.tokens[:TOP_TOKENS]
+        f"{row.token} ({row.sink_occurrences} of {plural(row.occurrences, 'occurrence')}, mean position "
+        f"{row.mean_position:.1f}, in {plural(row.n_heads, 'head')}, mean mass {row.mean_mass:.2f})"
+        for row in rows[:TOP_TOKENS]
+    )
+
+
+def _one_offs(rows: tuple[SecondarySinkToken, ...], n_kept: int, n_tokens: int) -> str:
+    """The tokens that are a sink in one occurrence only, as a count: listed one by one they
+    read as a finding about the token, while most are the first word after the anchor."""
+    after_anchor = sum(row.mean_position == 1.0 for row in rows)
+    unlisted = f" (and {n_tokens - n_kept} tokens beyond the {n_kept} kept)" if n_tokens > n_kept else ""
+    return (
+        f"{plural(len(rows), 'token')}{unlisted} {'is' if len(rows) == 1 and not unlisted else 'are'} a secondary "
+        f"sink in one occurrence only, {after_anchor} of them right after the anchor (position 1)"
     )
 
 
 def _secondary_findings(sinks: SecondarySinks) -> list[str]:
     if not sinks.tokens:
         return [f"No secondary sinks: no key other than the anchor passes the threshold ({sinks.rule()})."]
+    recurring = tuple(row for row in sinks.tokens if row.sink_occurrences >= 2)
+    once = tuple(row for row in sinks.tokens if row.sink_occurrences < 2)
+    named = f"recurring: {_token_list(recurring)}" if recurring else "no token is a secondary sink more than once"
+    rest = f"; {_one_offs(once, len(sinks.tokens), sinks.n_sink_tokens)}" if once else ""
     findings = [
         f"Secondary sinks ({plural(sinks.n_sink_tokens, 'token')} over {plural(sinks.n_prompts, 'prompt')}; mean "
-        f"attention from later queries \u2265 {sinks.min_mass:g}): {_token_list(sinks)}."
+        f"attention from later queries \u2265 {sinks.min_mass:g}): {named}{rest}."
     ]
     if sinks.residuals_read and sinks.massive:
         carriers = "; ".join(
-            f"{row.token} ({row.occurrences} occurrences, {row.at_anchor} as the anchor, from layer {row.first_layer}, "
-            f"max |x| {row.max_abs:.4g})"
+            f"{row.token} ({plural(row.occurrences, 'occurrence')}, {row.at_anchor} as the anchor, from layer {row.first_layer}, "
+            f"max |x| {row.max_abs:,.0f})"
             for row in sinks.massive[:TOP_TOKENS]
         )
-        tied = [row for row in sinks.tokens[:TOP_TOKENS] if row.massive_share > 0]
+        tied = [row for row in (recurring or sinks.tokens)[:TOP_TOKENS] if row.massive_share > 0]
         tie = (
             "; of the top secondary sinks, "
             + ", ".join(f"{row.token} {row.massive_share:.0%}" for row in tied)

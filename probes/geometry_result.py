@@ -35,7 +35,9 @@ GEOMETRY_FIELDS: tuple[tuple[str, str], ...] = (
 GEOMETRY_NOTE = (
     "cos(q, k_anchor): mean over every query that sees the anchor (all prompts pooled) of the cosine between "
     "the head's query and the anchor's key; cos(q, k_other): the same query's mean cosine with the other real "
-    "keys it sees; 'after RoPE': on the rotated queries and keys (models with rotary embeddings only); norm "
+    "keys it sees; 'after RoPE': on the rotated queries and keys, where the model hooks them (Llama, Mistral, "
+    "Qwen, Gemma, OLMo families; GPT-NeoX/Pythia rotates inside its attention without such hooks, so its cosines "
+    "are before RoPE only); norm "
     "ratios: per prompt, the anchor's norm over the median of the prompt's other real tokens, then averaged over "
     "prompts (a rotation keeps norms, so one ratio serves both). GQA: each query head reads its kv head."
 )
@@ -135,10 +137,11 @@ def key_geometry(result: Any) -> KeyGeometry:
     return KeyGeometry(tuple(heads))
 
 
-def _cosine_panel(heads: tuple[HeadProbe, ...], rotated: bool) -> ScatterPanel:
-    suffix, stage = ("_rotated", "after RoPE") if rotated else ("", "before RoPE")
+def _cosine_panel(heads: tuple[HeadProbe, ...], rotated: bool, rotates: bool) -> ScatterPanel:
+    """``rotates``: whether the model has a rotary stage at all (no "before RoPE" on a model without one)."""
+    suffix, stage = ("_rotated", ", after RoPE") if rotated else ("", ", before RoPE" if rotates else "")
     return ScatterPanel(
-        f"query-key cosine, {stage}",
+        f"query-key cosine{stage}",
         "mean cos(q, k_other)",
         "mean cos(q, k_anchor)",
         [head.other_key_cos if not rotated else head.other_key_cos_rotated for head in heads],
@@ -154,7 +157,7 @@ def draw_key_geometry(heads: tuple[HeadProbe, ...], path: str | os.PathLike, tit
     anchor's key and value norm ratios (query heads that share a kv head share these, so
     their points coincide); sink heads in red."""
     rotates = any(not math.isnan(head.anchor_key_cos_rotated) for head in heads)
-    panels = [_cosine_panel(heads, rotated=False), *([_cosine_panel(heads, rotated=True)] if rotates else [])]
+    panels = [_cosine_panel(heads, False, rotates), *([_cosine_panel(heads, True, rotates)] if rotates else [])]
     panels.append(
         ScatterPanel(
             "anchor norms over the median token (per kv head)",

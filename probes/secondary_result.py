@@ -130,7 +130,7 @@ class SecondarySinks:
         )
 
     def to_dataframe(self) -> pandas.DataFrame:
-        """One row per secondary-sink token, most head hits first."""
+        """One row per secondary-sink token, most sink occurrences first, then most head hits."""
         return dataframe(row_of(row) for row in self.tokens)
 
     def massive_dataframe(self) -> pandas.DataFrame:
@@ -178,9 +178,14 @@ def _massive_row(key: int, tally: TokenTally, by_position: bool) -> MassiveToken
 
 
 def secondary_sinks_of(sums: SecondarySinkSums, n_prompts: int, residuals_read: bool) -> SecondarySinks:
-    """The persisted summary of ``sums``: the ``KEPT_TOKENS`` tokens with most head hits, and
-    with most massive occurrences."""
-    sinks = sorted(((k, t) for k, t in sums.tally.items() if t.head_hits), key=lambda kt: (-kt[1].head_hits, kt[0]))
+    """The persisted summary of ``sums``: the ``KEPT_TOKENS`` tokens that are a sink in most
+    occurrences (then most head hits: a token seen once, such as the first word after the
+    anchor, can be a sink in many heads and still say nothing about the token), and with most
+    massive occurrences."""
+    sinks = sorted(
+        ((k, t) for k, t in sums.tally.items() if t.head_hits),
+        key=lambda kt: (-kt[1].sink_occurrences, -kt[1].head_hits, kt[0]),
+    )
     massive = sorted(((k, t) for k, t in sums.tally.items() if t.massive), key=lambda kt: (-kt[1].massive, kt[0]))
     return SecondarySinks(
         min_mass=sums.min_mass,

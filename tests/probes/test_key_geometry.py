@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sinkscope.infra.errors import InputError
-from sinkscope.probes.geometry_result import key_geometry
+from sinkscope.probes.geometry_result import draw_key_geometry, key_geometry
 from sinkscope.probes.probe import ProbeConfig
 from sinkscope.probes.runner import probe_model
 from tiny_models import build_tiny_gpt2, build_tiny_gqa, load_bridge, load_hf_model, toy_sink_model
@@ -119,6 +119,13 @@ def test_gqa_rope_geometry_matches_the_weights_before_and_after_rotation(llama):
             _checked(row, reference(captures[row.layer], row.head, group=2, rotated=rotated), rotated)
 
 
+def test_the_figure_of_a_rotary_model_names_both_stages(llama, tmp_path):
+    result, _ = llama
+    figure = draw_key_geometry(result.heads, tmp_path / "geometry.png", "tiny Llama")
+    titles = [axes.get_title() for axes in figure.axes if axes.get_title()]
+    assert titles[:2] == ["query-key cosine, before RoPE", "query-key cosine, after RoPE"]
+
+
 def test_a_query_head_reads_its_own_kv_head(llama):
     """Mutation check: pairing query head h with kv head h % 2 (not h // 2) gives other numbers."""
     result, captures = llama
@@ -156,6 +163,9 @@ def test_gpt2_without_rope_has_no_rotated_numbers_and_matches_the_weights(tmp_pa
         if row.layer == 1:
             _checked(row, reference(captures, row.head, group=1, rotated=False), rotated=False)
     assert "anchor_key_cos_rotated" not in key_geometry(result).to_dataframe().columns
+    figure = draw_key_geometry(result.heads, tmp_path / "geometry.png", "tiny GPT-2")
+    titles = [axes.get_title() for axes in figure.axes if axes.get_title()]
+    assert titles[0] == "query-key cosine" and not any("RoPE" in title for title in titles)  # no rotary stage
 
 
 def test_toy_sink_head_keys_and_the_api(tmp_path):
