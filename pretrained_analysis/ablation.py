@@ -23,6 +23,8 @@ from sinkscope.pretrained_analysis.prompts import (
 from sinkscope.probes.default_state import (
     DefaultStateConfig,
     DefaultStateResult,
+    Estimate,
+    bootstrap,
     default_state_test,
     upgrade_default_state_result_v1,
 )
@@ -68,7 +70,8 @@ class AblationResult:
     default_state: the default-state test (per sink head and all together: ``remove_sink``
     vs the matched ``mask_random_key`` control, or ``remove_learned_sink`` where ``sink``
     is ``learned``); evict_anchor_loss: the loss with the anchor masked as a key in every
-    head."""
+    head; evict_anchor_increase: the per-prompt increase this causes, with its bootstrap
+    interval over prompts (None in audits written before it was recorded)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {"base_loss": NONNEGATIVE, "evict_anchor_loss": NONNEGATIVE}
 
@@ -76,6 +79,7 @@ class AblationResult:
     evict_anchor_loss: float
     default_state: DefaultStateResult
     sink: str = "anchor"  # which sink default_state removed: "anchor" or "learned"
+    evict_anchor_increase: Estimate | None = None
 
     @property
     def evict_anchor_delta(self) -> float:
@@ -106,25 +110,23 @@ def next_token_loss(logits: torch.Tensor, batch: PreparedBatch) -> torch.Tensor:
     return (losses * valid.to(losses.device)).sum(dim=1) / valid.sum(dim=1).to(losses.device)
 
 
-def mean_loss(
+def prompt_losses(
     hooked: HookedModel,
     prompts: TokenizedPrompts,
     n: int,
     intervention: Intervention | None,
     size: int,
     tick: Callable[[], None],
-) -> float:
-    """Mean next-token loss over the first ``n`` prompts."""
-    total, count = 0.0, 0
+) -> torch.Tensor:
+    """Next-token loss of each of the first ``n`` prompts ``[n]`` (float64)."""
+    losses = []
     for start in range(0, n, size):
         batch = hooked.prepare(*prompts.batch(start, min(start + size, n)))
         hooks = [] if intervention is None else intervention_hooks(hooked, batch, intervention)
         with torch.no_grad():
-            losses = next_token_loss(hooked.run_with_hooks(batch, hooks), batch)
-        total += float(losses.sum())
-        count += batch.batch_size
+            losses.append(next_token_loss(hooked.run_with_hooks(batch, hooks), batch).double())
         tick()
-    return total / count
+    return torch.cat(losses)
 
 
 def ablate(
@@ -160,9 +162,9 @@ def ablate(
             tick()
             return next_token_loss(logits, batch)
 
-        base = mean_loss(hooked, prompts, n, None, settings.batch_size, tick)
+        base = prompt_losses(hooked, prompts, n, None, settings.batch_size, tick)
         every_head = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
-        evicted = mean_loss(hooked, prompts, n, evict_anchor(every_head), settings.batch_size, tick)
+        evicted = prompt_losses(hooked, prompts, n, evict_anchor(every_head), settings.batch_size, tick)
         sink_test = default_state_test(
             hooked,
             prompts.tokens[:n],
@@ -177,7 +179,14 @@ def ablate(
             ),
             removal=removal,
         )
-    return AblationResult(base_loss=base, evict_anchor_loss=evicted, default_state=sink_test, sink=settings.sink)
+    increase = bootstrap(evicted - base, settings.n_bootstrap, torch.Generator().manual_seed(settings.seed))
+    return AblationResult(
+        base_loss=float(base.mean()),
+        evict_anchor_loss=float(evicted.mean()),
+        default_state=sink_test,
+        sink=settings.sink,
+        evict_anchor_increase=increase,
+    )
 
 
 def sinks_to_remove(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings
 from sinkscope.pretrained_analysis.geometry_sections import geometry_parts
-from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
+from sinkscope.pretrained_analysis.tables import ablation_table
 from sinkscope.probes.display import default_state_table, probe_parts
 from sinkscope.probes.sink_curve_tables import curve_tables
 from sinkscope.reports.formatting import plural
@@ -37,7 +37,7 @@ def audit_html(result: AuditResult) -> str:
         parts.extend(inline_table(table) for table in curve_tables(result.experiments))
     if result.ablation is not None:
         ablation = result.ablation
-        parts.append(inline_table(ABLATION_TABLE.table(ablation_rows(ablation))))
+        parts.append(inline_table(ablation_table(ablation)))
         parts.append(default_state_table(ablation.default_state, LOSS))
     return fragment(f"Attention-sink audit: {model.label}", subtitle, parts)
 

@@ -194,10 +194,17 @@ def audit_findings(result: AuditResult) -> list[str]:
         findings.extend(curve_findings(result.experiments))
     ablation = result.ablation
     if ablation is not None:
+        n_prompts = ablation.default_state.n_inputs
+        increase = ablation.evict_anchor_increase
+        change = (
+            f"{ablation.evict_anchor_delta:+.3f}, no interval recorded"
+            if increase is None
+            else estimate_text(ablation.evict_anchor_delta, increase.ci_low, increase.ci_high, n_prompts)
+        )
         findings.append(
             f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
-            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} ({ablation.evict_anchor_delta:+.3f}), means "
-            f"of per-prompt losses over {plural(ablation.default_state.n_inputs, 'prompt')} (no interval recorded)."
+            f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} (change {change}), means "
+            f"of per-prompt losses over {plural(n_prompts, 'prompt')}."
         )
         test = ablation.default_state
         if test.all_sink_heads is not None:
@@ -222,11 +229,17 @@ def _peak_layers(comparison: Comparison) -> str:
     return "Anchor mass (mean over heads) peaks: " + "; ".join(parts) + "." if parts else "No layer could be measured."
 
 
+def _prompts_used(comparison: Comparison) -> int:
+    """The prompts each audit ran on; the spec's count for comparisons that did not record it."""
+    return comparison.prompts.n_prompts if comparison.prompts_used is None else comparison.prompts_used
+
+
 def comparison_findings(comparison: Comparison) -> list[str]:
     """The shared prompts, the sink-rate range per eps, the most sinks, the ablations."""
     rows, epsilons = comparison.rows, comparison.epsilons()
     findings = [
-        f"{len(rows)} audits on the same prompts ({plural(comparison.prompts.n_prompts, 'prompt')} from {comparison.prompt_location}, "
+        f"{len(rows)} audits on the same prompts ({plural(_prompts_used(comparison), 'prompt')} from "
+        f"{comparison.prompt_location}, "
         f"{'BOS prepended' if comparison.prompts.prepend_bos else 'no BOS'}); sink heads: {comparison.sink_head_rule}."
     ]
     for eps in epsilons:

@@ -28,7 +28,7 @@ from sinkscope.pretrained_analysis.compare_figures import layer_caption, sink_ra
 from sinkscope.pretrained_analysis.examples import example_heads
 from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, comparison_findings, removed_words
 from sinkscope.pretrained_analysis.geometry_sections import geometry_sections
-from sinkscope.pretrained_analysis.tables import ABLATION_TABLE, ablation_rows
+from sinkscope.pretrained_analysis.tables import ablation_table
 from sinkscope.pretrained_analysis.trajectory_figures import trajectory_caption
 from sinkscope.probes.probe import layers_setting
 from sinkscope.probes.report_sections import (
@@ -199,7 +199,7 @@ def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) ->
                 test.n_inputs,
             )
         )
-    blocks.append(ABLATION_TABLE.table(ablation_rows(ablation)))
+    blocks.append(ablation_table(ablation))
     if rows:
         _, heads, order = removed_words(ablation)
         caption = (

@@ -5,10 +5,11 @@ are the probes' (``sinkscope.probes.tables``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sinkscope.reports.document import Cell, Column, TableDefinition
+from sinkscope.reports.document import Cell, Column, Table, TableDefinition
 
 if TYPE_CHECKING:
     from sinkscope.pretrained_analysis.ablation import AblationResult
@@ -17,19 +18,39 @@ if TYPE_CHECKING:
 LOSS = "next-token loss"
 
 
-def ablation_rows(ablation: AblationResult) -> list[tuple[str, float, float | None]]:
-    """(ablation, loss, change from the unablated loss) per ablation the audit ran."""
+AblationRow = tuple[str, float, float | None, float | None, float | None]
+
+
+def ablation_rows(ablation: AblationResult) -> list[AblationRow]:
+    """(ablation, loss, change from the unablated loss, the change's 95% interval over
+    prompts) per ablation the audit ran; no interval from one prompt or from an audit that
+    did not record one."""
+    increase = ablation.evict_anchor_increase
+    low, high = (increase.ci_low, increase.ci_high) if increase is not None else (None, None)
     return [
-        ("none", ablation.base_loss, None),
-        ("anchor evicted from every head", ablation.evict_anchor_loss, ablation.evict_anchor_delta),
+        ("none", ablation.base_loss, None, None, None),
+        ("anchor evicted from every head", ablation.evict_anchor_loss, ablation.evict_anchor_delta, low, high),
     ]
 
 
-ABLATION_TABLE: TableDefinition[tuple[str, float, float | None]] = TableDefinition(
-    "Loss",
-    (Column("ablation"), Column(LOSS, ".4f", numeric=True), Column("change", "+.4f", numeric=True)),
-    lambda row: row,
-)
+LOSS_COLUMNS = (Column("ablation"), Column(LOSS, ".4f", numeric=True), Column("change", "+.4f", numeric=True))
+LOSS_NOTE = "Losses: per-prompt mean next-token loss, averaged over prompts"
+
+
+def ablation_table(ablation: AblationResult) -> Table:
+    """The loss table: with the change's interval columns where one was measured (two
+    prompts or more), without them otherwise (no empty interval to read as one)."""
+    rows = ablation_rows(ablation)
+    increase = ablation.evict_anchor_increase
+    if increase is None or not math.isfinite(increase.ci_low):
+        return TableDefinition[AblationRow]("Loss", LOSS_COLUMNS, lambda row: row[:3], note=LOSS_NOTE + ".").table(rows)
+    columns = (
+        *LOSS_COLUMNS,
+        Column("change 95% CI low", "+.4f", numeric=True),
+        Column("change 95% CI high", "+.4f", numeric=True),
+    )
+    note = f"{LOSS_NOTE}; the change's interval is a percentile bootstrap over the prompts (paired)."
+    return TableDefinition[AblationRow]("Loss", columns, lambda row: row, note=note).table(rows)
 
 
 def comparison_definition(epsilons: Sequence[str], with_step: bool = False) -> TableDefinition[ComparisonRow]:

@@ -191,15 +191,17 @@ def upgrade_default_state_result_v1(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "rows": rows, "all_sink_heads": together}
 
 
-def _bootstrap(values: torch.Tensor, config: DefaultStateConfig, generator: torch.Generator) -> Estimate:
-    """Mean of ``values [n]`` and its percentile bootstrap interval: none (NaN ends) from
-    fewer than two inputs, where every resample is the one value."""
-    n = values.shape[0]
+def bootstrap(values: torch.Tensor, n_bootstrap: int, generator: torch.Generator, confidence: float = 0.95) -> Estimate:
+    """Mean of ``values [n]`` and its percentile bootstrap interval over the n units: none
+    (NaN ends) from fewer than two, where every resample is the one value. Two calls with
+    generators seeded alike draw the same resamples, so their intervals pair unit by unit."""
+    n = int(values.shape[0])
+    values = values.double()
     if n < 2:
         return Estimate(mean=float(values.mean()), ci_low=math.nan, ci_high=math.nan)
-    draws = torch.randint(0, n, (config.n_bootstrap, n), generator=generator)
+    draws = torch.randint(0, n, (n_bootstrap, n), generator=generator)
     means = values[draws].mean(dim=1)
-    tail = (1.0 - config.confidence) / 2
+    tail = (1.0 - confidence) / 2
     low, high = torch.quantile(means, torch.tensor([tail, 1.0 - tail], dtype=means.dtype))
     return Estimate(mean=float(values.mean()), ci_low=float(low), ci_high=float(high))
 
@@ -287,8 +289,8 @@ def default_state_test(
             error_before=float(before.mean()),
             error_after_remove=float((before + removed).mean()),
             error_after_control=float((before + control).mean()),
-            remove_increase=_bootstrap(removed, config, generator),
-            control_increase=_bootstrap(control, config, generator),
+            remove_increase=bootstrap(removed, config.n_bootstrap, generator, config.confidence),
+            control_increase=bootstrap(control, config.n_bootstrap, generator, config.confidence),
             cohens_d=float(difference.mean()) / spread if spread > 0 else float("nan"),
         )
 

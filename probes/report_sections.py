@@ -124,11 +124,12 @@ def default_state_finding(row: DefaultStateRow, what: str, subject: str, n: int)
         else f"moves it to {sig(row.error_after_control, digits)}"
     )
     verb = "raises" if remove_change > 0 else "lowers"
-    ci = row.remove_increase
+    removed, matched = row.remove_increase, row.control_increase
     return (
         f"Removing the sinks of {subject} {verb} {what} from {sig(row.error_before, digits)} to "
-        f"{sig(row.error_after_remove, digits)} while the matched control {control} (change {sig(remove_change, 3)}, "
-        f"{interval_text(ci.ci_low, ci.ci_high, n)}, vs {sig(control_change)} for the control)."
+        f"{sig(row.error_after_remove, digits)} while the matched control {control} (change "
+        f"{estimate_text(remove_change, removed.ci_low, removed.ci_high, n)}; the control's "
+        f"{estimate_text(control_change, matched.ci_low, matched.ci_high, n)})."
     )
 
 

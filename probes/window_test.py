@@ -22,7 +22,8 @@ import torch
 from sinkscope.infra.bounds import COUNT, NONNEGATIVE, POSITIVE, UNBOUNDED, Bound
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
-from sinkscope.probes.default_state import Estimate
+from sinkscope.interp.visibility import layer_reach
+from sinkscope.probes.default_state import Estimate, bootstrap
 from sinkscope.probes.window_masks import WindowSetting, allowed_keys, window_hooks
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 # a per-position loss [batch, pos] from the model's output on a batch
 PositionLoss = Callable[[torch.Tensor, PreparedBatch], torch.Tensor]
-CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class WindowTestResult:
     curves: tuple[tuple[float, ...], ...]
     seconds: float
     tokens: int
+    notes: tuple[str, ...] = ()  # what the reader needs to read the settings (the model's own window)
 
     @property
     def seconds_per_1k_tokens(self) -> float:
@@ -107,20 +108,6 @@ def scored_from(settings: Sequence[WindowSetting]) -> int:
     return max((s.window + 2 * s.sinks for s in settings if s.kind != "full"), default=0)
 
 
-def bootstrap(values: torch.Tensor, n_bootstrap: int, seed: int) -> Estimate:
-    """Mean of ``values [n]`` with a percentile bootstrap interval over its n units (NaN ends
-    from fewer than two units: no interval). The same ``seed`` draws the same resamples, so
-    two settings' intervals pair unit by unit."""
-    n = int(values.shape[0])
-    if n < 2:
-        return Estimate(mean=float(values.mean()), ci_low=math.nan, ci_high=math.nan)
-    draws = torch.randint(0, n, (n_bootstrap, n), generator=torch.Generator().manual_seed(seed))
-    means = values.double()[draws].mean(dim=1)
-    tail = (1.0 - CONFIDENCE) / 2
-    low, high = torch.quantile(means, torch.tensor([tail, 1.0 - tail], dtype=means.dtype))
-    return Estimate(mean=float(values.double().mean()), ci_low=float(low), ci_high=float(high))
-
-
 def position_losses(
     hooked: HookedModel,
     batches: Sequence[PreparedBatch],
@@ -148,6 +135,25 @@ class WindowRun:
     unit: str
     loss_name: str
     shift: int = 0
+
+
+def own_window_notes(hooked: HookedModel) -> tuple[str, ...]:
+    """A note when the model limits attention itself (sliding windows, chunks): in those
+    layers no setting shows a query more than the model does, so a W at or beyond the
+    model's own window equals full attention there, and the first tokens are already hidden
+    from queries further on than it."""
+    spec = hooked.spec
+    reaches = [layer_reach(spec, layer) for layer in range(spec.n_layers)]
+    limited = [(layer, reach) for layer, reach in enumerate(reaches) if any(reach)]
+    if not limited:
+        return ()
+    sizes = sorted({size for _, reach in limited for size in reach if size})
+    return (
+        f"The model limits attention itself in {len(limited)} of {spec.n_layers} layers (windows or chunks of "
+        f"{', '.join(map(str, sizes))} keys): there no setting shows a query more than the model does, so a W at or "
+        "beyond that size equals full attention in those layers, and the first tokens are hidden from queries "
+        "further on than it whatever the setting.",
+    )
 
 
 def run_window_test(
@@ -181,8 +187,9 @@ def run_window_test(
     rows = tuple(
         SettingLoss(
             setting,
-            bootstrap(means, n_bootstrap, seed),
-            bootstrap(means - unit_means[0], n_bootstrap, seed),
+            # one seed per setting: the same resamples, so the intervals pair unit by unit
+            bootstrap(means, n_bootstrap, torch.Generator().manual_seed(seed)),
+            bootstrap(means - unit_means[0], n_bootstrap, torch.Generator().manual_seed(seed)),
         )
         for setting, means in zip(settings, unit_means, strict=True)
     )
@@ -200,4 +207,5 @@ def run_window_test(
         curves=tuple(tuple(float(v) for v in losses.mean(dim=0)) for losses in per_setting),
         seconds=seconds,
         tokens=sum(batch.batch_size * batch.n_pos for batch in batches) * len(settings),
+        notes=own_window_notes(hooked),
     )

@@ -47,14 +47,33 @@ def interval_text(low: float, high: float, n: int, digits: int = 3, level: str =
     "n = 1, no interval"."""
     if n < 2 or not (math.isfinite(low) and math.isfinite(high)):  # NaN ends: none was computed
         return f"n = {n:,}, no interval"
-    return f"{level} CI {sig(low, digits)} to {sig(high, digits)}, n = {n:,}"
+    ends = common_decimals((low, high), digits)
+    low_text, high_text = ends if ends else (sig(low, digits), sig(high, digits))
+    return f"{level} CI {low_text} to {high_text}, n = {n:,}"
+
+
+def common_decimals(values: tuple[float, ...], digits: int, signed: bool = False) -> list[str] | None:
+    """``values`` with one number of decimals, enough for ``digits`` significant digits in
+    the largest (77.0 to 78.2, not 77 to 78.2); None where fixed decimals would not read
+    (all zero, below 0.001 or from 100,000 up: those stay in ``sig``'s g format)."""
+    top = max((abs(value) for value in values if math.isfinite(value)), default=0.0)
+    if not 1e-3 <= top < 1e5:
+        return None
+    decimals = max(0, digits - 1 - math.floor(math.log10(top)))
+    return [format(value, f"{'+' if signed else ''}.{decimals}f") for value in values]
 
 
 def estimate_text(mean: float, low: float, high: float, n: int, digits: int = 3, signed: bool = True) -> str:
-    """A mean with its interval: "+1.58 [95% CI 1.31 to 1.81, n = 16]" (brackets: it sits
-    inside prose's parentheses)."""
-    value = format(mean, f"+.{digits}g") if signed else sig(mean, digits)
-    return f"{value} [{interval_text(low, high, n, digits)}]"
+    """A mean with its interval, all with the same decimals: "+1.58 [95% CI 1.31 to 1.81,
+    n = 16]" (brackets: it sits inside prose's parentheses)."""
+    shown = (mean, low, high) if n >= 2 and math.isfinite(low) and math.isfinite(high) else (mean,)
+    fixed = common_decimals(shown, digits)
+    if fixed is None:
+        value = format(mean, f"+.{digits}g") if signed else sig(mean, digits)
+        return f"{value} [{interval_text(low, high, n, digits)}]"
+    value = ("+" if signed and mean >= 0 else "") + fixed[0]
+    interval = f"95% CI {fixed[1]} to {fixed[2]}, n = {n:,}" if len(fixed) == 3 else f"n = {n:,}, no interval"
+    return f"{value} [{interval}]"
 
 
 def value_range(low: float, high: float, spec: str) -> str:

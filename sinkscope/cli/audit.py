@@ -130,6 +130,13 @@ def run(args: argparse.Namespace) -> dict:
     ]
     resolved = [resolve_model(spec.name, spec.revision) for spec in specs]
     prompt_spec, typed = _prompts(args)
+    beyond = [length for length in args.lengths or () if length > prompt_spec.max_len]
+    if beyond:  # no prompt can reach them: refused before any model loads
+        raise InputError(
+            f"--lengths {','.join(map(str, beyond))} exceed --max-len {prompt_spec.max_len}, where prompts are cut; "
+            f"use lengths <= {prompt_spec.max_len} or raise --max-len",
+            field="lengths",
+        )
     for where in resolved:
         if where.gguf_file and not args.no_progress:  # its metadata is read from the whole file: seconds
             print(f"reading {where.gguf_file}'s metadata ...", file=sys.stderr, flush=True)
@@ -223,7 +230,12 @@ def _audit_one(args: argparse.Namespace, out: Path, spec, resolved, prompt_spec,
             write_audit(result, tmp)
     if not args.json:
         say(_audit_line(result))
-        say(f"wrote {out / 'audit.json'} and figures")
+        if result.experiments is not None:  # asked for by flag: each gets its sentence here too
+            from sinkscope.probes.sink_curve_tables import curve_findings
+
+            for sentence in curve_findings(result.experiments):
+                say(f"  {sentence}")
+        say(f"wrote {out / 'audit.json'} and figures; `sinkscope report {out}` writes its report")
     return encode(result)
 
 

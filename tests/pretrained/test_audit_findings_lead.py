@@ -96,7 +96,7 @@ def test_when_all_together_cost_most_the_headline_says_so_and_names_the_stronges
     together = _row("all sink heads", [(0, 0), (1, 1), (1, 0)], 2.5, 2.1, 2.9)
     headline = audit_findings(_with_ablation(crafted, alone, together))[0]
     assert headline.startswith(
-        "Removing all 3 sink heads together raises the next-token loss by +2.5 [95% CI 2.1 to 2.9"
+        "Removing all 3 sink heads together raises the next-token loss by +2.50 [95% CI 2.10 to 2.90"
     )
     assert (
         "of the 2 sink heads removed one at a time (largest anchor mass first, of 3), L1H1 costs most (+0.9" in headline
