@@ -42,9 +42,17 @@ def default_text() -> str:
 
 def text_chunks(hooked: HookedModel, text: str, chunk_tokens: int, max_chunks: int | None) -> list[PreparedBatch]:
     """``text`` tokenized once and cut into consecutive chunks of ``chunk_tokens`` tokens,
-    each opened by the model's BOS when it prepends one; a last, shorter piece is dropped."""
+    each opened by the model's BOS when it prepends one; a last, shorter piece is dropped.
+    Special-token text in it ("<|endoftext|>") is read as the characters it spells, as the
+    audit reads prompts: parsed, it would put extra BOS tokens, extra sinks, in the windows."""
+    n_ctx = getattr(hooked.model.cfg, "n_ctx", None)
+    if isinstance(n_ctx, int) and chunk_tokens > n_ctx:
+        raise InputError(
+            f"chunks of {chunk_tokens} tokens exceed the model's context of {n_ctx}; use --chunk-tokens {n_ctx} or less",
+            field="chunk_tokens",
+        )
     tokenizer = hooked.model.tokenizer
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
     bos = tokenizer.bos_token_id if hooked.spec.prepend_bos else None
     body = chunk_tokens - (bos is not None)
     if body < 2:
@@ -90,9 +98,13 @@ def window_test(
     control). The text is cut into chunks of ``chunk_tokens`` (at most ``max_chunks``); the
     chunks are the units of the intervals. ``source`` names the text in the result."""
     check_argument(progress, bool, "progress", "True or False")
+    check_argument(chunk_tokens, int, "chunk_tokens", "a whole number of tokens")
+    check_argument(max_chunks, (int, type(None)), "max_chunks", "a whole number or None (every chunk)")
+    if max_chunks is not None and max_chunks < 1:
+        raise InputError(f"max_chunks must be >= 1 (or None: every chunk), got {max_chunks}", field="max_chunks")
     if text is not None and not (isinstance(text, str) and text.strip()):
         raise InputError("text must be a non-empty string (or None for the packaged text)", field="text")
-    settings = window_settings(tuple(windows), tuple(sinks))
+    settings = window_settings(windows, sinks)
     if isinstance(model, LoadSpec):
         with loading_announced(model.label, progress):
             loaded = load_model(model, progress=progress)

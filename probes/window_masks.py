@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Literal, get_args
 import torch
 from jaxtyping import Bool, Float
 
+from sinkscope.infra.arguments import check_argument
 from sinkscope.infra.bounds import COUNT, Bound
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook
@@ -75,6 +76,10 @@ class WindowSetting:
 def window_settings(windows: Sequence[int], sinks: Sequence[int]) -> tuple[WindowSetting, ...]:
     """Full attention, then for each W: the window alone, and for each S the first S tokens
     and the random control with W."""
+    for name, values in (("windows", windows), ("sinks", sinks)):
+        check_argument(values, (tuple, list), name, "a tuple of whole numbers, e.g. (64, 256)")
+        for value in values:
+            check_argument(value, int, name, "a tuple of whole numbers, e.g. (64, 256)")
     if not windows:
         raise InputError("give at least one window W, e.g. --windows 64,256", field="windows")
     settings = [WindowSetting("full")]

@@ -46,18 +46,19 @@ def window_definition(result: WindowTestResult) -> TableDefinition[SettingLoss]:
     """The table: per setting, the mean loss over the scored positions and its increase
     over full attention, each with its 95% bootstrap interval over the units."""
     n, unit = result.n_units, result.unit
+    fmt = _loss_format(result)
     return TableDefinition(
         f"Mean {result.loss_name} per setting, positions {result.scored_from + 1} to {result.n_positions}",
         (
             Column("setting"),
             Column("W", numeric=True),
             Column("S", numeric=True),
-            Column("mean loss", ".4g", numeric=True),
-            Column("95% CI low", ".4g", numeric=True),
-            Column("95% CI high", ".4g", numeric=True),
-            Column("increase over full", "+.4g", numeric=True),
-            Column("increase 95% CI low", "+.4g", numeric=True),
-            Column("increase 95% CI high", "+.4g", numeric=True),
+            Column("mean loss", fmt, numeric=True),
+            Column("95% CI low", fmt, numeric=True),
+            Column("95% CI high", fmt, numeric=True),
+            Column("increase over full", "+" + fmt, numeric=True),
+            Column("increase 95% CI low", "+" + fmt, numeric=True),
+            Column("increase 95% CI high", "+" + fmt, numeric=True),
         ),
         lambda row: (
             row.setting.label,
@@ -65,8 +66,8 @@ def window_definition(result: WindowTestResult) -> TableDefinition[SettingLoss]:
             row.setting.sinks or None,
             row.loss.mean,
             *_interval(row.loss, n),
-            row.increase.mean,
-            *_interval(row.increase, n),
+            # full attention is the reference: its increase is zero by definition, not a measurement
+            *((None, None, None) if row.setting.kind == "full" else (row.increase.mean, *_interval(row.increase, n))),
         ),
         note=(
             f"Each {unit}'s loss is its mean over the scored positions; the table averages the "
@@ -75,6 +76,16 @@ def window_definition(result: WindowTestResult) -> TableDefinition[SettingLoss]:
             f"{result.scored_from} are left out because some setting still sees every key there."
         ),
     )
+
+
+def _loss_format(result: WindowTestResult) -> str:
+    """One number format for every loss and increase of the table: four significant digits
+    of the largest mean loss as fixed decimals (3.046 beside +0.197, not +0.1970 beside
+    +2.45), or g format for losses too small or large for fixed decimals (a toy's MSE)."""
+    top = max((abs(row.loss.mean) for row in result.rows if math.isfinite(row.loss.mean)), default=0.0)
+    if not 1e-3 <= top < 1e5:
+        return ".4g"
+    return f".{max(0, 3 - math.floor(math.log10(top)))}f"
 
 
 def window_rows(result: WindowTestResult) -> list[dict[str, Any]]:
@@ -106,7 +117,7 @@ def window_findings(result: WindowTestResult) -> tuple[str, ...]:
         f"{result.loss_name} over positions {result.scored_from} to {result.n_positions - 1} of each, then over "
         f"the {unit}; intervals are 95% bootstrap intervals over the {unit} (paired for increases; none from one)."
     )
-    return measured, window_finding(result)
+    return (measured, window_finding(result), *result.notes)
 
 
 def window_finding(result: WindowTestResult) -> str:
@@ -122,23 +133,25 @@ def window_finding(result: WindowTestResult) -> str:
     control = next(
         row for row in result.rows if row.setting.kind == "random" and (row.setting.window, row.setting.sinks) == (w, s)
     )
-    lost = alone.loss.mean - full.mean
-    share = (alone.loss.mean - first.loss.mean) / lost if lost > 0 else math.nan
-    recovered = f", recovering {share:.0%} of what the window alone loses" if math.isfinite(share) else ""
     n = result.n_units
+
+    def increase(row: SettingLoss) -> str:
+        return estimate_text(row.increase.mean, *_interval(row.increase, n), n)
+
     return (
-        f"With only the last {w} keys visible, {result.model}'s mean {result.loss_name} goes from "
-        f"{sig(full.mean, 4)} (full attention) to {sig(alone.loss.mean, 4)}; keeping the first {s} "
+        f"With only the last {w} keys visible, {result.model}'s mean {result.loss_name} over {plural(n, result.unit)} "
+        f"goes from {sig(full.mean, 4)} (full attention) to {sig(alone.loss.mean, 4)} (increase {increase(alone)}); "
+        f"keeping the first {s} "
         f"token{'s' if s != 1 else ''} makes it {sig(first.loss.mean, 4)} "
-        f"(increase {estimate_text(first.increase.mean, *_interval(first.increase, n), n)}){recovered}, "
-        f"while {s} random earlier token{'s' if s != 1 else ''} make{'s' if s == 1 else ''} it "
-        f"{sig(control.loss.mean, 4)} (increase {estimate_text(control.increase.mean, *_interval(control.increase, n), n)})."
+        f"(increase {increase(first)}), while {s} random earlier token{'s' if s != 1 else ''} "
+        f"make{'s' if s == 1 else ''} it {sig(control.loss.mean, 4)} (increase {increase(control)})."
     )
 
 
 def smoothing_width(result: WindowTestResult) -> int:
-    """Positions per running mean in the figure: about 1/64 of the positions, at least 1."""
-    return max(1, result.n_positions // 64)
+    """Positions per running mean in the figure: about 1/32 of the positions, at least 1
+    (a single token's loss swings by nats; fewer than about 8 per mean reads as noise)."""
+    return max(1, result.n_positions // 32)
 
 
 def _style(setting: WindowSetting, sinks: list[int]) -> tuple[str, str]:

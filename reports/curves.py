@@ -103,7 +103,8 @@ def position_curves(
     marker_label: str = "",
 ) -> Figure:
     """One panel per ``(panel title, series)``, side by side on a shared value axis; in each,
-    one line per series, value k at position k + 1 (log x). The panels share their series'
+    one line per series, value k at position k + 1 (log x), the first one drawn on top as the
+    reference. The panels share their series'
     names, so one legend under them names every line. ``marker_at``: a dotted vertical line
     at that position, named ``marker_label``."""
     if not panels or not all(values for _, series in panels for _, values, _, _ in series):
@@ -114,8 +115,11 @@ def position_curves(
     every = every[np.isfinite(every) & (every > 0)]
     log_values = bool(every.size) and every.max() / every.min() > LOG_VALUES_RATIO
     for ax, (panel_title, series) in zip(axes, panels, strict=True):
-        for name, values, colour, style in series:
-            ax.plot(np.arange(1, len(values) + 1), values, label=name, color=colour, linestyle=style, linewidth=1.1)
+        for index, (name, values, colour, style) in enumerate(series):
+            # the first series is the reference (full attention): drawn wider and on top, so
+            # a setting that matches it does not hide it
+            wide = {"linewidth": 1.8, "zorder": 3, "alpha": 0.8} if index == 0 else {"linewidth": 1.1}
+            ax.plot(np.arange(1, len(values) + 1), values, label=name, color=colour, linestyle=style, **wide)
         if marker_at is not None and marker_at > 0:
             ax.axvline(marker_at + 1, color="#777777", linestyle=":", linewidth=1.0, label=marker_label or None)
         ax.set_xscale("log")

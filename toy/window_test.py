@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
+from sinkscope.infra.arguments import check_argument
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.probes.window_masks import window_settings
@@ -38,6 +39,10 @@ def toy_window_test(
     trigger at ``trigger_position``; the target (single or residual) is the model's own."""
     if not isinstance(model, ToyTransformer):
         raise InputError(f"model must be a ToyTransformer, got {type(model).__name__}", field="model")
+    if not isinstance(task, TaskConfig):
+        raise InputError(f"task must be a TaskConfig, got {type(task).__name__}", field="task")
+    for name, value in (("n_sequences", n_sequences), ("seed", seed), ("trigger_position", trigger_position)):
+        check_argument(value, int, name, "a whole number")
     if n_sequences < 1:
         raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
     generator = torch.Generator().manual_seed(seed)
@@ -56,4 +61,4 @@ def toy_window_test(
         loss_name=LOSS_NAME,
     )
     model.eval()
-    return run_window_test(hooked, [batch], window_settings(tuple(windows), tuple(sinks)), squared_error, run, seed)
+    return run_window_test(hooked, [batch], window_settings(windows, sinks), squared_error, run, seed)

@@ -58,14 +58,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def _text(path: str | None) -> str | None:
     if path is None:
         return None
+    if Path(path).exists() and not Path(path).is_file():  # a pipe or device is read forever, or never
+        raise InputError(f"--text {path} is not a regular file; pass a text file", field="text")
     try:
-        return Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"cannot read --text {path}: {error}; pass a UTF-8 text file", field="text") from error
+    if not text.strip():
+        raise InputError(f"--text {path} holds no text; pass a long text file, or drop --text for the packaged one")
+    return text
 
 
 def run(args: argparse.Namespace) -> dict:
-    from sinkscope.infra.atomic_io import claim_output_directory
+    from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
     from sinkscope.infra.codec import write_result
     from sinkscope.pretrained_analysis.loading import LoadSpec
     from sinkscope.pretrained_analysis.window_test import window_test
@@ -87,8 +92,9 @@ def run(args: argparse.Namespace) -> dict:
             progress=not args.no_progress,
             source=None if args.text is None else Path(args.text).name,
         )
-        out.mkdir(parents=True, exist_ok=True)
-        write_result(out / RESULT_FILE, result)
+        # a whole new directory: --overwrite of another result's directory leaves none of it behind
+        with atomic_directory(out, replace=args.overwrite) as tmp:
+            write_result(tmp / RESULT_FILE, result)
     # the report takes the directory's lock itself, so it runs once the claim is released
     write_report(lambda figure_dir: window_document(result, figure_dir), out, overwrite=True)
     if not args.json:

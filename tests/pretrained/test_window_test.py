@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -138,6 +139,18 @@ def test_too_short_chunks_and_texts_are_refused_with_the_fix(tmp_path):
         window_test(loaded, default_text(), windows=(60,), sinks=(4,), chunk_tokens=64, max_chunks=1, progress=False)
     with pytest.raises(InputError, match="fewer than one chunk"):
         window_test(loaded, "A short text.", windows=(4,), chunk_tokens=64, progress=False)
+    for bad, words in (
+        ({"windows": 8}, "windows must be a tuple"),
+        ({"windows": ("8",)}, "windows must be a tuple"),
+        ({"windows": (8.5,)}, "windows must be a tuple"),
+        ({"chunk_tokens": 64.0}, "chunk_tokens must be a whole number"),
+        ({"max_chunks": 0}, "max_chunks must be >= 1"),
+    ):
+        with pytest.raises(InputError, match=words):
+            window_test(loaded, default_text(), **{"windows": (4,), **bad}, progress=False)  # type: ignore[arg-type]
+    n_ctx = loaded.bridge.cfg.n_ctx
+    with pytest.raises(InputError, match=f"use --chunk-tokens {n_ctx} or less"):  # not "shorten the prompts"
+        window_test(loaded, default_text(), windows=(4,), chunk_tokens=n_ctx + 1, progress=False)
 
 
 def test_the_command_writes_the_result_and_its_report(tmp_path, capsys):
@@ -156,4 +169,46 @@ def test_the_command_writes_the_result_and_its_report(tmp_path, capsys):
     assert rebuilt.kind == "window test" and rebuilt.findings == (
         *window_findings(read_result(out / "window_test.json", WindowTestResult)),
     )
+    (out / "audit.json").write_text("{}")  # another result's file in the directory
+    again = [*argv, "--max-chunks", "1", "--out", str(out), "--no-progress", "--overwrite"]
+    assert run_command_line(again) == 0  # the directory is replaced whole, not topped up
+    assert not (out / "audit.json").exists() and read_result(out / "window_test.json", WindowTestResult).n_units == 1
     assert run_command_line(["window-test", str(directory), "--windows", "0", "--out", str(tmp_path / "x")]) == 2
+    capsys.readouterr()
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" \n\n")
+    assert run_command_line(["window-test", str(directory), "--text", str(blank), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert f"--text {blank} holds no text" in err and len(err.strip().splitlines()) == 1
+    fifo = tmp_path / "fifo.txt"
+    os.mkfifo(fifo)  # opening it to read would wait for a writer forever
+    assert run_command_line(["window-test", str(directory), "--text", str(fifo), "--out", str(tmp_path / "x")]) == 2
+    assert "is not a regular file" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_special_token_text_in_the_text_is_read_as_text_not_as_extra_bos_tokens(tmp_path):
+    """ "<|endoftext|>" spelled in a text is this tokenizer's BOS: parsed, each would put an
+    extra sink inside the windows. The chunks hold BOS only where a chunk opens."""
+    from sinkscope.pretrained_analysis.window_test import text_chunks
+
+    loaded = wrap_model(load_bridge(build_tiny_gpt2(tmp_path / "gpt2")))
+    hooked = HookedModel(loaded.bridge)
+    bos = hooked.model.tokenizer.bos_token_id
+    text = " <|endoftext|> ".join(default_text()[:2000].split(". "))
+    chunks = text_chunks(hooked, text, chunk_tokens=64, max_chunks=3)
+    for chunk in chunks:
+        ids = chunk.model_input[0].tolist()
+        assert ids[0] == bos and bos not in ids[1:]
+
+
+def test_a_model_with_its_own_sliding_window_is_said_to_limit_attention_itself(tmp_path):
+    """Gemma 2 alternates 64-key sliding windows with global layers: the result says so, as
+    a W at or beyond it equals full attention there; GPT-2 limits nothing."""
+    gemma = wrap_model(load_bridge(build_tiny_gqa(tmp_path / "gemma2", "gemma2")))
+    result = window_test(gemma, default_text(), windows=(8,), sinks=(1,), chunk_tokens=64, max_chunks=2, progress=False)
+    assert len(result.notes) == 1 and "in 1 of 2 layers" in result.notes[0] and "of 64 keys" in result.notes[0]
+    assert result.notes[0] in window_findings(result)
+    gpt2 = wrap_model(load_bridge(build_tiny_gpt2(tmp_path / "gpt2")))
+    plain = window_test(gpt2, default_text(), windows=(8,), chunk_tokens=64, max_chunks=2, progress=False)
+    assert plain.notes == ()

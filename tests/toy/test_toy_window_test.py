@@ -73,3 +73,8 @@ def test_the_toy_result_persists_and_refuses_bad_arguments(tmp_path):
         toy_window_test(softmax_scaled_model(TASK, 30.0), TASK, windows=(14,), sinks=(1,), n_sequences=8)
     with pytest.raises(InputError, match="ToyTransformer"):
         toy_window_test(object(), TASK, windows=(W,))  # type: ignore[arg-type]
+    model = softmax_scaled_model(TASK, 30.0)
+    with pytest.raises(InputError, match="task must be a TaskConfig"):
+        toy_window_test(model, "task", windows=(W,))  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="n_sequences must be a whole number"):
+        toy_window_test(model, TASK, windows=(W,), n_sequences=2.5)  # type: ignore[arg-type]
