@@ -50,7 +50,11 @@ from sinkscope.pretrained_analysis.ablation import (
 )
 from sinkscope.pretrained_analysis.anchors import anchor_words
 from sinkscope.pretrained_analysis.audit_config import AuditConfig
-from sinkscope.pretrained_analysis.audit_experiments import audit_experiments, experiment_samples
+from sinkscope.pretrained_analysis.audit_experiments import (
+    audit_experiments,
+    check_lengths_reached,
+    experiment_samples,
+)
 from sinkscope.pretrained_analysis.audit_figures import (
     EXAMPLE_FIGURE,
     GEOMETRY_FIGURE,
@@ -320,6 +324,7 @@ def audit(
     config.probe_config().check_layers(loaded.info.n_layers, loaded.info.label)
     prompt_set = _as_prompt_set(prompts)
     tokenized = tokenize_prompts(prompt_set, loaded)
+    check_lengths_reached(config.lengths, tokenized.summary.max_tokens)
     info = loaded.info
     hooked = HookedModel(loaded.bridge, prepend_bos=prompt_set.spec.prepend_bos)
     _check_sink_to_ablate(config, hooked, info.label)

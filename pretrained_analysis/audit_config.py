@@ -6,11 +6,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from sinkscope.infra.arguments import check_argument
-from sinkscope.infra.bounds import COUNT, FRACTION, POSITIVE, UNBOUNDED, Bound
+from sinkscope.infra.bounds import COUNT, FRACTION, POSITIVE, Bound
 from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.ablation import ABLATE_SINKS
 from sinkscope.pretrained_analysis.audit_experiments import check_experiments
 from sinkscope.probes.probe import ProbeConfig
+
+MIN_BOOTSTRAP = 20  # resamples: fewer cannot place a 95% interval's 2.5% tails
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class AuditConfig:
         "ablate_prompts": POSITIVE,
         "n_examples": COUNT,
         "n_bootstrap": POSITIVE,
-        "seed": UNBOUNDED,
+        "seed": COUNT,
         "layers": COUNT,
         "eps_curve": FRACTION,
         "lengths": POSITIVE,
@@ -62,6 +64,8 @@ class AuditConfig:
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         check_experiments(self.input_types, self.eps_curve, self.lengths)
+        if self.eps_curve is not None:  # a curve is drawn in eps order, each eps once (as lengths)
+            object.__setattr__(self, "eps_curve", tuple(sorted(set(self.eps_curve))))
         for name in ("batch_size", "ablate_heads", "n_examples", "n_bootstrap", "seed"):
             check_argument(getattr(self, name), int, name, "an integer")
         check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
@@ -88,8 +92,13 @@ class AuditConfig:
             raise InputError(f"sink_eps must lie in [0, 1), got {self.sink_eps}", field="sink_eps")
         if self.n_examples < 0:
             raise InputError(f"n_examples must be >= 0, got {self.n_examples}", field="n_examples")
-        if self.n_bootstrap < 1:
-            raise InputError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}", field="n_bootstrap")
+        if self.n_bootstrap < MIN_BOOTSTRAP:
+            raise InputError(
+                f"n_bootstrap must be >= {MIN_BOOTSTRAP} for a 95% interval, got {self.n_bootstrap}",
+                field="n_bootstrap",
+            )
+        if self.seed < 0:  # the experiments' bootstrap and the random inputs draw from it
+            raise InputError(f"seed must be >= 0, got {self.seed}", field="seed")
 
     def probe_config(self) -> ProbeConfig:
         return ProbeConfig(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sinkscope.infra.arguments import check_argument
+from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.input_types import (
     PROMPTS,
@@ -37,6 +38,18 @@ def check_experiments(
         check_argument(item, int, "lengths", "a tuple of integers")
     check_input_types(input_types or ())
     check_curve_settings(eps_curve or (), lengths or ())
+
+
+def check_lengths_reached(lengths: tuple[int, ...] | None, longest: int) -> None:
+    """An ``InputError`` for a length T that no prompt reaches (``longest`` tokens, the
+    anchor included): it could only give an empty point, so it is refused before probing."""
+    beyond = sorted({length for length in lengths or () if length > longest})
+    if beyond:
+        raise InputError(
+            f"no prompt reaches T = {', '.join(map(str, beyond))} (the longest has {longest} tokens); use lengths "
+            f"<= {longest} (--lengths), or longer prompts (--max-len)",
+            field="lengths",
+        )
 
 
 def experiment_samples(hooked: HookedModel, config: AuditConfig) -> SampleSums | None:

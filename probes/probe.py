@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from sinkscope.infra.arguments import check_argument
 from sinkscope.infra.atomic_io import atomic_write_text
 from sinkscope.infra.bounds import (
     COUNT,
@@ -105,6 +106,8 @@ class ProbeConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", layer_selection(self.layers))
+        for name in ("with_key_geometry", "with_secondary_sinks"):  # "yes" is truthy, and no switch
+            check_argument(getattr(self, name), bool, name, "True or False")
         if not 0.0 <= self.sink_eps < 1.0:
             raise InputError(f"sink_eps must lie in [0, 1), got {self.sink_eps}", field="sink_eps")
         if self.alpha_k < 0:
@@ -248,6 +251,14 @@ class SinkRate:
     eps: float
     percent: float
     percent_all_queries: float = math.nan
+
+    def __repr__(self) -> str:
+        # k is the 0-indexed key position; the papers write Sink_{k+1}. A NaN field (no
+        # narrowed query selection) is left out rather than shown as nan.
+        over_all = (
+            "" if math.isnan(self.percent_all_queries) else f", percent_all_queries={self.percent_all_queries:.4g}"
+        )
+        return f"SinkRate(Sink_{self.k + 1}: k={self.k}, eps={self.eps:g}, percent={self.percent:.4g}{over_all})"
 
 
 def upgrade_probe_v1(probe: dict[str, Any]) -> dict[str, Any]:

@@ -157,7 +157,11 @@ def curve_findings(curves: SinkCurves) -> list[str]:
             verb = (
                 "removes most of the sink" if kept < 0.5 else "keeps most of the sink" if kept < 1 else "keeps the sink"
             )
-            found.append(f"One token repeated {verb}: its sink rate is {kept:.0%} of the {first.input_type}'.")
+            n = repeated.sink_rate.n
+            found.append(
+                f"One token repeated {verb}: its sink rate is {kept:.0%} of the {first.input_type}' (the ratio of the "
+                f"two means above, over {plural(n, 'prompt')}{'; one prompt shows no more than itself' if n < 2 else ''})."
+            )
     ends = [(kind, _first_last(list(curves.eps_curve), kind, "eps")) for kind in _types(curves.eps_curve)]
     parts = [
         f"{kind} {a.sink_rate.mean:.1f}% to {b.sink_rate.mean:.1f}%" for kind, pair in ends if pair for a, b in [pair]

@@ -18,13 +18,14 @@ adds random and repeated tokens (``sinkscope.pretrained_analysis.input_types``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 
+from sinkscope.infra.arguments import check_argument
 from sinkscope.infra.bounds import COUNT, FRACTION, POSITIVE, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel
@@ -202,21 +203,60 @@ def summarise(
     return SinkCurves(TABLE_EPS, k, rows, eps_points, lengths, n_forwards, notes)
 
 
+MAX_LENGTH = 1 << 20  # tokens: beyond any context a model has, and within every index type
+
+
 def check_curve_settings(eps_curve: Sequence[float], lengths: Sequence[int]) -> None:
     """An ``InputError`` naming the flag for an eps outside [0, 1) or a length below 2."""
     for eps in eps_curve:
         if not 0.0 <= eps < 1.0:
             raise InputError(f"every eps of the eps curve must lie in [0, 1), got {eps}", field="eps_curve")
     for length in lengths:
-        if length < 2:
+        if not 2 <= length <= MAX_LENGTH:
             raise InputError(
-                f"every length must be >= 2 tokens (the anchor and a query), got {length}", field="lengths"
+                f"every length must lie in 2..{MAX_LENGTH:,} tokens (the anchor and a query, at most), got {length}",
+                field="lengths",
             )
+
+
+def _check_settings(eps_curve: object, lengths: object, config: object, n_bootstrap: object, seed: object) -> None:
+    """The Python API's arguments, typed as documented, in one line each."""
+    for name, values, kind, what in (
+        ("eps_curve", eps_curve, (float, int), "numbers in [0, 1)"),
+        ("lengths", lengths, int, "whole numbers >= 2"),
+    ):
+        check_argument(values, (tuple, list), name, f"a tuple of {what}")
+        for value in values:  # type: ignore[attr-defined]
+            check_argument(value, kind, name, f"a tuple of {what}")
+    check_argument(config, ProbeConfig, "config", "a ProbeConfig")
+    for name, value, least in (("n_bootstrap", n_bootstrap, 20), ("seed", seed, 0)):
+        check_argument(value, int, name, "a whole number")
+        if value < least:  # type: ignore[operator]
+            raise InputError(f"{name} must be >= {least}, got {value}", field=name)
+
+
+def _check_inputs(kind: str, tokens: object) -> None:
+    """An ``InputError`` for inputs no sink rate can be read from: not token ids ``[n, pos]``
+    or float toy tokens ``[n, pos, d_model]``, one position (no query after the anchor), or
+    non-finite toy tokens (every pattern NaN: nothing measured, and no word why)."""
+    if not torch.is_tensor(tokens) or tokens.ndim not in (2, 3) or (tokens.ndim == 3) != tokens.is_floating_point():
+        raise InputError(
+            f"inputs {kind!r} must be token ids [n, pos] (integers) or toy tokens [n, pos, d_model] (floats)",
+            field="inputs",
+        )
+    if tokens.shape[0] < 1 or tokens.shape[1] < 2:
+        raise InputError(
+            f"inputs {kind!r} have shape {tuple(tokens.shape)}: a sink rate needs at least one input of 2 positions "
+            "(the anchor and a query)",
+            field="inputs",
+        )
+    if tokens.is_floating_point() and not bool(torch.isfinite(tokens).all()):
+        raise InputError(f"inputs {kind!r} hold NaN or infinite values; pass finite toy tokens", field="inputs")
 
 
 def sink_curves(
     model: torch.nn.Module | HookedModel,
-    inputs: torch.Tensor,
+    inputs: torch.Tensor | Mapping[str, torch.Tensor],
     attention_mask: torch.Tensor | None = None,
     query_mask: torch.Tensor | None = None,
     eps_curve: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 0.9),
@@ -226,14 +266,25 @@ def sink_curves(
     seed: int = 0,
 ) -> SinkCurves:
     """The sink rate per eps and the sink rate and anchor mass per length of ``inputs`` (toy
-    tokens ``[n, pos, d_model]`` or token ids ``[n, pos]``) on a causal model, all from one
-    probe pass (``sink_samples``); input type ``given``."""
+    tokens ``[n, pos, d_model]`` or token ids ``[n, pos]``) on a causal model, one probe
+    pass (``sink_samples``) per input type. ``inputs``: one tensor (input type ``given``),
+    or input types to tensors side by side, e.g. ``{kind: toy_input_tokens(task, kind, 256)
+    for kind in TOY_INPUT_TYPES}``; the masks apply to every type."""
+    _check_settings(eps_curve, lengths, config, n_bootstrap, seed)
     hooked = model if isinstance(model, HookedModel) else HookedModel(model)
     if lengths and not hooked.spec.causal:
         raise InputError("the one-pass length curve needs a causal model; audit an encoder with lengths instead")
     check_curve_settings(eps_curve, lengths)
+    eps_curve = tuple(sorted(set(eps_curve)))  # a curve is drawn in eps order, each eps once
+    by_type = inputs if isinstance(inputs, Mapping) else {"given": inputs}
+    if not by_type or not all(isinstance(kind, str) and kind for kind in by_type):
+        raise InputError("inputs must be a tensor or a non-empty mapping of input type names to tensors")
+    for kind, tokens in by_type.items():
+        _check_inputs(kind, tokens)
     lengths = tuple(sorted(set(lengths)))
-    sums = SampleSums(hooked.spec.n_layers, hooked.spec.n_heads, config.alpha_k, lengths)
-    probe_batches(hooked, iterate_batches(inputs, attention_mask, query_mask, config.batch_size), config, sums)
-    samples = Samples("given", sums.alpha(), sums.mass(), lengths)
-    return summarise([samples], tuple(eps_curve), config.alpha_k, n_bootstrap, seed)
+    samples = []
+    for kind, tokens in by_type.items():
+        sums = SampleSums(hooked.spec.n_layers, hooked.spec.n_heads, config.alpha_k, lengths)
+        probe_batches(hooked, iterate_batches(tokens, attention_mask, query_mask, config.batch_size), config, sums)
+        samples.append(Samples(kind, sums.alpha(), sums.mass(), lengths))
+    return summarise(samples, tuple(eps_curve), config.alpha_k, n_bootstrap, seed, n_forwards=len(samples) - 1)

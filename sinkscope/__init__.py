@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from sinkscope.probes.probe import ProbeConfig, ProbeResult
     from sinkscope.probes.runner import probe_model
     from sinkscope.probes.secondary_result import secondary_sinks
+    from sinkscope.probes.sink_curves import sink_curves
     from sinkscope.probes.window_test import WindowTestResult
     from sinkscope.reporting import report
     from sinkscope.toy.evaluate import evaluate_run
@@ -80,7 +81,7 @@ if TYPE_CHECKING:
     from sinkscope.toy.reproduce import ReproduceConfig, reproduce
     from sinkscope.toy.run_dir import RunConfig, TrainConfig
     from sinkscope.toy.sweep import SweepConfig, sweep
-    from sinkscope.toy.task import TaskConfig
+    from sinkscope.toy.task import TaskConfig, toy_input_tokens
     from sinkscope.toy.tracking import TrackingConfig
     from sinkscope.toy.train import train, train_seeds
     from sinkscope.toy.window_test import toy_window_test
@@ -125,6 +126,7 @@ _EXPORTS: dict[str, str] = {
     "activation_patching": "sinkscope.probes.patching",
     "key_geometry": "sinkscope.probes.geometry_result",
     "secondary_sinks": "sinkscope.probes.secondary_result",
+    "sink_curves": "sinkscope.probes.sink_curves",
     # the streaming window test (StreamingLLM's), on pretrained and toy models
     "window_test": "sinkscope.pretrained_analysis.window_test",
     "toy_window_test": "sinkscope.toy.window_test",
@@ -136,6 +138,7 @@ _EXPORTS: dict[str, str] = {
     "TrainConfig": "sinkscope.toy.run_dir",
     "ToyModelConfig": "sinkscope.toy.model",
     "TaskConfig": "sinkscope.toy.task",
+    "toy_input_tokens": "sinkscope.toy.task",
     "evaluate_run": "sinkscope.toy.evaluate",
     "reproduce": "sinkscope.toy.reproduce",
     "ReproduceConfig": "sinkscope.toy.reproduce",

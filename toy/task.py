@@ -181,3 +181,28 @@ def eval_batch(config: TaskConfig, batch_size: int, seed: int, target: TargetKin
     """A reproducible evaluation batch with the trigger at ``eval_trigger_position``."""
     generator = torch.Generator().manual_seed(seed)
     return sample_batch(config, batch_size, generator, target, trigger_position=config.eval_trigger_position)
+
+
+TOY_INPUT_TYPES: tuple[str, ...] = ("task", "random", "repeated")
+
+
+def toy_input_tokens(config: TaskConfig, kind: str, n: int, seed: int = 0) -> torch.Tensor:
+    """Toy inputs ``[n, seq_len, d_model]`` for the input-type experiment, BOS first in each:
+    ``task``, the evaluation distribution (trigger at ``eval_trigger_position``); ``random``,
+    content tokens with uniform features and no trigger; ``repeated``, one such content
+    token (drawn per row) at every position after BOS. The toy counterpart of the audit's
+    prompts / uniform random tokens / one token repeated."""
+    if kind not in TOY_INPUT_TYPES:
+        raise InputError(f"unknown toy input type {kind!r}; choose from {', '.join(TOY_INPUT_TYPES)}", field="kind")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InputError(f"n must be a whole number >= 1, got {n!r}", field="n")
+    generator = torch.Generator().manual_seed(seed)
+    if kind == "task":
+        return make_tokens(config, torch.full((n,), config.eval_trigger_position, dtype=torch.long), generator)
+    tokens = torch.zeros(n, config.seq_len, config.d_model)
+    tokens[:, 0, BOS_FLAG] = 1.0
+    width = config.bias_coord - FIRST_FEATURE
+    features = torch.rand(n, config.seq_len - 1 if kind == "random" else 1, width, generator=generator) * 2 - 1
+    tokens[:, 1:, FIRST_FEATURE : config.bias_coord] = features.expand(n, config.seq_len - 1, width)
+    tokens[:, 1:, config.bias_coord] = 1.0
+    return tokens

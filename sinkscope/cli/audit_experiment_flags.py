@@ -43,11 +43,21 @@ def add_experiment_flags(audit: argparse.ArgumentParser) -> None:
     )
     audit.add_argument(
         "--lengths",
-        type=int_list,
+        type=length_list,
         default=None,
         help="the sink rate and anchor mass of the prompts cut to each T, e.g. 16,32,64 (anchor included; "
         "no extra forward on a causal model)",
     )
+
+
+def length_list(text: str) -> tuple[int, ...]:
+    """``--lengths``: token counts T >= 2 (the anchor and one query), refused while parsing."""
+    values = int_list(text)
+    if min(values) < 2:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated lengths >= 2 (the anchor and a query) such as 16,32,64, got {text!r}"
+        )
+    return values
 
 
 def experiment_settings(args: argparse.Namespace) -> dict:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from sinkscope.cli import main
+from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.audit import AuditConfig, audit, read_audit, write_audit
 from sinkscope.pretrained_analysis.input_types import input_type_tokens
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
@@ -153,3 +154,21 @@ def test_the_cli_runs_the_experiments_into_the_report_and_refuses_an_unknown_typ
     error = capsys.readouterr().err.strip()  # refused while parsing: nothing loads
     assert "--input-types" in error and "shuffled" in error and "prompts, random, repeated" in error
     assert "\n" not in error
+
+
+def test_experiment_settings_are_ordered_bounded_and_reachable(planted, tmp_path, capsys):
+    assert AuditConfig(eps_curve=(0.9, 0.1, 0.5, 0.1)).eps_curve == (0.1, 0.5, 0.9)  # drawn in order, once each
+    for bad, words in (
+        ({"lengths": (10**30,)}, "every length must lie in 2..1,048,576"),
+        ({"seed": -1, "input_types": ("random",)}, "seed must be >= 0"),
+        ({"n_bootstrap": 1}, "n_bootstrap must be >= 20"),
+    ):
+        with pytest.raises(InputError, match=words):
+            AuditConfig(**bad)
+    longest = "The quick brown fox jumps over the lazy dog."
+    with pytest.raises(InputError, match="no prompt reaches T = 500"):  # refused before the probe, not an empty point
+        audit(LoadSpec(str(planted)), [longest], AuditConfig(n_examples=0, lengths=(4, 500)), progress=False)
+    argv = ["audit", str(planted), "--prompt", longest, "--lengths", "8,9999", "--out", str(tmp_path / "x")]
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert "--lengths 9999 exceed --max-len" in error and "\n" not in error and not (tmp_path / "x").exists()

@@ -145,3 +145,20 @@ def test_bad_inputs_raise_clear_errors():
         probe_model(model, torch.zeros(2, 3, 8), query_mask=torch.ones(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="already a HookedModel"):
         HookedModel(HookedModel(model))
+
+
+def test_a_sink_rate_reads_as_the_papers_write_it_and_hides_an_unmeasured_field():
+    from sinkscope.probes.probe import SinkRate
+
+    assert repr(SinkRate(k=0, eps=0.3, percent=83.33333)) == "SinkRate(Sink_1: k=0, eps=0.3, percent=83.33)"
+    narrowed = SinkRate(k=0, eps=0.3, percent=83.3, percent_all_queries=70.0)
+    assert repr(narrowed).endswith("percent=83.3, percent_all_queries=70)")
+
+
+def test_the_probe_s_switches_take_true_or_false_only():
+    from sinkscope.infra.errors import InputError
+    from sinkscope.probes.probe import ProbeConfig
+
+    for name in ("with_key_geometry", "with_secondary_sinks"):
+        with pytest.raises(InputError, match=f"{name} must be True or False"):
+            ProbeConfig(**{name: "yes"})

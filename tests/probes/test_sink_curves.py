@@ -125,3 +125,70 @@ def test_bad_settings_name_their_fix(tiny):
         sink_curves(hooked, tokens, eps_curve=(1.2,))
     with pytest.raises(InputError, match="length"):
         sink_curves(hooked, tokens, lengths=(1,))
+
+
+def _direct_sink_rate(model, tokens: torch.Tensor, eps: float) -> float:
+    """Sink_1^eps in percent, mean over prompts, from the weights: each layer's softmax of
+    x W_Q (x W_K)^T under the causal mask, alpha the mean over every query of A[i, 0]."""
+    hits, resid = [], tokens
+    for layer, block in enumerate(model.blocks):
+        attention = model.attention(layer)
+        q = torch.einsum("npd,hde->nhpe", resid, attention.W_Q)
+        k = torch.einsum("npd,hde->nhpe", resid, attention.W_K)
+        scores = (q @ k.transpose(-1, -2)) * attention.scale
+        causal = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool).tril()
+        pattern = scores.masked_fill(~causal, -math.inf).softmax(dim=-1)
+        hits.append(pattern[..., 0].mean(dim=-1) > eps)  # [prompt, head]
+        resid = block(resid)
+    return 100.0 * float(torch.cat(hits, dim=1).double().mean(dim=1).mean())
+
+
+def test_toy_input_types_side_by_side_match_the_weights_and_keep_the_planted_bos_sink():
+    """Every toy input type keeps BOS first with content tokens after it, so the planted
+    head (BOS-flag key, content-bias query) sinks on all three; each type's sink rate
+    equals the one computed from the weights."""
+    from sinkscope.toy.task import TOY_INPUT_TYPES, TaskConfig, toy_input_tokens
+
+    task = TaskConfig(d_model=8, seq_len=8)
+    inputs = {kind: toy_input_tokens(task, kind, 12, seed=3) for kind in TOY_INPUT_TYPES}
+    repeated = inputs["repeated"]
+    assert torch.equal(repeated[:, 1:], repeated[:, 1:2].expand_as(repeated[:, 1:]))  # one token after BOS
+    assert bool((inputs["random"][:, :, 1] == 0).all())  # no trigger
+    assert bool((inputs["task"][:, task.eval_trigger_position, 1] == 1).all())
+    model = toy_sink_model()
+    curves = sink_curves(model, inputs, eps_curve=(0.3,))
+    assert [row.input_type for row in curves.input_types] == list(TOY_INPUT_TYPES)
+    with torch.no_grad():
+        for row in curves.input_types:
+            assert row.sink_rate.n == 12 and row.sink_rate.mean >= 25.0  # the planted head of 4, at least
+            assert row.sink_rate.mean == pytest.approx(_direct_sink_rate(model, inputs[row.input_type], 0.3))
+    with pytest.raises(InputError, match="toy input type"):
+        toy_input_tokens(task, "prompts", 4)
+    with pytest.raises(InputError, match="mapping of input type"):
+        sink_curves(model, {})
+
+
+def test_inputs_no_sink_rate_can_be_read_from_are_refused_in_one_line():
+    model = toy_sink_model()
+    bad = {
+        "NaN": torch.full((4, 6, 8), math.nan),
+        "2 positions": torch.randn(4, 1, 8),
+        "token ids": torch.randn(4, 6, 8).long(),
+    }
+    for words, tokens in zip(("NaN or infinite", "at least one input of 2 positions", "toy tokens"), bad.values()):
+        with pytest.raises(InputError, match=words):
+            sink_curves(model, tokens)
+
+
+def test_sink_curves_arguments_are_typed_as_documented():
+    model, tokens = toy_sink_model(), torch.randn(4, 6, 8)
+    for bad, words in (
+        ({"eps_curve": 0.3}, "eps_curve must be a tuple"),
+        ({"eps_curve": ("0.3",)}, "eps_curve must be a tuple"),
+        ({"lengths": (4.5,)}, "lengths must be a tuple"),
+        ({"n_bootstrap": 0}, "n_bootstrap must be >= 20"),
+        ({"seed": -1}, "seed must be >= 0"),
+        ({"config": "default"}, "config must be a ProbeConfig"),
+    ):
+        with pytest.raises(InputError, match=words):
+            sink_curves(model, tokens, **bad)
