@@ -103,7 +103,7 @@ class Comparison:
     """Rows in the given order, plus what every audit shared; persisted as
     ``comparison.json`` (``sinkscope.infra.codec``)."""
 
-    BOUNDS: ClassVar[dict[str, Bound]] = {"sink_eps": FRACTION}
+    BOUNDS: ClassVar[dict[str, Bound]] = {"sink_eps": FRACTION, "prompts_used": COUNT}
 
     SCHEMA: ClassVar[str] = "comparison"
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -112,6 +112,9 @@ class Comparison:
     prompts: PromptSpec
     prompt_location: str
     sink_eps: float
+    # prompts each audit ran on (a source may hold fewer than the spec asks for); None in
+    # comparisons written before it was recorded
+    prompts_used: int | None = None
 
     def epsilons(self) -> list[str]:
         return list(self.rows[0].sink_rate) if self.rows else []
@@ -255,7 +258,11 @@ def compare_audits(
     )
     first = results[0]
     return Comparison(
-        rows=rows, prompts=first.prompts.spec, prompt_location=first.prompts.location, sink_eps=first.config.sink_eps
+        rows=rows,
+        prompts=first.prompts.spec,
+        prompt_location=first.prompts.location,
+        sink_eps=first.config.sink_eps,
+        prompts_used=first.prompts.n_prompts,
     )
 
 

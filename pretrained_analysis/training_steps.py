@@ -27,13 +27,16 @@ def step_from_revision(revision: str | None) -> int | None:
     return int(found.group(1)) if found else None
 
 
+MAX_STEP = 2**63 - 1  # the largest integer a result file holds
+
+
 def parse_steps(text: str) -> dict[str, int]:
     """``--steps``: comma-separated ``REVISION=STEP`` pairs, each step a whole number >= 0."""
     steps: dict[str, int] = {}
     for item in (part.strip() for part in text.split(",")):
         revision, equals, step = item.partition("=")
         revision, step = revision.strip(), step.strip()
-        if not equals or not revision or not step.isdigit():
+        if not equals or not revision or not step.isdecimal():  # isdigit takes "²", which int() does not
             raise InputError(
                 f"--steps takes REVISION=STEP pairs separated by commas (e.g. main=143000,step1000=1000), got {item!r}",
                 field="steps",
@@ -41,7 +44,7 @@ def parse_steps(text: str) -> dict[str, int]:
         if revision in steps:
             raise InputError(f"--steps names revision {revision!r} twice; give each revision one step", field="steps")
         steps[revision] = int(step)
-    return steps
+    return check_steps(steps)
 
 
 def check_steps(steps: object) -> dict[str, int]:
@@ -53,6 +56,10 @@ def check_steps(steps: object) -> dict[str, int]:
             raise InputError(
                 f"steps maps revision names (str) to whole-number steps >= 0, got {revision!r}: {step!r}",
                 field="steps",
+            )
+        if step > MAX_STEP:  # a result file keeps steps as 64-bit integers
+            raise InputError(
+                f"the step of {revision!r} is {step}, beyond any training run; give its step", field="steps"
             )
     return dict(steps)
 

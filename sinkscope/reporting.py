@@ -50,6 +50,11 @@ def detect_kind(result_dir: Path) -> ReportKind:
         if kind.matches(result_dir):
             return kind
     if (result_dir / CONFIG_FILE).is_file() and (result_dir / RESULT_FILE).is_file():
+        probed = result_dir / "probe"  # where `toy probe` writes by default
+        if probed.is_dir() and any(kind.matches(probed) for kind in REPORT_KINDS):
+            raise InputError(
+                f"{result_dir} is a toy training run, probed into {probed}; report on that: `sinkscope report {probed}`"
+            )
         raise InputError(
             f"{result_dir} is a toy training run; probe it first with `sinkscope toy probe {result_dir}` "
             f"and report on its probe directory"

@@ -93,6 +93,12 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.mechanism import is_audit_directory
 
     out = Path(args.out_dir)
+    seen: dict[Path, str] = {}
+    for directory in args.directories:  # one directory twice would be compared with itself
+        where = Path(directory).resolve()
+        if where in seen:
+            raise InputError(f"{directory} is given twice (as {seen[where]} too); name each directory once")
+        seen[where] = directory
     # --sink-eps only means something side by side, so it asks for that comparison too
     mechanism = args.mechanism or args.sink_eps is not None
     if mechanism or not all(is_audit_directory(d) for d in args.directories):

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import traceback
+from pathlib import Path
 
 from sinkscope.cli.args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from sinkscope.cli.parser import build_parser, handler
@@ -178,6 +179,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """The command's run function, its result printed; an error sinkscope means is one line."""
     try:
         _refuse_unusable_text(args)
+        _refuse_unusable_environment()
         result = handler(args)(args)
     except BrokenPipeError:  # a human-readable line printed while the command ran
         _quiet_stdout()
@@ -214,6 +216,23 @@ def _refuse_unusable_text(args: argparse.Namespace) -> None:
                 raise InputError(f"{name} is empty; pass a value", field=name)
             if any("\udc80" <= char <= "\udcff" for char in item):
                 raise InputError(f"{item!a} is not valid UTF-8; rename it to a UTF-8 name", field=name)
+
+
+def _refuse_unusable_environment() -> None:
+    """A ``TORCHINDUCTOR_CACHE_DIR`` that cannot be made is one line naming it: torch
+    creates it when its compiler loads, which Adam's first step does even without
+    compiling, and fails there with a long traceback."""
+    value = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not value:
+        return
+    existing = Path(value).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(
+            f"TORCHINDUCTOR_CACHE_DIR={value} cannot be created ({existing} is not a writable directory); "
+            "unset it or point it at a writable directory"
+        )
 
 
 def _closed_streams_to_devnull() -> None:

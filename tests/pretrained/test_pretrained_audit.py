@@ -299,3 +299,16 @@ def test_compare_gathers_audits_written_separately(tmp_path, capsys):
     assert run_cli(["audit", str(checkpoints[0]), "--out", str(other), *FAST, "--prompts", "random"], capsys)[0] == 0
     code, _, stderr = run_cli(["compare", str(singles[0]), str(other), "--out", str(tmp_path / "mixed")], capsys)
     assert code == 2 and "other prompts" in stderr and not (tmp_path / "mixed").exists()
+
+
+def test_a_comparison_names_the_prompts_the_audits_ran_on_not_the_spec_s_count(tmp_path, capsys):
+    """A prompt file of 3 prompts under the default --n-prompts 64: the audits ran on 3."""
+    checkpoints = build_tiny_checkpoints(tmp_path / "run", steps=(0, 30), bos_sink_head=(0, 0))
+    prompts = tmp_path / "three.txt"
+    prompts.write_text("One prompt here.\nA second prompt.\nAnd a third one.\n")
+    flags = ["--prompts", str(prompts), "--max-len", "24", "--examples", "0", "--no-progress"]
+    code, _, stderr = run_cli(["audit", *map(str, checkpoints), "--out", str(tmp_path / "suite"), *flags], capsys)
+    assert code == 0, stderr
+    assert read_comparison(tmp_path / "suite").prompts_used == 3
+    assert main(["report", str(tmp_path / "suite"), "--no-progress"]) == 0
+    assert "2 audits on the same prompts (3 prompts from" in (tmp_path / "suite" / "report.md").read_text()

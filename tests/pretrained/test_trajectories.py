@@ -76,9 +76,12 @@ def test_steps_are_read_from_the_names_researchers_use():
 
 def test_a_step_mapping_is_parsed_and_bad_pairs_are_refused():
     assert parse_steps("main=143000, step1=1") == {"main": 143000, "step1": 1}
-    for bad in ("main", "main=", "=5", "main=-1", "main=1.5", "main=1,main=2"):
+    for bad in ("main", "main=", "=5", "main=-1", "main=1.5", "main=1,main=2", "main=²"):
         with pytest.raises(InputError, match="--steps"):
             parse_steps(bad)
+    with pytest.raises(InputError, match="beyond any training run"):  # a result file could not hold it
+        parse_steps("main=99999999999999999999999")
+    assert parse_steps(f"main={2**63 - 1}") == {"main": 2**63 - 1}
 
 
 def test_the_trajectory_holds_the_measured_checkpoints_in_step_order(results):
@@ -166,6 +169,9 @@ def test_bad_steps_on_the_command_line_are_one_line_and_exit_2(results, tmp_path
         error = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("usage")]
         assert len(error) == 1 and words in error[0], error
         assert not out.exists()
+    twice = [directories[0], directories[1], directories[0] + "/"]  # the same audit again, spelled apart
+    assert _exit_code(["compare", *twice, "--out", str(out)]) == 2
+    assert "is given twice" in capsys.readouterr().err and not out.exists()
 
 
 def test_steps_given_in_python_are_whole_numbers_for_named_revisions(results):

@@ -171,6 +171,9 @@ def test_directories_without_a_result_get_a_one_line_fix(result_dirs, tmp_path, 
     run_dir = result_dirs["toy reproduction"] / "relu-1x1-seed0"
     assert main(["report", str(run_dir), "--out", str(tmp_path / "x")]) == 2
     assert "sinkscope toy probe" in capsys.readouterr().err
+    probed = result_dirs["toy probe"].parent  # a run already probed into its default probe/
+    assert main(["report", str(probed), "--out", str(tmp_path / "x")]) == 2
+    assert f"`sinkscope report {probed / 'probe'}`" in capsys.readouterr().err
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "holds no sinkscope result" in err and len(err.strip().splitlines()) == 1
