@@ -12,6 +12,7 @@ paper's step counts are checked against. On CUDA the compiled step runs as CUDA 
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -22,6 +23,20 @@ import torch
 from sinkscope.infra.errors import InputError
 
 COMPILE_CHOICES = ("auto", "on", "off")
+# Adam's step opens a profiler range that dynamo cannot trace; it drops it and logs a
+# warning that names torch internals: nothing a user can act on, so it is not shown
+DYNAMO_CONTEXT_LOGGER = "torch._dynamo.variables.ctx_manager"
+
+
+def _not_the_profiler_note(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Profiler record function")
+
+
+def quiet_profiler_notes() -> None:
+    """Hide dynamo's "Profiler record function ... will be ignored" warning (once per process)."""
+    logger = logging.getLogger(DYNAMO_CONTEXT_LOGGER)
+    if _not_the_profiler_note not in logger.filters:
+        logger.addFilter(_not_the_profiler_note)
 
 
 def check_compile_choice(compile: str) -> str:
@@ -80,6 +95,7 @@ class CompiledOrEager:
             say_eager(reason)
             return
         mode = "reduce-overhead" if device.type == "cuda" else None
+        quiet_profiler_notes()
         self.compiled = torch.compile(step, mode=mode)
 
     def __call__(self, *args: object) -> None:
@@ -91,6 +107,8 @@ class CompiledOrEager:
             return
         self.first = False
         restore = self.snapshot()
+        # the first call compiles: on a CPU a minute or more, while the step count stays at 0
+        print("sinkscope: compiling the training step (torch.compile) ...", file=sys.stderr, flush=True)
         try:
             self.compiled(*args)
         except Exception as error:  # inductor's failures have many types (compiler, codegen, platform)

@@ -9,7 +9,7 @@ ends most runs far earlier (a four-minute reproduction read "at most 1h06m"). Th
 (``metrics.jsonl``, ``result.json``), so they are the same whether models train in this
 process or in worker processes. On a terminal the block is redrawn in place about once
 a second; in a log (stderr not a terminal) a block is printed every ``LOG_INTERVAL_S``
-seconds instead of redraws.
+seconds instead of redraws, and a line for each model as it finishes.
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from sinkscope.infra.errors import InputError
 from sinkscope.infra.heartbeat import HEARTBEAT_S
-from sinkscope.toy.run_dir import METRICS_FILE, RESULT_FILE, RunConfig, read_metrics
+from sinkscope.toy.run_dir import METRICS_FILE, RESULT_FILE, RunConfig, read_metrics, read_train_result
 
 TERMINAL_INTERVAL_S = 1.0
-# in a log (stderr not a terminal): a line at least this often, so no stretch is silent
-LOG_INTERVAL_S = HEARTBEAT_S
+# in a log (stderr not a terminal): a whole block this often (a block every few seconds
+# made hundreds of lines a run), and a model's finishing line as soon as it is seen
+LOG_INTERVAL_S = 30.0
 TREND_MIN_POINTS = 4  # fewer logged errors than this in the later half: no trend yet
 # an estimate further ahead than this many times the steps the trend was fitted on is a
 # guess (early plateaus read as hour-long runs that then converge in minutes): none is shown
@@ -110,7 +112,10 @@ class ExperimentProgress:
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.interval = TERMINAL_INTERVAL_S if self.interactive else LOG_INTERVAL_S
+        # a log polls as often as a heartbeat, to say a model finished soon after it did
+        self.interval = TERMINAL_INTERVAL_S if self.interactive else HEARTBEAT_S
+        self._finished_names: set[str] = set()  # models whose finishing a log has said
+        self._last_block = -math.inf  # when a log's last whole block was written (monotonic)
         self._seen: dict[str, tuple[int, float]] = {}  # name -> (step, time) when first read
         self._speed: dict[str, float] = {}
         self._drawn = 0
@@ -167,15 +172,36 @@ class ExperimentProgress:
             lines.append(RunLine(name, step, config.train.max_steps, linf, stop, self._speed.get(name), left))
         return finished, lines
 
+    def _finishing_lines(self) -> list[str]:
+        """A log's line for each model finished since the last call: how it ended."""
+        said = []
+        for name in self.jobs:
+            if name in self._finished_names or not (self.out_dir / name / RESULT_FILE).exists():
+                continue
+            self._finished_names.add(name)
+            try:
+                result = read_train_result(self.out_dir / name)
+            except (InputError, OSError):  # being replaced, or damaged: the run itself reports that
+                continue
+            said.append(f"{name}: {result.status.replace('_', ' ')} after {result.steps:,} steps")
+        return said
+
     def _draw(self, final: bool = False) -> None:
         finished, lines = self.snapshot()
         header = (
             f"models: {finished}/{len(self.jobs)} finished, {duration_text(time.monotonic() - self._started)} so far"
         )
         block = [header] if final else [header, *(f"  {line.text()}" for line in lines)]
-        if not self.interactive and block == self._logged:
-            return
-        self._logged = block
+        if not self.interactive:
+            now = time.monotonic()
+            fresh = (final or now - self._last_block >= LOG_INTERVAL_S) and block != self._logged
+            if fresh:
+                self._logged, self._last_block = block, now
+            block = self._finishing_lines() + (block if fresh else [])
+            if not block:
+                return
+        else:
+            self._logged = block
         if self.interactive and self._drawn:
             self.stream.write(f"\x1b[{self._drawn}F\x1b[J")  # back to the block's first line, clear below
         self.stream.write("\n".join(block) + "\n")

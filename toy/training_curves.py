@@ -74,7 +74,7 @@ def sink_formation_figure(records: Sequence[dict], title: str, path: str | os.Pa
     rows = formation_records(records)
     steps = [record["step"] for record in rows]
     rated = all(isinstance(record.get("sink_rate"), dict) for record in rows)
-    fig = Figure(figsize=(PAGE_WIDTH_IN, 3.3), layout="constrained")
+    fig = Figure(figsize=(PAGE_WIDTH_IN, 3.9), layout="constrained")
     axes = list(fig.subplots(1, 3 if rated else 2))
     if rated:
         rate_ax = axes.pop(0)
@@ -82,7 +82,7 @@ def sink_formation_figure(records: Sequence[dict], title: str, path: str | os.Pa
             rate_ax.plot(steps, [record["sink_rate"][eps] for record in rows], marker=".", color=f"C{k}")
             rate_ax.lines[-1].set_label(f"ε = {eps}")
         rate_ax.set_ylim(-2.0, 102.0)
-        rate_ax.legend(fontsize=TICK_PT)
+        _legend_under(rate_ax)
         _style(rate_ax, "sink rate (Sink₁(ε)), training batch", "% of (sequence, layer, head)", steps)
     heads_ax, layer_ax = axes
     heads_ax.plot(steps, [_sink_heads(record) for record in rows], marker=".", color="C3")
@@ -94,10 +94,16 @@ def sink_formation_figure(records: Sequence[dict], title: str, path: str | os.Pa
     for layer in range(means.shape[1]):
         layer_ax.plot(steps, means[:, layer], marker=".", label=f"layer {layer}")
     layer_ax.set_ylim(-0.02, 1.02)
-    layer_ax.legend(fontsize=TICK_PT)
+    _legend_under(layer_ax)
     _style(layer_ax, "BOS mass at non-trigger queries (mean over heads)", "anchor mass", steps)
     fig.suptitle(title, fontsize=TITLE_PT)
     return save_figure(fig, path)
+
+
+def _legend_under(ax) -> None:
+    """The panel's legend under its x axis: inside, it sat on the curves' plateaus at 0 and 1."""
+    n_labels = len(ax.get_legend_handles_labels()[1])
+    ax.legend(fontsize=TICK_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=min(4, n_labels), frameon=False)
 
 
 def _style(ax, title: str, ylabel: str, steps: Sequence[int]) -> None:

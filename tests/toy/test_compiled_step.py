@@ -76,7 +76,10 @@ def test_a_compile_failure_mid_step_reruns_that_step_eager(tmp_path, monkeypatch
     capsys.readouterr()
     train_seeds(_configs(), dirs, progress=False, compile="on")
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sinkscope:")]
-    assert notes == ["sinkscope: training eager: torch.compile failed (RuntimeError: simulated inductor failure)"]
+    assert notes == [
+        "sinkscope: compiling the training step (torch.compile) ...",
+        "sinkscope: training eager: torch.compile failed (RuntimeError: simulated inductor failure)",
+    ]
     _assert_same(reference, dirs)
 
 
@@ -128,3 +131,24 @@ def test_compiled_cpu_step_tracks_eager_within_rounding(tmp_path):
     off = train_seeds(_configs(**settings), [tmp_path / "off0", tmp_path / "off1"], progress=False, compile="off")
     for a, b in zip(on, off):
         assert a.converged and b.converged and abs(a.steps - b.steps) <= 0.1 * b.steps
+
+
+def test_dynamo_s_note_about_adam_s_profiler_range_is_not_shown():
+    """Compiling Adam's step logs "Profiler record function ... will be ignored" on that
+    logger (torch 2.13); the filter drops that note and nothing else."""
+    import logging
+
+    compiled_step.quiet_profiler_notes()
+    compiled_step.quiet_profiler_notes()  # once per process, however many runs compile
+    logger = logging.getLogger(compiled_step.DYNAMO_CONTEXT_LOGGER)
+    assert logger.filters.count(compiled_step._not_the_profiler_note) == 1
+    seen: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logger.addHandler(handler)  # torch's loggers need not propagate to the root
+    try:
+        logger.warning("Profiler record function %s will be ignored", "<class 'record_function'>")
+        logger.warning("a graph break that matters")
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["a graph break that matters"]

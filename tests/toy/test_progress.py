@@ -90,3 +90,25 @@ def test_a_logged_reproduction_writes_a_few_lines_not_redraws(tmp_path):
     *_, final_count, closing = text.strip().splitlines()
     assert final_count.startswith("models: 6/6 finished"), text
     assert closing.startswith("every model trained and evaluated; measuring Theorem 1's trade-off"), text
+
+
+def test_a_log_gets_a_block_every_interval_and_a_line_as_each_model_finishes(tmp_path):
+    from sinkscope.toy.run_dir import TrainResult, write_train_result
+
+    jobs = [("first", _config(1000)), ("second", _config(1000))]
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / METRICS_FILE).write_text(json.dumps({"step": 100, "linf_error": 0.5}) + "\n")
+    log = io.StringIO()  # not a terminal
+    progress = ExperimentProgress(tmp_path, jobs, stream=log)
+    progress._draw()
+    assert log.getvalue().startswith("models: 0/2 finished") and log.getvalue().count("\n") == 3
+    progress._draw()  # within LOG_INTERVAL_S of the block, nothing finished: nothing written
+    assert log.getvalue().count("\n") == 3
+    write_train_result(
+        tmp_path / "first", TrainResult(str(tmp_path / "first"), "converged", True, 808, 2.0, 1e-3, 1e-6)
+    )
+    progress._draw()
+    assert log.getvalue().splitlines()[3:] == ["first: converged after 808 steps"]
+    progress._draw(final=True)  # the last count, always; a finish is said once
+    assert log.getvalue().splitlines()[4].startswith("models: 1/2 finished") and log.getvalue().count("\n") == 5
