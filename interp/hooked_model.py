@@ -291,7 +291,7 @@ class HookedModel:
         hooks: FwdHooks = []
         for layer, block in enumerate(self.model.blocks):
             name = f"blocks.{layer}.attn.hook_out"
-            if hasattr(block.attn, "_pattern") and name in self.model.hook_dict:
+            if hasattr(block.attn, "_pattern") and name in self.spec.hook_names:  # hook_dict is rebuilt per access
                 hooks.append((name, lambda tensor, hook, attn=block.attn: setattr(attn, "_pattern", None)))
         return hooks
 

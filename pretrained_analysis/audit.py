@@ -17,12 +17,12 @@ and with the anchor evicted from every head (StreamingLLM-style ``evict_anchor``
 
 from __future__ import annotations
 
+import functools
 import math
 import platform
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -40,6 +40,7 @@ from sinkscope.infra.bounds import (
 from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.infra.errors import InputError, RunFailed
 from sinkscope.infra.heartbeat import heartbeat
+from sinkscope.infra.provenance import package_version
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.interp.learned_sinks import has_learned_sinks
 from sinkscope.pretrained_analysis.ablation import (
@@ -198,14 +199,12 @@ def read_audit(directory: str | Path) -> AuditResult:
     return read_result(Path(directory) / AUDIT_FILE, AuditResult, "regenerate it with sinkscope audit")
 
 
+@functools.cache  # reading every package's metadata takes tens of ms; a process's packages stay put
 def _versions() -> tuple[tuple[str, str], ...]:
-    found = [("python", platform.python_version())]
-    for package in VERSION_PACKAGES:
-        try:
-            found.append((package, metadata.version(package)))
-        except metadata.PackageNotFoundError:
-            found.append((package, "not installed"))
-    return tuple(found)
+    return (
+        ("python", platform.python_version()),
+        *((package, package_version(package)) for package in VERSION_PACKAGES),
+    )
 
 
 def _probe(

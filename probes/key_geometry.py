@@ -18,6 +18,7 @@ bidirectional attention.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -113,6 +114,7 @@ class KeyGeometrySums:
         self.ratio = {name: zeros(shape) for name in ("k", "v")}
         self.ratio_count = {name: zeros(shape) for name in ("k", "v")}
         self._waiting: dict[tuple[int, str], torch.Tensor] = {}
+        self._fields: dict[str, list[list[float]]] | None = None
 
     def rotates(self, layer: int) -> bool:
         """Whether the model exposes ``layer``'s rotated queries and keys."""
@@ -169,12 +171,17 @@ class KeyGeometrySums:
 
     def head_fields(self, layer: int, head: int) -> dict[str, float]:
         """The ``HeadProbe`` geometry fields of one head (NaN where nothing was counted)."""
+        if self._fields is None:  # every head's, once: [layer][head] lists, not a lookup per head and field
+            self._fields = self._all_fields()
+        return {name: values[layer][head] for name, values in self._fields.items()}
+
+    def _all_fields(self) -> dict[str, list[list[float]]]:
         fields = {}
         for stage, suffix in (("pre", ""), ("rot", "_rotated")):
-            count = float(self.cos_count[stage][layer])
+            count = self.cos_count[stage].unsqueeze(1)  # [layer, 1]
             for name, sums in (("anchor_key_cos", self.anchor_cos), ("other_key_cos", self.other_cos)):
-                fields[name + suffix] = float(sums[stage][layer, head]) / count if count > 0 else float("nan")
+                fields[name + suffix] = torch.where(count > 0, sums[stage] / count.clamp_min(1), math.nan).tolist()
         for name, field in (("k", "anchor_key_norm_ratio"), ("v", "anchor_value_norm_ratio")):
-            count = float(self.ratio_count[name][layer, head])
-            fields[field] = float(self.ratio[name][layer, head]) / count if count > 0 else float("nan")
+            count = self.ratio_count[name]
+            fields[field] = torch.where(count > 0, self.ratio[name] / count.clamp_min(1), math.nan).tolist()
         return fields

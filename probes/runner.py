@@ -290,28 +290,34 @@ class ProbeAccumulator:
         alpha_all = _ratio(sums.alpha_all, sums.alpha_all_count).where(narrowed, math.nan)
         learned = learned_sink_mass(row_mass) if self.learned_sinks else torch.full_like(row_mass, math.nan)
         dormant = (entropy <= config.dormant_entropy_max) & (mass >= config.dormant_anchor_min)
-        return tuple(
-            HeadProbe(
-                layer=layer,
-                head=head,
-                anchor_mass=float(mass[layer, head]),
-                anchor_mass_other=float(other[layer, head]),
-                alpha=float(alpha[layer, head]),
-                is_sink_head=bool(sink[layer, head]),
-                value_weighted_anchor_share=float(share[layer, head]),
-                anchor_value_norm=float(value_norm[layer, head]),
-                row_entropy=float(entropy[layer, head]),
-                dormant=bool(dormant[layer, head]),
-                head_out_norm=float(head_out[layer, head]),
-                row_mass=float(row_mass[layer, head]),
-                learned_sink_mass=float(learned[layer, head]),
-                anchor_mass_all_queries=float(mass_all[layer, head]),
-                alpha_all_queries=float(alpha_all[layer, head]),
-                **(self.geometry.head_fields(layer, head) if self.geometry is not None else {}),
-            )
-            for layer in self.layers
-            for head in range(self.model.spec.n_heads)
-        )
+        # [layer][head] lists: one conversion per field, not one tensor lookup per head and field
+        fields: dict[str, Any] = {
+            name: values.tolist()
+            for name, values in {
+                "anchor_mass": mass.double(),
+                "anchor_mass_other": other.double(),
+                "alpha": alpha.double(),
+                "value_weighted_anchor_share": share.double(),
+                "anchor_value_norm": value_norm.double(),
+                "row_entropy": entropy.double(),
+                "head_out_norm": head_out.double(),
+                "row_mass": row_mass.double(),
+                "learned_sink_mass": learned.double(),
+                "anchor_mass_all_queries": mass_all.double(),
+                "alpha_all_queries": alpha_all.double(),
+                "is_sink_head": sink.bool(),
+                "dormant": dormant.bool(),
+            }.items()
+        }
+        geometry = self.geometry
+
+        def row(layer: int, head: int) -> HeadProbe:
+            cells: dict[str, Any] = {name: values[layer][head] for name, values in fields.items()}
+            if geometry is not None:
+                cells.update(geometry.head_fields(layer, head))
+            return HeadProbe(layer=layer, head=head, **cells)
+
+        return tuple(row(layer, head) for layer in self.layers for head in range(self.model.spec.n_heads))
 
     def _layer_rows(self, mass: torch.Tensor, sink: torch.Tensor) -> tuple[LayerProbe, ...]:
         """One ``LayerProbe`` per layer, from the per-layer sums and counts."""
