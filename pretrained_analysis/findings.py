@@ -56,7 +56,7 @@ def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
         return f"No massive activations (|x| > 100 and > 1000 x the median); the largest |residual| is {sig(peak, 3)}."
     at_anchor = sum(layer.massive_at_anchor for layer in layers)
     first = next(layer.layer for layer in layers if layer.massive_count)
-    return f"{total} massive activations in the residual stream ({at_anchor} at the anchor), from layer {first} on."
+    return f"{total:,} massive activations in the residual stream ({at_anchor:,} at the anchor), from layer {first} on."
 
 
 def learned_sink_phrase(probe: ProbeResult) -> str | None:

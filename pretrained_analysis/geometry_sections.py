@@ -39,7 +39,9 @@ def geometry_sections(source: Path, result: AuditResult) -> list[Section]:
     if sinks is not None:
         blocks: list[Block] = [Paragraph(f"Thresholds: {sinks.rule()}.")]
         if sinks.tokens:
-            blocks.append(SECONDARY_TABLE.table(sinks.tokens, limit=20))
+            kept = f"{len(sinks.tokens)} tokens kept of the {sinks.n_sink_tokens:,} found, most frequent first"
+            note = f"{SECONDARY_TABLE.note} {kept}." if len(sinks.tokens) < sinks.n_sink_tokens else None
+            blocks.append(SECONDARY_TABLE.table(sinks.tokens, limit=20, note=note))
         else:
             blocks.append(Paragraph("No key other than the anchor passes the threshold in any head."))
         if sinks.residuals_read and sinks.massive:
@@ -70,23 +72,33 @@ def _geometry_finding(result: AuditResult) -> str | None:
     )
 
 
+def _quoted(token: str) -> str:
+    """A token's text in quotes: "," or " the" read as tokens, not as punctuation of the sentence."""
+    return f"\u201c{token}\u201d"
+
+
 def _token_list(rows: tuple[SecondarySinkToken, ...]) -> str:
     return "; ".join(
-        f"{row.token} ({row.sink_occurrences} of {plural(row.occurrences, 'occurrence')}, mean position "
+        f"{_quoted(row.token)} ({row.sink_occurrences} of {plural(row.occurrences, 'occurrence')}, mean position "
         f"{row.mean_position:.1f}, in {plural(row.n_heads, 'head')}, mean mass {row.mean_mass:.2f})"
         for row in rows[:TOP_TOKENS]
     )
 
 
-def _one_offs(rows: tuple[SecondarySinkToken, ...], n_kept: int, n_tokens: int) -> str:
+def _recurring(rows: tuple[SecondarySinkToken, ...]) -> str:
+    if not rows:
+        return "no token is a secondary sink more than once"
+    shown = f"the {min(TOP_TOKENS, len(rows))} most frequent" if len(rows) > TOP_TOKENS else "all of them"
+    return f"{plural(len(rows), 'token')} in more than one occurrence ({shown}: {_token_list(rows)})"
+
+
+def _one_offs(rows: tuple[SecondarySinkToken, ...], n_once: int) -> str:
     """The tokens that are a sink in one occurrence only, as a count: listed one by one they
-    read as a finding about the token, while most are the first word after the anchor."""
+    read as a finding about the token, while most are the first word after the anchor.
+    ``rows``: those kept in the result; ``n_once``: all of them."""
     after_anchor = sum(row.mean_position == 1.0 for row in rows)
-    unlisted = f" (and {n_tokens - n_kept} tokens beyond the {n_kept} kept)" if n_tokens > n_kept else ""
-    return (
-        f"{plural(len(rows), 'token')}{unlisted} {'is' if len(rows) == 1 and not unlisted else 'are'} a secondary "
-        f"sink in one occurrence only, {after_anchor} of them right after the anchor (position 1)"
-    )
+    where = f"{after_anchor} of the {len(rows)} kept right after the anchor (position 1)"
+    return f"{plural(n_once, 'token')} in one occurrence only ({where})"
 
 
 def _secondary_findings(sinks: SecondarySinks) -> list[str]:
@@ -94,22 +106,24 @@ def _secondary_findings(sinks: SecondarySinks) -> list[str]:
         return [f"No secondary sinks: no key other than the anchor passes the threshold ({sinks.rule()})."]
     recurring = tuple(row for row in sinks.tokens if row.sink_occurrences >= 2)
     once = tuple(row for row in sinks.tokens if row.sink_occurrences < 2)
-    named = f"recurring: {_token_list(recurring)}" if recurring else "no token is a secondary sink more than once"
-    rest = f"; {_one_offs(once, len(sinks.tokens), sinks.n_sink_tokens)}" if once else ""
+    # the result keeps the most frequent tokens: those beyond it are one-offs once any kept one is
+    n_once = sinks.n_sink_tokens - len(recurring) if once else 0
+    named = _recurring(recurring)
+    rest = f"; {_one_offs(once, n_once)}" if once else ""
     findings = [
         f"Secondary sinks ({plural(sinks.n_sink_tokens, 'token')} over {plural(sinks.n_prompts, 'prompt')}; mean "
         f"attention from later queries \u2265 {sinks.min_mass:g}): {named}{rest}."
     ]
     if sinks.residuals_read and sinks.massive:
         carriers = "; ".join(
-            f"{row.token} ({plural(row.occurrences, 'occurrence')}, {row.at_anchor} as the anchor, from layer {row.first_layer}, "
+            f"{_quoted(row.token)} ({plural(row.occurrences, 'occurrence')}, {row.at_anchor} as the anchor, from layer {row.first_layer}, "
             f"max |x| {row.max_abs:,.0f})"
             for row in sinks.massive[:TOP_TOKENS]
         )
         tied = [row for row in (recurring or sinks.tokens)[:TOP_TOKENS] if row.massive_share > 0]
         tie = (
             "; of the top secondary sinks, "
-            + ", ".join(f"{row.token} {row.massive_share:.0%}" for row in tied)
+            + ", ".join(f"{_quoted(row.token)} {row.massive_share:.0%}" for row in tied)
             + " of sink occurrences carry one"
             if tied
             else "; none of the top secondary sinks carries one"

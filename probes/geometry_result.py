@@ -83,9 +83,9 @@ GEOMETRY_SUMMARY_TABLE: TableDefinition[GeometrySummary] = TableDefinition(
     (
         Column("metric"),
         Column("heads"),
-        Column("mean", ".3g", numeric=True),
-        Column("95% CI low", ".3g", numeric=True),
-        Column("95% CI high", ".3g", numeric=True),
+        Column("mean", ".3f", numeric=True),  # cosines and norm ratios: three decimals, trailing zeros kept
+        Column("95% CI low", ".3f", numeric=True),
+        Column("95% CI high", ".3f", numeric=True),
         Column("n heads", numeric=True),
     ),
     _summary_cells,

@@ -32,7 +32,7 @@ from sinkscope.probes.mechanism_rules import (
     SHARE_CLOSE,
 )
 from sinkscope.reports.document import Cell, Column, TableDefinition
-from sinkscope.reports.formatting import sig
+from sinkscope.reports.formatting import common_decimals, sig
 
 if TYPE_CHECKING:
     from sinkscope.probes.mechanism import MechanismComparison, MechanismModel
@@ -52,7 +52,9 @@ class Spread:
         count = f"n = {self.n} {self.unit}{'' if self.n == 1 else 's'}"
         if self.n < 2 or math.isnan(self.low):
             return f"{sig(self.mean, 3)} ({count}, no interval)"
-        return f"{sig(self.mean, 3)} [{sig(self.low, 3)}, {sig(self.high, 3)}] ({count})"
+        shown = common_decimals((self.mean, self.low, self.high), 3)  # one number of decimals, 0.583 [0.565, 0.599]
+        mean, low, high = shown if shown else (sig(self.mean, 3), sig(self.low, 3), sig(self.high, 3))
+        return f"{mean} [{low}, {high}] ({count})"
 
 
 def _finite(values: Sequence[float]) -> np.ndarray:

@@ -241,7 +241,7 @@ MASSIVE_TABLE: TableDefinition[MassiveToken] = TableDefinition(
         Column("as the anchor", numeric=True),
         Column("first layer", numeric=True),
         Column("layers", numeric=True),
-        Column("max |x|", ".4g", numeric=True),
+        Column("max |x|", ",.0f", numeric=True),  # every value is above the massive threshold (> 100)
     ),
     lambda row: (row.token, row.occurrences, row.at_anchor, row.first_layer, row.n_layers, row.max_abs),
     "occurrences: token occurrences whose residual stream (after a probed block) has a massive entry; "

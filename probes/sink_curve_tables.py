@@ -205,6 +205,10 @@ def curves_html(curves: SinkCurves) -> str:
 def curve_section(curves: SinkCurves, figure_dir: Path, label: str) -> Section:
     """The report's section: the tables, then the curves (drawn into ``figure_dir``)."""
     blocks: list[Block] = [*curve_tables(curves), *draw_curve_figures(curves, figure_dir, label)]
-    blocks.append(Paragraph(f"Forward passes the experiments added to the probe's own: {curves.n_forwards}."))
+    blocks.append(
+        Paragraph(
+            f"The experiments added {plural(curves.n_forwards, 'forward pass', 'forward passes')} to the probe's own."
+        )
+    )
     blocks.extend(Paragraph(note.capitalize() + ".") for note in curves.notes)
     return Section("Sink experiments", tuple(blocks))

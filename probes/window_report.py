@@ -112,10 +112,12 @@ def window_rows(result: WindowTestResult) -> list[dict[str, Any]]:
 def window_findings(result: WindowTestResult) -> tuple[str, ...]:
     """What was measured, and what it shows (``window_finding``)."""
     unit = result.unit if result.n_units == 1 else f"{result.unit}s"
+    few = " (from so few, a percentile bootstrap can take only a handful of values)" if 2 <= result.n_units < 5 else ""
     measured = (
-        f"{result.model} on {result.n_units} {unit} of {result.n_positions} tokens from {result.source}: the mean "
-        f"{result.loss_name} over positions {result.scored_from} to {result.n_positions - 1} of each, then over "
-        f"the {unit}; intervals are 95% bootstrap intervals over the {unit} (paired for increases; none from one)."
+        f"{result.model} on {result.n_units} {unit} from {result.source}, {result.n_positions} positions with a "
+        f"loss each: the mean {result.loss_name} over positions {result.scored_from + 1} to {result.n_positions} "
+        f"(1-indexed) of each, then over the {unit}; intervals are 95% bootstrap intervals over the {unit} (paired "
+        f"for increases; none from one){few}."
     )
     return (measured, window_finding(result), *result.notes)
 
@@ -141,8 +143,7 @@ def window_finding(result: WindowTestResult) -> str:
     return (
         f"With only the last {w} keys visible, {result.model}'s mean {result.loss_name} over {plural(n, result.unit)} "
         f"goes from {sig(full.mean, 4)} (full attention) to {sig(alone.loss.mean, 4)} (increase {increase(alone)}); "
-        f"keeping the first {s} "
-        f"token{'s' if s != 1 else ''} makes it {sig(first.loss.mean, 4)} "
+        f"keeping {'the first token' if s == 1 else f'the first {s} tokens'} makes it {sig(first.loss.mean, 4)} "
         f"(increase {increase(first)}), while {s} random earlier token{'s' if s != 1 else ''} "
         f"make{'s' if s == 1 else ''} it {sig(control.loss.mean, 4)} (increase {increase(control)})."
     )
@@ -198,7 +199,7 @@ def window_document(result: WindowTestResult, figure_dir: Path) -> ReportDocumen
     caption = (
         f"{result.loss_name} at each position, mean over {plural(result.n_units, result.unit)}"
         + (f", then a running mean over the {width} positions up to each point" if width > 1 else "")
-        + "; log-scaled positions. Masks keep every token's original position (no re-indexing)."
+        + ". Masks keep every token's original position (no re-indexing)."
     )
     table = window_definition(result).table(result.rows)
     run = KeyValues(

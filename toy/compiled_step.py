@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 
 import torch
+from tqdm.auto import tqdm
 
 from sinkscope.infra.errors import InputError
 
@@ -108,7 +109,7 @@ class CompiledOrEager:
         self.first = False
         restore = self.snapshot()
         # the first call compiles: on a CPU a minute or more, while the step count stays at 0
-        print("sinkscope: compiling the training step (torch.compile) ...", file=sys.stderr, flush=True)
+        tqdm.write("sinkscope: compiling the training step (torch.compile) ...", file=sys.stderr)  # above a live bar
         try:
             self.compiled(*args)
         except Exception as error:  # inductor's failures have many types (compiler, codegen, platform)

@@ -95,8 +95,8 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
         (f"{name}: " + default_state_finding(state.all_sink_heads, WHAT, sinks_subject(state), probe.n_inputs))
         if state.all_sink_heads is not None
         else f"Default-state test: {state.note}.",
-        f"Sink rate (Gu et al., alpha over queries from BOS on > sink-rate threshold ε): "
-        f"{sink_rate_phrase(probe.sink_rates)} of (sequence, layer, head) entries.",
+        f"Sink rate (Gu et al.: the share of (sequence, layer, head) entries whose mean attention on BOS, over "
+        f"the queries from BOS on, exceeds ε): {sink_rate_phrase(probe.sink_rates)}.",
     ]
     if sinks:
         findings.append(value_share_phrase(sinks, "BOS"))

@@ -20,7 +20,7 @@ from sinkscope.cli.audit_experiment_flags import add_experiment_flags
 from sinkscope.cli.audit_flags import add_ablation_flags, add_input_flags, add_placement_flags, add_prompt_flags
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
-from sinkscope.reports.formatting import plural
+from sinkscope.reports.formatting import estimate_text, plural
 
 EXAMPLES = """examples:
   sinkscope audit gpt2 --out sinkscope-out/audit/gpt2
@@ -177,7 +177,7 @@ def _own_places(args: argparse.Namespace, out: Path) -> list[Path]:
 def _audit_line(result) -> str:
     line = (
         f"{result.model.label}: {result.model.n_layers} layers x {result.model.heads_text}; sink rate "
-        + ", ".join(f"{rate.percent:.1f}% (eps {rate.eps})" for rate in result.sink_rates)
+        + ", ".join(f"{rate.percent:.1f}% (ε {rate.eps})" for rate in result.sink_rates)
         + f"; {plural(len(result.sink_heads()), 'sink head')} (anchor mass >= {1 - result.config.sink_eps:g})"
     )
     threshold = 1 - result.config.sink_eps
@@ -193,7 +193,13 @@ def _audit_line(result) -> str:
         line += f" in layers {layers_text(result.config.layers)} only"
     if result.ablation is not None:
         ablation = result.ablation
-        line += f"; loss {ablation.base_loss:.3f}, anchor evicted {ablation.evict_anchor_delta:+.3f}"
+        increase, n = ablation.evict_anchor_increase, ablation.default_state.n_inputs
+        change = (
+            f"{ablation.evict_anchor_delta:+.3f}"
+            if increase is None
+            else estimate_text(ablation.evict_anchor_delta, increase.ci_low, increase.ci_high, n)
+        )
+        line += f"; loss {ablation.base_loss:.3f}, anchor evicted {change}"
         together = ablation.default_state.all_sink_heads
         if ablation.sink == "learned" and together is not None:
             line += f", learned sinks removed {together.error_after_remove - together.error_before:+.3f}"
