@@ -97,7 +97,7 @@ def _one_offs(rows: tuple[SecondarySinkToken, ...], n_once: int) -> str:
     read as a finding about the token, while most are the first word after the anchor.
     ``rows``: those kept in the result; ``n_once``: all of them."""
     after_anchor = sum(row.mean_position == 1.0 for row in rows)
-    where = f"{after_anchor} of the {len(rows)} kept right after the anchor (position 1)"
+    where = f"{after_anchor} of the {len(rows)} kept sit right after the anchor, at position 1"
     return f"{plural(n_once, 'token')} in one occurrence only ({where})"
 
 
