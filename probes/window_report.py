@@ -21,7 +21,7 @@ from sinkscope.reports.document import (
     Section,
     TableDefinition,
 )
-from sinkscope.reports.formatting import estimate_text, plural, sig
+from sinkscope.reports.formatting import estimate_text, plural, shared_decimals, sig
 from sinkscope.reports.html import bullets_html, fragment, inline_table
 from sinkscope.reports.write import ReportKind
 
@@ -82,10 +82,8 @@ def _loss_format(result: WindowTestResult) -> str:
     """One number format for every loss and increase of the table: four significant digits
     of the largest mean loss as fixed decimals (3.046 beside +0.197, not +0.1970 beside
     +2.45), or g format for losses too small or large for fixed decimals (a toy's MSE)."""
-    top = max((abs(row.loss.mean) for row in result.rows if math.isfinite(row.loss.mean)), default=0.0)
-    if not 1e-3 <= top < 1e5:
-        return ".4g"
-    return f".{max(0, 3 - math.floor(math.log10(top)))}f"
+    decimals = shared_decimals((row.loss.mean for row in result.rows), 4)
+    return ".4g" if decimals is None else f".{decimals}f"
 
 
 def window_rows(result: WindowTestResult) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ numbers in findings' prose."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 Cell = str | int | float | bool | None
@@ -52,14 +53,22 @@ def interval_text(low: float, high: float, n: int, digits: int = 3, level: str =
     return f"{level} CI {low_text} to {high_text}, n = {n:,}"
 
 
-def common_decimals(values: tuple[float, ...], digits: int, signed: bool = False) -> list[str] | None:
-    """``values`` with one number of decimals, enough for ``digits`` significant digits in
-    the largest (77.0 to 78.2, not 77 to 78.2); None where fixed decimals would not read
-    (all zero, below 0.001 or from 100,000 up: those stay in ``sig``'s g format)."""
+def shared_decimals(values: Iterable[float], digits: int) -> int | None:
+    """The number of decimals that gives the largest of ``values`` ``digits`` significant
+    digits; None where fixed decimals would not read (all zero, below 0.001 or from
+    100,000 up: those stay in ``sig``'s g format)."""
     top = max((abs(value) for value in values if math.isfinite(value)), default=0.0)
     if not 1e-3 <= top < 1e5:
         return None
-    decimals = max(0, digits - 1 - math.floor(math.log10(top)))
+    return max(0, digits - 1 - math.floor(math.log10(top)))
+
+
+def common_decimals(values: tuple[float, ...], digits: int, signed: bool = False) -> list[str] | None:
+    """``values`` with one number of decimals, enough for ``digits`` significant digits in
+    the largest (77.0 to 78.2, not 77 to 78.2); None where ``shared_decimals`` has none."""
+    decimals = shared_decimals(values, digits)
+    if decimals is None:
+        return None
     return [format(value, f"{'+' if signed else ''}.{decimals}f") for value in values]
 
 
