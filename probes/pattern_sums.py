@@ -81,7 +81,8 @@ class PatternSums:
         self.entropy[layer] += sums.double().cpu()
         self.entropy_count[layer] += counts.double().cpu()
         if value_norms is not None:
-            sums, counts = value_weighted_anchor_share_sums(pattern, value_norms, anchor, seen)
+            # a cleanly masked pattern is non-negative: no second pass to find that out
+            sums, counts = value_weighted_anchor_share_sums(pattern, value_norms, anchor, seen, True if clean else None)
             self.share[layer] += sums.double().cpu()
             self.share_count[layer] += counts.double().cpu()
 

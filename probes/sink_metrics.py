@@ -217,8 +217,10 @@ def value_weighted_anchor_share_sums(
     value_norms: Float[torch.Tensor, "batch head key"],
     anchor: int | Int[torch.Tensor, " batch"] = 0,
     query_mask: Bool[torch.Tensor, "batch query"] | None = None,
+    nonnegative: bool | None = None,
 ) -> tuple[Float[torch.Tensor, " head"], Int[torch.Tensor, " head"]]:
     """Sums over selected queries of ||A[i,a] v_a W_O|| / sum_j ||A[i,j] v_j W_O||.
+    ``nonnegative``: known of the pattern (a ``masked_cleanly`` one is); None: checked here.
 
     value_norms from ``projected_value_norms``. Returns (per-head sums, per-head counts);
     queries whose head writes nothing (all terms zero) or almost nothing (attention weights
@@ -230,7 +232,9 @@ def value_weighted_anchor_share_sums(
     # softmax and ReLU-family patterns are non-negative: no [batch, head, query, key] copy
     # for |A| then (at 4,096 tokens one copy is hundreds of MiB), and the sum over keys is
     # one batched matmul that materialises no product either
-    magnitudes = pattern if pattern.numel() == 0 or bool(pattern.amin() >= 0) else pattern.abs()
+    if nonnegative is None:
+        nonnegative = pattern.numel() == 0 or bool(pattern.amin() >= 0)
+    magnitudes = pattern if nonnegative else pattern.abs()
     total = einsum(magnitudes, value_norms.to(magnitudes.dtype), "b h q k, b h k -> b h q")
     anchor_norms = value_norms.gather(-1, anchor_index.view(batch, 1, 1).expand(batch, n_heads, 1))
     speaking = (total > 0) & (magnitudes.sum(dim=-1) >= SILENT_ROW_MASS)
