@@ -12,20 +12,51 @@ Kinds:
 - ``relu_prefix``: relu(S_ik) / (i + 1) (Guo et al. 2024: divide by visible keys).
 - ``sigmoid``: sigmoid(S_ik - log(i + 1)), no normalisation (Gu et al.'s sigmoid
   attention; the bias uses the number of visible keys of each causal row).
+
+The mitigation kinds (docs/toy-task.md has each formula): ``softmax1``, ``learned_sink``,
+``kv_bias`` and ``kv_bias_zero_value`` are a softmax with one more logit that no token
+holds (0, a learned per-head logit, or q . k' of a learned key), so a row over real keys
+sums to less than one and the rest is the null's (``softmax_with_null``); ``softpick``
+rectifies e^s - 1 (``softpick``); ``gated_head``, ``gated_element`` and ``value_gated``
+keep softmax rows and gate the head's output or each key's value (``toy/attention.py``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
+from jaxtyping import Float
 
 from sinkscope.infra.errors import InputError
 
-AttentionKind = Literal["softmax", "relu", "relu_prefix", "sigmoid"]
-ATTENTION_KINDS: tuple[str, ...] = ("softmax", "relu", "relu_prefix", "sigmoid")
-NORMALISED_KINDS: tuple[str, ...] = ("softmax",)
+AttentionKind = Literal[
+    "softmax",
+    "relu",
+    "relu_prefix",
+    "sigmoid",
+    "softmax1",
+    "learned_sink",
+    "kv_bias",
+    "kv_bias_zero_value",
+    "softpick",
+    "gated_head",
+    "gated_element",
+    "value_gated",
+]
+ATTENTION_KINDS: tuple[str, ...] = get_args(AttentionKind)
+# rows sum to one over the visible keys
+NORMALISED_KINDS: tuple[str, ...] = ("softmax", "gated_head", "gated_element", "value_gated")
+# a softmax with one more logit that no token holds: 1 - row sum is the null's share, and
+# masking a key rescales the rest as the softmax would, the null's share included
+NULL_SLOT_KINDS: tuple[str, ...] = ("softmax1", "learned_sink", "kv_bias", "kv_bias_zero_value")
+# rows sum to at most one, the rest going to no token: the null mass is 1 - row sum
+NULL_KINDS: tuple[str, ...] = (*NULL_SLOT_KINDS, "softpick")
+GATED_KINDS: tuple[str, ...] = ("gated_head", "gated_element", "value_gated")
+# the kinds whose rows need more than the scores (learned logits or keys): formed in the layer
+LEARNED_NULL_KINDS: tuple[str, ...] = ("learned_sink", "kv_bias", "kv_bias_zero_value")
+SOFTPICK_EPS = 1e-6
 
 
 def validate_attention_kind(kind: str, field: str = "attention") -> str:
@@ -73,8 +104,14 @@ def scores_to_pattern(kind: str, scores: torch.Tensor, row_scale: torch.Tensor |
     along its query axis (``HookedAttention`` uses ``[batch, query, head, key]`` with a
     ``[query, 1, 1]`` scale).
     """
-    if kind == "softmax":
+    if kind in NORMALISED_KINDS:
         return torch.softmax(scores, dim=-1)
+    if kind == "softmax1":
+        return softmax_with_null(scores, torch.zeros((), dtype=scores.dtype, device=scores.device))[0]
+    if kind == "softpick":
+        return softpick(scores)
+    if kind in LEARNED_NULL_KINDS:
+        raise InputError(f"attention kind {kind!r} forms its rows from learned weights; use softmax_with_null")
     validate_attention_kind(kind)  # before building a scale: an unknown kind has none
     scale = fixed_row_scale(kind, scores.shape[-2], scores.device) if row_scale is None else row_scale
     assert scale is not None  # every kind but softmax has a fixed row scale
@@ -89,3 +126,29 @@ def scores_to_pattern(kind: str, scores: torch.Tensor, row_scale: torch.Tensor |
 def score_scale(d_head: int, scaled: bool) -> float:
     """The factor on Q K^T: 1 (the paper's toy models) or 1/sqrt(d_head) (standard)."""
     return 1.0 / math.sqrt(d_head) if scaled else 1.0
+
+
+def softmax_with_null(
+    scores: Float[torch.Tensor, "*batch query key"], null_logit: Float[torch.Tensor, ...]
+) -> tuple[Float[torch.Tensor, "*batch query key"], Float[torch.Tensor, "*batch query"]]:
+    """A softmax over the visible keys and one more logit ``null_logit`` that no token holds
+    (broadcast to ``[*batch, query]``): the weights on the keys, and the null's weight.
+    Shifted by the row's largest logit, the null's included, so neither overflows."""
+    null = null_logit.expand(scores.shape[:-1]).unsqueeze(-1)
+    shift = torch.maximum(scores.amax(dim=-1, keepdim=True), null).detach()
+    on_keys, on_null = torch.exp(scores - shift), torch.exp(null - shift)
+    total = on_keys.sum(dim=-1, keepdim=True) + on_null
+    return on_keys / total, (on_null / total).squeeze(-1)
+
+
+def softpick(scores: Float[torch.Tensor, "*batch query key"]) -> Float[torch.Tensor, "*batch query key"]:
+    """ReLU(e^s - 1) / (sum over visible keys of |e^s - 1| + eps), multiplied through by
+    e^-m with m = max(0, the row's largest score): the same value, and no exp overflows.
+    Hidden keys (score -inf) count in neither sum: e^-inf - 1 would add one to the
+    denominator per hidden key."""
+    visible = torch.isfinite(scores)
+    shift = scores.amax(dim=-1, keepdim=True).clamp_min(0.0).detach()
+    shifted_one = torch.exp(-shift)
+    excess = torch.where(visible, torch.exp(scores - shift) - shifted_one, torch.zeros_like(scores))
+    total = excess.abs().sum(dim=-1, keepdim=True) + SOFTPICK_EPS * shifted_one
+    return torch.relu(excess) / total

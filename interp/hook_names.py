@@ -5,6 +5,8 @@ Shapes (TransformerLens conventions):
   under grouped-query attention)
 - ``attn_scores``, ``pattern``: ``[batch, head, query, key]``
 - ``resid_pre``, ``resid_post``, ``attn_out``: ``[batch, pos, d_model]``
+- ``null`` (kinds whose rows may leave mass on no token): ``[batch, head, query]``
+- ``gate`` (gated kinds): ``[batch, pos, head]`` or ``[batch, pos, head, d_head]``
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from sinkscope.infra.errors import SUPPORTED_FAMILIES_DOC, InputError
 
-ATTN_HOOKS = ("q", "k", "v", "z", "attn_scores", "pattern", "rot_q", "rot_k")
+ATTN_HOOKS = ("q", "k", "v", "z", "attn_scores", "pattern", "rot_q", "rot_k", "null", "gate")
 BLOCK_HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 
 

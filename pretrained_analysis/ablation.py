@@ -195,8 +195,8 @@ def sinks_to_remove(
     """The heads whose sink the default-state test removes, strongest first (so that the
     cap on single-head tests keeps the clearest sinks), and how it removes them."""
     if settings.sink == "learned":  # NaN (a model without learned sinks) compares False
-        learned = [row for row in probe.heads if row.learned_sink_mass >= settings.sink_threshold]
-        strongest = sorted(learned, key=lambda row: -row.learned_sink_mass)
+        learned = [row for row in probe.heads if row.null_mass >= settings.sink_threshold]
+        strongest = sorted(learned, key=lambda row: -row.null_mass)
         return [(row.layer, row.head) for row in strongest], remove_learned_sink
     strongest = sorted((row for row in probe.heads if row.is_sink_head), key=lambda row: -row.anchor_mass)
     return [(row.layer, row.head) for row in strongest], remove_sink

@@ -63,7 +63,7 @@ def learned_sink_phrase(probe: ProbeResult) -> str | None:
     """The heads whose learned sink logit (gpt-oss) takes at least the sink-head threshold
     of their attention, every one with its anchor mass beside it; without such heads, the
     largest learned sink mass. None for a model without learned sinks (nothing measured)."""
-    measured = [head for head in probe.heads if not math.isnan(head.learned_sink_mass)]
+    measured = [head for head in probe.heads if not math.isnan(head.null_mass)]
     if not measured:
         return None
     threshold = 1.0 - probe.config.sink_eps
@@ -71,15 +71,15 @@ def learned_sink_phrase(probe: ProbeResult) -> str | None:
         f"1 \u2212 row sum over real keys; mean over all {probe.n_queries:,} queries after the anchor, pooled "
         "over prompts; no interval recorded"
     )
-    strong = sorted((h for h in measured if h.learned_sink_mass >= threshold), key=lambda h: -h.learned_sink_mass)
+    strong = sorted((h for h in measured if h.null_mass >= threshold), key=lambda h: -h.null_mass)
     if not strong:
-        top = max(measured, key=lambda head: head.learned_sink_mass)
+        top = max(measured, key=lambda head: head.null_mass)
         return (
             f"No head puts \u2265 {threshold:g} of its attention on its learned sink ({how}); the largest learned "
-            f"sink mass is {top.learned_sink_mass:.3f} (L{top.layer}H{top.head}, anchor mass {top.anchor_mass:.3f})."
+            f"sink mass is {top.null_mass:.3f} (L{top.layer}H{top.head}, anchor mass {top.anchor_mass:.3f})."
         )
     names = ", ".join(
-        f"L{h.layer}H{h.head} ({h.learned_sink_mass:.3f}; anchor mass {h.anchor_mass:.3f})" for h in strong
+        f"L{h.layer}H{h.head} ({h.null_mass:.3f}; anchor mass {h.anchor_mass:.3f})" for h in strong
     )
     return (
         f"{len(strong)} of {len(measured)} heads put \u2265 {threshold:g} of their attention on their learned sink, "

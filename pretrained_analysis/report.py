@@ -89,9 +89,9 @@ def _prompt_block(result: AuditResult) -> KeyValues:
 def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
     """The sink map, the per-head and per-layer tables, and the attention heatmaps."""
     probe = result.probe
-    learned = not bool(probe.matrix("learned_sink_mass").isnan().all())  # a model with learned sink logits
+    learned = not bool(probe.matrix("null_mass").isnan().all())  # a model with learned sink logits
     learned_note = (
-        "learned_sink_mass: mean of 1 \u2212 row sum over the same queries, the mass the head's learned sink logit "
+        "null_mass: mean of 1 \u2212 row sum over the same queries, the mass the head's learned sink logit "
         "takes from every key; "
         if learned
         else ""

@@ -144,10 +144,15 @@ class HeadProbe:
     anchor_mass / anchor_mass_other: mean attention on the anchor over the selected /
     the other real queries after it (for the toy task: non-trigger / trigger queries);
     row_mass: mean total weight of the selected queries' rows (1 under softmax; under
-    ReLU-family kinds, whether the head attends at all there); learned_sink_mass: mean of
-    1 - row sum over the same queries, the mass a learned per-head sink logit (gpt-oss)
-    takes from every key (NaN for models without learned sinks); the other metrics are
-    defined in docs/metrics.md."""
+    ReLU-family kinds, whether the head attends at all there); null_mass: mean of
+    1 - row sum over the same queries, the mass that goes to no token (a learned sink
+    logit, a bias slot, off-by-one softmax, softpick; NaN for kinds without a null);
+    gate_default / gate_trigger: the mean gate value at the selected / the other queries
+    (gated kinds; NaN otherwise); default_source: where the head's default state lives
+    (``default_source``); the other metrics are defined in docs/metrics.md."""
+
+    # learned_sink_mass was this name until the null was measured for every kind that has one
+    RENAMED: ClassVar[dict[str, str]] = {"learned_sink_mass": "null_mass"}
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "layer": COUNT,
@@ -160,7 +165,9 @@ class HeadProbe:
         "row_entropy": FRACTION,
         "head_out_norm": NONNEGATIVE,
         "row_mass": NONNEGATIVE,
-        "learned_sink_mass": FRACTION,
+        "null_mass": FRACTION,
+        "gate_default": FRACTION,
+        "gate_trigger": FRACTION,
         "anchor_mass_all_queries": NONNEGATIVE,
         "alpha_all_queries": NONNEGATIVE,
         **dict.fromkeys(("anchor_key_cos", "other_key_cos", "anchor_key_cos_rotated", "other_key_cos_rotated"), COSINE),
@@ -180,7 +187,7 @@ class HeadProbe:
     dormant: bool
     head_out_norm: float
     row_mass: float = math.nan
-    learned_sink_mass: float = math.nan
+    null_mass: float = math.nan
     anchor_mass_all_queries: float = math.nan
     alpha_all_queries: float = math.nan
     # key geometry (sinkscope.probes.key_geometry; NaN unless measured)
@@ -190,6 +197,10 @@ class HeadProbe:
     other_key_cos_rotated: float = math.nan
     anchor_key_norm_ratio: float = math.nan
     anchor_value_norm_ratio: float = math.nan
+    # the mitigation kinds (docs/metrics.md, "Where the default state lives")
+    gate_default: float = math.nan
+    gate_trigger: float = math.nan
+    default_source: str | None = None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ import torch
 
 from sinkscope.infra.arguments import check_argument, check_items
 from sinkscope.infra.errors import InputError
+from sinkscope.interp.attention_kinds import NULL_KINDS
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.interp.learned_sinks import has_learned_sinks
@@ -54,11 +55,13 @@ from sinkscope.probes.probe import (
 from sinkscope.probes.secondary_result import secondary_sinks_of
 from sinkscope.probes.secondary_sinks import SecondarySinkSums
 from sinkscope.probes.sink_metrics import (
+    default_source,
+    gate_sums,
     head_output_norms,
     is_sink_head,
-    learned_sink_mass,
     masked_cleanly,
     massive_activations,
+    null_mass,
     output_gram,
     projected_value_norms,
     queries_after_anchor,
@@ -82,7 +85,10 @@ class ProbeAccumulator:
         self.value_norm, self.value_count = zeros(shape), zeros(spec.n_layers)
         self.head_out, self.layer_out = zeros(shape), zeros(spec.n_layers)
         self.head_out_sum, self.out_count = zeros(spec.n_layers), zeros(spec.n_layers)
-        self.learned_sinks = has_learned_sinks(model)  # then 1 - row mass is the learned sink's
+        # then 1 - row mass is the null's: a learned sink logit, a bias slot, softmax1, softpick
+        self.has_null = spec.attention in NULL_KINDS or has_learned_sinks(model)
+        self.gate, self.gate_count = zeros(shape), zeros(shape)
+        self.gate_other, self.gate_other_count = zeros(shape), zeros(shape)
         self.resid_norm, self.resid_count = zeros(spec.n_layers), zeros(spec.n_layers)
         self.massive_count, self.massive_at_anchor = zeros(spec.n_layers), zeros(spec.n_layers)
         self.max_abs, self.median_abs = zeros(spec.n_layers), zeros(spec.n_layers)
@@ -117,6 +123,8 @@ class ProbeAccumulator:
                     hooks.append((output_hook, self._make_output_hook(layer)))
             if self.config.with_residual:
                 hooks.append((block_hook(layer, "resid_post"), self._make_resid_hook(layer)))
+            if attn_hook(layer, "gate") in self.model.spec.hook_names:
+                hooks.append((attn_hook(layer, "gate"), self._make_gate_hook(layer)))
             if self.geometry is not None:
                 hooks.extend(self.geometry.hooks(layer))
         return hooks
@@ -197,6 +205,21 @@ class ProbeAccumulator:
         if key not in self._grams:
             self._grams[key] = output_gram(self.model.W_O(layer).to(dtype))
         return self._grams[key]
+
+    def _make_gate_hook(self, layer: int):
+        def hook(gate: torch.Tensor, hook: Any) -> None:
+            batch, selected = self._pass()
+            positions = torch.arange(batch.n_pos, device=selected.device)
+            others = batch.attention_mask & ~selected & (positions.unsqueeze(0) > batch.anchor.unsqueeze(1))
+            for (total, count), queries in (
+                ((self.gate, self.gate_count), selected),
+                ((self.gate_other, self.gate_other_count), others),
+            ):
+                sums, counts = gate_sums(gate, queries)
+                total[layer] += sums.double().cpu()
+                count[layer] += counts.double().cpu()
+
+        return hook
 
     def _make_z_hook(self, layer: int, computes_output: bool):
         def hook(z: torch.Tensor, hook: Any) -> None:
@@ -288,7 +311,8 @@ class ProbeAccumulator:
         narrowed = (sums.hidden > 0).unsqueeze(1)
         mass_all = _ratio(sums.mass_all, sums.all_count.unsqueeze(1)).where(narrowed, math.nan)
         alpha_all = _ratio(sums.alpha_all, sums.alpha_all_count).where(narrowed, math.nan)
-        learned = learned_sink_mass(row_mass) if self.learned_sinks else torch.full_like(row_mass, math.nan)
+        null = null_mass(row_mass) if self.has_null else torch.full_like(row_mass, math.nan)
+        gate, gate_other = _ratio(self.gate, self.gate_count), _ratio(self.gate_other, self.gate_other_count)
         dormant = (entropy <= config.dormant_entropy_max) & (mass >= config.dormant_anchor_min)
         # [layer][head] lists: one conversion per field, not one tensor lookup per head and field
         fields: dict[str, Any] = {
@@ -302,7 +326,9 @@ class ProbeAccumulator:
                 "row_entropy": entropy.double(),
                 "head_out_norm": head_out.double(),
                 "row_mass": row_mass.double(),
-                "learned_sink_mass": learned.double(),
+                "null_mass": null.double(),
+                "gate_default": gate.double(),
+                "gate_trigger": gate_other.double(),
                 "anchor_mass_all_queries": mass_all.double(),
                 "alpha_all_queries": alpha_all.double(),
                 "is_sink_head": sink.bool(),
@@ -315,7 +341,10 @@ class ProbeAccumulator:
             cells: dict[str, Any] = {name: values[layer][head] for name, values in fields.items()}
             if geometry is not None:
                 cells.update(geometry.head_fields(layer, head))
-            return HeadProbe(layer=layer, head=head, **cells)
+            source = default_source(
+                cells["anchor_mass"], cells["null_mass"], cells["row_mass"], cells["gate_default"], config.sink_eps
+            )
+            return HeadProbe(layer=layer, head=head, default_source=source, **cells)
 
         return tuple(row(layer, head) for layer in self.layers for head in range(self.model.spec.n_heads))
 

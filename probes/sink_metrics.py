@@ -14,6 +14,7 @@ row counts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import overload
 
@@ -90,10 +91,11 @@ def row_mass_sums(
     return (pattern.sum(dim=-1) * weights).sum(dim=(0, 2)), selected.sum()
 
 
-def learned_sink_mass(row_mass: Float[torch.Tensor, " *shape"]) -> Float[torch.Tensor, " *shape"]:
-    """The learned sink's mass from ``row_mass`` (a mean of row sums over real keys, e.g.
-    ``row_mass_sums`` over its count): 1 - row_mass, the share a per-head sink logit
-    (gpt-oss) takes from every key; clamped to [0, 1], since float rounding of a row that
+def null_mass(row_mass: Float[torch.Tensor, " *shape"]) -> Float[torch.Tensor, " *shape"]:
+    """The null mass from ``row_mass`` (a mean of row sums over real keys, e.g.
+    ``row_mass_sums`` over its count): 1 - row_mass, the share of a row that goes to no
+    token (a learned sink logit as gpt-oss's, a key/value bias slot, off-by-one softmax's
+    1, or softpick's empty rows); clamped to [0, 1], since float rounding of a row that
     sums to one can land a hair either side. NaN stays NaN (nothing measured)."""
     return (1.0 - row_mass).clamp(0.0, 1.0)
 
@@ -354,3 +356,39 @@ def massive_activations(
     massive = (magnitude > limit) & real.unsqueeze(-1)
     rows = torch.arange(resid.shape[0], device=resid.device)
     return MassiveActivations(int(massive.sum()), int(massive[rows, anchor].sum()), max_abs, median, position_max)
+
+
+def gate_sums(
+    gate: Float[torch.Tensor, "batch pos head *d_head"], queries: Bool[torch.Tensor, "batch pos"]
+) -> tuple[Float[torch.Tensor, " head"], Float[torch.Tensor, " head"]]:
+    """Per head, the sum over ``queries`` of the gate's mean over its elements (one per
+    head, or one per output element), and the number of queries summed."""
+    per_head = gate if gate.ndim == 3 else gate.mean(dim=-1)
+    weights = queries.to(per_head.dtype).unsqueeze(-1)
+    return (per_head * weights).sum(dim=(0, 1)), weights.sum(dim=(0, 1)).expand(per_head.shape[-1])
+
+
+# where a head's default state lives (docs/metrics.md), checked in this order
+DEFAULT_SOURCES: tuple[str, ...] = ("gate", "anchor", "null", "anchor and null", "quiet rows", "none")
+
+
+def default_source(anchor_mass: float, null: float, row_mass: float, gate: float, sink_eps: float) -> str:
+    """Where a head's default state lives, from its means over the default (selected)
+    queries, the first rule that holds, each at the sink-head margin ``sink_eps``:
+    ``gate`` (the mean gate is at most sink_eps: the head is switched off), ``anchor``
+    (anchor mass >= 1 - sink_eps: a sink head), ``null`` (null mass >= 1 - sink_eps),
+    ``anchor and null`` (the two together >= 1 - sink_eps), ``quiet rows`` (a kind whose
+    rows need not sum to one puts at most sink_eps on all its keys together), else
+    ``none`` (no one place holds it). NaN (not measured) satisfies no rule."""
+    strong = 1.0 - sink_eps
+    if gate <= sink_eps:
+        return "gate"
+    if anchor_mass >= strong:
+        return "anchor"
+    if null >= strong:
+        return "null"
+    if anchor_mass + null >= strong:
+        return "anchor and null"
+    if math.isnan(null) and row_mass <= sink_eps:
+        return "quiet rows"
+    return "none"

@@ -45,12 +45,15 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         LAYER,
         HEAD,
         ANCHOR_MASS,
-        Column("learned_sink_mass", ".4f", numeric=True),
+        Column("null_mass", ".4f", numeric=True),
+        Column("gate_default", ".3f", numeric=True),
+        Column("gate_trigger", ".3f", numeric=True),
         Column("anchor_mass_all_queries", ".4f", numeric=True),
         Column("anchor_mass_other", ".4f", numeric=True),
         Column("alpha", ".3f", numeric=True),
         Column("alpha_all_queries", ".3f", numeric=True),
         Column("sink head"),
+        Column("default_source"),
         VALUE_SHARE,
         ANCHOR_VALUE_NORM,
         Column("row_entropy", ".3f", numeric=True),
@@ -63,12 +66,15 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         h.layer,
         h.head,
         h.anchor_mass,
-        h.learned_sink_mass,
+        h.null_mass,
+        h.gate_default,
+        h.gate_trigger,
         h.anchor_mass_all_queries,
         h.anchor_mass_other,
         h.alpha,
         h.alpha_all_queries,
         h.is_sink_head,
+        h.default_source,
         h.value_weighted_anchor_share,
         h.anchor_value_norm,
         h.row_entropy,
@@ -77,9 +83,11 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         h.head_out_norm,
         *(getattr(h, name) for name in GEOMETRY_COLUMN_FIELDS),
     ),
-    "anchor_mass: mean attention on the anchor over the selected queries that can see it; learned_sink_mass: "
-    "mean of 1 - row sum over the same queries, the mass a learned per-head sink logit (gpt-oss) takes from "
-    "every key; anchor_mass_other: "
+    "anchor_mass: mean attention on the anchor over the selected queries that can see it; null_mass: "
+    "mean of 1 - row sum over the same queries, the mass that goes to no token (a learned sink logit, a bias "
+    "slot, softmax1, softpick); gate_default / gate_trigger: the mean gate at the selected / the other queries; "
+    "default_source: where the head's default state lives (gate, anchor, null, anchor and null, quiet rows or "
+    "none; docs/metrics.md); anchor_mass_other: "
     "over the other queries; alpha: Gu et al.'s alpha_0 (mean over the queries that see the anchor); "
     "*_all_queries: the same over every query, zeros of those a sliding window or chunk hides the anchor from "
     "included (shown for layers where some query cannot see it); value_weighted_anchor_share: share "
@@ -349,7 +357,7 @@ def anchor_mass_map(probe: ProbeResult, title: str, colorbar_label: str = "ancho
     (gpt-oss) gets a second panel on the same scale: each head's learned sink mass."""
     sink_heads = frozenset(probe.sink_heads())
     anchor = tuple(tuple(row) for row in probe.anchor_mass_matrix().tolist())
-    learned = probe.matrix("learned_sink_mass")
+    learned = probe.matrix("null_mass")
     panels: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...] = (("", anchor),)
     if bool((~learned.isnan()).any()):
         title = f"{title}, beside the learned sink's mass (1 \u2212 row sum, same queries)"

@@ -16,6 +16,16 @@ The circuit order runs whenever nothing listens to ``hook_q/k/v/z`` and heads ar
 least as wide as the residual stream (narrower heads make the circuits the bigger
 product); ``hook_attn_scores`` and ``hook_pattern`` fire in both, with the same values
 to float rounding.
+
+The mitigation kinds (docs/toy-task.md) run per head only: their rows need q (``kv_bias``)
+or learned logits, and their gates act on z or v. They add weights after the four above,
+so the paper's kinds draw the same initial weights as before: ``sinks [head]``
+(``learned_sink``), ``null_key [head, d_head]`` and ``null_value [head, d_head]``
+(``kv_bias``; ``kv_bias_zero_value`` has no value), ``W_gate`` (``gated_head``:
+``[head, d_model]``; ``gated_element`` and ``value_gated``: ``[head, d_model, d_head]``).
+Their extra hooks: ``hook_null`` (``[batch, head, query]``, 1 - the row's sum over real
+keys, read after ``hook_pattern`` so a pattern edit moves the null with it; ``kv_bias``
+writes that weight times v') and ``hook_gate`` (the gate values).
 """
 
 from __future__ import annotations
@@ -26,10 +36,14 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from sinkscope.interp.attention_kinds import (
+    GATED_KINDS,
+    LEARNED_NULL_KINDS,
+    NULL_KINDS,
     causal_mask,
     fixed_row_scale,
     score_scale,
     scores_to_pattern,
+    softmax_with_null,
     validate_attention_kind,
 )
 
@@ -56,12 +70,24 @@ class HookedAttention(nn.Module):
         self.W_K = nn.Parameter(torch.randn(n_heads, d_model, d_head) * init_std)
         self.W_V = nn.Parameter(torch.randn(n_heads, d_model, d_head) * init_std)
         self.W_O = nn.Parameter(torch.randn(n_heads, d_head, d_model) * init_std)
+        if attention == "learned_sink":
+            self.sinks = nn.Parameter(torch.zeros(n_heads))
+        if attention in ("kv_bias", "kv_bias_zero_value"):
+            self.null_key = nn.Parameter(torch.randn(n_heads, d_head) * init_std)
+        if attention == "kv_bias":
+            self.null_value = nn.Parameter(torch.randn(n_heads, d_head) * init_std)
+        if attention == "gated_head":
+            self.W_gate = nn.Parameter(torch.randn(n_heads, d_model) * init_std)
+        elif attention in GATED_KINDS:
+            self.W_gate = nn.Parameter(torch.randn(n_heads, d_model, d_head) * init_std)
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()
         self.hook_v = HookPoint()
         self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
+        self.hook_null = HookPoint()
+        self.hook_gate = HookPoint()
         self._mask_cache: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor | None]] = {}
         self._bias_cache: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
 
@@ -99,12 +125,11 @@ class HookedAttention(nn.Module):
 
     def _circuits_apply(self) -> bool:
         """True when the circuit order gives every hook that something listens to."""
-        if self.d_head < self.d_model:
+        if self.d_head < self.d_model or self.attention in LEARNED_NULL_KINDS or self.attention in GATED_KINDS:
             return False
-        return not any(
-            hook._forward_hooks or hook._backward_hooks or hook._forward_pre_hooks
-            for hook in (self.hook_q, self.hook_k, self.hook_v, self.hook_z)
-        )
+        if self.attention in NULL_KINDS and _listened(self.hook_null):
+            return False
+        return not any(_listened(hook) for hook in (self.hook_q, self.hook_k, self.hook_v, self.hook_z))
 
     def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
         if self._circuits_apply():
@@ -117,16 +142,37 @@ class HookedAttention(nn.Module):
         q = self.hook_q(self._project(x, self.W_Q))
         k = self.hook_k(self._project(x, self.W_K))
         v = self.hook_v(self._project(x, self.W_V))
+        if self.attention == "value_gated":  # each key's value gated by that key's own input
+            v = v * self.hook_gate(torch.sigmoid(self._project(x, self.W_gate)))
         # [batch, head, query, key]
         scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1)
         if self.scale != 1.0:
             scores = scores * self.scale
         scores = self.hook_attn_scores(scores.masked_fill(hidden_mask, float("-inf")))
-        pattern = self.hook_pattern(scores_to_pattern(self.attention, scores, row_scale))
+        if self.attention in LEARNED_NULL_KINDS:
+            pattern = self.hook_pattern(softmax_with_null(scores, self._null_logit(q))[0])
+        else:
+            pattern = self.hook_pattern(scores_to_pattern(self.attention, scores, row_scale))
         # [batch, pos, head, d_head]
-        z = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))
+        z = (pattern @ v.transpose(1, 2)).transpose(1, 2)
+        if self.attention in NULL_KINDS:
+            null = self.hook_null(1.0 - pattern.sum(dim=-1))  # [batch, head, query]
+            if self.attention == "kv_bias":
+                z = z + null.transpose(1, 2).unsqueeze(-1) * self.null_value
+        if self.attention == "gated_head":
+            z = z * self.hook_gate(torch.sigmoid(x @ self.W_gate.T)).unsqueeze(-1)
+        elif self.attention == "gated_element":
+            z = z * self.hook_gate(torch.sigmoid(self._project(x, self.W_gate)))
+        z = self.hook_z(z)
         w_o = self.W_O.reshape(self.n_heads * self.d_head, self.d_model)
         return z.reshape(*z.shape[:-2], self.n_heads * self.d_head) @ w_o
+
+    def _null_logit(self, q: Float[torch.Tensor, "batch pos head d_head"]) -> Float[torch.Tensor, "batch head pos"]:
+        """The null's logit per row: the learned sink ``sinks[h]``, or q_i . k'_h."""
+        if self.attention == "learned_sink":
+            return self.sinks.view(1, -1, 1).expand(q.shape[0], -1, q.shape[1])
+        logit = (q * self.null_key).sum(dim=-1).transpose(1, 2)
+        return logit * self.scale if self.scale != 1.0 else logit
 
     def _forward_circuits(self, x: torch.Tensor) -> torch.Tensor:
         """Same output as ``_forward_per_head``, evaluated as
@@ -159,3 +205,8 @@ class HookedAttention(nn.Module):
         )
         out = pattern.reshape(n_batch, n_pos, n_heads * n_pos) @ values
         return out.view(*batch_shape, n_pos, d_model)
+
+
+def _listened(hook: HookPoint) -> bool:
+    """Whether anything listens to ``hook``."""
+    return bool(hook._forward_hooks or hook._backward_hooks or hook._forward_pre_hooks)

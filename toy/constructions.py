@@ -86,3 +86,55 @@ def softmax_scaled_model(task: TaskConfig, scale: float) -> ToyTransformer:
         attn.W_V[_HEAD].copy_(eye)
         attn.W_O[_HEAD].copy_(torch.eye(task.d_model))
     return model
+
+
+def _null_construction(task: TaskConfig, attention: str, scale: float) -> ToyTransformer:
+    """The shared weights of the two null constructions: the trigger query scores
+    ``2 * scale`` on every non-BOS key (key = bias + trigger flag, as in ``relu_exact_model``),
+    a default query scores 0 on every key, and values copy the input with BOS's flag
+    zeroed, so the trigger row is the mean of keys 1..j up to a factor that tends to one."""
+    if not (math.isfinite(scale) and scale >= 0):
+        raise InputError(f"scale must be a finite number >= 0, got {scale}", field="scale")
+    model = _blank_model(task, attention)
+    attn = model.attention(0)
+    eye = torch.eye(task.d_model)
+    eye[BOS_FLAG, BOS_FLAG] = 0.0
+    with torch.no_grad():
+        attn.W_Q[_HEAD, TRIGGER_FLAG, _SCORE] = 2.0 * scale
+        attn.W_K[_HEAD, TRIGGER_FLAG, _SCORE] = 1.0
+        attn.W_K[_HEAD, task.bias_coord, _SCORE] = 1.0
+        attn.W_V[_HEAD].copy_(eye)
+        attn.W_O[_HEAD].copy_(torch.eye(task.d_model))
+    return model
+
+
+def learned_sink_model(task: TaskConfig, scale: float) -> ToyTransformer:
+    """A learned sink logit solving the single-layer target with no mass on BOS: the error
+    vanishes as ``scale`` grows while the anchor mass falls to zero with it.
+
+    Why it works: the sink logit ``scale`` is one more key that no token holds and that
+    writes nothing. A default query scores 0 on its i + 1 keys, so each gets
+    1 / (e^scale + i + 1) and the row's output is (i / (e^scale + i + 1)) * mean(x_1 .. x_i),
+    BOS's value being zero: the null, not the anchor, holds the default state. The trigger
+    query scores 2 * scale on keys 1..j and 0 on BOS, which outweighs the sink.
+    """
+    model = _null_construction(task, "learned_sink", scale)
+    with torch.no_grad():
+        model.attention(0).sinks.fill_(scale)
+    return model
+
+
+def kv_bias_zero_value_model(task: TaskConfig, scale: float) -> ToyTransformer:
+    """A key/value bias slot with value 0 solving the single-layer target with no mass on
+    BOS (Gu et al. 2025 §7: the sink moves off the first token entirely).
+
+    Why it works: as ``learned_sink_model``, with the null's logit q_i . k' = ``scale`` * b_i
+    (the bias coordinate): ``scale`` at every default content query, 0 at the trigger
+    (which has no bias), so the slot takes a default row and leaves the trigger's row alone.
+    """
+    model = _null_construction(task, "kv_bias_zero_value", scale)
+    attn = model.attention(0)
+    with torch.no_grad():
+        attn.W_Q[_HEAD, task.bias_coord, _SCORE + 1] = scale
+        attn.null_key[_HEAD, _SCORE + 1] = 1.0
+    return model

@@ -181,7 +181,7 @@ def _audit_line(result) -> str:
         + f"; {plural(len(result.sink_heads()), 'sink head')} (anchor mass >= {1 - result.config.sink_eps:g})"
     )
     threshold = 1 - result.config.sink_eps
-    learned = [h for h in result.probe.heads if h.learned_sink_mass >= threshold]  # NaN (none measured) compares False
+    learned = [h for h in result.probe.heads if h.null_mass >= threshold]  # NaN (none measured) compares False
     if learned:  # gpt-oss: a sink on no key, which only --ablate-sink learned removes
         removed = result.ablation is not None and result.ablation.sink == "learned"
         line += f"; {plural(len(learned), 'head')} with a learned sink >= {threshold:g}" + (

@@ -16,6 +16,9 @@ e.g. ``"audit"``) and ``SCHEMA_VERSION``; ``write_result(path, obj)`` writes
   (``sinkscope.infra.bounds``: ``BOUNDS`` and ``inconsistencies``) once it is decoded,
   so an impossible value (a layer beyond n_layers, a mass of 1e308, a count of -4) is
   refused in one line naming the file, the field and what is allowed;
+- a nested class may declare ``RENAMED`` (``{old field name: new}``): a field renamed there
+  reads under its old name in every file that nests the class, with no version step in
+  each of them;
 - a file of an older schema version is upgraded step by step through the class's
   ``UPGRADES`` (``{v: fields of version v -> fields of version v + 1}``) where it has them,
   and refused in one line naming the versions otherwise; a file without a version
@@ -160,6 +163,9 @@ def _decode_dataclass(cls: type, data: Any, where: str, top_level: bool = False)
     if not isinstance(data, dict):
         raise SchemaError(f"{_at(where)} is {_describe(data)}, not an object")
     fields = {field.name: field for field in persisted_fields(cls)}
+    renamed: dict[str, str] = getattr(cls, "RENAMED", {})
+    if renamed and not renamed.keys().isdisjoint(data):
+        data = {renamed.get(key, key): value for key, value in data.items()}
     unknown = sorted(set(data) - set(fields) - (_FILE_KEYS if top_level else set()))
     if unknown:
         raise SchemaError(f"{_at(where)} has unknown fields {unknown}; known: {sorted(fields)}")

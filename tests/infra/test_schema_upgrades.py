@@ -63,7 +63,7 @@ def leaves(data: Any) -> set[Any]:
 # fields added after version 1 with a default (NaN: null, or ""): a version-1 file has none of them
 # fields added since version 1, each with the default an older file reads as (NaN: null)
 ADDED_SINCE_V1 = {
-    "learned_sink_mass": None,
+    "null_mass": None,
     "effect_ci_low": None,
     "effect_ci_high": None,
     "normalised_effect_ci_low": None,

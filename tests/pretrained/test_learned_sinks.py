@@ -128,9 +128,9 @@ def test_learned_sink_and_anchor_mass_per_head_equal_transformers(hooked, batch,
         pattern = attentions[row.layer][:, row.head].double()  # [batch, query, key]
         learned = (1.0 - pattern.sum(dim=-1))[selected].mean()
         anchor = pattern[rows, :, batch.anchor][selected].mean()
-        assert row.learned_sink_mass == pytest.approx(float(learned), abs=TOL), (row.layer, row.head)
+        assert row.null_mass == pytest.approx(float(learned), abs=TOL), (row.layer, row.head)
         assert row.anchor_mass == pytest.approx(float(anchor), abs=TOL), (row.layer, row.head)
-    by_head = {(row.layer, row.head): row.learned_sink_mass for row in probe.heads}
+    by_head = {(row.layer, row.head): row.null_mass for row in probe.heads}
     assert by_head[(0, 0)] > 0.9 and by_head[(1, 1)] > 0.9  # the strong logits do take most of every row
 
 
@@ -138,20 +138,20 @@ def test_the_table_the_map_and_the_findings_show_the_learned_sink(hooked):
     probe = probe_model(hooked, TINY_GPT2_PROMPTS)
     table = HEAD_TABLE.table(probe.heads).without_empty_columns()
     names = [column.name for column in table.columns]
-    assert names.index("learned_sink_mass") == names.index("anchor_mass") + 1
+    assert names.index("null_mass") == names.index("anchor_mass") + 1
     maps = anchor_mass_map(probe, "tiny gpt-oss")
     assert [name for name, _ in maps.panels] == ["anchor mass", "learned sink mass"]
-    assert maps.panels[1][1][0][0] == pytest.approx(probe.matrix("learned_sink_mass")[0, 0].item())
+    assert maps.panels[1][1][0][0] == pytest.approx(probe.matrix("null_mass")[0, 0].item())
     finding = learned_sink_phrase(probe)
     assert finding is not None and finding.startswith("2 of 8 heads put ≥ 0.9 of their attention on their learned sink")
     assert "L1H1" in finding and "L0H0" in finding and "L1H3" not in finding
 
 
-def test_the_learned_sink_mass_is_persisted_and_old_files_read_as_unmeasured(hooked):
+def test_the_null_mass_is_persisted_and_old_files_read_as_unmeasured(hooked):
     row = probe_model(hooked, TINY_GPT2_PROMPTS).heads[0]
-    assert decode(HeadProbe, encode(row)).learned_sink_mass == row.learned_sink_mass > 0.9
-    old = {key: value for key, value in encode(row).items() if key != "learned_sink_mass"}
-    assert math.isnan(decode(HeadProbe, old).learned_sink_mass)
+    assert decode(HeadProbe, encode(row)).null_mass == row.null_mass > 0.9
+    old = {key: value for key, value in encode(row).items() if key != "null_mass"}
+    assert math.isnan(decode(HeadProbe, old).null_mass)
 
 
 def test_remove_learned_sink_equals_transformers_with_those_sink_logits_at_minus_inf(hooked, batch, hf):
@@ -179,9 +179,9 @@ def test_a_model_without_learned_sinks_reports_none_and_refuses_their_removal(tm
     hooked = HookedModel(bridge)
     assert not has_learned_sinks(hooked)
     probe = probe_model(hooked, TINY_GPT2_PROMPTS)
-    assert all(math.isnan(row.learned_sink_mass) for row in probe.heads)
+    assert all(math.isnan(row.null_mass) for row in probe.heads)
     table = HEAD_TABLE.table(probe.heads).without_empty_columns()
-    assert "learned_sink_mass" not in [column.name for column in table.columns]
+    assert "null_mass" not in [column.name for column in table.columns]
     assert len(anchor_mass_map(probe, "gpt2").panels) == 1 and learned_sink_phrase(probe) is None
     with pytest.raises(InputError, match="remove_learned_sink needs a model with learned sink logits"):
         run_with_intervention(hooked, TINY_GPT2_PROMPTS, remove_learned_sink([(0, 0)]))
@@ -194,11 +194,11 @@ def test_an_audit_of_gpt_oss_reports_and_persists_the_learned_sink(gpt_oss_dir, 
     result = audit(LoadSpec(str(gpt_oss_dir), device="cpu"), TINY_GPT2_PROMPTS, AuditConfig(), progress=False)
     write_audit(result, tmp_path / "audit")
     again = read_audit(tmp_path / "audit")
-    assert again.probe.matrix("learned_sink_mass").equal(result.probe.matrix("learned_sink_mass"))
+    assert again.probe.matrix("null_mass").equal(result.probe.matrix("null_mass"))
     written = report(tmp_path / "audit")
     markdown = written.markdown.read_text(encoding="utf-8")
-    assert "| anchor_mass | learned_sink_mass |" in markdown
-    assert "learned_sink_mass: mean of 1 − row sum over the same queries" in markdown
+    assert "| anchor_mass | null_mass |" in markdown
+    assert "null_mass: mean of 1 − row sum over the same queries" in markdown
     assert "anchor mass and learned sink mass per layer and head" in markdown
     assert any("on their learned sink" in finding for finding in written.findings)
     # the terminal line counts them too, and says --ablate leaves them alone
