@@ -40,6 +40,7 @@ from sinkscope.infra.bounds import (
 from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.infra.errors import InputError, RunFailed
 from sinkscope.infra.heartbeat import heartbeat
+from sinkscope.infra.output_files import OutputFiles
 from sinkscope.infra.provenance import package_version
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.interp.learned_sinks import has_learned_sinks
@@ -57,6 +58,7 @@ from sinkscope.pretrained_analysis.audit_experiments import (
     experiment_samples,
 )
 from sinkscope.pretrained_analysis.audit_figures import (
+    AUDIT_FIGURES,
     EXAMPLE_FIGURE,
     GEOMETRY_FIGURE,
     LAYER_FIGURE,
@@ -93,6 +95,10 @@ if TYPE_CHECKING:
     import pandas
 
 AUDIT_FILE = "audit.json"
+# every entry write_audit may put into an audit's directory: what a check that a directory
+# holds only an audit's files reads (sinkscope demo); tests/pretrained/test_audit_outputs.py
+# fails when an audit writes anything this does not declare
+AUDIT_OUTPUTS = OutputFiles((AUDIT_FILE, HEADS_CSV)) | AUDIT_FIGURES
 VERSION_PACKAGES: tuple[str, ...] = ("sinkscope", "torch", "transformer-lens", "transformers", "datasets")
 
 
@@ -363,7 +369,8 @@ def audit(
 
 def write_audit(result: AuditResult, directory: str | Path) -> Path:
     """Write ``audit.json``, ``heads.csv`` and the PNG figures into ``directory``; returns it.
-    ``audit.json`` is written last, so its presence means the directory is complete."""
+    ``audit.json`` is written last, so its presence means the directory is complete. What
+    this may write is declared in ``AUDIT_OUTPUTS``: a new file here is a name there."""
     check_argument(result, AuditResult, "result", "an AuditResult (what audit returns)")
     check_path(directory, "directory")
     directory = Path(directory)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sinkscope.infra.output_files import OutputFiles
 from sinkscope.pretrained_analysis.examples import plot_text
 from sinkscope.probes.geometry_result import draw_key_geometry
 from sinkscope.probes.tables import anchor_mass_map
@@ -21,6 +22,8 @@ MAP_FIGURE = "anchor_mass_map.png"
 LAYER_FIGURE = "anchor_mass_by_layer.png"
 EXAMPLE_FIGURE = "attention_example_{index}.png"
 GEOMETRY_FIGURE = "key_geometry.png"
+# every figure draw_audit_figures may write (which ones one audit drew: AuditResult.figures)
+AUDIT_FIGURES = OutputFiles((MAP_FIGURE, LAYER_FIGURE, GEOMETRY_FIGURE), numbered=(EXAMPLE_FIGURE,))
 
 
 def _seeing(result: AuditResult) -> str:

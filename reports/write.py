@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sinkscope.infra.atomic_io import atomic_directory, atomic_path, inside, locked_directory
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.output_files import OutputFiles
 from sinkscope.reports.document import ReportDocument
 from sinkscope.reports.html import render_html
 from sinkscope.reports.markdown import render_markdown
@@ -25,6 +26,8 @@ from sinkscope.reports.markdown import render_markdown
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
 FIGURE_DIR = "report_figures"
+# every entry write_report puts into its output directory (often the result directory itself)
+REPORT_OUTPUTS = OutputFiles((REPORT_HTML, REPORT_MD, FIGURE_DIR))
 
 
 @dataclass(frozen=True)

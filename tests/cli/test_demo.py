@@ -33,7 +33,7 @@ def _recorder(monkeypatch, fail: tuple[str, int] | None = None) -> list[tuple[st
             Path(argv[argv.index("--out") + 1]).mkdir(parents=True, exist_ok=True)
         if argv[0] == "report":
             Path(argv[1]).mkdir(parents=True, exist_ok=True)
-            for name in demo.REPORT_FILES:
+            for name in demo.report_pages():
                 (Path(argv[1]) / name).write_text("report")
         return 0
 
@@ -61,7 +61,7 @@ def test_the_steps_are_the_readme_commands_each_under_a_named_header(tmp_path, f
     assert f"  sinkscope audit {MINILM} --out {out / 'audit-minilm'} --overwrite" in printed
     listed = printed.split("reports written:")[1].split()
     expected = [
-        str(out / d / name) for d in ("toy-paper", "audit-minilm", "audit-smollm2") for name in demo.REPORT_FILES
+        str(out / d / name) for d in ("toy-paper", "audit-minilm", "audit-smollm2") for name in demo.report_pages()
     ]
     assert listed == expected
 
