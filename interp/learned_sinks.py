@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from sinkscope.interp.attention_kinds import NULL_KINDS
 from sinkscope.interp.hooked_model import HookedModel
 
 SINK_LOGITS = "sinks"  # the parameter's name on transformers' GptOssAttention
@@ -36,3 +37,9 @@ def has_learned_sinks(model: HookedModel) -> bool:
     return model.spec.normalised and any(
         learned_sink_logits(model, layer) is not None for layer in range(model.spec.n_layers)
     )
+
+
+def has_null(model: HookedModel) -> bool:
+    """Whether the model's rows may leave mass on no token: learned sink logits, or a toy
+    kind with a null (``NULL_KINDS``)."""
+    return model.spec.attention in NULL_KINDS or has_learned_sinks(model)

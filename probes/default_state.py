@@ -31,7 +31,9 @@ from sinkscope.probes.interventions import (
     Intervention,
     intervention_hooks,
     mask_random_key,
+    open_gate,
     remove_learned_sink,
+    remove_null,
     remove_sink,
 )
 from sinkscope.reports.frames import dataframe
@@ -40,8 +42,9 @@ if TYPE_CHECKING:
     import pandas
 
 ErrorFn = Callable[[torch.Tensor, PreparedBatch], torch.Tensor]
-# what the test may take a sink away with: the anchor key, or learned sink logits
-REMOVALS = (remove_sink, remove_learned_sink)
+# what the test may take a default state away with: the anchor key, learned sink logits,
+# any null, or a gate (forced open)
+REMOVALS = (remove_sink, remove_learned_sink, remove_null, open_gate)
 ALL_SINK_HEADS = "all_sink_heads"  # the label of the row that removes every sink head at once
 
 
@@ -235,7 +238,8 @@ def _errors(
 def _check_functions(error_fn: object, removal: object) -> None:
     if removal not in REMOVALS:
         raise InputError(
-            f"removal must be remove_sink or remove_learned_sink (from sinkscope.probes.interventions), got {removal!r}",
+            "removal must be remove_sink, remove_learned_sink, remove_null or open_gate (from "
+            f"sinkscope.probes.interventions), got {removal!r}",
             field="removal",
         )
     if not callable(error_fn):
@@ -255,8 +259,10 @@ def default_state_test(
 
     ``sink_heads``: e.g. ``probe_model(...).sink_heads()``; empty means there is no sink
     to remove, which the result reports instead of testing. ``removal``: how a head's sink
-    is taken away: ``remove_sink`` (the anchor key), or ``remove_learned_sink`` for a
-    model's learned sink logits (gpt-oss), each against the same random-key control.
+    is taken away: ``remove_sink`` (the anchor key), ``remove_learned_sink`` for a
+    model's learned sink logits (gpt-oss), ``remove_null`` for any null (a mitigation
+    kind's), or ``open_gate`` (a gated kind's gate forced open), each against the same
+    random-key control.
     """
     _check_functions(error_fn, removal)
     hooked = model if isinstance(model, HookedModel) else HookedModel(model)

@@ -9,9 +9,19 @@ Kinds (docs/metrics.md):
 - ``redirect_to_sink``: replace each real row by one-hot on the anchor (head made dormant).
 - ``mask_random_key``: the matched control for ``remove_sink``: every query after the
   anchor loses one visible non-anchor key, drawn uniformly with ``seed``, renormalised.
+
+Renormalising after a key is masked follows the kind: softmax rows are divided by what is
+left of them; the kinds with a null slot (``softmax1``, ``learned_sink``, ``kv_bias``) divide
+by 1 - the removed mass, as their softmax would with that key's logit at -inf, so the
+null's share grows with the rest; the other kinds are only zeroed.
 - ``remove_learned_sink``: for models with learned per-head sink logits (gpt-oss), give
   the sink logit's share to the real keys: every row of the head renormalised over its
   visible keys, as the model computes it with that head's sink logit at -inf.
+- ``remove_null``: the same edit for every model whose rows may leave mass on no token
+  (learned sink logits, a key/value bias slot, ``softmax1``, ``softpick``): the null's share
+  goes to the real keys in proportion, and a bias slot's value v' is no longer written
+  (the toy layer writes v' with weight 1 - row sum, read after ``hook_pattern``).
+- ``open_gate``: a gated model's gate (``hook_gate``) forced to 1 for the heads.
 - ``zero_head``: the head's ``z`` (its output before W_O) set to zero.
 - ``mean_ablate_head``: the head's ``z`` replaced by its per-position mean over a
   reference set (``head_means``).
@@ -41,7 +51,8 @@ from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
-from sinkscope.interp.learned_sinks import has_learned_sinks
+from sinkscope.interp.attention_kinds import GATED_KINDS, NULL_KINDS, NULL_SLOT_KINDS
+from sinkscope.interp.learned_sinks import has_learned_sinks, has_null
 from sinkscope.interp.visibility import sees_key
 
 InterventionKind = Literal[
@@ -50,6 +61,8 @@ InterventionKind = Literal[
     "redirect_to_sink",
     "mask_random_key",
     "remove_learned_sink",
+    "remove_null",
+    "open_gate",
     "zero_head",
     "mean_ablate_head",
 ]
@@ -60,6 +73,7 @@ PATTERN_KINDS: tuple[str, ...] = (
     "redirect_to_sink",
     "mask_random_key",
     "remove_learned_sink",
+    "remove_null",
 )
 HeadRef = tuple[int, int]
 
@@ -146,6 +160,16 @@ def remove_learned_sink(heads: Sequence[HeadRef]) -> Intervention:
     return Intervention("remove_learned_sink", _heads(heads))
 
 
+def remove_null(heads: Sequence[HeadRef]) -> Intervention:
+    """Give the null's share of the heads' rows to their keys, and drop a bias slot's value."""
+    return Intervention("remove_null", _heads(heads))
+
+
+def open_gate(heads: Sequence[HeadRef]) -> Intervention:
+    """Force the heads' gate open (1) at every position (gated kinds)."""
+    return Intervention("open_gate", _heads(heads))
+
+
 def zero_head(heads: Sequence[HeadRef]) -> Intervention:
     return Intervention("zero_head", _heads(heads))
 
@@ -160,17 +184,25 @@ def mask_keys(
     keys: Int[torch.Tensor, "batch query"],
     heads: Sequence[int],
     renormalise: bool,
+    null_slot: bool = False,
 ) -> Float[torch.Tensor, "batch head query key"]:
     """Zero A[b, h, i, keys[b, i]] for the listed heads (keys = -1: leave row i alone),
-    then renormalise those rows if ``renormalise``. Returns a new tensor.
+    then renormalise those rows if ``renormalise``: over what is left of them, or with
+    ``null_slot`` over 1 - the removed mass (a softmax with a null logit). Returns a new
+    tensor.
     """
     edited = pattern.clone()
     selected = edited[:, list(heads)]
     has_key = keys >= 0
     hit = torch.zeros_like(selected[:, 0], dtype=torch.bool)
     hit.scatter_(-1, keys.clamp_min(0).unsqueeze(-1), has_key.unsqueeze(-1))
-    selected = selected.masked_fill(hit.unsqueeze(1), 0.0)
-    if renormalise:
+    kept = selected.masked_fill(hit.unsqueeze(1), 0.0)
+    removed = (selected - kept).sum(dim=-1, keepdim=True)
+    selected = kept
+    if renormalise and null_slot:
+        scaled = selected / (1.0 - removed).clamp_min(torch.finfo(selected.dtype).tiny)
+        selected = torch.where(has_key.unsqueeze(1).unsqueeze(-1), scaled, selected)
+    elif renormalise:
         rest = selected.sum(dim=-1, keepdim=True)
         # divide by the rest itself, however small: a strong sink leaves subnormal masses,
         # and clamping the divisor to the smallest normal float would shrink those rows
@@ -239,7 +271,7 @@ def edit_pattern(
 ) -> Float[torch.Tensor, "batch head query key"]:
     """The edited pattern of ``layer`` under a pattern intervention."""
     heads = intervention.heads_in(layer)
-    if intervention.kind == "remove_learned_sink":
+    if intervention.kind in ("remove_learned_sink", "remove_null"):
         return renormalise_rows(pattern, heads)
     if intervention.kind == "redirect_to_sink":
         positions = torch.arange(batch.n_pos, device=batch.anchor.device)
@@ -248,7 +280,8 @@ def edit_pattern(
         rows = rows & sees_key(model.visible_keys(batch, layer), batch.anchor)
         return one_hot_rows(pattern, batch.anchor, rows, heads)
     keys = _keys_for(model, batch, intervention, layer)
-    return mask_keys(pattern, keys, heads, renormalise=model.spec.normalised)
+    null_slot = model.spec.attention in NULL_SLOT_KINDS
+    return mask_keys(pattern, keys, heads, renormalise=model.spec.normalised or null_slot, null_slot=null_slot)
 
 
 # hooks ---------------------------------------------------------------------------------
@@ -257,6 +290,15 @@ def _z_head_hook(heads: list[int], replacement: Callable[[torch.Tensor], torch.T
         edited = z.clone()
         edited[:, :, heads] = replacement(z)[:, :, heads].to(z.dtype)
         return edited
+
+    return hook
+
+
+def _gate_open_hook(heads: list[int]) -> Callable[..., torch.Tensor]:
+    def hook(gate: torch.Tensor, hook: Any) -> torch.Tensor:
+        opened = gate.clone()
+        opened[:, :, heads] = 1.0  # [batch, pos, head] or [batch, pos, head, d_head]
+        return opened
 
     return hook
 
@@ -300,6 +342,18 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
             "remove_learned_sink needs a model with learned sink logits (gpt-oss); this model's attention rows "
             "already sum to one over its keys, so use remove_sink to take the anchor away"
         )
+    if intervention.kind == "remove_null" and not has_null(model):
+        raise InputError(
+            f"remove_null needs a model whose rows may leave mass on no token ({', '.join(NULL_KINDS)}, or learned "
+            f"sink logits); this model's {spec.attention} attention has none: use remove_sink to take the anchor away"
+        )
+    if intervention.kind == "open_gate":
+        if spec.attention not in GATED_KINDS:
+            raise InputError(
+                f"open_gate needs a gated model ({', '.join(GATED_KINDS)}); this model's attention is "
+                f"{spec.attention}, with no gate to open"
+            )
+        return [(attn_hook(layer, "gate"), _gate_open_hook(intervention.heads_in(layer))) for layer in intervention.layers()]
     if intervention.kind == "zero_head":
         return [
             (attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), torch.zeros_like))

@@ -33,10 +33,9 @@ import torch
 
 from sinkscope.infra.arguments import check_argument, check_items
 from sinkscope.infra.errors import InputError
-from sinkscope.interp.attention_kinds import NULL_KINDS
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
-from sinkscope.interp.learned_sinks import has_learned_sinks
+from sinkscope.interp.learned_sinks import has_null
 from sinkscope.interp.model_spec import ModelSpec
 from sinkscope.interp.visibility import layer_reach
 from sinkscope.probes.batches import iterate_batches as iterate_batches  # callers import it from here
@@ -86,7 +85,7 @@ class ProbeAccumulator:
         self.head_out, self.layer_out = zeros(shape), zeros(spec.n_layers)
         self.head_out_sum, self.out_count = zeros(spec.n_layers), zeros(spec.n_layers)
         # then 1 - row mass is the null's: a learned sink logit, a bias slot, softmax1, softpick
-        self.has_null = spec.attention in NULL_KINDS or has_learned_sinks(model)
+        self.has_null = has_null(model)
         self.gate, self.gate_count = zeros(shape), zeros(shape)
         self.gate_other, self.gate_other_count = zeros(shape), zeros(shape)
         self.resid_norm, self.resid_count = zeros(spec.n_layers), zeros(spec.n_layers)

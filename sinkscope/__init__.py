@@ -59,7 +59,9 @@ if TYPE_CHECKING:
     from sinkscope.probes.interventions import (
         evict_anchor,
         mask_random_key,
+        open_gate,
         remove_learned_sink,
+        remove_null,
         remove_sink,
         run_with_intervention,
         zero_head,
@@ -119,6 +121,8 @@ _EXPORTS: dict[str, str] = {
     "run_with_intervention": "sinkscope.probes.interventions",
     "remove_sink": "sinkscope.probes.interventions",
     "remove_learned_sink": "sinkscope.probes.interventions",
+    "remove_null": "sinkscope.probes.interventions",
+    "open_gate": "sinkscope.probes.interventions",
     "evict_anchor": "sinkscope.probes.interventions",
     "mask_random_key": "sinkscope.probes.interventions",
     "zero_head": "sinkscope.probes.interventions",

@@ -22,10 +22,10 @@ from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.bounds import COUNT, NONNEGATIVE, UNBOUNDED, Bound
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
-from sinkscope.interp.attention_kinds import NORMALISED_KINDS
+from sinkscope.interp.attention_kinds import GATED_KINDS, NORMALISED_KINDS, NULL_KINDS
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test, split_all_sink_heads
-from sinkscope.probes.interventions import HeadRef
+from sinkscope.probes.interventions import HeadRef, open_gate, remove_null
 from sinkscope.probes.probe import HeadProbe, ProbeConfig
 from sinkscope.probes.runner import probe_model
 from sinkscope.reports.formatting import plural
@@ -155,6 +155,9 @@ class ModelEvaluation:
     default_state: ToyDefaultState | None = None
     figures: list[str] = field(default_factory=list)
     default_mse: float = float("nan")  # MSE at default (non-trigger) positions of the figure set
+    # the same test removing every head's null / forcing every head's gate open (mitigation kinds)
+    null_state: ToyDefaultState | None = None
+    gate_state: ToyDefaultState | None = None
 
     def sink_heads(self) -> list[tuple[int, int]]:
         """``(layer, head)`` of every sink head, as ``ProbeResult.sink_heads()``."""
@@ -242,13 +245,15 @@ def evaluate_model(
     probe = probe_model(model, batch.tokens, query_mask=default_mask, config=ProbeConfig(batch_size=250))
     means, stds, trigger_rows = _mean_patterns(patterns, trigger)
     sink_heads = probe.sink_heads()
-    default_state = ToyDefaultState.from_result(
-        default_state_test(
-            model,
-            batch.tokens,
-            sink_heads,
-            default_position_mse(batch.targets, default_mask),
-        )
+    error_fn = default_position_mse(batch.targets, default_mask)
+    default_state = ToyDefaultState.from_result(default_state_test(model, batch.tokens, sink_heads, error_fn))
+    every_head = [(row.layer, row.head) for row in probe.heads]
+    kind = config.model.attention
+    null_state, gate_state = (
+        ToyDefaultState.from_result(default_state_test(model, batch.tokens, every_head, error_fn, removal=removal))
+        if applies
+        else None
+        for removal, applies in ((remove_null, kind in NULL_KINDS), (open_gate, kind in GATED_KINDS))
     )
     heldout = sample_batch(task, n_sequences, torch.Generator().manual_seed(HELDOUT_SEED), target)
     with torch.no_grad():
@@ -270,7 +275,9 @@ def evaluate_model(
         trigger_position_1indexed=trigger + 1,
         default_state=default_state,
         figures=figures,
-        default_mse=float(default_position_mse(batch.targets, default_mask)(output, None).mean()),
+        default_mse=float(error_fn(output, None).mean()),
+        null_state=null_state,
+        gate_state=gate_state,
     )
 
 

@@ -113,6 +113,9 @@ class ModelSummary:
     paper_n_sink_heads: int | None
     figures: list[str]
     default_mse: float | None = None  # MSE at default positions (absent from older summaries)
+    # the default-state test removing every head's null / forcing every gate open (mitigation kinds)
+    null_state: ToyDefaultState | None = None
+    gate_state: ToyDefaultState | None = None
 
     def inconsistencies(self) -> Iterator[Problem]:
         """Every (layer, head) of the model once; sink heads among them; figures inside the result."""
@@ -263,6 +266,8 @@ def _evaluate(name: str, config: RunConfig, result: TrainResult, out_dir: Path, 
         paper_n_sink_heads=PAPER_SINK_HEADS.get(key),
         figures=[f"{name}/{figure}" for figure in evaluation.figures],
         default_mse=evaluation.default_mse,
+        null_state=evaluation.null_state,
+        gate_state=evaluation.gate_state,
     )
 
 

@@ -38,6 +38,8 @@ from sinkscope.reports.document import (
 from sinkscope.reports.write import ReportKind
 from sinkscope.toy.evaluate import ToyDefaultState
 from sinkscope.toy.experiment import SUMMARY_FILE
+from sinkscope.toy.mitigations import MITIGATIONS_FILE
+from sinkscope.toy.mitigations_report import mitigations_report
 from sinkscope.toy.patching import (
     HEADS_FIGURE,
     HEADS_FILE,
@@ -300,6 +302,7 @@ def sweep_report(source: Path, figure_dir: Path) -> ReportDocument:
 
 REPORT_KINDS: tuple[ReportKind, ...] = (
     ReportKind("toy reproduction", (SUMMARY_FILE, REPRODUCE_FILE), reproduction_report),
+    ReportKind("toy mitigations", (SUMMARY_FILE, MITIGATIONS_FILE), mitigations_report),
     ReportKind("toy probe", (PROBE_FILE, DEFAULT_STATE_FILE), probe_report),
     ReportKind("toy patch", (PATCHING_FILE, HEADS_FILE, POSITIONS_FILE), patch_report),
     ReportKind("toy tradeoff", (TRADEOFF_FILE,), tradeoff_report),
