@@ -138,3 +138,29 @@ def kv_bias_zero_value_model(task: TaskConfig, scale: float) -> ToyTransformer:
         attn.W_Q[_HEAD, task.bias_coord, _SCORE + 1] = scale
         attn.null_key[_HEAD, _SCORE + 1] = 1.0
     return model
+
+
+def gated_head_model(task: TaskConfig, scale: float) -> ToyTransformer:
+    """A per-head output gate solving the single-layer target: the gate, not the anchor,
+    holds the default state.
+
+    Why it works: the gate is sigmoid(scale * (t_i - b_i)) (trigger flag minus bias), so it
+    is sigmoid(-scale) at every default content query and sigmoid(scale) at the trigger,
+    whatever the softmax row does. The trigger's row is the softmax construction's: it
+    scores -scale on BOS and 0 on keys 1..j. Default rows score 0 everywhere and spread
+    their mass over every key, BOS included: they are not sinks, and the gate shuts them.
+    """
+    if not (math.isfinite(scale) and scale >= 0):
+        raise InputError(f"scale must be a finite number >= 0, got {scale}", field="scale")
+    model = _blank_model(task, "gated_head")
+    attn = model.attention(0)
+    eye = torch.eye(task.d_model)
+    eye[BOS_FLAG, BOS_FLAG] = 0.0
+    with torch.no_grad():
+        attn.W_Q[_HEAD, TRIGGER_FLAG, _SCORE] = -scale
+        attn.W_K[_HEAD, BOS_FLAG, _SCORE] = 1.0
+        attn.W_V[_HEAD].copy_(eye)
+        attn.W_O[_HEAD].copy_(torch.eye(task.d_model))
+        attn.W_gate[_HEAD, TRIGGER_FLAG] = scale
+        attn.W_gate[_HEAD, task.bias_coord] = -scale
+    return model

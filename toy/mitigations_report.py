@@ -129,9 +129,15 @@ def draw_mitigation_figure(kinds: list[KindFinding], path: Path) -> None:
 
 def mitigations_report(source: Path, figure_dir: Path) -> ReportDocument:
     summary = read_result(source / SUMMARY_FILE, MitigationsSummary, "regenerate it with sinkscope toy mitigations")
-    figure = figure_dir / FIGURE
-    draw_mitigation_figure(summary.kinds, figure)
     n_heads = {kind.kind: kind.n_heads for kind in summary.kinds}
+    figures: tuple[Figure, ...] = ()
+    if any(n_heads.values()):  # a kind with no converged run has nothing measured to draw
+        figure = figure_dir / FIGURE
+        draw_mitigation_figure(summary.kinds, figure)
+        caption = "mean anchor mass, null mass and gate at default queries per kind; heads per kind: " + ", ".join(
+            f"{kind} {n}" for kind, n in n_heads.items() if n
+        )
+        figures = (Figure(figure, caption + " (no bar where a kind has no null or no gate)", figure_dir),)
     return ReportDocument(
         title="Sink mitigations on the trigger task: where does the default state go?",
         subtitle=f"sinkscope toy mitigations · {source}",
@@ -139,16 +145,7 @@ def mitigations_report(source: Path, figure_dir: Path) -> ReportDocument:
         sections=(
             Section(
                 "Kinds",
-                (
-                    KIND_TABLE.table(summary.kinds),
-                    Figure(
-                        figure,
-                        "mean anchor mass, null mass and gate at default queries per kind; heads per kind: "
-                        + ", ".join(f"{kind} {n}" for kind, n in n_heads.items() if n)
-                        + " (NaN where a kind has no null or gate: no bar)",
-                        figure_dir,
-                    ),
-                ),
+                (KIND_TABLE.table(summary.kinds), *figures),
             ),
             Section("Models", (MODEL_TABLE.table(summary.models),)),
             Section(
