@@ -49,9 +49,9 @@ from jaxtyping import Bool, Float, Int, Shaped
 
 from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.errors import InputError
+from sinkscope.interp.attention_kinds import GATED_KINDS, NULL_KINDS, NULL_SLOT_KINDS
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
-from sinkscope.interp.attention_kinds import GATED_KINDS, NULL_KINDS, NULL_SLOT_KINDS
 from sinkscope.interp.learned_sinks import has_learned_sinks, has_null
 from sinkscope.interp.visibility import sees_key
 
@@ -353,7 +353,9 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
                 f"open_gate needs a gated model ({', '.join(GATED_KINDS)}); this model's attention is "
                 f"{spec.attention}, with no gate to open"
             )
-        return [(attn_hook(layer, "gate"), _gate_open_hook(intervention.heads_in(layer))) for layer in intervention.layers()]
+        return [
+            (attn_hook(layer, "gate"), _gate_open_hook(intervention.heads_in(layer))) for layer in intervention.layers()
+        ]
     if intervention.kind == "zero_head":
         return [
             (attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), torch.zeros_like))
