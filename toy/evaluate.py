@@ -101,6 +101,7 @@ class ToyDefaultState:
         if together is None:
             return cls(result.sink_heads, None, None, None, None, None, None, None, result.note, result.rows, None)
         remove, control = together.remove_increase, together.control_increase
+        before = together.error_before  # exactly 0 where rows write nothing at all (softpick): no growth factor
         return cls(
             sink_heads=result.sink_heads,
             default_error_before=together.error_before,
@@ -108,8 +109,8 @@ class ToyDefaultState:
             default_error_after_control=together.error_after_control,
             remove_increase_ci=[remove.ci_low, remove.ci_high],
             control_increase_ci=[control.ci_low, control.ci_high],
-            error_growth_remove=together.error_after_remove / together.error_before,
-            error_growth_control=together.error_after_control / together.error_before,
+            error_growth_remove=together.error_after_remove / before if before else None,
+            error_growth_control=together.error_after_control / before if before else None,
             note=result.note,
             rows=result.rows,
             all_sink_heads=together,

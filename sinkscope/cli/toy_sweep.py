@@ -82,7 +82,8 @@ def _add_grid(sweep: argparse.ArgumentParser) -> None:
         metavar="ATTENTION",
         type=str_list,
         default=None,
-        help="attention kinds (softmax, relu, relu_prefix, sigmoid), comma-separated (default softmax,relu)",
+        help="attention kinds (softmax, relu, relu_prefix, sigmoid, or a sink mitigation of docs/toy-task.md), "
+        "comma-separated (default softmax,relu)",
     )
     sweep.add_argument(
         "--layer-norm",

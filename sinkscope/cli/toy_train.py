@@ -52,7 +52,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="run directory to create (or resume with --resume)",
     )
     train.add_argument(
-        "--attention", default="softmax", help="softmax | relu | relu_prefix | sigmoid (default softmax)"
+        "--attention",
+        default="softmax",
+        help="softmax | relu | relu_prefix | sigmoid, or a sink mitigation: softmax1 | learned_sink | kv_bias | "
+        "kv_bias_zero_value | softpick | gated_head | gated_element | value_gated (docs/toy-task.md; default softmax)",
     )
     train.add_argument(
         "--layers", dest="n_layers", metavar="LAYERS", type=POSITIVE, default=1, help="number of layers (default 1)"

@@ -133,3 +133,19 @@ def test_an_unknown_kind_is_one_line_listing_the_kinds(tmp_path, capsys) -> None
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "sparsemax" in error[0] and "learned_sink" in error[0] and "--kinds" in error[0]
     assert not out.exists()
+
+
+def test_a_model_whose_default_error_is_exactly_zero_evaluates(figure_batch) -> None:
+    """softpick rows of scores <= 0 write exactly nothing: a default error of 0.0 has no growth
+    factor (None), and the evaluation still finishes (it once divided by zero)."""
+    from sinkscope.toy.evaluate import evaluate_model
+    from sinkscope.toy.model import ToyModelConfig, ToyTransformer
+    from sinkscope.toy.run_dir import RunConfig, TrainConfig
+
+    config = RunConfig(ToyModelConfig(attention="softpick"), TASK, TrainConfig())
+    model = ToyTransformer(config.model)
+    with torch.no_grad():
+        model.attention(0).W_Q.zero_()  # every score 0: every row empty
+    evaluation = evaluate_model(model, config, n_sequences=50)
+    assert evaluation.default_mse == 0.0 and evaluation.heads[0].default_source == "null"
+    assert evaluation.null_state is not None and evaluation.null_state.error_growth_remove is None
