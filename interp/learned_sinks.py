@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from sinkscope.interp.attention_kinds import NULL_KINDS
+from sinkscope.interp.attention_kinds import NULL_KINDS, NULL_SLOT_KINDS
 from sinkscope.interp.hooked_model import HookedModel
 
 SINK_LOGITS = "sinks"  # the parameter's name on transformers' GptOssAttention
@@ -43,3 +43,10 @@ def has_null(model: HookedModel) -> bool:
     """Whether the model's rows may leave mass on no token: learned sink logits, or a toy
     kind with a null (``NULL_KINDS``)."""
     return model.spec.attention in NULL_KINDS or has_learned_sinks(model)
+
+
+def has_null_slot(model: HookedModel) -> bool:
+    """Whether the model's null is one more logit in its softmax (learned sink logits, a
+    bias slot, softmax1's 1), which ``remove_null`` can take away. softpick has a null but
+    no slot: its null is the rows' own emptiness."""
+    return model.spec.attention in NULL_SLOT_KINDS or has_learned_sinks(model)

@@ -17,8 +17,8 @@ null's share grows with the rest; the other kinds are only zeroed.
 - ``remove_learned_sink``: for models with learned per-head sink logits (gpt-oss), give
   the sink logit's share to the real keys: every row of the head renormalised over its
   visible keys, as the model computes it with that head's sink logit at -inf.
-- ``remove_null``: the same edit for every model whose rows may leave mass on no token
-  (learned sink logits, a key/value bias slot, ``softmax1``, ``softpick``): the null's share
+- ``remove_null``: the same edit for every model whose null is one more logit in its
+  softmax (learned sink logits, a key/value bias slot, ``softmax1``): the null's share
   goes to the real keys in proportion, and a bias slot's value v' is no longer written
   (the toy layer writes v' with weight 1 - row sum, read after ``hook_pattern``).
 - ``open_gate``: a gated model's gate (``hook_gate``) forced to 1 for the heads.
@@ -49,10 +49,10 @@ from jaxtyping import Bool, Float, Int, Shaped
 
 from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.errors import InputError
-from sinkscope.interp.attention_kinds import GATED_KINDS, NULL_KINDS, NULL_SLOT_KINDS
+from sinkscope.interp.attention_kinds import GATED_KINDS, NULL_SLOT_KINDS
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
-from sinkscope.interp.learned_sinks import has_learned_sinks, has_null
+from sinkscope.interp.learned_sinks import has_learned_sinks, has_null_slot
 from sinkscope.interp.visibility import sees_key
 
 InterventionKind = Literal[
@@ -342,10 +342,15 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
             "remove_learned_sink needs a model with learned sink logits (gpt-oss); this model's attention rows "
             "already sum to one over its keys, so use remove_sink to take the anchor away"
         )
-    if intervention.kind == "remove_null" and not has_null(model):
+    if intervention.kind == "remove_null" and not has_null_slot(model):
+        why = (
+            "softpick's null is its rows' own emptiness, not a slot that can be taken away"
+            if spec.attention == "softpick"
+            else f"this model's {spec.attention} attention has none"
+        )
         raise InputError(
-            f"remove_null needs a model whose rows may leave mass on no token ({', '.join(NULL_KINDS)}, or learned "
-            f"sink logits); this model's {spec.attention} attention has none: use remove_sink to take the anchor away"
+            f"remove_null needs a model with a null slot ({', '.join(NULL_SLOT_KINDS)}, or learned sink logits); "
+            f"{why}: use remove_sink to take the anchor away"
         )
     if intervention.kind == "open_gate":
         if spec.attention not in GATED_KINDS:

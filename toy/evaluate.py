@@ -22,7 +22,7 @@ from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.bounds import COUNT, NONNEGATIVE, UNBOUNDED, Bound
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
-from sinkscope.interp.attention_kinds import GATED_KINDS, NORMALISED_KINDS, NULL_KINDS
+from sinkscope.interp.attention_kinds import GATED_KINDS, NORMALISED_KINDS, NULL_SLOT_KINDS
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test, split_all_sink_heads
 from sinkscope.probes.interventions import HeadRef, open_gate, remove_null
@@ -254,7 +254,7 @@ def evaluate_model(
         ToyDefaultState.from_result(default_state_test(model, batch.tokens, every_head, error_fn, removal=removal))
         if applies
         else None
-        for removal, applies in ((remove_null, kind in NULL_KINDS), (open_gate, kind in GATED_KINDS))
+        for removal, applies in ((remove_null, kind in NULL_SLOT_KINDS), (open_gate, kind in GATED_KINDS))
     )
     heldout = sample_batch(task, n_sequences, torch.Generator().manual_seed(HELDOUT_SEED), target)
     with torch.no_grad():

@@ -136,8 +136,8 @@ def test_an_unknown_kind_is_one_line_listing_the_kinds(tmp_path, capsys) -> None
 
 
 def test_a_model_whose_default_error_is_exactly_zero_evaluates(figure_batch) -> None:
-    """softpick rows of scores <= 0 write exactly nothing: a default error of 0.0 has no growth
-    factor (None), and the evaluation still finishes (it once divided by zero)."""
+    """softpick rows of scores <= 0 write exactly nothing: a default error of exactly 0.0, and
+    the evaluation still finishes (it once divided by zero)."""
     from sinkscope.toy.evaluate import evaluate_model
     from sinkscope.toy.model import ToyModelConfig, ToyTransformer
     from sinkscope.toy.run_dir import RunConfig, TrainConfig
@@ -148,4 +148,20 @@ def test_a_model_whose_default_error_is_exactly_zero_evaluates(figure_batch) -> 
         model.attention(0).W_Q.zero_()  # every score 0: every row empty
     evaluation = evaluate_model(model, config, n_sequences=50)
     assert evaluation.default_mse == 0.0 and evaluation.heads[0].default_source == "null"
-    assert evaluation.null_state is not None and evaluation.null_state.error_growth_remove is None
+    assert evaluation.null_state is None  # no slot to remove: softpick's null is its empty rows
+    assert evaluation.default_state is not None and evaluation.default_state.all_sink_heads is None  # no sink head
+    with pytest.raises(InputError, match="softpick's null is its rows' own emptiness"):
+        run_with_intervention(model, figure_batch.tokens, remove_null([(0, 0)]))
+
+
+def test_an_error_of_exactly_zero_before_has_no_growth_factor() -> None:
+    """A head set whose outputs were exact before (an empty softpick row, an exact
+    construction) gets no error-growth ratio rather than a division by zero."""
+    from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, Estimate
+    from sinkscope.toy.evaluate import ToyDefaultState
+
+    zero = Estimate(0.0, 0.0, 0.0)
+    row = DefaultStateRow("L0H0", ((0, 0),), 0.0, 0.5, 0.0, Estimate(0.5, 0.4, 0.6), zero, float("nan"))
+    state = ToyDefaultState.from_result(DefaultStateResult(((0, 0),), 10, (row,), row, ""))
+    assert state.error_growth_remove is None and state.error_growth_control is None
+    assert state.default_error_after_remove == 0.5
