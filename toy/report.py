@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sinkscope.infra.codec import read_result
 from sinkscope.infra.provenance import read_provenance
+from sinkscope.interp.attention_kinds import NORMALISED_KINDS
 from sinkscope.probes.probe import ProbeResult
 from sinkscope.probes.report_sections import (
     default_state_chart,
@@ -66,7 +67,7 @@ from sinkscope.toy.reproduce import REPRODUCE_FILE
 from sinkscope.toy.reproduction_report import reproduction_report
 from sinkscope.toy.run_dir import RunConfig, read_config, read_metrics
 from sinkscope.toy.sweep import SWEEP_FILE, SweepResult
-from sinkscope.toy.sweep_findings import NORMALISED_KINDS, UNNORMALISED_MEANING, sweep_findings
+from sinkscope.toy.sweep_findings import UNNORMALISED_MEANING, sweep_findings
 from sinkscope.toy.sweep_plots import figure_captions
 from sinkscope.toy.tables import sweep_tables
 from sinkscope.toy.tradeoff import (

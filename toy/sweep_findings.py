@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sinkscope.interp.attention_kinds import NORMALISED_KINDS
 from sinkscope.reports.formatting import plural, sig
 
 if TYPE_CHECKING:
     from sinkscope.toy.sweep import SweepResult
     from sinkscope.toy.sweep_cells import SweepRow
 
-# softmax rows sum to 1, so a head with nothing to add must park its weight somewhere (the
-# paper's Theorem 1); the other kinds can output zero by giving every key zero weight
-NORMALISED_KINDS = frozenset({"softmax"})
+# softmax rows (and the gated kinds', which are softmax rows) sum to 1, so a head with nothing
+# to add must park its weight somewhere or be gated off (the paper's Theorem 1); the other
+# kinds can output zero by giving every key zero weight (NORMALISED_KINDS: one definition)
 
 UNNORMALISED_MEANING = (
     "{kind} rows are not normalised (a row's weights need not sum to 1; mean row mass at default queries: "
