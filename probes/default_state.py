@@ -255,9 +255,7 @@ def default_state_test(
     config: DefaultStateConfig = DefaultStateConfig(),
     removal: Callable[[Sequence[HeadRef]], Intervention] = remove_sink,
 ) -> DefaultStateResult:
-    """Run the test on one batch of ``inputs`` (see the module docstring).
-
-    ``sink_heads``: e.g. ``probe_model(...).sink_heads()``; empty means there is no sink
+    """Run the test on one batch of ``inputs`` (see the module docstring). ``sink_heads``: e.g. ``probe_model(...).sink_heads()``; empty means there is no sink
     to remove, which the result reports instead of testing. ``removal``: how a head's sink
     is taken away: ``remove_sink`` (the anchor key), ``remove_learned_sink`` for a
     model's learned sink logits (gpt-oss), ``remove_null`` for any null (a mitigation

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import torch
-from jaxtyping import Bool, Float, Int, Shaped
+from jaxtyping import Float, Shaped
 
 from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.errors import InputError
@@ -54,6 +54,7 @@ from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import FwdHooks, HookedModel, ModelInput, ModelOutput, PreparedBatch
 from sinkscope.interp.learned_sinks import has_learned_sinks, has_null_slot
 from sinkscope.interp.visibility import sees_key
+from sinkscope.probes.pattern_edits import mask_keys, one_hot_rows, renormalise_rows
 
 InterventionKind = Literal[
     "remove_sink",
@@ -178,67 +179,6 @@ def mean_ablate_head(heads: Sequence[HeadRef], means: HeadMeans) -> Intervention
     return Intervention("mean_ablate_head", _heads(heads), means=means)
 
 
-# pure pattern edits -------------------------------------------------------------------
-def mask_keys(
-    pattern: Float[torch.Tensor, "batch head query key"],
-    keys: Int[torch.Tensor, "batch query"],
-    heads: Sequence[int],
-    renormalise: bool,
-    null_slot: bool = False,
-) -> Float[torch.Tensor, "batch head query key"]:
-    """Zero A[b, h, i, keys[b, i]] for the listed heads (keys = -1: leave row i alone),
-    then renormalise those rows if ``renormalise``: over what is left of them, or with
-    ``null_slot`` over 1 - the removed mass (a softmax with a null logit). Returns a new
-    tensor.
-    """
-    edited = pattern.clone()
-    selected = edited[:, list(heads)]
-    has_key = keys >= 0
-    hit = torch.zeros_like(selected[:, 0], dtype=torch.bool)
-    hit.scatter_(-1, keys.clamp_min(0).unsqueeze(-1), has_key.unsqueeze(-1))
-    kept = selected.masked_fill(hit.unsqueeze(1), 0.0)
-    removed = (selected - kept).sum(dim=-1, keepdim=True)
-    selected = kept
-    if renormalise and null_slot:
-        scaled = selected / (1.0 - removed).clamp_min(torch.finfo(selected.dtype).tiny)
-        selected = torch.where(has_key.unsqueeze(1).unsqueeze(-1), scaled, selected)
-    elif renormalise:
-        rest = selected.sum(dim=-1, keepdim=True)
-        # divide by the rest itself, however small: a strong sink leaves subnormal masses,
-        # and clamping the divisor to the smallest normal float would shrink those rows
-        scaled = selected / torch.where(rest > 0, rest, torch.ones_like(rest))
-        selected = torch.where(has_key.unsqueeze(1).unsqueeze(-1), scaled, selected)
-    edited[:, list(heads)] = selected
-    return edited
-
-
-def renormalise_rows(
-    pattern: Float[torch.Tensor, "batch head query key"], heads: Sequence[int]
-) -> Float[torch.Tensor, "batch head query key"]:
-    """The listed heads' rows divided by their sums over real keys, so a learned sink's
-    share goes to the keys in proportion; a row with no mass on any key stays zero."""
-    edited = pattern.clone()
-    selected = edited[:, list(heads)]
-    total = selected.sum(dim=-1, keepdim=True)
-    edited[:, list(heads)] = selected / torch.where(total > 0, total, torch.ones_like(total))
-    return edited
-
-
-def one_hot_rows(
-    pattern: Float[torch.Tensor, "batch head query key"],
-    anchor: Int[torch.Tensor, " batch"],
-    rows: Bool[torch.Tensor, "batch query"],
-    heads: Sequence[int],
-) -> Float[torch.Tensor, "batch head query key"]:
-    """Rows ``rows`` of the listed heads become one-hot on ``anchor``."""
-    edited = pattern.clone()
-    target = torch.zeros_like(pattern[:, 0])
-    target.scatter_(-1, anchor.view(-1, 1, 1).expand(-1, pattern.shape[2], 1), 1.0)
-    for head in heads:
-        edited[:, head] = torch.where(rows.unsqueeze(-1), target, pattern[:, head])
-    return edited
-
-
 def _keys_for(model: HookedModel, batch: PreparedBatch, intervention: Intervention, layer: int) -> torch.Tensor:
     """``[batch, query]`` key to mask per row (-1 = none) for a key-masking intervention on
     ``layer``: only keys the query sees there (a sliding window or chunk may hide the anchor)."""
@@ -332,32 +272,8 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
     capture pass per edited layer first (see the module docstring).
     """
     spec = model.spec
-    for layer, head in intervention.heads:
-        if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
-            raise InputError(
-                f"head ({layer}, {head}) does not exist; layers 0..{spec.n_layers - 1}, heads 0..{spec.n_heads - 1}"
-            )
-    if intervention.kind == "remove_learned_sink" and not has_learned_sinks(model):
-        raise InputError(
-            "remove_learned_sink needs a model with learned sink logits (gpt-oss); this model's attention rows "
-            "already sum to one over its keys, so use remove_sink to take the anchor away"
-        )
-    if intervention.kind == "remove_null" and not has_null_slot(model):
-        why = (
-            "softpick's null is its rows' own emptiness, not a slot that can be taken away"
-            if spec.attention == "softpick"
-            else f"this model's {spec.attention} attention has none"
-        )
-        raise InputError(
-            f"remove_null needs a model with a null slot ({', '.join(NULL_SLOT_KINDS)}, or learned sink logits); "
-            f"{why}: use remove_sink to take the anchor away"
-        )
+    _refuse_what_the_model_lacks(model, intervention)
     if intervention.kind == "open_gate":
-        if spec.attention not in GATED_KINDS:
-            raise InputError(
-                f"open_gate needs a gated model ({', '.join(GATED_KINDS)}); this model's attention is "
-                f"{spec.attention}, with no gate to open"
-            )
         return [
             (attn_hook(layer, "gate"), _gate_open_hook(intervention.heads_in(layer))) for layer in intervention.layers()
         ]
@@ -404,6 +320,38 @@ def intervention_hooks(model: HookedModel, batch: PreparedBatch, intervention: I
         recomputed = (edited @ values.transpose(1, 2)).transpose(1, 2)
         hooks.append((attn_hook(layer, "z"), _z_head_hook(intervention.heads_in(layer), _constant(recomputed))))
     return hooks
+
+
+def _refuse_what_the_model_lacks(model: HookedModel, intervention: Intervention) -> None:
+    """One line naming what the model has, when it lacks a head, the learned sinks, the null
+    slot or the gate that ``intervention`` acts on."""
+    spec, kind = model.spec, intervention.kind
+    for layer, head in intervention.heads:
+        if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
+            raise InputError(
+                f"head ({layer}, {head}) does not exist; layers 0..{spec.n_layers - 1}, heads 0..{spec.n_heads - 1}"
+            )
+    if kind == "remove_learned_sink" and not has_learned_sinks(model):
+        raise InputError(
+            "remove_learned_sink needs a model with learned sink logits (gpt-oss); this model's attention rows "
+            "already sum to one over its keys, so use remove_sink to take the anchor away"
+        )
+    attention = spec.attention
+    if kind == "remove_null" and not has_null_slot(model):
+        why = (
+            "softpick's null is its rows' own emptiness, not a slot that can be taken away"
+            if attention == "softpick"
+            else f"this model's {attention} attention has none"
+        )
+        raise InputError(
+            f"remove_null needs a model with a null slot ({', '.join(NULL_SLOT_KINDS)}, or learned sink logits); "
+            f"{why}: use remove_sink to take the anchor away"
+        )
+    if kind == "open_gate" and attention not in GATED_KINDS:
+        raise InputError(
+            f"open_gate needs a gated model ({', '.join(GATED_KINDS)}); this model's attention is {attention}, "
+            "with no gate to open"
+        )
 
 
 def _pattern_hook(

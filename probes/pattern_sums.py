@@ -10,10 +10,13 @@ there). ``hidden`` counts the selected queries of each layer that cannot see it.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from sinkscope.interp.hooked_model import PreparedBatch
 from sinkscope.interp.visibility import sees_key
+from sinkscope.probes.probe import SinkRate
 from sinkscope.probes.sink_metrics import (
     alpha_k,
     anchor_mass_sums,
@@ -102,3 +105,22 @@ class PatternSums:
             self.rate_count_all += float(valid.sum())
         else:
             self.rate_count += float(valid.sum())
+
+    def sink_rates(self, k: int) -> tuple[SinkRate, ...]:
+        """Gu et al.'s sink rate at each epsilon (NaN when nothing was counted); the every-query
+        rate only where some query of some layer cannot see the anchor."""
+        narrowed = bool((self.hidden > 0).any())
+        return tuple(
+            SinkRate(
+                k=k,
+                eps=eps,
+                percent=_percent(self.rate_hits[index], self.rate_count),
+                percent_all_queries=_percent(self.rate_hits_all[index], self.rate_count_all) if narrowed else math.nan,
+            )
+            for index, eps in enumerate(self.eps)
+        )
+
+
+def _percent(hits: torch.Tensor, count: torch.Tensor) -> float:
+    """``hits`` in percent of ``count``, NaN when nothing was counted."""
+    return float(100.0 * hits / count) if count > 0 else math.nan

@@ -39,6 +39,7 @@ from sinkscope.interp.learned_sinks import has_null
 from sinkscope.interp.model_spec import ModelSpec
 from sinkscope.interp.visibility import layer_reach
 from sinkscope.probes.batches import iterate_batches as iterate_batches  # callers import it from here
+from sinkscope.probes.gate_sums import GateSums
 from sinkscope.probes.key_geometry import KeyGeometrySums
 from sinkscope.probes.pattern_sums import PatternSums
 from sinkscope.probes.probe import (
@@ -48,14 +49,12 @@ from sinkscope.probes.probe import (
     ProbeBatch,
     ProbeConfig,
     ProbeResult,
-    SinkRate,
     layers_note,
 )
 from sinkscope.probes.secondary_result import secondary_sinks_of
 from sinkscope.probes.secondary_sinks import SecondarySinkSums
 from sinkscope.probes.sink_metrics import (
     default_source,
-    gate_sums,
     head_output_norms,
     is_sink_head,
     masked_cleanly,
@@ -86,8 +85,7 @@ class ProbeAccumulator:
         self.head_out_sum, self.out_count = zeros(spec.n_layers), zeros(spec.n_layers)
         # then 1 - row mass is the null's: a learned sink logit, a bias slot, softmax1, softpick
         self.has_null = has_null(model)
-        self.gate, self.gate_count = zeros(shape), zeros(shape)
-        self.gate_other, self.gate_other_count = zeros(shape), zeros(shape)
+        self.gates = GateSums(spec.n_layers, spec.n_heads)
         self.resid_norm, self.resid_count = zeros(spec.n_layers), zeros(spec.n_layers)
         self.massive_count, self.massive_at_anchor = zeros(spec.n_layers), zeros(spec.n_layers)
         self.max_abs, self.median_abs = zeros(spec.n_layers), zeros(spec.n_layers)
@@ -207,16 +205,7 @@ class ProbeAccumulator:
 
     def _make_gate_hook(self, layer: int):
         def hook(gate: torch.Tensor, hook: Any) -> None:
-            batch, selected = self._pass()
-            positions = torch.arange(batch.n_pos, device=selected.device)
-            others = batch.attention_mask & ~selected & (positions.unsqueeze(0) > batch.anchor.unsqueeze(1))
-            for (total, count), queries in (
-                ((self.gate, self.gate_count), selected),
-                ((self.gate_other, self.gate_other_count), others),
-            ):
-                sums, counts = gate_sums(gate, queries)
-                total[layer] += sums.double().cpu()
-                count[layer] += counts.double().cpu()
+            self.gates.add(layer, gate, *self._pass())
 
         return hook
 
@@ -285,7 +274,7 @@ class ProbeAccumulator:
             n_queries=int(sums.all_count[self.layers[0]]),
             heads=self._head_rows(mass, sink),
             layers=self._layer_rows(mass, sink),
-            sink_rates=self._sink_rates(),
+            sink_rates=self.sums.sink_rates(self.config.alpha_k),
             attn_out_norm_of_sum=float(self.out_of_sum) / total if total > 0 else math.nan,
             attn_out_sum_of_norms=float(self.sum_of_out) / total if total > 0 else math.nan,
             notes=_normalisation_notes(spec) + layers_note(config.layers, spec.n_layers),
@@ -311,7 +300,7 @@ class ProbeAccumulator:
         mass_all = _ratio(sums.mass_all, sums.all_count.unsqueeze(1)).where(narrowed, math.nan)
         alpha_all = _ratio(sums.alpha_all, sums.alpha_all_count).where(narrowed, math.nan)
         null = null_mass(row_mass) if self.has_null else torch.full_like(row_mass, math.nan)
-        gate, gate_other = _ratio(self.gate, self.gate_count), _ratio(self.gate_other, self.gate_other_count)
+        gate, gate_other = self.gates.means()
         dormant = (entropy <= config.dormant_entropy_max) & (mass >= config.dormant_anchor_min)
         # [layer][head] lists: one conversion per field, not one tensor lookup per head and field
         fields: dict[str, Any] = {
@@ -373,25 +362,6 @@ class ProbeAccumulator:
             )
             for layer in self.layers
         )
-
-    def _sink_rates(self) -> tuple[SinkRate, ...]:
-        """Gu et al.'s sink rate at each of the config's epsilons (NaN when nothing was counted)."""
-        config, sums = self.config, self.sums
-        narrowed = bool((sums.hidden > 0).any())
-        return tuple(
-            SinkRate(
-                k=config.alpha_k,
-                eps=eps,
-                percent=_percent(sums.rate_hits[index], sums.rate_count),
-                percent_all_queries=_percent(sums.rate_hits_all[index], sums.rate_count_all) if narrowed else math.nan,
-            )
-            for index, eps in enumerate(config.sink_rate_eps)
-        )
-
-
-def _percent(hits: torch.Tensor, count: torch.Tensor) -> float:
-    """``hits`` in percent of ``count``, NaN when nothing was counted."""
-    return float(100.0 * hits / count) if count > 0 else math.nan
 
 
 def _ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:

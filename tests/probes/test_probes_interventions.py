@@ -189,5 +189,7 @@ def test_the_default_state_test_refuses_a_removal_it_does_not_know():
     from sinkscope.probes.default_state import default_state_test
 
     for removal in ("remove_sink", print, None):
-        with pytest.raises(InputError, match="removal must be remove_sink or remove_learned_sink"):
+        with pytest.raises(
+            InputError, match="removal must be remove_sink, remove_learned_sink, remove_null or open_gate"
+        ):
             default_state_test(None, ["a"], [(0, 0)], lambda logits, batch: logits, removal=removal)
