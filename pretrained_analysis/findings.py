@@ -78,9 +78,7 @@ def learned_sink_phrase(probe: ProbeResult) -> str | None:
             f"No head puts \u2265 {threshold:g} of its attention on its learned sink ({how}); the largest learned "
             f"sink mass is {top.null_mass:.3f} (L{top.layer}H{top.head}, anchor mass {top.anchor_mass:.3f})."
         )
-    names = ", ".join(
-        f"L{h.layer}H{h.head} ({h.null_mass:.3f}; anchor mass {h.anchor_mass:.3f})" for h in strong
-    )
+    names = ", ".join(f"L{h.layer}H{h.head} ({h.null_mass:.3f}; anchor mass {h.anchor_mass:.3f})" for h in strong)
     return (
         f"{len(strong)} of {len(measured)} heads put \u2265 {threshold:g} of their attention on their learned sink, "
         f"on no key at all ({how}), strongest first: {names}. --ablate --ablate-sink learned (remove_learned_sink "
