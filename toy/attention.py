@@ -125,7 +125,8 @@ class HookedAttention(nn.Module):
 
     def _circuits_apply(self) -> bool:
         """True when the circuit order gives every hook that something listens to."""
-        if self.d_head < self.d_model or self.attention in LEARNED_NULL_KINDS or self.attention in GATED_KINDS:
+        # a gate per output element, or on each key's value, acts inside the head: per head only
+        if self.d_head < self.d_model or self.attention in ("gated_element", "value_gated"):
             return False
         if self.attention in NULL_KINDS and _listened(self.hook_null):
             return False
@@ -197,14 +198,30 @@ class HookedAttention(nn.Module):
         # in [batch, query, head, key], where the pattern flattens to [batch, query,
         # head * key] without a copy. With no hook, the two transposes cancel.
         scores = self.hook_attn_scores(scores.transpose(1, 2)).transpose(1, 2)
-        pattern = scores_to_pattern(self.attention, scores, None if row_scale is None else row_scale.unsqueeze(-1))
+        if self.attention in LEARNED_NULL_KINDS:
+            pattern = softmax_with_null(scores, self._null_logit_by_query(x))[0]
+        else:
+            pattern = scores_to_pattern(self.attention, scores, None if row_scale is None else row_scale.unsqueeze(-1))
         pattern = self.hook_pattern(pattern.transpose(1, 2)).transpose(1, 2)
         # [batch, head * key, d_model]: x W_OV per head, matching the pattern's flattening
         values = (
             (x @ w_ov).view(n_batch, n_pos, n_heads, d_model).transpose(1, 2).reshape(n_batch, n_heads * n_pos, d_model)
         )
-        out = pattern.reshape(n_batch, n_pos, n_heads * n_pos) @ values
+        weights = pattern
+        if self.attention == "gated_head":  # a head's gate scales its whole row: sum_h g_h pattern_h (x W_OV_h)
+            weights = pattern * self.hook_gate(torch.sigmoid(x @ self.W_gate.T)).unsqueeze(-1)
+        out = weights.reshape(n_batch, n_pos, n_heads * n_pos) @ values
+        if self.attention == "kv_bias":  # the null's weight (1 - row sum) times v' W_O, per head
+            out = out + (1.0 - pattern.sum(dim=-1)) @ (self.null_value.unsqueeze(1) @ self.W_O).squeeze(1)
         return out.view(*batch_shape, n_pos, d_model)
+
+    def _null_logit_by_query(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, ...]:
+        """``_null_logit`` in the circuit order's ``[batch, query, head]`` layout, without q:
+        q_i . k'_h = x_i (W_Q[h] k'_h)."""
+        if self.attention == "learned_sink":
+            return self.sinks.view(1, 1, -1)
+        logit = x @ (self.W_Q @ self.null_key.unsqueeze(-1)).squeeze(-1).T
+        return logit * self.scale if self.scale != 1.0 else logit
 
 
 def _listened(hook: HookPoint) -> bool:
