@@ -353,15 +353,16 @@ MECHANISM_MODEL_TABLE: TableDefinition[MechanismModel] = TableDefinition(
 
 def anchor_mass_map(probe: ProbeResult, title: str, colorbar_label: str = "anchor mass") -> HeadMaps:
     """The sink map: a probe's anchor mass per (layer, head), sink heads outlined; the
-    report's PNG and the notebook's grid both draw it. A model with learned sink logits
-    (gpt-oss) gets a second panel on the same scale: each head's learned sink mass."""
+    report's PNG and the notebook's grid both draw it. A model with a null (learned sink
+    logits as gpt-oss's, a bias slot, softmax1, softpick) gets a second panel on the same
+    scale: each head's null mass."""
     sink_heads = frozenset(probe.sink_heads())
     anchor = tuple(tuple(row) for row in probe.anchor_mass_matrix().tolist())
-    learned = probe.matrix("null_mass")
+    null = probe.matrix("null_mass")
     panels: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...] = (("", anchor),)
-    if bool((~learned.isnan()).any()):
-        title = f"{title}, beside the learned sink's mass (1 \u2212 row sum, same queries)"
-        panels = (("anchor mass", anchor), ("learned sink mass", tuple(tuple(row) for row in learned.tolist())))
+    if bool((~null.isnan()).any()):
+        title = f"{title}, beside the null mass (1 \u2212 row sum, same queries: the mass on no token)"
+        panels = (("anchor mass", anchor), ("null mass", tuple(tuple(row) for row in null.tolist())))
         colorbar_label = "attention mass"
     return HeadMaps(
         title,

@@ -25,7 +25,7 @@ def cost_text(cost: CostRange | None) -> str:
         return ""
     if cost.n_runs == 1:
         return f"{cost.mean:+.2e} (1 run)"
-    return f"{cost.mean:+.2e} (runs {cost.low:+.1e} to {cost.high:+.1e}, n = {cost.n_runs})"
+    return f"{cost.mean:+.2e} (runs {cost.low:+.2e} to {cost.high:+.2e}, n = {cost.n_runs})"
 
 
 def _agreement(kind: KindFinding) -> str:
@@ -48,10 +48,6 @@ KIND_TABLE: TableDefinition[KindFinding] = TableDefinition(
         Column("null mass", ".3f", numeric=True),
         Column("gate default", ".3f", numeric=True),
         Column("gate trigger", ".3f", numeric=True),
-        Column("remove anchor sinks"),
-        Column("remove null"),
-        Column("open gate"),
-        Column("control"),
     ),
     lambda k: (
         k.kind,
@@ -65,20 +61,35 @@ KIND_TABLE: TableDefinition[KindFinding] = TableDefinition(
         k.null_mass,
         k.gate_default,
         k.gate_trigger,
-        cost_text(k.remove_anchor),
-        cost_text(k.remove_null),
-        cost_text(k.open_gate),
-        cost_text(k.control),
     ),
     "Over each kind's converged runs (every architecture and seed). Heads by source: each head's default "
     "source (docs/metrics.md: gate if its mean gate at default queries is at most 0.1, anchor if its anchor mass "
     "is at least 0.9, null if its null mass is, anchor and null if the two together are, quiet rows if an "
     "unnormalised row sums to at most 0.1, else none); measured: the source of most heads other than none. "
-    "Masses and gates: means over the heads at default (non-trigger) queries. The last four columns: the increase "
-    "in default-position MSE when every sink head's anchor is removed, every head's null removed, every gate "
-    "forced open, and the matched control (one random visible non-anchor key masked per query), the mean over "
-    "runs with the range of the runs' means; each run's 95% bootstrap interval over its test sequences is in "
-    "its summary.json row.",
+    "Masses and gate default: means over the heads at default (non-trigger) queries; gate trigger: at the trigger.",
+)
+
+COST_TABLE: TableDefinition[KindFinding] = TableDefinition(
+    "What removing each home of the default state costs",
+    (
+        Column("kind"),
+        Column("remove anchor sinks"),
+        Column("remove null"),
+        Column("open gate"),
+        Column("control"),
+    ),
+    lambda k: (
+        k.kind,
+        cost_text(k.remove_anchor) or "–",
+        cost_text(k.remove_null) or "–",
+        cost_text(k.open_gate) or "–",
+        cost_text(k.control) or "–",
+    ),
+    "The increase in default-position MSE when every sink head's anchor is removed, every head's null removed "
+    "(kinds with a null slot), every gate forced open (gated kinds), and the matched control (one random visible "
+    "non-anchor key masked per query): the mean over converged runs with the range of the runs' means, n runs. "
+    "Each run's 95% bootstrap interval over its test sequences is in its summary.json row. – : the test does "
+    "not apply (no sink head, anchor mass below 0.9, so no anchor to remove; no null slot; no gate).",
 )
 
 
@@ -104,8 +115,8 @@ def kind_findings(summary: MitigationsSummary) -> list[str]:
         control = f" against {cost_text(kind.control)} for the control" if costs and kind.control else ""
         sentences.append(
             f"{kind.kind}: the default state lives in the {kind.measured_source}, {verdict}: "
-            f"{counted} of {kind.n_heads} heads measure as {kind.predicted_source} over {kind.n_converged} "
-            f"converged run(s) of {kind.n_runs}{cost}{control}."
+            f"{counted} of {kind.n_heads} heads measure as {kind.predicted_source}, over {kind.n_converged} of "
+            f"{kind.n_runs} runs (converged){cost}{control}."
         )
     return sentences
 
@@ -145,7 +156,7 @@ def mitigations_report(source: Path, figure_dir: Path) -> ReportDocument:
         sections=(
             Section(
                 "Kinds",
-                (KIND_TABLE.table(summary.kinds), *figures),
+                (KIND_TABLE.table(summary.kinds), COST_TABLE.table(summary.kinds), *figures),
             ),
             Section("Models", (MODEL_TABLE.table(summary.models),)),
             Section(
@@ -173,5 +184,9 @@ def mitigations_html(summary: MitigationsSummary) -> str:
     return fragment(
         "Sink mitigations on the trigger task",
         f"{len(summary.models)} models",
-        (bullets_html(kind_findings(summary)), inline_table(KIND_TABLE.table(summary.kinds))),
+        (
+            bullets_html(kind_findings(summary)),
+            inline_table(KIND_TABLE.table(summary.kinds)),
+            inline_table(COST_TABLE.table(summary.kinds)),
+        ),
     )

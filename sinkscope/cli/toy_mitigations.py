@@ -66,9 +66,10 @@ def run(args: argparse.Namespace) -> dict:
     summary = compare_mitigations(config, args.out_dir, **experiment_options(args))
     if not args.json:
         from sinkscope.reports.text import table_terminal
-        from sinkscope.toy.mitigations_report import KIND_TABLE, kind_findings
+        from sinkscope.toy.mitigations_report import COST_TABLE, KIND_TABLE, kind_findings
 
         say(table_terminal(KIND_TABLE.table(summary.kinds)))
+        say(table_terminal(COST_TABLE.table(summary.kinds)))
         for sentence in kind_findings(summary):
             say(sentence)
         say(f"wrote {Path(args.out_dir) / 'summary.json'}; `sinkscope report {args.out_dir}` writes its report")
