@@ -19,6 +19,7 @@ DIR: a result directory, recognised by its files (the report says which kind it 
                                                        values, or sinkscope compare DIR DIR ...
   toy reproduction  summary.json + reproduce.json      sinkscope toy reproduce
   toy sweep         summary.json + sweep.json          sinkscope toy sweep
+  toy mitigations   summary.json + mitigations.json    sinkscope toy mitigations
   toy probe         probe.json + default_state.json    sinkscope toy probe
   toy patch         patching.json + patching_heads.json + patching_positions.json
                                                        sinkscope toy patch
@@ -41,6 +42,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "result_dir",
         metavar="DIR",
         help="a result directory of one of the kinds listed below: audit, comparison, toy reproduction, toy sweep, "
+        "toy mitigations, "
         "toy probe, toy patch, toy tradeoff, mechanism or window test",
     )
     report.add_argument(
