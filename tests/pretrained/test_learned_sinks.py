@@ -140,7 +140,7 @@ def test_the_table_the_map_and_the_findings_show_the_learned_sink(hooked):
     names = [column.name for column in table.columns]
     assert names.index("null_mass") == names.index("anchor_mass") + 1
     maps = anchor_mass_map(probe, "tiny gpt-oss")
-    assert [name for name, _ in maps.panels] == ["anchor mass", "learned sink mass"]
+    assert [name for name, _ in maps.panels] == ["anchor mass", "null mass"]
     assert maps.panels[1][1][0][0] == pytest.approx(probe.matrix("null_mass")[0, 0].item())
     finding = learned_sink_phrase(probe)
     assert finding is not None and finding.startswith("2 of 8 heads put ≥ 0.9 of their attention on their learned sink")
@@ -199,7 +199,7 @@ def test_an_audit_of_gpt_oss_reports_and_persists_the_learned_sink(gpt_oss_dir, 
     markdown = written.markdown.read_text(encoding="utf-8")
     assert "| anchor_mass | null_mass |" in markdown
     assert "null_mass: mean of 1 − row sum over the same queries" in markdown
-    assert "anchor mass and learned sink mass per layer and head" in markdown
+    assert "anchor mass and null mass (the learned sink's) per layer and head" in markdown
     assert any("on their learned sink" in finding for finding in written.findings)
     # the terminal line counts them too, and says --ablate leaves them alone
     from sinkscope.cli.audit import _audit_line
