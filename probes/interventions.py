@@ -332,6 +332,11 @@ def _refuse_what_the_model_lacks(model: HookedModel, intervention: Intervention)
                 f"head ({layer}, {head}) does not exist; layers 0..{spec.n_layers - 1}, heads 0..{spec.n_heads - 1}"
             )
     if kind == "remove_learned_sink" and not has_learned_sinks(model):
+        if has_null_slot(model):  # a toy kind with a null slot, learned_sink's included
+            raise InputError(
+                f"remove_learned_sink is for pretrained models with learned sink logits (gpt-oss); this toy "
+                f"model's {spec.attention} attention has a null slot: use remove_null"
+            )
         raise InputError(
             "remove_learned_sink needs a model with learned sink logits (gpt-oss); this model's attention rows "
             "already sum to one over its keys, so use remove_sink to take the anchor away"

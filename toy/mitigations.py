@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 MITIGATIONS_FILE = "mitigations.json"  # the config: the marker that lets a re-run resume
 QUICK_MAX_STEPS = 8_000
+MAX_SEEDS = 1_000  # per kind and architecture: 30,000 runs at the most, each a directory
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ class MitigationsConfig:
                     field="kinds",
                 )
         refuse_duplicates(self.kinds, "kinds")
+        if self.seeds > MAX_SEEDS:  # the job list is built whole before anything trains
+            raise InputError(f"seeds must be at most {MAX_SEEDS:,}, got {self.seeds:,}", field="seeds")
         self._as_reproduction()  # its checks: seeds, steps, sequences, workers, architectures
 
     @classmethod

@@ -165,3 +165,18 @@ def test_an_error_of_exactly_zero_before_has_no_growth_factor() -> None:
     state = ToyDefaultState.from_result(DefaultStateResult(((0, 0),), 10, (row,), row, ""))
     assert state.error_growth_remove is None and state.error_growth_control is None
     assert state.default_error_after_remove == 0.5
+
+
+def test_more_seeds_than_can_be_listed_are_refused_before_anything_is_written(tmp_path, capsys) -> None:
+    out = tmp_path / "huge"
+    assert main(["toy", "mitigations", "--seeds", "100000000", "--no-progress", "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "at most 1,000" in error[0] and "--seeds" in error[0]
+    assert not out.exists()
+
+
+def test_remove_learned_sink_on_a_toy_null_slot_points_to_remove_null(figure_batch) -> None:
+    from sinkscope.probes.interventions import remove_learned_sink
+
+    with pytest.raises(InputError, match="has a null slot: use remove_null"):
+        run_with_intervention(learned_sink_model(TASK, 5.0), figure_batch.tokens, remove_learned_sink([(0, 0)]))
