@@ -34,7 +34,7 @@ from sinkscope.probes.sink_metrics import DEFAULT_SOURCES
 from sinkscope.toy.compiled_step import check_compile_choice
 from sinkscope.toy.experiment import SUMMARY_FILE, ModelSummary, heads_dataframe, run_jobs
 from sinkscope.toy.reproduce import PAPER_ARCHITECTURES, ReproduceConfig
-from sinkscope.toy.run_dir import RunConfig
+from sinkscope.toy.run_dir import RunConfig, refuse_a_run_as_experiment_out
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tracking import TrackingConfig
 from sinkscope.toy.train import unit_device
@@ -317,6 +317,7 @@ def compare_mitigations(
     if tracking is not None:
         tracking.check()
         tracking = tracking.for_units(out_dir)
+    refuse_a_run_as_experiment_out(out_dir)
     with experiment_directory(out_dir, MITIGATIONS_FILE, config, "a mitigation comparison", overwrite) as work_dir:
         jobs = config.run_configs()
         started = time.perf_counter()

@@ -35,7 +35,7 @@ from sinkscope.toy.experiment import (
     upgrade_model_summary_v1,
 )
 from sinkscope.toy.model import ToyModelConfig
-from sinkscope.toy.run_dir import RunConfig, TrainConfig
+from sinkscope.toy.run_dir import RunConfig, TrainConfig, refuse_a_run_as_experiment_out
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tracking import TrackingConfig
 from sinkscope.toy.tradeoff import write_tradeoff
@@ -284,6 +284,7 @@ def reproduce(
     if tracking is not None:
         tracking.check()
         tracking = tracking.for_units(out_dir)  # grouped by this directory's name, not a staging one's
+    refuse_a_run_as_experiment_out(out_dir)
     with experiment_directory(out_dir, REPRODUCE_FILE, config, "a reproduction", overwrite) as work_dir:
         jobs = config.run_configs()
         started = time.perf_counter()

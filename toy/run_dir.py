@@ -311,3 +311,18 @@ def load_model(run_dir: str | os.PathLike) -> ToyTransformer:
         ) from error
     model.eval()
     return model
+
+
+def refuse_a_run_as_experiment_out(out_dir: Path) -> None:
+    """An experiment's output directory (reproduce, sweep, mitigations) must not be a toy run
+    directory or lie inside one: building the experiment there, with ``--overwrite``,
+    would delete a trained run another result holds."""
+    target = out_dir.resolve()
+    for place in (target, *target.parents):
+        if (place / CONFIG_FILE).is_file() and (place / METRICS_FILE).is_file():
+            where = "is" if place == target else "lies inside"
+            raise InputError(
+                f"{out_dir} {where} the toy run {place}, which writing there would delete; "
+                "choose another output directory",
+                field="out_dir",
+            )

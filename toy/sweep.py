@@ -33,7 +33,7 @@ from sinkscope.toy.experiment import (
     upgrade_model_summary_v1,
 )
 from sinkscope.toy.model import ToyModelConfig
-from sinkscope.toy.run_dir import RunConfig, TrainConfig
+from sinkscope.toy.run_dir import RunConfig, TrainConfig, refuse_a_run_as_experiment_out
 from sinkscope.toy.sweep_cells import Cell, SweepRow, upgrade_sweep_row_v1
 from sinkscope.toy.sweep_plots import sweep_plots
 from sinkscope.toy.task import TaskConfig
@@ -280,6 +280,7 @@ def sweep(
     if tracking is not None:
         tracking.check()
         tracking = tracking.for_units(out_dir)  # grouped by this directory's name, not a staging one's
+    refuse_a_run_as_experiment_out(out_dir)
     with experiment_directory(out_dir, SWEEP_FILE, config, "a sweep", overwrite) as work_dir:
         started = time.perf_counter()
         by_name = run_jobs(

@@ -125,6 +125,16 @@ def test_the_command_runs_resumes_and_reports(tmp_path, capsys) -> None:
     written = report(out)
     assert "no run converged" in written.html.read_text()
     assert written.figures == ()  # nothing converged: no bar to draw
+    # another experiment written over one of these runs (or inside it) is refused, even with --overwrite
+    run = out / "softmax-1x1-seed0"
+    files = sorted(path.name for path in run.rglob("*"))
+    capsys.readouterr()
+    for target in (run, run / "checkpoints"):
+        again = [*argv[: argv.index("--out")], "--out", str(target), "--overwrite"]
+        assert main(again) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and f"the toy run {run}" in error[0] and "--out" in error[0]
+    assert sorted(path.name for path in run.rglob("*")) == files
 
 
 def test_an_unknown_kind_is_one_line_listing_the_kinds(tmp_path, capsys) -> None:
