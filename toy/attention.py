@@ -17,8 +17,11 @@ least as wide as the residual stream (narrower heads make the circuits the bigge
 product); ``hook_attn_scores`` and ``hook_pattern`` fire in both, with the same values
 to float rounding.
 
-The mitigation kinds (docs/toy-task.md) run per head only: their rows need q (``kv_bias``)
-or learned logits, and their gates act on z or v. They add weights after the four above,
+The mitigation kinds (docs/toy-task.md): ``gated_element`` and ``value_gated`` gate inside a
+head (per output element, or each key's value) and run per head only; the others also run
+by circuits (a bias slot's logit as x (W_Q k'), a head's gate scaling its row, v' W_O added
+with the null's weight). ``hook_null`` fires in the per-head order only, which runs whenever
+something listens to it. The mitigation kinds add weights after the four above,
 so the paper's kinds draw the same initial weights as before: ``sinks [head]``
 (``learned_sink``), ``null_key [head, d_head]`` and ``null_value [head, d_head]``
 (``kv_bias``; ``kv_bias_zero_value`` has no value), ``W_gate`` (``gated_head``:
