@@ -149,7 +149,7 @@ def test_toy_command_functions_name_a_missing_path(call, argument):
 
 @pytest.mark.parametrize("command", [TRAIN + ["--max-steps", "5"], SWEEP + ["--no-progress"]])
 def test_an_unknown_attention_kind_names_the_flag(tmp_path, capsys, command):
-    one_line_exit_2(capsys, [*command, "--attention", "foo", "--out", str(tmp_path / "x")], "sigmoid (--attention)")
+    one_line_exit_2(capsys, [*command, "--attention", "foo", "--out", str(tmp_path / "x")], "value_gated (--attention)")
     assert list(tmp_path.iterdir()) == []
 
 
