@@ -105,7 +105,9 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
                     [
                         (
                             MAP_FIGURE,
-                            "anchor mass" + (" and null mass (the learned sink's)" if learned else "") + " per layer and head",
+                            "anchor mass"
+                            + (" and null mass (the learned sink's)" if learned else "")
+                            + " per layer and head",
                         ),
                         (LAYER_FIGURE, "anchor mass per layer: mean and max over heads, share of sink heads"),
                     ],

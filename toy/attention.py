@@ -50,6 +50,9 @@ from sinkscope.interp.attention_kinds import (
     validate_attention_kind,
 )
 
+# a gate per output element, or on each key's value, acts inside the head: no circuit order
+PER_HEAD_ONLY_KINDS: tuple[str, ...] = ("gated_element", "value_gated")
+
 
 class HookedAttention(nn.Module):
     """Causal multi-head attention: ``x [batch, pos, d_model] -> [batch, pos, d_model]``."""
@@ -128,8 +131,7 @@ class HookedAttention(nn.Module):
 
     def _circuits_apply(self) -> bool:
         """True when the circuit order gives every hook that something listens to."""
-        # a gate per output element, or on each key's value, acts inside the head: per head only
-        if self.d_head < self.d_model or self.attention in ("gated_element", "value_gated"):
+        if self.d_head < self.d_model or self.attention in PER_HEAD_ONLY_KINDS:
             return False
         if self.attention in NULL_KINDS and _listened(self.hook_null):
             return False

@@ -7,8 +7,12 @@ import math
 import pytest
 import torch
 
+from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import (
     ATTENTION_KINDS,
+    LEARNED_NULL_KINDS,
+    NORMALISED_KINDS,
+    SOFTPICK_EPS,
     causal_mask,
     fixed_row_scale,
     score_scale,
@@ -19,6 +23,8 @@ from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.task import TaskConfig, sample_batch
 
 B, H, P = 3, 2, 6
+# kinds whose rows are a function of the scores alone (the others need learned weights)
+SCORE_KINDS = tuple(kind for kind in ATTENTION_KINDS if kind not in LEARNED_NULL_KINDS)
 
 
 def _masked_scores(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,9 +43,13 @@ def _by_formula(kind: str, scores: torch.Tensor, visible: torch.Tensor) -> torch
                 row = [float(scores[b, h, i, k]) for k in range(i + 1)]
                 for k in range(i + 1):
                     s = row[k]
-                    if kind == "softmax":
+                    if kind in NORMALISED_KINDS:  # softmax; the gated kinds gate after it
                         top = max(row)
                         value = math.exp(s - top) / sum(math.exp(r - top) for r in row)
+                    elif kind == "softmax1":  # a null logit of 0 beside the keys
+                        value = math.exp(s) / (1.0 + sum(math.exp(r) for r in row))
+                    elif kind == "softpick":
+                        value = max(math.exp(s) - 1.0, 0.0) / (sum(abs(math.exp(r) - 1.0) for r in row) + SOFTPICK_EPS)
                     elif kind == "relu":
                         value = max(s, 0.0) / max(i, 1)
                     elif kind == "relu_prefix":
@@ -62,7 +72,7 @@ def test_causal_mask():
     assert causal_mask(2, 4).tolist() == [[True, True, True, False], [True, True, True, True]]
 
 
-@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+@pytest.mark.parametrize("kind", SCORE_KINDS)
 def test_kind_matches_formula(kind):
     scores, visible = _masked_scores()
     pattern = scores_to_pattern(kind, scores)
@@ -76,11 +86,19 @@ def test_kind_matches_formula(kind):
     assert torch.equal(pattern, cached)
 
 
-def test_only_softmax_normalises_rows():
+@pytest.mark.parametrize("kind", LEARNED_NULL_KINDS)
+def test_a_kind_with_learned_null_weights_has_no_rule_from_scores_alone(kind):
+    scores, _ = _masked_scores()
+    with pytest.raises(InputError, match="use softmax_with_null"):
+        scores_to_pattern(kind, scores)
+
+
+def test_only_the_normalised_kinds_give_rows_that_sum_to_one():
     scores, _ = _masked_scores(1)
-    sums = {kind: scores_to_pattern(kind, scores).sum(-1) for kind in ATTENTION_KINDS}
-    torch.testing.assert_close(sums["softmax"], torch.ones(B, H, P))
-    for kind in ("relu", "relu_prefix", "sigmoid"):
+    sums = {kind: scores_to_pattern(kind, scores).sum(-1) for kind in SCORE_KINDS}
+    for kind in NORMALISED_KINDS:
+        torch.testing.assert_close(sums[kind], torch.ones(B, H, P))
+    for kind in set(SCORE_KINDS) - set(NORMALISED_KINDS):
         assert not torch.allclose(sums[kind], torch.ones(B, H, P), atol=1e-2), kind
 
 

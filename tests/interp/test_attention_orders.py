@@ -13,11 +13,12 @@ import torch
 
 from sinkscope.interp.attention_kinds import ATTENTION_KINDS
 from sinkscope.interp.hook_names import attn_hook, pattern_hook
-from sinkscope.toy.attention import HookedAttention
+from sinkscope.toy.attention import PER_HEAD_ONLY_KINDS, HookedAttention
 from sinkscope.toy.model import ToyModelConfig, ToyTransformer
 from sinkscope.toy.task import TaskConfig, sample_batch
 
 D, P, BATCH = 8, 7, 5
+CIRCUIT_KINDS = tuple(kind for kind in ATTENTION_KINDS if kind not in PER_HEAD_ONLY_KINDS)
 
 
 def _tokens(seed: int = 0) -> torch.Tensor:
@@ -36,7 +37,7 @@ def _listen_to_z(model: ToyTransformer) -> list[tuple[str, object]]:
     return [(attn_hook(layer, "z"), lambda z, hook: None) for layer in range(model.cfg.n_layers)]
 
 
-@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+@pytest.mark.parametrize("attention", CIRCUIT_KINDS)
 @pytest.mark.parametrize(
     "shape",
     [
@@ -62,6 +63,13 @@ def test_both_orders_give_the_same_output_and_gradients(attention, shape):
     torch.testing.assert_close(circuit_out, per_head_out, rtol=1e-9, atol=1e-10)
     for name, grad in circuit_grads.items():
         torch.testing.assert_close(grad, per_head_grads[name], rtol=1e-9, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("attention", PER_HEAD_ONLY_KINDS)
+def test_a_kind_that_gates_inside_the_head_always_runs_per_head(attention):
+    model = _model(attention=attention, n_layers=2, n_heads=1)  # d_head == d_model: circuits would fit
+    assert not any(block.attn._circuits_apply() for block in model.blocks)
+    assert torch.isfinite(model(_tokens())).all()
 
 
 def test_a_hook_on_q_k_v_or_z_switches_to_the_per_head_order_and_sees_real_activations():

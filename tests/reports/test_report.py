@@ -1,7 +1,8 @@
 """`sinkscope report` on every kind of result directory, built here from real (small)
 runs: a toy reproduction, a toy probe, a toy trade-off, an audit with ablations and a
-comparison of two audits (tiny GPT-2 and GPT-NeoX checkpoints with planted BOS sinks), and
-a toy run beside an audit in one side-by-side (mechanism) comparison.
+comparison of two audits (tiny GPT-2 and GPT-NeoX checkpoints with planted BOS sinks), a
+comparison of attention kinds (softmax beside a learned sink), and a toy run beside an
+audit in one side-by-side (mechanism) comparison.
 
 Run names, file names and prompts carry ``<script>alert(1)</script>``: the reports must
 show it as text. The browser tests open each report in headless Chromium (see
@@ -28,6 +29,7 @@ from sinkscope.reports.html import render_html
 from sinkscope.reports.markdown import md_escape, render_markdown
 from sinkscope.reports.plots import save_figure
 from sinkscope.reports.png_text import TEXT_PX_KEY, png_text
+from sinkscope.toy.mitigations import MitigationsConfig, compare_mitigations
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.patching import patch_run
 from sinkscope.toy.probe_run import probe_run
@@ -82,6 +84,12 @@ def result_dirs(tmp_path_factory) -> dict[str, Path]:
     )
     sweep(grid, xss_dir(root, "-sweep"), progress=False)
     dirs["toy sweep"] = xss_dir(root, "-sweep")
+    # a mitigation comparison: a null-slot kind beside softmax, converged 1x1 models
+    kinds = MitigationsConfig(
+        kinds=("softmax", "learned_sink"), architectures=((1, 1),), seeds=1, max_steps=1200, n_sequences=100, workers=1
+    )
+    compare_mitigations(kinds, xss_dir(root, "-mitigations"), progress=False)
+    dirs["toy mitigations"] = xss_dir(root, "-mitigations")
     # audits: tiny causal models with a planted sink, prompts from a file named with the XSS string
     prompts = xss_dir(root, ".txt")
     prompts.parent.mkdir(parents=True, exist_ok=True)
