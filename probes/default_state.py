@@ -209,6 +209,29 @@ def bootstrap(values: torch.Tensor, n_bootstrap: int, generator: torch.Generator
     return Estimate(mean=float(values.mean()), ci_low=float(low), ci_high=float(high))
 
 
+def ratio_bootstrap(
+    numerator: torch.Tensor,
+    denominator: torch.Tensor,
+    n_bootstrap: int,
+    generator: torch.Generator,
+    confidence: float = 0.95,
+) -> Estimate:
+    """sum(numerator) / sum(denominator) over ``[n]`` paired units, and its percentile
+    bootstrap interval from resampling the units (pairs stay together): none (NaN ends)
+    from fewer than two. A zero denominator sum gives NaN throughout."""
+    n = int(numerator.shape[0])
+    numerator, denominator = numerator.double(), denominator.double()
+    total = float(denominator.sum())
+    ratio = float(numerator.sum()) / total if total != 0 else math.nan
+    if n < 2 or math.isnan(ratio):
+        return Estimate(mean=ratio, ci_low=math.nan, ci_high=math.nan)
+    draws = torch.randint(0, n, (n_bootstrap, n), generator=generator)
+    ratios = numerator[draws].sum(dim=1) / denominator[draws].sum(dim=1)
+    tail = (1.0 - confidence) / 2
+    low, high = torch.nanquantile(ratios, torch.tensor([tail, 1.0 - tail], dtype=ratios.dtype))
+    return Estimate(mean=ratio, ci_low=float(low), ci_high=float(high))
+
+
 def _errors(
     model: HookedModel,
     batch: PreparedBatch,

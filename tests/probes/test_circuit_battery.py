@@ -1,0 +1,233 @@
+"""The sink-circuit battery against ground truth.
+
+1. A GPT-2 whose sink is built by construction from three parts: a position-0 embedding
+   flag in one dimension, one key weight that reads it, and a query bias. Replacing the
+   first position's embedding, zeroing the key dimension and nulling the query bias must
+   remove the sink; every control must leave at least 95% of it.
+2. Every edit against the same edit made directly in transformers (weights edited, or a
+   module's output zeroed by a forward hook), read from its eager attention weights: the
+   per-input anchor masses and losses agree to 1e-5. On GPT-2 (learned positions, query
+   bias) and Qwen2 (rotary, grouped-query attention, query bias).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from sinkscope.infra.errors import InputError
+from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
+from sinkscope.pretrained_analysis.ablation import next_token_loss
+from sinkscope.probes.circuit_battery import anchor_mass_readout, run_circuit_battery
+from sinkscope.probes.circuit_edits import CircuitEdit, applicability, random_later_positions, random_query_shift
+from sinkscope.probes.circuit_result import CircuitConfig
+from tiny_models import build_tiny_gpt2, build_tiny_gqa, load_bridge, load_hf_model
+
+PROMPTS = [
+    "Attention sinks park mass on the first token of every prompt.",
+    "The quick brown fox jumps over the lazy dog again and again.",
+    "A trigger switches the model out of its default state for a while.",
+    "Another sentence that is long enough to have many later queries.",
+    "Short one here, but still more than a few tokens long indeed.",
+    "Sinks form because softmax rows must sum to one, or so goes the story.",
+]
+SINK = (1, 0)
+FLAG_DIM = 5
+
+
+def plant_position_sink(hf, strength: float = 10.0, flag: float = 20.0) -> None:
+    """Head ``SINK`` of a GPT-2 finds position 0 through its position embedding: a flag in
+    one dimension of wpe[0], a key weight reading that dimension, a constant query bias."""
+    layer, head = SINK
+    width = hf.config.n_embd
+    d_head = width // hf.config.n_head
+    with torch.no_grad():
+        hf.transformer.wpe.weight[0, FLAG_DIM] += flag
+        c_attn = hf.transformer.h[layer].attn.c_attn
+        q, k = slice(head * d_head, (head + 1) * d_head), slice(width + head * d_head, width + (head + 1) * d_head)
+        for cols in (q, k):
+            c_attn.weight[:, cols] = 0.0
+            c_attn.bias[cols] = 0.0
+        c_attn.bias[q.start] = strength
+        c_attn.weight[FLAG_DIM, k.start] = 1.0
+
+
+@pytest.fixture(scope="module")
+def position_sink_dir(tmp_path_factory):
+    directory = build_tiny_gpt2(tmp_path_factory.mktemp("models") / "position-sink", n_layer=2, n_head=2, n_embd=32)
+    hf = load_hf_model(directory)
+    plant_position_sink(hf)
+    hf.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def position_sink(position_sink_dir):
+    return HookedModel(load_bridge(position_sink_dir)), load_hf_model(position_sink_dir)
+
+
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory):
+    directory = build_tiny_gqa(tmp_path_factory.mktemp("models") / "qwen2", family="qwen2", bos_sink_head=(1, 0))
+    return HookedModel(load_bridge(directory)), load_hf_model(directory)
+
+
+def test_the_constructed_circuit_is_found_and_every_control_leaves_the_sink(position_sink) -> None:
+    hooked, _ = position_sink
+    battery = run_circuit_battery(hooked, PROMPTS, [SINK], CircuitConfig(n_bootstrap=200), error_fn=next_token_loss)
+    assert battery.baseline_anchor_mass > 0.99
+    shares = {row.intervention.edit: row.intervention.share_left for row in battery.rows}
+    for removes in ("null_query_bias", "replace_first_position", "remove_positions", "zero_key_dims"):
+        assert shares[removes].mean < 0.3, removes
+    key_row = next(row for row in battery.rows if row.intervention.edit == "zero_key_dims")
+    assert key_row.control is not None
+    for row in battery.rows:
+        if row.control is not None:
+            assert row.control.share_left.mean >= 0.95, row.control.edit
+    # the sink is built from position, not from the token: its token's embedding does not matter
+    assert shares["replace_anchor_token"].mean >= 0.95
+    assert shares["zero_anchor_write"].mean >= 0.95
+    frame = battery.to_dataframe()
+    assert len(frame) == sum(1 + (row.control is not None) for row in battery.rows)
+    assert set(battery.heads_dataframe()["layer"]) == {SINK[0]}
+
+
+def _hf_edit(hf, batch: PreparedBatch, edit: CircuitEdit, hooked: HookedModel):
+    """``hf`` with ``edit`` made directly in transformers, and the embeddings to feed it
+    (None: the token ids)."""
+    hf = copy.deepcopy(hf)
+    gpt2 = hf.config.model_type == "gpt2"
+    layers = hf.transformer.h if gpt2 else hf.model.layers
+    width = hf.config.hidden_size
+    d_head = width // hf.config.num_attention_heads
+    embeds = None
+    with torch.no_grad():
+        if edit.kind in ("null_query_bias", "random_query_bias"):
+            for layer, head in edit.heads:
+                bias = layers[layer].attn.c_attn.bias if gpt2 else layers[layer].self_attn.q_proj.bias
+                cols = slice(head * d_head, (head + 1) * d_head)
+                if edit.kind == "null_query_bias":
+                    bias[cols] = 0.0
+                else:
+                    shift = random_query_shift(hooked.model.blocks[layer].attn.b_Q.detach(), edit.seed, layer)
+                    bias[cols] += shift[head]
+        elif edit.kind in ("replace_first_position", "remove_positions", "swap_later_positions"):
+            wpe = hf.transformer.wpe.weight
+            p = edit.position
+            if edit.kind == "replace_first_position":
+                wpe[0] = wpe[p].clone()
+            elif edit.kind == "remove_positions":
+                wpe.zero_()
+            else:
+                wpe[[p, p + 1]] = wpe[[p + 1, p]].clone()
+        elif edit.kind in ("zero_key_dims", "zero_random_key_dims"):
+            for layer, dims in edit.key_dims:
+                if gpt2:
+                    layers[layer].attn.c_attn.weight[list(dims), width : 2 * width] = 0.0
+                else:
+                    layers[layer].self_attn.k_proj.weight[:, list(dims)] = 0.0
+        elif edit.kind == "replace_anchor_token":
+            embeds = hf.get_input_embeddings()(batch.model_input).clone()
+            embeds[:, 0] = embeds[:, 1]
+    if edit.kind in ("zero_anchor_write", "zero_random_write"):
+        at = batch.anchor if edit.kind == "zero_anchor_write" else random_later_positions(batch, edit.seed)
+        block = layers[edit.layer]
+        module = (block.mlp if gpt2 else block.mlp) if edit.part == "mlp" else (block.attn if gpt2 else block.self_attn)
+
+        def zero(module, args, output):
+            tensor = output[0] if isinstance(output, tuple) else output
+            tensor = tensor.clone()
+            tensor[torch.arange(tensor.shape[0]), at] = 0.0
+            return (tensor, *output[1:]) if isinstance(output, tuple) else tensor
+
+        module.register_forward_hook(zero)
+    return hf, embeds
+
+
+def _hf_readout(hf, batch: PreparedBatch, embeds, heads):
+    kwargs = {"inputs_embeds": embeds} if embeds is not None else {"input_ids": batch.model_input}
+    with torch.no_grad():
+        out = hf(**kwargs, attention_mask=batch.attention_mask.long(), output_attentions=True)
+    after = batch.attention_mask.clone()
+    after[:, 0] = False
+    masses = [(out.attentions[layer][:, head, :, 0].double() * after).sum(1) / after.sum(1) for layer, head in heads]
+    return torch.stack(masses, dim=1), next_token_loss(out.logits, batch)
+
+
+EDITS = [
+    CircuitEdit("null_query_bias", heads=((1, 0), (1, 1))),
+    CircuitEdit("random_query_bias", heads=((1, 0),), seed=3),
+    CircuitEdit("replace_first_position", position=4),
+    CircuitEdit("remove_positions"),
+    CircuitEdit("swap_later_positions", position=3),
+    CircuitEdit("zero_anchor_write", layer=0),
+    CircuitEdit("zero_anchor_write", layer=0, part="attn"),
+    CircuitEdit("zero_random_write", layer=0, seed=2),
+    CircuitEdit("zero_random_write", layer=1, part="attn", seed=2),
+    CircuitEdit("zero_key_dims", key_dims=((1, (5, 7, 30)),)),
+    CircuitEdit("zero_random_key_dims", key_dims=((0, (1,)), (1, (2, 3)))),
+    CircuitEdit("replace_anchor_token"),
+]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("edit", EDITS, ids=lambda edit: f"{edit.kind}-{edit.part}")
+def test_each_edit_equals_the_same_edit_made_in_transformers(family, edit, position_sink, qwen2) -> None:
+    hooked, hf = position_sink if family == "gpt2" else qwen2
+    heads = [(layer, head) for layer in range(2) for head in range(hooked.spec.n_heads)]
+    why_not = applicability(hooked, edit)
+    if family == "qwen2" and edit.kind in ("replace_first_position", "remove_positions", "swap_later_positions"):
+        assert why_not == "no learned position embeddings"
+        return
+    assert why_not is None
+    batch = hooked.prepare(PROMPTS[:4], padding_side="right")
+    readout = anchor_mass_readout(hooked, [batch], heads, edit, next_token_loss)
+    edited, embeds = _hf_edit(hf, batch, edit, hooked)
+    expected_mass, expected_loss = _hf_readout(edited, batch, embeds, heads)
+    torch.testing.assert_close(readout.anchor_mass, expected_mass, atol=1e-5, rtol=0)
+    assert readout.error is not None
+    torch.testing.assert_close(readout.error, expected_loss.double(), atol=1e-5, rtol=0)
+    # and the edit changed something: a test of an edit that does nothing could not fail
+    baseline = anchor_mass_readout(hooked, [batch], heads, None, next_token_loss)
+    assert baseline.error is not None
+    unchanged = torch.allclose(readout.anchor_mass, baseline.anchor_mass, atol=1e-9, rtol=0)
+    assert not (unchanged and torch.allclose(readout.error, baseline.error, atol=1e-9, rtol=0))
+
+
+def test_a_model_without_the_part_lists_the_edit_as_not_applicable(qwen2) -> None:
+    hooked, _ = qwen2
+    battery = run_circuit_battery(hooked, PROMPTS, [(1, 0)], CircuitConfig(n_bootstrap=50), error_fn=next_token_loss)
+    positions = [row for row in battery.rows if "position" in row.label]
+    assert positions and all(not row.intervention.applicable for row in positions)
+    assert all(row.intervention.why_not == "no learned position embeddings" for row in positions)
+    assert "not applicable: no learned position embeddings" in str(battery.table().rows)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"k_dims": 0}, "k_dims must be an integer"),
+        ({"write_layer": -1}, "write_layer must be an integer"),
+        ({"position": 0}, "position must be a later position"),
+        ({"n_bootstrap": 0}, "n_bootstrap must be an integer"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it(config, message) -> None:
+    with pytest.raises(InputError, match=message):
+        CircuitConfig(**config)
+
+
+def test_a_layer_head_or_position_outside_the_model_is_refused(position_sink) -> None:
+    hooked, _ = position_sink
+    with pytest.raises(InputError, match="outside the model"):
+        run_circuit_battery(hooked, PROMPTS, [(5, 0)], CircuitConfig(n_bootstrap=10))
+    with pytest.raises(InputError, match="write layer 9 is outside"):
+        run_circuit_battery(hooked, PROMPTS, [SINK], CircuitConfig(n_bootstrap=10, write_layer=9))
+    with pytest.raises(InputError, match="position 40 needs inputs of at least 42 tokens"):
+        run_circuit_battery(hooked, PROMPTS, [SINK], CircuitConfig(n_bootstrap=10, position=40))
+    with pytest.raises(InputError, match="k must be below the model width"):
+        run_circuit_battery(hooked, PROMPTS, [SINK], CircuitConfig(n_bootstrap=10, k_dims=32))
+    with pytest.raises(InputError, match="at least one sink head"):
+        run_circuit_battery(hooked, PROMPTS, [], CircuitConfig(n_bootstrap=10))
