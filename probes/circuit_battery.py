@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from jaxtyping import Float
@@ -65,6 +66,20 @@ def _mass_hook(heads: list[int], sink_rows: list[torch.Tensor], batch: PreparedB
     return hook
 
 
+def _counted(hooks: FwdHooks, fired: set[str]) -> FwdHooks:
+    """``hooks``, each recording its name in ``fired`` when it runs: an edit whose hook
+    point exists but never fires would otherwise read as an edit that changes nothing."""
+
+    def counted(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
+        def run(tensor: torch.Tensor, **kwargs: Any) -> Any:
+            fired.add(name)
+            return hook(tensor, **kwargs)
+
+        return run
+
+    return [(name, counted(name, hook)) for name, hook in hooks]
+
+
 def anchor_mass_readout(
     model: HookedModel,
     batches: Sequence[PreparedBatch],
@@ -76,12 +91,18 @@ def anchor_mass_readout(
     masses, errors = [], []
     for batch in batches:
         by_layer: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
-        hooks: FwdHooks = [] if edit is None else edit_hooks(model, batch, edit)
+        fired: set[str] = set()
+        edits: FwdHooks = [] if edit is None else edit_hooks(model, batch, edit)
+        hooks = _counted(edits, fired)
         for layer in layers:
             heads = [head for at, head in sink_heads if at == layer]
             hooks.append((pattern_hook(layer), _mass_hook(heads, by_layer[layer], batch)))
         with torch.no_grad():
             output = model.run_with_hooks(batch, hooks)
+        if edit is not None and len(fired) < len({name for name, _ in edit_hooks(model, batch, edit)}):
+            raise RuntimeError(
+                f"{edit.kind}: a hook it edits at never fired ({sorted(fired)} fired); the edit did nothing"
+            )
         masses.append(torch.cat([by_layer[layer][0] for layer in layers], dim=1).cpu())
         if error_fn is not None:
             errors.append(error_fn(output, batch).double().cpu())
@@ -95,20 +116,23 @@ def top_key_dims(
     over the inputs, and ``k`` others drawn at random (the control)."""
     if k >= model.spec.d_model:
         raise InputError(
-            f"k must be below the model width {model.spec.d_model} (a control needs other dimensions); got {k}"
+            f"k must be below the model width {model.spec.d_model} (a control needs other dimensions); got {k}",
+            field="k_dims",
         )
     sums = {layer: torch.zeros(model.spec.d_model, dtype=torch.float64) for layer in layers}
 
     def add(layer: int, batch: PreparedBatch) -> Callable[..., None]:
         def hook(x: Float[torch.Tensor, "batch pos d_model"], hook: object) -> None:
             rows = torch.arange(x.shape[0], device=x.device)
+            gain = key_input_hook(model, layer)[1]
+            x = x if gain is None else x * gain.to(x.device, x.dtype)
             sums[layer] += x[rows, batch.anchor.to(x.device)].abs().double().sum(0).cpu()
 
         return hook
 
     for batch in batches:
         with torch.no_grad():
-            model.run_with_hooks(batch, [(key_input_hook(model, layer), add(layer, batch)) for layer in layers])
+            model.run_with_hooks(batch, [(key_input_hook(model, layer)[0], add(layer, batch)) for layer in layers])
     generator = torch.Generator().manual_seed(seed)
     top, other = [], []
     for layer in layers:
@@ -224,13 +248,21 @@ def run_circuit_battery(
                 f"sink head L{layer}H{head} is outside the model ({spec.n_layers} layers x {spec.n_heads} heads)"
             )
     if config.write_layer >= spec.n_layers:
-        raise InputError(f"write layer {config.write_layer} is outside the model's {spec.n_layers} layers")
+        raise InputError(
+            f"write layer {config.write_layer} is outside the model's {spec.n_layers} layers", field="write_layer"
+        )
+    if config.k_dims >= spec.d_model:
+        raise InputError(
+            f"k must be below the model width {spec.d_model} (a control needs other dimensions); got {config.k_dims}",
+            field="k_dims",
+        )
     batches = _batches(model, inputs, attention_mask, config.batch_size)
     shortest = min(int(batch.attention_mask.sum(1).min()) for batch in batches)
     position = config.position if config.position is not None else max(1, shortest // 2)
     if position + 1 >= shortest:
         raise InputError(
-            f"position {position} needs inputs of at least {position + 2} tokens; the shortest has {shortest}"
+            f"position {position} needs inputs of at least {position + 2} tokens; the shortest has {shortest}",
+            field="position",
         )
     baseline = anchor_mass_readout(model, batches, heads, None, error_fn)
     rows = []

@@ -97,19 +97,24 @@ def has_learned_positions(model: HookedModel) -> bool:
     return getattr(model.model, "W_pos", None) is not None
 
 
-def key_input_hook(model: HookedModel, layer: int) -> str:
-    """The hook carrying what ``layer``'s W_K multiplies: the first norm's output
-    (bridges), the normalised residual (toy models with layer norm) or the residual."""
+def key_input_hook(model: HookedModel, layer: int) -> tuple[str, torch.Tensor | None]:
+    """The hook carrying what ``layer``'s W_K multiplies, and a gain to apply to it first:
+    the first norm's output (bridges), a toy model's normalised residual times its layer
+    norm's gain (the toy's hook reads before the gain), or the residual."""
     if model.is_bridge:
-        return f"blocks.{layer}.ln1.hook_out"
-    name = f"blocks.{layer}.ln1.hook_normalized"
-    return name if name in model.spec.hook_names else block_hook(layer, "resid_pre")
+        return f"blocks.{layer}.ln1.hook_out", None
+    norm = getattr(model.model.blocks[layer], "ln1", None)
+    if norm is None:
+        return block_hook(layer, "resid_pre"), None
+    return f"blocks.{layer}.ln1.hook_normalized", norm.w.detach()
 
 
 def write_hook(model: HookedModel, layer: int, part: WritePart) -> str | None:
     """The hook carrying ``layer``'s MLP or attention output, or None without one."""
     if part == "attn":
         return model.attention_output_hook(layer)
+    if not model.is_bridge and getattr(model.model.blocks[layer], "mlp", None) is None:
+        return None  # a toy block without an MLP has the hook point, which never fires
     name = block_hook(layer, "mlp_out")
     return name if name in model.spec.hook_names else None
 
@@ -207,16 +212,17 @@ def _write_hook(batch: PreparedBatch, edit: CircuitEdit) -> Callable[..., Any]:
 def _key_dims_hooks(model: HookedModel, layer: int, dims: list[int]) -> FwdHooks:
     """Capture ``layer``'s key input, then remove what its ``dims`` add to k: x[dims] W_K[dims]."""
     W_K = model.model.blocks[layer].attn.W_K.detach()[:, dims, :]  # [kv_head, dim, d_head]
+    name, gain = key_input_hook(model, layer)
     captured: dict[str, torch.Tensor] = {}
 
     def capture(x: torch.Tensor, hook: Any) -> None:
-        captured["x"] = x
+        captured["x"] = x if gain is None else x * gain.to(x.device, x.dtype)
 
     def remove(k: Float[torch.Tensor, "batch pos kv_head d_head"], hook: Any) -> torch.Tensor:
         x = captured.pop("x")[..., dims]
         return k - einsum(x, W_K.to(x.device, x.dtype), "batch pos dim, head dim d_head -> batch pos head d_head")
 
-    return [(key_input_hook(model, layer), capture), (attn_hook(layer, "k"), remove)]
+    return [(name, capture), (attn_hook(layer, "k"), remove)]
 
 
 def _anchor_token_hook(batch: PreparedBatch) -> Callable[..., Any]:

@@ -154,8 +154,6 @@ class CircuitBattery:
     """The battery on one model: ``n_inputs`` inputs, ``sink_heads`` read, their baseline
     anchor mass (mean over heads and inputs) and baseline error (mean over inputs)."""
 
-    SCHEMA: ClassVar[str] = "circuit"
-    SCHEMA_VERSION: ClassVar[int] = 1
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "n_inputs": POSITIVE,
         "baseline_anchor_mass": NONNEGATIVE,
@@ -220,3 +218,32 @@ def _frame_row(label: str, role: str, outcome: EditOutcome) -> dict[str, Any]:
         **_estimate_columns("share_left", outcome.share_left),
         **_estimate_columns("error_change", outcome.error_change),
     }
+
+
+@dataclass(frozen=True)
+class CircuitRun:
+    """The battery as a command ran it: ``model`` (its label), ``inputs`` (what they were,
+    e.g. "64 prompts of the packaged set, 16-32 tokens"), ``error_name`` (None: no error
+    readout), ``sink_rule`` (how the sink heads were chosen), ``seconds`` of wall time.
+    Persisted as ``circuit.json``."""
+
+    SCHEMA: ClassVar[str] = "circuit"
+    SCHEMA_VERSION: ClassVar[int] = 1
+    BOUNDS: ClassVar[dict[str, Bound]] = {"seconds": NONNEGATIVE}
+
+    model: str
+    inputs: str
+    error_name: str | None
+    sink_rule: str
+    battery: CircuitBattery
+    seconds: float
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        frame = self.battery.to_dataframe()
+        frame.insert(0, "model", self.model)
+        return frame
+
+    def _repr_html_(self) -> str:
+        from sinkscope.probes.circuit_report import circuit_html
+
+        return circuit_html(self)

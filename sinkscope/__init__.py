@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         write_audit,
     )
     from sinkscope.pretrained_analysis.audit_config import AuditConfig
+    from sinkscope.pretrained_analysis.circuit import circuit
     from sinkscope.pretrained_analysis.compare import (
         compare_audits,
         read_comparison,
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
         compare_directories,
     )
     from sinkscope.pretrained_analysis.window_test import window_test
+    from sinkscope.probes.circuit_battery import run_circuit_battery
+    from sinkscope.probes.circuit_result import CircuitConfig, CircuitRun
     from sinkscope.probes.default_state import default_state_test
     from sinkscope.probes.geometry_result import key_geometry
     from sinkscope.probes.interventions import (
@@ -78,6 +81,7 @@ if TYPE_CHECKING:
     from sinkscope.probes.sink_curves import sink_curves
     from sinkscope.probes.window_test import WindowTestResult
     from sinkscope.reporting import report
+    from sinkscope.toy.circuit_run import toy_circuit
     from sinkscope.toy.evaluate import evaluate_run
     from sinkscope.toy.model import ToyModelConfig
     from sinkscope.toy.reproduce import ReproduceConfig, reproduce
@@ -135,6 +139,12 @@ _EXPORTS: dict[str, str] = {
     "window_test": "sinkscope.pretrained_analysis.window_test",
     "toy_window_test": "sinkscope.toy.window_test",
     "WindowTestResult": "sinkscope.probes.window_test",
+    # the sink-circuit battery: which part builds the sink, each edit beside its control
+    "circuit": "sinkscope.pretrained_analysis.circuit",
+    "toy_circuit": "sinkscope.toy.circuit_run",
+    "run_circuit_battery": "sinkscope.probes.circuit_battery",
+    "CircuitConfig": "sinkscope.probes.circuit_result",
+    "CircuitRun": "sinkscope.probes.circuit_result",
     # toy models
     "train": "sinkscope.toy.train",
     "train_seeds": "sinkscope.toy.train",

@@ -16,13 +16,14 @@ from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import package_version
 from sinkscope.pretrained_analysis.report import REPORT_KINDS as PRETRAINED_KINDS
+from sinkscope.probes.circuit_report import REPORT_KINDS as CIRCUIT_KINDS
 from sinkscope.probes.mechanism_report import REPORT_KINDS as MECHANISM_KINDS
 from sinkscope.probes.window_report import REPORT_KINDS as WINDOW_KINDS
 from sinkscope.reports.write import ReportKind, write_report
 from sinkscope.toy.report import REPORT_KINDS as TOY_KINDS
 from sinkscope.toy.run_dir import CONFIG_FILE, RESULT_FILE
 
-REPORT_KINDS: tuple[ReportKind, ...] = PRETRAINED_KINDS + TOY_KINDS + MECHANISM_KINDS + WINDOW_KINDS
+REPORT_KINDS: tuple[ReportKind, ...] = PRETRAINED_KINDS + TOY_KINDS + MECHANISM_KINDS + WINDOW_KINDS + CIRCUIT_KINDS
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ INTERRUPTED = {
     "compare": "nothing was written; any old comparison is as it was",
     "demo": "the step that stopped said what it kept; run sinkscope demo again to continue",
     "window-test": "files are written only after every setting ran; re-run with --overwrite to replace any partial output",
+    "circuit": "files are written only after every edit ran; nothing was written, any old result is as it was",
 }
 
 

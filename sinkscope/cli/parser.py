@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 
 import sinkscope
-from sinkscope.cli import audit, compare, demo, report, toy, window_test
+from sinkscope.cli import audit, circuit, compare, demo, report, toy, window_test
 from sinkscope.cli.args import Parser, add_debug
 
 MAIN_EXAMPLES = """examples:
@@ -26,6 +26,7 @@ HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace], dict]] = {
     ("compare", None): compare.run,
     ("demo", None): demo.run,
     ("window-test", None): window_test.run,
+    ("circuit", None): circuit.run,
 }
 
 
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_parser(commands)
     demo.add_parser(commands)
     window_test.add_parser(commands)
+    circuit.add_parser(commands)
     return parser
 
 

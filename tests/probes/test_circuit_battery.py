@@ -17,13 +17,14 @@ import copy
 import pytest
 import torch
 
+from circuit_models import SINK, build_position_sink_gpt2
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.pretrained_analysis.ablation import next_token_loss
 from sinkscope.probes.circuit_battery import anchor_mass_readout, run_circuit_battery
 from sinkscope.probes.circuit_edits import CircuitEdit, applicability, random_later_positions, random_query_shift
 from sinkscope.probes.circuit_result import CircuitConfig
-from tiny_models import build_tiny_gpt2, build_tiny_gqa, load_bridge, load_hf_model
+from tiny_models import build_tiny_gqa, load_bridge, load_hf_model
 
 PROMPTS = [
     "Attention sinks park mass on the first token of every prompt.",
@@ -33,34 +34,11 @@ PROMPTS = [
     "Short one here, but still more than a few tokens long indeed.",
     "Sinks form because softmax rows must sum to one, or so goes the story.",
 ]
-SINK = (1, 0)
-FLAG_DIM = 5
-
-
-def plant_position_sink(hf, strength: float = 10.0, flag: float = 20.0) -> None:
-    """Head ``SINK`` of a GPT-2 finds position 0 through its position embedding: a flag in
-    one dimension of wpe[0], a key weight reading that dimension, a constant query bias."""
-    layer, head = SINK
-    width = hf.config.n_embd
-    d_head = width // hf.config.n_head
-    with torch.no_grad():
-        hf.transformer.wpe.weight[0, FLAG_DIM] += flag
-        c_attn = hf.transformer.h[layer].attn.c_attn
-        q, k = slice(head * d_head, (head + 1) * d_head), slice(width + head * d_head, width + (head + 1) * d_head)
-        for cols in (q, k):
-            c_attn.weight[:, cols] = 0.0
-            c_attn.bias[cols] = 0.0
-        c_attn.bias[q.start] = strength
-        c_attn.weight[FLAG_DIM, k.start] = 1.0
 
 
 @pytest.fixture(scope="module")
 def position_sink_dir(tmp_path_factory):
-    directory = build_tiny_gpt2(tmp_path_factory.mktemp("models") / "position-sink", n_layer=2, n_head=2, n_embd=32)
-    hf = load_hf_model(directory)
-    plant_position_sink(hf)
-    hf.save_pretrained(directory)
-    return directory
+    return build_position_sink_gpt2(tmp_path_factory.mktemp("models") / "position-sink")
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +209,57 @@ def test_a_layer_head_or_position_outside_the_model_is_refused(position_sink) ->
         run_circuit_battery(hooked, PROMPTS, [SINK], CircuitConfig(n_bootstrap=10, k_dims=32))
     with pytest.raises(InputError, match="at least one sink head"):
         run_circuit_battery(hooked, PROMPTS, [], CircuitConfig(n_bootstrap=10))
+
+
+def _toy(**config):
+    from sinkscope.toy.model import ToyModelConfig, ToyTransformer
+
+    torch.manual_seed(0)
+    return ToyTransformer(ToyModelConfig(n_layers=2, n_heads=2, d_model=8, seq_len=8, init_std=0.5, **config)).double()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        CircuitEdit("zero_key_dims", key_dims=((0, (1, 4)), (1, (0,)))),
+        CircuitEdit("replace_first_position", position=3),
+        CircuitEdit("swap_later_positions", position=2),
+    ],
+    ids=lambda edit: edit.kind,
+)
+def test_a_toy_edit_equals_the_same_edit_made_to_its_weights(edit) -> None:
+    from sinkscope.toy.task import TaskConfig, eval_batch
+
+    model = _toy(layer_norm=True, mlp=True, positional_embedding=True)
+    tokens = eval_batch(TaskConfig(d_model=8, seq_len=8, eval_trigger_position=5), 16, 0, "residual").tokens.double()
+    heads = [(layer, head) for layer in range(2) for head in range(2)]
+    hooked = HookedModel(model)
+    readout = anchor_mass_readout(hooked, [hooked.prepare(tokens)], heads, edit, None)
+    edited = copy.deepcopy(model)
+    with torch.no_grad():
+        if edit.kind == "zero_key_dims":
+            for layer, dims in edit.key_dims:
+                edited.blocks[layer].attn.W_K[:, list(dims), :] = 0.0
+        elif edit.kind == "replace_first_position":
+            edited.W_pos[0] = edited.W_pos[edit.position].clone()
+        else:
+            p = edit.position
+            edited.W_pos[[p, p + 1]] = edited.W_pos[[p + 1, p]].clone()
+    by_weights = HookedModel(edited)
+    expected = anchor_mass_readout(by_weights, [by_weights.prepare(tokens)], heads, None, None)
+    torch.testing.assert_close(readout.anchor_mass, expected.anchor_mass, atol=1e-10, rtol=0)
+    assert not torch.allclose(
+        readout.anchor_mass, anchor_mass_readout(hooked, [hooked.prepare(tokens)], heads, None, None).anchor_mass
+    )
+
+
+def test_an_edit_whose_hook_never_fires_is_a_bug_not_a_result(monkeypatch) -> None:
+    from sinkscope.probes import circuit_edits
+    from sinkscope.toy.task import TaskConfig, eval_batch
+
+    model = HookedModel(_toy())  # no MLP: its hook_mlp_out point exists and never fires
+    assert applicability(model, CircuitEdit("zero_anchor_write", layer=0)) == "no mlp output"
+    monkeypatch.setattr(circuit_edits, "write_hook", lambda model, layer, part: "blocks.0.hook_mlp_out")
+    tokens = eval_batch(TaskConfig(d_model=8, seq_len=8, eval_trigger_position=5), 4, 0, "residual").tokens.double()
+    with pytest.raises(RuntimeError, match="never fired"):
+        anchor_mass_readout(model, [model.prepare(tokens)], [(0, 0)], CircuitEdit("zero_anchor_write", layer=0), None)

@@ -1,8 +1,8 @@
 """`sinkscope report` on every kind of result directory, built here from real (small)
 runs: a toy reproduction, a toy probe, a toy trade-off, an audit with ablations and a
 comparison of two audits (tiny GPT-2 and GPT-NeoX checkpoints with planted BOS sinks), a
-comparison of attention kinds (softmax beside a learned sink), and a toy run beside an
-audit in one side-by-side (mechanism) comparison.
+comparison of attention kinds (softmax beside a learned sink), the sink-circuit battery on
+the GPT-2, and a toy run beside an audit in one side-by-side (mechanism) comparison.
 
 Run names, file names and prompts carry ``<script>alert(1)</script>``: the reports must
 show it as text. The browser tests open each report in headless Chromium (see
@@ -104,6 +104,9 @@ def result_dirs(tmp_path_factory) -> dict[str, Path]:
     window = ["window-test", str(gpt2), "--windows", "8", "--sinks", "1", "--chunk-tokens", "64", "--max-chunks", "2"]
     assert main([*window, "--out", str(xss_dir(root, "-window")), "--no-progress", "--json"]) == 0
     dirs["window test"] = xss_dir(root, "-window")
+    circuit = ["circuit", str(gpt2), "--prompts", str(prompts), "--max-len", "24", "--no-progress", "--json"]
+    assert main([*circuit, "--out", str(xss_dir(root, "-circuit"))]) == 0
+    dirs["circuit"] = xss_dir(root, "-circuit")
     # toy and pretrained side by side: the audit first, so the models table's layers column is out of order
     assert main(["compare", str(root / "audit"), str(run), "--out", str(xss_dir(root, "-mechanism")), "--json"]) == 0
     dirs["mechanism"] = xss_dir(root, "-mechanism")

@@ -1,0 +1,161 @@
+"""The sink-circuit battery, presented once for every medium: its table (each edit beside
+its control), its figure (the share of anchor mass left per sink head and edit), its
+findings, the report document and the inline notebook display."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sinkscope.infra.codec import read_result
+from sinkscope.probes.circuit_result import CircuitRun, EditOutcome
+from sinkscope.reports.document import Figure, KeyValues, Paragraph, ReportDocument, Section
+from sinkscope.reports.formatting import plural
+from sinkscope.reports.html import bullets_html, fragment, inline_table
+from sinkscope.reports.plots import heatmap
+from sinkscope.reports.write import ReportKind
+
+RESULT_FILE = "circuit.json"
+FIGURE_FILE = "circuit_share_left.png"
+REMOVES = 0.5  # an edit that leaves under half of the sink's anchor mass is named as removing it
+LEAVES = 0.95  # a control that leaves at least this share is named as leaving the sink in place
+
+
+def _measured(outcomes: list[tuple[str, EditOutcome]]) -> list[tuple[str, EditOutcome]]:
+    return [(label, outcome) for label, outcome in outcomes if outcome.applicable and outcome.share_left is not None]
+
+
+def _outcomes(run: CircuitRun) -> list[tuple[str, EditOutcome]]:
+    """Every edit with its row label, controls after their intervention."""
+    pairs = []
+    for row in run.battery.rows:
+        pairs.append((row.label, row.intervention))
+        if row.control is not None:
+            pairs.append((f"control: {row.control.edit}", row.control))
+    return pairs
+
+
+def circuit_findings(run: CircuitRun) -> tuple[str, ...]:
+    """What was measured, what removes the sink, what its controls leave, what was not applicable."""
+    battery = run.battery
+    n, heads = battery.n_inputs, len(battery.sink_heads)
+    few = " (from so few, a percentile bootstrap can take only a handful of values)" if 2 <= n < 5 else ""
+    measured = (
+        f"{run.model} on {run.inputs}: {plural(heads, 'sink head')} ({run.sink_rule}), baseline anchor mass "
+        f"{battery.baseline_anchor_mass:.3f} (mean over the sink heads of each input's mean over its real queries "
+        f"after the anchor, then over the {plural(n, 'input')}). Each edit's share left is the sum over inputs of "
+        f"its anchor mass over the baseline's; intervals are 95% paired bootstrap intervals over the inputs "
+        f"(n = {n}, none from one){few}."
+    )
+    removing, kept = [], []
+    for row in battery.rows:
+        share = row.intervention.share_left
+        if share is not None and share.mean < REMOVES:
+            removing.append(f"{row.label} ({100 * share.mean:.1f}% left)")
+        control = row.control
+        if control is not None and control.share_left is not None and control.share_left.mean < LEAVES:
+            kept.append(f"{control.edit} ({100 * control.share_left.mean:.1f}% left)")
+    found = (
+        "Removes most of the sink: " + "; ".join(removing) + "."
+        if removing
+        else f"No edit leaves less than {100 * REMOVES:.0f}% of the sink's anchor mass."
+    )
+    controls = (
+        "Every applicable control leaves at least 95% of it."
+        if not kept
+        else "Controls that moved the sink too (read their rows with care): " + "; ".join(kept) + "."
+    )
+    missing = sorted({outcome.why_not or "" for _, outcome in _outcomes(run) if not outcome.applicable})
+    absent = (
+        [f"Not applicable to this model: the edits that need what it lacks ({', '.join(missing)})."] if missing else []
+    )
+    return (measured, found, controls, *absent)
+
+
+def circuit_figure(run: CircuitRun, path: Path) -> Any:
+    """Share of anchor mass left: one row per applicable edit, one column per sink head."""
+    measured = _measured(_outcomes(run))
+    heads = run.battery.sink_heads
+    values = np.full((len(measured), len(heads)), math.nan)
+    for row, (_, outcome) in enumerate(measured):
+        for column, share in enumerate(outcome.heads):
+            values[row, column] = share.share_left.mean
+    top = max(1.0, float(np.nanmax(values))) if values.size and not np.isnan(values).all() else 1.0
+    return heatmap(
+        values,
+        path,
+        f"Share of anchor mass left: {run.model}",
+        "share of baseline anchor mass left",
+        "sink head",
+        "edit",
+        vmin=0.0,
+        vmax=top,
+        cmap="viridis",
+        x_tick_labels=[f"L{layer}H{head}" for layer, head in heads],
+        y_tick_labels=[label for label, _ in measured],
+    )
+
+
+def _run_facts(run: CircuitRun) -> KeyValues:
+    config = run.battery.config
+    return KeyValues(
+        "What was run",
+        (
+            ("model", run.model),
+            ("inputs", run.inputs),
+            ("sink heads", " ".join(f"L{layer}H{head}" for layer, head in run.battery.sink_heads)),
+            ("error", run.error_name or "none (no error readout for this model)"),
+            ("write layer; key dimensions per sink layer", f"{config.write_layer}; {config.k_dims}"),
+            ("later position (position edits)", str(config.position)),
+            ("seed (controls, bootstrap); resamples", f"{config.seed}; {config.n_bootstrap}"),
+            ("cost", f"{run.seconds:.1f} s"),
+        ),
+    )
+
+
+def circuit_document(run: CircuitRun, figure_dir: Path) -> ReportDocument:
+    """The report: findings, the table of edits and controls, the per-head figure, the run."""
+    figure = []
+    if _measured(_outcomes(run)):
+        circuit_figure(run, figure_dir / FIGURE_FILE)
+        caption = (
+            "Share of each sink head's baseline anchor mass left under each applicable edit (sum over inputs "
+            "of edited over baseline mass; colour capped at the largest share). Rows: interventions, each "
+            "followed by its control."
+        )
+        figure = [Section("Per sink head", (Figure(figure_dir / FIGURE_FILE, caption, figure_dir),))]
+    sections = (
+        Section("Edits and their controls", (run.battery.table(), Paragraph(EDITS_NOTE))),
+        *figure,
+        Section("Run", (_run_facts(run),)),
+    )
+    return ReportDocument("Sink circuit", f"{run.model} on {run.inputs}", circuit_findings(run), sections)
+
+
+EDITS_NOTE = (
+    "Edits act on activations through hooks: the query bias is subtracted at hook_q (its control adds a "
+    "random vector of the same norm per head); position embeddings are edited at hook_pos_embed (control: "
+    "two later positions swapped); a write into the anchor is zeroed at the MLP's or attention's output "
+    "(control: the same write at one random later position per input); key dimensions are removed at hook_k "
+    "as x[dims] W_K[dims] (control: as many random other dimensions); the anchor's token embedding is "
+    "replaced by the next token's at hook_embed. An edit the model has no part for is listed as not applicable."
+)
+
+
+def circuit_html(run: CircuitRun) -> str:
+    """Inline notebook display: the findings and the table."""
+    return fragment(
+        f"Sink circuit: {run.model}",
+        run.inputs,
+        [bullets_html(list(circuit_findings(run))), inline_table(run.battery.table())],
+    )
+
+
+def _build(result_dir: Path, figure_dir: Path) -> ReportDocument:
+    return circuit_document(read_result(result_dir / RESULT_FILE, CircuitRun), figure_dir)
+
+
+REPORT_KINDS: tuple[ReportKind, ...] = (ReportKind("circuit", (RESULT_FILE,), _build),)
