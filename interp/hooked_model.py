@@ -34,7 +34,7 @@ from transformer_lens import HookedRootModule
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.anchors import anchor_how
 from sinkscope.interp.attention_kinds import validate_attention_kind
-from sinkscope.interp.hook_names import attn_hook, block_hook, require_attention_everywhere
+from sinkscope.interp.hook_names import attn_hook, block_hook, no_pattern_layers
 from sinkscope.interp.model_spec import ModelSpec
 from sinkscope.interp.visibility import bridge_reach, key_visibility, layer_reach
 
@@ -118,7 +118,8 @@ class HookedModel:
         hook_names = frozenset(self.model.hook_dict.keys())
         if self.is_bridge:
             cfg = self.model.cfg
-            require_attention_everywhere(model, hook_names, int(cfg.n_layers))
+            skipped = no_pattern_layers(model, hook_names, int(cfg.n_layers))
+            first = min(set(range(int(cfg.n_layers))) - {row.layer for row in skipped})
             self.spec = ModelSpec(
                 family="bridge",
                 n_layers=int(cfg.n_layers),
@@ -127,10 +128,11 @@ class HookedModel:
                 d_model=int(cfg.d_model),
                 causal=getattr(cfg, "attention_dir", "causal") != "bidirectional",
                 attention="softmax",
-                pattern_writable=self._bridge_pattern_writable(),
+                pattern_writable=self._bridge_pattern_writable(first),
                 prepend_bos=bool(getattr(cfg, "default_prepend_bos", True)) if prepend_bos is None else prepend_bos,
                 n_kv_heads=int(getattr(cfg, "n_key_value_heads", None) or cfg.n_heads),
                 **bridge_reach(model, int(cfg.n_layers)),
+                no_pattern_layers=skipped,
                 hook_names=hook_names,
             )
         else:
@@ -289,8 +291,8 @@ class HookedModel:
         if not self.is_bridge:
             return []
         hooks: FwdHooks = []
-        for layer, block in enumerate(self.model.blocks):
-            name = f"blocks.{layer}.attn.hook_out"
+        for layer in self.spec.pattern_layers:
+            name, block = f"blocks.{layer}.attn.hook_out", self.model.blocks[layer]
             if hasattr(block.attn, "_pattern") and name in self.spec.hook_names:  # hook_dict is rebuilt per access
                 hooks.append((name, lambda tensor, hook, attn=block.attn: setattr(attn, "_pattern", None)))
         return hooks
@@ -303,18 +305,19 @@ class HookedModel:
         parameter = next(self.model.parameters(), None)
         return parameter.device if parameter is not None else torch.device("cpu")
 
-    def _bridge_pattern_writable(self) -> bool:
-        """Whether an edit at ``blocks.0.attn.hook_pattern`` changes the bridge's output.
+    def _bridge_pattern_writable(self, layer: int) -> bool:
+        """Whether an edit at ``blocks.{layer}.attn.hook_pattern`` (the first layer with a
+        pattern) changes the bridge's output.
 
         Decided once per bridge (two tiny forwards that still read every weight) and
         remembered on the bridge, since adapters are built per call."""
         cached = getattr(self.model, "_sinkscope_pattern_writable", None)
         if cached is None:
-            cached = self._probe_pattern_writable()
+            cached = self._probe_pattern_writable(layer)
             self.model._sinkscope_pattern_writable = cached
         return cached
 
-    def _probe_pattern_writable(self) -> bool:
+    def _probe_pattern_writable(self, layer: int) -> bool:
         tokenizer = self.model.tokenizer
         token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
         tokens = torch.full((1, 2), int(token if token is not None else 0), device=self._device())
@@ -328,5 +331,5 @@ class HookedModel:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             plain = self.model(tokens)
-            edited = self.model.run_with_hooks(tokens, fwd_hooks=[(attn_hook(0, "pattern"), to_last_key)])
+            edited = self.model.run_with_hooks(tokens, fwd_hooks=[(attn_hook(layer, "pattern"), to_last_key)])
         return not torch.equal(plain, edited)

@@ -35,7 +35,7 @@ def has_learned_sinks(model: HookedModel) -> bool:
     """Whether any layer's attention has learned sink logits (softmax models only: other
     kinds have no row sum that a sink could take mass from)."""
     return model.spec.normalised and any(
-        learned_sink_logits(model, layer) is not None for layer in range(model.spec.n_layers)
+        learned_sink_logits(model, layer) is not None for layer in model.spec.pattern_layers
     )
 
 

@@ -1,6 +1,7 @@
 """What a hooked model offers to probes, as results record it: sizes, grouped-query heads,
-causality, the attention kind, the BOS convention, sliding windows and chunks, and the
-hook names a live model exposes (``sinkscope.interp.hooked_model`` builds it)."""
+causality, the attention kind, the BOS convention, sliding windows and chunks, the layers
+without an attention pattern (hybrids' linear-attention layers), and the hook names a live
+model exposes (``sinkscope.interp.hooked_model`` builds it)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,24 @@ from typing import Any
 import torch
 from jaxtyping import Float
 
-from sinkscope.infra.bounds import POSITIVE
+from sinkscope.infra.bounds import COUNT, POSITIVE
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS
 from sinkscope.interp.visibility import REACH_BOUNDS, check_reach
 
 # hooks that carry key/value heads (fewer than the query heads under grouped-query attention)
 KV_HOOKS: frozenset[str] = frozenset({"k", "v", "rot_k"})
+
+
+@dataclass(frozen=True)
+class NoPatternLayer:
+    """A layer with no attention pattern for probes to read: a hybrid model's linear-attention
+    layer (Qwen3-Next's Gated DeltaNet). ``kind``: what the layer is, in words."""
+
+    BOUNDS = {"layer": COUNT}
+
+    layer: int
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,8 @@ class ModelSpec:
     head h reads kv head h // (n_heads / n_kv_heads), transformers' ``repeat_kv`` order), one under
     multi-query attention; None reads as ``n_heads`` (files written before it was recorded).
     ``sliding_windows`` / ``attention_chunks``: see ``sinkscope.interp.visibility``.
+    ``no_pattern_layers``: the layers without an attention pattern, ascending (a hybrid's
+    linear-attention layers); every probe reads the other layers only (``pattern_layers``).
     """
 
     BOUNDS = {**dict.fromkeys(["n_layers", "n_heads", "d_head", "d_model", "n_kv_heads"], POSITIVE), **REACH_BOUNDS}
@@ -46,6 +60,7 @@ class ModelSpec:
     n_kv_heads: int | None = None
     sliding_windows: tuple[int, ...] = ()
     attention_chunks: tuple[int, ...] = ()
+    no_pattern_layers: tuple[NoPatternLayer, ...] = ()
     # not persisted: a spec read from a result file describes the model, it cannot
     # vouch for a live model's hooks
     hook_names: frozenset[str] = field(default=frozenset(), repr=False, metadata={"persist": False})
@@ -59,6 +74,17 @@ class ModelSpec:
                 "check the model config's num_key_value_heads"
             )
         check_reach(self.n_layers, self.sliding_windows, self.attention_chunks)
+        skipped = [row.layer for row in self.no_pattern_layers]
+        if skipped != sorted(set(skipped)) or any(layer >= self.n_layers for layer in skipped):
+            raise InputError(f"no_pattern_layers {skipped} must be distinct layers below n_layers={self.n_layers}")
+        if len(skipped) == self.n_layers:
+            raise InputError("no_pattern_layers names every layer: a model without attention has nothing to probe")
+
+    @property
+    def pattern_layers(self) -> tuple[int, ...]:
+        """The layers with an attention pattern, ascending: every layer but ``no_pattern_layers``."""
+        skipped = {row.layer for row in self.no_pattern_layers}
+        return tuple(layer for layer in range(self.n_layers) if layer not in skipped)
 
     @property
     def kv_heads(self) -> int:

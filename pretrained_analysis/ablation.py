@@ -163,7 +163,7 @@ def ablate(
             return next_token_loss(logits, batch)
 
         base = prompt_losses(hooked, prompts, n, None, settings.batch_size, tick)
-        every_head = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
+        every_head = [(layer, head) for layer in spec.pattern_layers for head in range(spec.n_heads)]
         evicted = prompt_losses(hooked, prompts, n, evict_anchor(every_head), settings.batch_size, tick)
         sink_test = default_state_test(
             hooked,

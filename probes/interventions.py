@@ -331,6 +331,11 @@ def _refuse_what_the_model_lacks(model: HookedModel, intervention: Intervention)
             raise InputError(
                 f"head ({layer}, {head}) does not exist; layers 0..{spec.n_layers - 1}, heads 0..{spec.n_heads - 1}"
             )
+        if layer not in spec.pattern_layers:
+            raise InputError(
+                f"layer {layer} of head ({layer}, {head}) has no attention heads (it is linear attention); "
+                f"choose heads of the attention layers {', '.join(map(str, spec.pattern_layers))}"
+            )
     if kind == "remove_learned_sink" and not has_learned_sinks(model):
         if has_null_slot(model):  # a toy kind with a null slot, learned_sink's included
             raise InputError(
@@ -409,5 +414,5 @@ def head_means(
         return hook
 
     with torch.no_grad():
-        hooked.run_with_hooks(batch, [(attn_hook(layer, "z"), make(layer)) for layer in range(spec.n_layers)])
+        hooked.run_with_hooks(batch, [(attn_hook(layer, "z"), make(layer)) for layer in spec.pattern_layers])
     return HeadMeans(z=means, n_inputs=batch.batch_size)

@@ -135,6 +135,8 @@ class KeyGeometrySums:
 
     def _qk_hook(self, layer: int, stage: str, kind: str):
         def hook(x: torch.Tensor, hook: Any) -> None:
+            if kind == "q" and stage == "pre" and attn_hook(layer, "q_gate") in self.spec.hook_names:
+                x = x[:, :, 0::2]  # a doubled q_proj: head h's query at 2h, its gate at 2h + 1
             # whichever of q and k fires first waits for the other, then both are dropped
             other = self._waiting.pop((layer, stage), None)
             if other is None:

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any
 
 from sinkscope.infra.errors import InputError
+
+if TYPE_CHECKING:
+    from sinkscope.interp.model_spec import ModelSpec
 
 
 def layer_selection(layers: Any) -> tuple[int, ...] | None:
@@ -40,9 +43,36 @@ def check_layers(layers: tuple[int, ...] | None, n_layers: int, model: str = "th
         )
 
 
-def probed_layers(layers: tuple[int, ...] | None, n_layers: int) -> tuple[int, ...]:
-    """The layers a probe with ``layers`` runs on, in an ``n_layers``-layer model."""
-    return tuple(range(n_layers)) if layers is None else layers
+def probed_layers(layers: tuple[int, ...] | None, n_layers: int, no_pattern: Collection[int] = ()) -> tuple[int, ...]:
+    """The layers a probe with ``layers`` runs on, in an ``n_layers``-layer model whose
+    layers ``no_pattern`` have no attention pattern (``ModelSpec.no_pattern_layers``):
+    every other layer when ``layers`` is None."""
+    return tuple(layer for layer in range(n_layers) if layer not in no_pattern) if layers is None else layers
+
+
+def check_pattern_layers(layers: tuple[int, ...] | None, spec: ModelSpec) -> None:
+    """An ``InputError`` when a chosen layer is one without an attention pattern."""
+    kinds = {row.layer: row.kind for row in spec.no_pattern_layers}
+    chosen = [layer for layer in layers or () if layer in kinds]
+    if chosen:
+        raise InputError(
+            f"layer {chosen[0]} has no attention pattern ({kinds[chosen[0]]}); choose among the attention "
+            f"layers {layers_text(spec.pattern_layers)}",
+            field="layers",
+        )
+
+
+def no_pattern_note(spec: ModelSpec) -> tuple[str, ...]:
+    """What a probe of a model with layers without an attention pattern says (nothing otherwise)."""
+    if not spec.no_pattern_layers:
+        return ()
+    kinds = sorted({row.kind for row in spec.no_pattern_layers})
+    skipped = layers_text(tuple(row.layer for row in spec.no_pattern_layers))
+    return (
+        f"layers {skipped} of {spec.n_layers} have no attention pattern ({', '.join(kinds)}): every probe reads "
+        f"the {len(spec.pattern_layers)} attention layers only, and heads, sink heads, the sink rate and the "
+        "layer-output norms are over them",
+    )
 
 
 def layers_text(layers: tuple[int, ...] | None) -> str:

@@ -64,7 +64,7 @@ def checked_sites(
     n_pos: int,
 ) -> tuple[list[PatchSite], tuple[int, ...] | None, tuple[int, ...] | None]:
     """The sites to patch, with the checked head and position restrictions (None: all)."""
-    layer_list = _indices("layers", layers, spec.n_layers) or tuple(range(spec.n_layers))
+    layer_list = _indices("layers", layers, spec.n_layers) or spec.pattern_layers
     # k and v carry n_kv_heads heads under grouped-query attention: their sites are kv heads
     n_hook_heads = spec.heads_of(hook)
     head_list = _indices("heads", heads, n_hook_heads)

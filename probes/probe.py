@@ -6,7 +6,7 @@ computes them; docs/metrics.md defines every metric."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -121,9 +121,10 @@ class ProbeConfig:
         """An ``InputError`` naming the model's layer count when ``layers`` are not all its."""
         check_layers(self.layers, n_layers, model)
 
-    def probed_layers(self, n_layers: int) -> tuple[int, ...]:
-        """The layers probed in an ``n_layers``-layer model, ascending."""
-        return probed_layers(self.layers, n_layers)
+    def probed_layers(self, n_layers: int, no_pattern: Collection[int] = ()) -> tuple[int, ...]:
+        """The layers probed in an ``n_layers``-layer model whose layers ``no_pattern`` have no
+        attention pattern, ascending."""
+        return probed_layers(self.layers, n_layers, no_pattern)
 
 
 @dataclass
@@ -148,8 +149,11 @@ class HeadProbe:
     1 - row sum over the same queries, the mass that goes to no token (a learned sink
     logit, a bias slot, off-by-one softmax, softpick; NaN for kinds without a null);
     gate_default / gate_trigger: the mean gate value at the selected / the other queries
-    (gated kinds; NaN otherwise); default_source: where the head's default state lives
-    (``default_source``); the other metrics are defined in docs/metrics.md."""
+    (gated kinds and a doubled q_proj's gate, Qwen3-Next; NaN otherwise); gated_anchor_norm:
+    mean of A[i, a] ||g_i * v_a|| over the queries anchor_mass counts, the anchor's term in
+    the head's output after its elementwise query gate g_i (Qwen3-Next; NaN otherwise);
+    default_source: where the head's default state lives (``default_source``); the other
+    metrics are defined in docs/metrics.md."""
 
     # learned_sink_mass was this name until the null was measured for every kind that has one
     RENAMED: ClassVar[dict[str, str]] = {"learned_sink_mass": "null_mass"}
@@ -168,6 +172,7 @@ class HeadProbe:
         "null_mass": FRACTION,
         "gate_default": FRACTION,
         "gate_trigger": FRACTION,
+        "gated_anchor_norm": NONNEGATIVE,
         "anchor_mass_all_queries": NONNEGATIVE,
         "alpha_all_queries": NONNEGATIVE,
         **dict.fromkeys(("anchor_key_cos", "other_key_cos", "anchor_key_cos_rotated", "other_key_cos_rotated"), COSINE),
@@ -200,6 +205,7 @@ class HeadProbe:
     # the mitigation kinds (docs/metrics.md, "Where the default state lives")
     gate_default: float = math.nan
     gate_trigger: float = math.nan
+    gated_anchor_norm: float = math.nan
     default_source: str | None = None
 
 
@@ -327,8 +333,9 @@ class ProbeResult:
                 for index, layer in enumerate(self.config.layers or ())
             ]
         )
-        probed = probed_layers(self.config.layers, n_layers)
-        yield from head_grid_problems(self.heads, n_layers, n_heads, layers=self.config.layers)
+        probed = self.config.probed_layers(n_layers, [row.layer for row in self.model.no_pattern_layers])
+        grid = probed if self.model.no_pattern_layers else self.config.layers
+        yield from head_grid_problems(self.heads, n_layers, n_heads, layers=grid)
         if tuple(layer.layer for layer in self.layers) != probed:
             yield "layers", f"{len(self.layers)} rows", f"one row per layer, in order (layers {layers_text(probed)})"
         for index, layer in enumerate(self.layers):

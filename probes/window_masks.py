@@ -130,6 +130,11 @@ def window_hooks(model: HookedModel, allowed: Bool[torch.Tensor, "query key"]) -
     spec = model.spec
     if not spec.causal:
         raise InputError("the window test needs a causal language model; this model attends in both directions")
+    if spec.no_pattern_layers:
+        raise InputError(
+            f"the window test restricts every layer's attention, and layer {spec.no_pattern_layers[0].layer} of "
+            f"this model is {spec.no_pattern_layers[0].kind}, which no window restricts; use an all-attention model"
+        )
     if model.is_bridge and spec.attention == "softmax" and attn_hook(0, "attn_scores") in spec.hook_names:
         return [(attn_hook(layer, "attn_scores"), _score_hook(allowed)) for layer in range(spec.n_layers)]
     if not spec.pattern_writable:
