@@ -30,12 +30,12 @@ from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, compari
 from sinkscope.pretrained_analysis.geometry_sections import geometry_sections
 from sinkscope.pretrained_analysis.tables import ablation_table
 from sinkscope.pretrained_analysis.trajectory_figures import trajectory_caption
-from sinkscope.probes.probe import layers_setting
+from sinkscope.probes.probe import ProbeResult, layers_setting
 from sinkscope.probes.report_sections import (
     default_state_change_chart,
     default_state_table,
     head_table,
-    layer_table,
+    layer_tables,
     sink_head_threshold,
 )
 from sinkscope.probes.sink_curve_tables import curve_section
@@ -86,9 +86,9 @@ def _prompt_block(result: AuditResult) -> KeyValues:
     )
 
 
-def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
-    """The sink map, the per-head and per-layer tables, and the attention heatmaps."""
-    probe = result.probe
+def _null_and_gate_notes(probe: ProbeResult) -> str:
+    """The per-head table's notes on null mass (learned sink logits) and on the gate of a
+    doubled q_proj (Qwen3-Next), for the models that have them."""
     learned = not bool(probe.matrix("null_mass").isnan().all())  # a model with learned sink logits
     learned_note = (
         "null_mass: mean of 1 \u2212 row sum over the same queries, the mass the head's learned sink logit "
@@ -96,6 +96,20 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
         if learned
         else ""
     )
+    gated = not bool(probe.matrix("gated_anchor_norm").isnan().all())  # a query gate (Qwen3-Next)
+    gate_note = (
+        "gate_default: the mean gate \u03c3 over the same queries and the head's output elements; gated_anchor_norm: "
+        "mean of A[i, a] \u2016g_i \u2299 v_a\u2016, the anchor's term in the head's output after the gate; "
+        if gated
+        else ""
+    )
+    return learned_note + gate_note
+
+
+def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
+    """The sink map, the per-head and per-layer tables, and the attention heatmaps."""
+    probe = result.probe
+    learned = not bool(probe.matrix("null_mass").isnan().all())  # a model with learned sink logits
     sections = [
         Section(
             "Sink map",
@@ -122,14 +136,14 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
                     probe.heads,
                     "Per head",
                     f"anchor_mass: mean attention on the anchor ({result.anchor}) over queries after it that can "
-                    f"see it ({probe.n_queries:,} queries after it); {learned_note}"
+                    f"see it ({probe.n_queries:,} queries after it); {_null_and_gate_notes(probe)}"
                     "alpha: Gu et al.'s alpha over the queries that see the anchor; *_all_queries: over every query, "
                     "shown where a sliding window or chunk hides the anchor from some; value_weighted_anchor_share: share of the head's output norm coming from "
                     "the anchor; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass on the anchor.",
                 ),
             ),
         ),
-        Section("Layers", (layer_table(probe.layers),)),
+        Section("Layers", layer_tables(probe)),
         *geometry_sections(source, result),
     ]
     names = [name for name in result.figures if name.startswith("attention_example_")]

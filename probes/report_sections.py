@@ -16,8 +16,15 @@ import numpy as np
 from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
 from sinkscope.probes.default_state import DefaultStateRow, Estimate
 from sinkscope.probes.patching import PatchingResult, PatchingRow
-from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, SinkRate, layers_setting
-from sinkscope.probes.tables import HEAD_TABLE, LAYER_TABLE, default_state_definition, patch_site, patching_definition
+from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, ProbeResult, SinkRate, layers_setting
+from sinkscope.probes.tables import (
+    HEAD_TABLE,
+    LAYER_TABLE,
+    NO_PATTERN_TABLE,
+    default_state_definition,
+    patch_site,
+    patching_definition,
+)
 from sinkscope.reports.bars import (
     CONTROL_COLOUR,
     EFFECT_COLOUR,
@@ -37,6 +44,12 @@ def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
 def layer_table(layers: Sequence[LayerProbe]) -> Table:
     """One row per layer; a column measured for no layer (all NaN) is left out."""
     return LAYER_TABLE.table(layers).without_empty_columns()
+
+
+def layer_tables(probe: ProbeResult) -> tuple[Table, ...]:
+    """The per-layer table, then one row per layer without an attention pattern (if any)."""
+    skipped = probe.model.no_pattern_layers
+    return (layer_table(probe.layers), *((NO_PATTERN_TABLE.table(skipped),) if skipped else ()))
 
 
 def sink_rate_phrase(rates: Sequence[SinkRate]) -> str:

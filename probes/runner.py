@@ -39,8 +39,10 @@ from sinkscope.interp.learned_sinks import has_null
 from sinkscope.interp.model_spec import ModelSpec
 from sinkscope.interp.visibility import layer_reach
 from sinkscope.probes.batches import iterate_batches as iterate_batches  # callers import it from here
-from sinkscope.probes.gate_sums import GateSums
+from sinkscope.probes.gate_sums import GateSums, QueryGateSums
+from sinkscope.probes.gate_sums import ratio as _ratio
 from sinkscope.probes.key_geometry import KeyGeometrySums
+from sinkscope.probes.layer_selection import check_pattern_layers, no_pattern_note
 from sinkscope.probes.pattern_sums import PatternSums
 from sinkscope.probes.probe import (
     SECONDARY_MIN_QUERIES,
@@ -76,7 +78,8 @@ class ProbeAccumulator:
         self.samples = samples  # per-prompt statistics for the sink experiments, kept only when asked
         spec = model.spec
         config.check_layers(spec.n_layers)
-        self.layers = config.probed_layers(spec.n_layers)
+        check_pattern_layers(config.layers, spec)
+        self.layers = config.probed_layers(spec.n_layers, [row.layer for row in spec.no_pattern_layers])
         shape = (spec.n_layers, spec.n_heads)
         zeros = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
         self.sums = PatternSums(spec.n_layers, spec.n_heads, config.alpha_k, config.sink_rate_eps)
@@ -86,6 +89,7 @@ class ProbeAccumulator:
         # then 1 - row mass is the null's: a learned sink logit, a bias slot, softmax1, softpick
         self.has_null = has_null(model)
         self.gates = GateSums(spec.n_layers, spec.n_heads)
+        self.query_gates = QueryGateSums(spec, self.gates, self._context)
         self.resid_norm, self.resid_count = zeros(spec.n_layers), zeros(spec.n_layers)
         self.massive_count, self.massive_at_anchor = zeros(spec.n_layers), zeros(spec.n_layers)
         self.max_abs, self.median_abs = zeros(spec.n_layers), zeros(spec.n_layers)
@@ -122,6 +126,7 @@ class ProbeAccumulator:
                 hooks.append((block_hook(layer, "resid_post"), self._make_resid_hook(layer)))
             if attn_hook(layer, "gate") in self.model.spec.hook_names:
                 hooks.append((attn_hook(layer, "gate"), self._make_gate_hook(layer)))
+            hooks.extend(self.query_gates.hooks(layer))
             if self.geometry is not None:
                 hooks.extend(self.geometry.hooks(layer))
         return hooks
@@ -277,7 +282,7 @@ class ProbeAccumulator:
             sink_rates=self.sums.sink_rates(self.config.alpha_k),
             attn_out_norm_of_sum=float(self.out_of_sum) / total if total > 0 else math.nan,
             attn_out_sum_of_norms=float(self.sum_of_out) / total if total > 0 else math.nan,
-            notes=_normalisation_notes(spec) + layers_note(config.layers, spec.n_layers),
+            notes=_normalisation_notes(spec) + no_pattern_note(spec) + layers_note(config.layers, spec.n_layers),
             secondary_sinks=(
                 None
                 if self.secondary is None
@@ -317,6 +322,7 @@ class ProbeAccumulator:
                 "null_mass": null.double(),
                 "gate_default": gate.double(),
                 "gate_trigger": gate_other.double(),
+                "gated_anchor_norm": self.query_gates.gated_anchor_norm(),
                 "anchor_mass_all_queries": mass_all.double(),
                 "alpha_all_queries": alpha_all.double(),
                 "is_sink_head": sink.bool(),
@@ -362,11 +368,6 @@ class ProbeAccumulator:
             )
             for layer in self.layers
         )
-
-
-def _ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """``total / count``, NaN where nothing was counted."""
-    return torch.where(count > 0, total / count.clamp_min(1), torch.full_like(total, math.nan))
 
 
 def _normalisation_notes(spec: ModelSpec) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from sinkscope.reports.document import Column, HeadMaps, TableDefinition
 
 if TYPE_CHECKING:
+    from sinkscope.interp.model_spec import NoPatternLayer
     from sinkscope.probes.default_state import DefaultStateRow
     from sinkscope.probes.mechanism import MechanismHead, MechanismModel
     from sinkscope.probes.patching import PatchingRow
@@ -48,6 +49,7 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         Column("null_mass", ".4f", numeric=True),
         Column("gate_default", ".3f", numeric=True),
         Column("gate_trigger", ".3f", numeric=True),
+        Column("gated_anchor_norm", ".3g", numeric=True),
         Column("anchor_mass_all_queries", ".4f", numeric=True),
         Column("anchor_mass_other", ".4f", numeric=True),
         Column("alpha", ".3f", numeric=True),
@@ -69,6 +71,7 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         h.null_mass,
         h.gate_default,
         h.gate_trigger,
+        h.gated_anchor_norm,
         h.anchor_mass_all_queries,
         h.anchor_mass_other,
         h.alpha,
@@ -86,6 +89,8 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
     "anchor_mass: mean attention on the anchor over the selected queries that can see it; null_mass: "
     "mean of 1 - row sum over the same queries, the mass that goes to no token (a learned sink logit, a bias "
     "slot, softmax1, softpick); gate_default / gate_trigger: the mean gate at the selected / the other queries; "
+    "gated_anchor_norm: mean of A[i, a] ||g_i * v_a||, the anchor's term in the head's output after its "
+    "elementwise query gate (Qwen3-Next); "
     "default_source: where the head's default state lives (gate, anchor, null, anchor and null, quiet rows or "
     "none; docs/metrics.md); anchor_mass_other: "
     "over the other queries; alpha: Gu et al.'s alpha_0 (mean over the queries that see the anchor); "
@@ -106,6 +111,15 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
     ),
     marked=lambda h: h.is_sink_head,
     marked_label="sink heads",
+)
+
+# a hybrid's layers without an attention pattern (ModelSpec.no_pattern_layers), one row each
+NO_PATTERN_TABLE: TableDefinition[NoPatternLayer] = TableDefinition(
+    "Layers without an attention pattern",
+    (LAYER, Column("layer kind"), Column("attention pattern")),
+    lambda row: (row.layer, row.kind, "no pattern"),
+    "these layers have no attention weights (linear attention keeps a state, not a pattern over keys): every "
+    "probe skips them, and the per-head and per-layer tables, sink heads and sink rates are over the other layers",
 )
 
 LAYER_TABLE: TableDefinition[LayerProbe] = TableDefinition(

@@ -82,7 +82,7 @@ def test_serialises_to_json_and_csv(task_batch, tmp_path):
     frame = result.to_dataframe()
     # every field but the metrics measured for no head here (NaN throughout), as in heads.csv
     unmeasured = {"anchor_mass_other", "null_mass", "anchor_mass_all_queries", "alpha_all_queries"}
-    unmeasured |= {"gate_default", "gate_trigger"}  # a model without gates
+    unmeasured |= {"gate_default", "gate_trigger", "gated_anchor_norm"}  # a model without gates
     unmeasured |= set(GEOMETRY_COLUMN_FIELDS)  # key geometry: not asked for here
     assert list(frame.columns) == [field.name for field in fields(HeadProbe) if field.name not in unmeasured]
     assert len(frame) == 4 and all(math.isnan(getattr(result.heads[0], name)) for name in unmeasured)
