@@ -81,7 +81,13 @@ def circuit(
             field="sink_eps",
         )
     battery = run_circuit_battery(
-        hooked, tokenized.tokens, heads, config, attention_mask=tokenized.attention_mask, error_fn=next_token_loss
+        hooked,
+        tokenized.tokens,
+        heads,
+        config,
+        attention_mask=tokenized.attention_mask,
+        error_fn=next_token_loss,
+        sink_eps=sink_eps,
     )
     summary = tokenized.summary
     return CircuitRun(

@@ -24,8 +24,9 @@ from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.interp.hooked_model import FwdHooks, HookedModel, PreparedBatch
 from sinkscope.probes.circuit_edits import CircuitEdit, HeadRef, applicability, edit_hooks, key_input_hook
 from sinkscope.probes.circuit_result import CircuitBattery, CircuitConfig, CircuitRow, EditOutcome, HeadShare
+from sinkscope.probes.circuit_transplant import TransplantResult, transplant_test
 from sinkscope.probes.default_state import bootstrap, ratio_bootstrap
-from sinkscope.probes.sink_metrics import column, queries_after_anchor
+from sinkscope.probes.sink_metrics import SINK_EPS, column, queries_after_anchor
 
 ErrorFn = Callable[[torch.Tensor, PreparedBatch], torch.Tensor]
 
@@ -226,6 +227,19 @@ def _outcome(
     )
 
 
+def _transplant(
+    model: HookedModel, batches: Sequence[PreparedBatch], position: int, config: CircuitConfig, sink_eps: float
+) -> tuple[TransplantResult | None, str]:
+    """The transplant of ``position``, or None and why not."""
+    n_layers = model.spec.n_layers
+    if n_layers < 2:
+        return None, "a one-layer model has no later layer to read a transplanted sink in"
+    if not model.spec.pattern_writable:
+        return None, "this model's attention patterns are read-only"
+    layers = config.transplant_layers if config.transplant_layers is not None else min(2, n_layers - 1)
+    return transplant_test(model, batches, position, layers, sink_eps, config.n_bootstrap, config.seed), ""
+
+
 def run_circuit_battery(
     model: HookedModel,
     inputs: object,
@@ -233,10 +247,12 @@ def run_circuit_battery(
     config: CircuitConfig | None = None,
     attention_mask: torch.Tensor | None = None,
     error_fn: ErrorFn | None = None,
+    sink_eps: float = SINK_EPS,
 ) -> CircuitBattery:
     """Run every circuit edit and its control on ``inputs`` (strings, right-padded token
     ids with ``attention_mask``, or toy tokens), reading ``sink_heads``' anchor mass and
-    ``error_fn(output, batch) -> [batch]`` (e.g. next-token loss; None: no error readout)."""
+    ``error_fn(output, batch) -> [batch]`` (e.g. next-token loss; None: no error readout).
+    ``sink_eps``: the sink rule the transplant counts new sink heads by."""
     config = config or CircuitConfig()
     heads = tuple((int(layer), int(head)) for layer, head in sink_heads)
     if not heads:
@@ -270,6 +286,7 @@ def run_circuit_battery(
         outcome = _outcome(model, batches, heads, edit, baseline, error_fn, config)
         paired = None if control is None else _outcome(model, batches, heads, control, baseline, error_fn, config)
         rows.append(CircuitRow(label=label, intervention=outcome, control=paired))
+    transplant, note = _transplant(model, batches, position, config, sink_eps)
     return CircuitBattery(
         config=replace(config, position=position),
         n_inputs=int(baseline.anchor_mass.shape[0]),
@@ -277,4 +294,6 @@ def run_circuit_battery(
         baseline_anchor_mass=float(baseline.anchor_mass.mean()),
         baseline_error=None if baseline.error is None else float(baseline.error.mean()),
         rows=tuple(rows),
+        transplant=transplant,
+        transplant_note=note,
     )

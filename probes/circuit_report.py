@@ -12,7 +12,9 @@ import numpy as np
 
 from sinkscope.infra.codec import read_result
 from sinkscope.probes.circuit_result import CircuitRun, EditOutcome
-from sinkscope.reports.document import Figure, KeyValues, Paragraph, ReportDocument, Section
+from sinkscope.probes.circuit_transplant import TransplantResult
+from sinkscope.probes.default_state import Estimate
+from sinkscope.reports.document import Column, Figure, KeyValues, Paragraph, ReportDocument, Section, TableDefinition
 from sinkscope.reports.formatting import plural
 from sinkscope.reports.html import bullets_html, fragment, inline_table
 from sinkscope.reports.plots import heatmap
@@ -72,7 +74,58 @@ def circuit_findings(run: CircuitRun) -> tuple[str, ...]:
     absent = (
         [f"Not applicable to this model: the edits that need what it lacks ({', '.join(missing)})."] if missing else []
     )
-    return (measured, found, controls, *absent)
+    transplant = transplant_finding(battery.transplant, battery.transplant_note)
+    return (measured, found, controls, transplant, *absent)
+
+
+def _mass(estimate: Estimate) -> str:
+    if math.isnan(estimate.ci_low):
+        return f"{estimate.mean:.3f}"
+    return f"{estimate.mean:.3f} [{estimate.ci_low:.3f}, {estimate.ci_high:.3f}]"
+
+
+TRANSPLANT_TABLE: TableDefinition[tuple[str, Estimate, int]] = TableDefinition(
+    caption="Sink transplant: attention on the transplanted position from later queries",
+    columns=(
+        Column("setting"),
+        Column("mass on the position [95% CI]"),
+        Column("heads passing the sink rule on it", numeric=True),
+    ),
+    cells=lambda row: (row[0], _mass(row[1]), row[2]),
+    note=(
+        "Mass on the position: the mean of A[i, p] over real queries i > p, per head of the layers after the "
+        "edited ones, then over those heads, then over inputs; 95% percentile bootstrap over inputs."
+    ),
+)
+
+
+def transplant_rows(result: TransplantResult) -> list[tuple[str, Estimate, int]]:
+    return [
+        ("baseline", result.baseline, result.sink_heads_baseline),
+        (
+            f"position {result.position} attends only to itself in the first {plural(result.n_layers, 'layer')}",
+            result.transplant,
+            result.sink_heads_transplant,
+        ),
+        (
+            f"control: its residual scaled by {result.norm_factor:.3g} (the transplant's norm change)",
+            result.control,
+            result.sink_heads_control,
+        ),
+    ]
+
+
+def transplant_finding(result: TransplantResult | None, note: str) -> str:
+    if result is None:
+        return f"No sink transplant: {note}."
+    new = ", ".join(f"L{layer}H{head}" for layer, head in result.new_sink_heads) or "none"
+    return (
+        f"Sink transplant: made to attend only to itself in the first {plural(result.n_layers, 'layer')}, position "
+        f"{result.position} draws {result.transplant.mean:.3f} of later queries' attention per head of the "
+        f"{result.n_heads_read} heads read (baseline {result.baseline.mean:.3f}; the norm control "
+        f"{result.control.mean:.3f}); {result.sink_heads_transplant} of them pass the sink rule on it "
+        f"(baseline {result.sink_heads_baseline}, control {result.sink_heads_control}); new sink heads: {new}."
+    )
 
 
 def circuit_figure(run: CircuitRun, path: Path) -> Any:
@@ -127,9 +180,16 @@ def circuit_document(run: CircuitRun, figure_dir: Path) -> ReportDocument:
             "followed by its control."
         )
         figure = [Section("Per sink head", (Figure(figure_dir / FIGURE_FILE, caption, figure_dir),))]
+    transplant = run.battery.transplant
+    moved = (
+        []
+        if transplant is None
+        else [Section("Sink transplant", (TRANSPLANT_TABLE.table(transplant_rows(transplant)),))]
+    )
     sections = (
         Section("Edits and their controls", (run.battery.table(), Paragraph(EDITS_NOTE))),
         *figure,
+        *moved,
         Section("Run", (_run_facts(run),)),
     )
     return ReportDocument("Sink circuit", f"{run.model} on {run.inputs}", circuit_findings(run), sections)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.bounds import COUNT, NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Problem
 from sinkscope.infra.errors import InputError
+from sinkscope.probes.circuit_transplant import TransplantResult
 from sinkscope.probes.default_state import Estimate
 from sinkscope.reports.document import Column, Table, TableDefinition
 
@@ -29,8 +30,10 @@ class CircuitConfig:
     """``write_layer``: the layer whose MLP and attention writes into the anchor are zeroed;
     ``k_dims``: how many key input dimensions the key edit zeroes per sink layer;
     ``position``: the later position of the position edits (None: half the shortest
-    input); ``n_bootstrap`` resamples of the inputs; ``seed`` fixes the controls' draws
-    and the bootstrap; ``batch_size``: inputs per forward pass."""
+    input); ``transplant_layers``: the first layers in which the transplant makes that
+    position attend only to itself (None: two, or one in a two-layer model); ``n_bootstrap``
+    resamples of the inputs; ``seed`` fixes the controls' draws and the bootstrap;
+    ``batch_size``: inputs per forward pass."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "write_layer": COUNT,
@@ -42,6 +45,7 @@ class CircuitConfig:
     write_layer: int = 0
     k_dims: int = 3
     position: int | None = None
+    transplant_layers: int | None = None
     n_bootstrap: int = 1000
     seed: int = 0
     batch_size: int = 8
@@ -57,6 +61,11 @@ class CircuitConfig:
         ):
             raise InputError(
                 f"position must be a later position (an integer >= 1) or None, got {self.position!r}", field="position"
+            )
+        layers = self.transplant_layers
+        if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
+            raise InputError(
+                f"transplant_layers must be an integer >= 1 or None, got {layers!r}", field="transplant_layers"
             )
 
 
@@ -166,6 +175,8 @@ class CircuitBattery:
     baseline_anchor_mass: float
     baseline_error: float | None
     rows: tuple[CircuitRow, ...]
+    transplant: TransplantResult | None = None
+    transplant_note: str = ""  # why there is no transplant (a one-layer model, read-only patterns)
 
     def table(self) -> Table:
         """The main table: each intervention and its control, share left and error change."""

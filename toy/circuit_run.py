@@ -45,7 +45,12 @@ def toy_circuit(
     batch = eval_batch(run_config.task, n_sequences, FIGURE_SEED, run_config.model.target)
     error = default_position_mse(batch.targets, batch.default_query_mask())
     battery = run_circuit_battery(
-        HookedModel(load_model(run_dir)), batch.tokens, heads, replace(config, batch_size=n_sequences), error_fn=error
+        HookedModel(load_model(run_dir)),
+        batch.tokens,
+        heads,
+        replace(config, batch_size=n_sequences),
+        error_fn=error,
+        sink_eps=probe.config.sink_eps,
     )
     model = run_config.model
     return CircuitRun(

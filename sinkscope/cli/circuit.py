@@ -66,6 +66,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="the later position of the position edits (default: half the shortest input)",
     )
     command.add_argument(
+        "--transplant-layers",
+        type=POSITIVE,
+        default=None,
+        help="the first layers in which the transplant makes --position attend only to itself (default 2)",
+    )
+    command.add_argument(
         "--seed", type=NON_NEGATIVE, default=0, help="seed of the prompts' subset, the controls and the bootstrap"
     )
     command.add_argument("--batch-size", type=POSITIVE, default=8, help="prompts per forward pass (default 8)")
@@ -93,6 +99,7 @@ def _battery(args: argparse.Namespace):
         write_layer=args.write_layer,
         k_dims=args.k_dims,
         position=args.position,
+        transplant_layers=args.transplant_layers,
         seed=args.seed,
         batch_size=args.batch_size,
     )

@@ -40,6 +40,9 @@ def test_the_command_finds_the_constructed_circuit_and_reports_it(position_sink_
     assert set(frame["model"]) == {run.model} and {"share_left_mean", "error_change_ci_low"} <= set(frame.columns)
     page = (out / "report.html").read_text()
     assert "Edits and their controls" in page and "swap_later_positions" in page
+    transplant = run.battery.transplant
+    assert transplant is not None and transplant.n_layers == 1 and transplant.n_heads_read == 2
+    assert "Sink transplant" in page
     assert (out / "report_figures" / "circuit_share_left.png").is_file()
     # the report rebuilds from the result alone
     again = report(out, tmp_path / "again")
@@ -61,7 +64,9 @@ def test_a_toy_run_with_learned_positions_takes_the_battery(tmp_path, capsys) ->
     assert mlp.why_not == "no mlp output"  # the paper's toy models have no MLP
     attention = next(row.intervention for row in run.battery.rows if "attention write" in row.label)
     assert attention.applicable and attention.share_left is not None
-    assert "not applicable: no query bias" in (out / "report.md").read_text()
+    markdown = (out / "report.md").read_text()
+    assert "not applicable: no query bias" in markdown
+    assert run.battery.transplant is None and "No sink transplant: a one-layer model" in markdown
 
 
 @pytest.mark.parametrize(

@@ -263,3 +263,29 @@ def test_an_edit_whose_hook_never_fires_is_a_bug_not_a_result(monkeypatch) -> No
     tokens = eval_batch(TaskConfig(d_model=8, seq_len=8, eval_trigger_position=5), 4, 0, "residual").tokens.double()
     with pytest.raises(RuntimeError, match="never fired"):
         anchor_mass_readout(model, [model.prepare(tokens)], [(0, 0)], CircuitEdit("zero_anchor_write", layer=0), None)
+
+
+def test_the_transplant_equals_the_same_pattern_edit_inside_transformers(qwen2) -> None:
+    from hf_reference import edited_eager_attention
+    from sinkscope.probes.circuit_transplant import transplant_test
+
+    hooked, hf = qwen2
+    batch = hooked.prepare(PROMPTS[:4], padding_side="right")
+    position = 3
+    result = transplant_test(hooked, [batch], position, 1, 0.1, 200, 0)
+
+    def self_only(weights: torch.Tensor) -> torch.Tensor:
+        edited = weights.clone()
+        edited[:, :, position] = 0.0
+        edited[:, :, position, position] = 1.0
+        return edited
+
+    with edited_eager_attention(hf, {0: self_only}), torch.no_grad():
+        out = hf(input_ids=batch.model_input, attention_mask=batch.attention_mask.long(), output_attentions=True)
+    later = batch.attention_mask.clone()
+    later[:, : position + 1] = False
+    on_p = (out.attentions[1][:, :, :, position].double() * later.unsqueeze(1)).sum(-1) / later.sum(-1, keepdim=True)
+    assert result.transplant.mean == pytest.approx(float(on_p.mean()), abs=1e-6)
+    assert result.n_heads_read == hooked.spec.n_heads and result.n_layers == 1
+    assert result.transplant.mean != pytest.approx(result.baseline.mean, abs=1e-4)  # the edit moved attention
+    assert result.norm_factor > 0
