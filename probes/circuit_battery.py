@@ -28,6 +28,7 @@ from sinkscope.probes.circuit_transplant import TransplantResult, transplant_tes
 from sinkscope.probes.default_state import bootstrap, ratio_bootstrap
 from sinkscope.probes.sink_metrics import SINK_EPS, column, queries_after_anchor
 
+OFFSET = 256  # rotary positions start here in offset_positions: far from 0, inside common contexts
 ErrorFn = Callable[[torch.Tensor, PreparedBatch], torch.Tensor]
 
 
@@ -185,6 +186,11 @@ def _plan(
             CircuitEdit("zero_random_key_dims", key_dims=other),
         ),
         ("replace the anchor's token embedding with the next token's", CircuitEdit("replace_anchor_token"), None),
+        (
+            f"start the rotary positions at {OFFSET} (theory: no change)",
+            CircuitEdit("offset_positions", offset=OFFSET),
+            None,
+        ),
     ]
 
 

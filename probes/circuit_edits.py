@@ -18,6 +18,10 @@ one candidate source of that product at a time:
   other dimensions.
 - ``replace_anchor_token``: the anchor's token embedding replaced by the next token's
   (a control: a sink built from position alone should survive it).
+- ``offset_positions``: rotary models' position ids started at ``offset`` instead of 0, so
+  the anchor no longer sits at position 0 (the rotary tables at ``hook_cos``/``hook_sin``
+  rotated by offset * inv_freq); rotary scores depend only on i - j, so theory predicts
+  no change.
 
 ``applicability(model, edit)`` says why a model cannot take an edit (no query bias, no
 learned position embeddings), so that a battery lists it as not applicable. Edits read
@@ -49,6 +53,7 @@ EditKind = Literal[
     "zero_key_dims",
     "zero_random_key_dims",
     "replace_anchor_token",
+    "offset_positions",
 ]
 EDIT_KINDS: tuple[str, ...] = get_args(EditKind)
 WritePart = Literal["mlp", "attn"]
@@ -68,6 +73,7 @@ class CircuitEdit:
     part: WritePart = "mlp"
     key_dims: tuple[tuple[int, tuple[int, ...]], ...] = ()
     position: int = 1
+    offset: int = 256
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -77,6 +83,8 @@ class CircuitEdit:
             raise InputError(f"part must be 'mlp' or 'attn', got {self.part!r}")
         if self.position < 1:
             raise InputError(f"position must be a later position (>= 1), got {self.position}")
+        if self.offset < 1:
+            raise InputError(f"offset must be >= 1, got {self.offset}")
 
 
 # what a model has ----------------------------------------------------------------------
@@ -109,6 +117,47 @@ def key_input_hook(model: HookedModel, layer: int) -> tuple[str, torch.Tensor | 
     return f"blocks.{layer}.ln1.hook_normalized", norm.w.detach()
 
 
+def rotary_hooks(model: HookedModel) -> list[tuple[str, torch.Tensor, float]]:
+    """``(hook name, inv_freq, attention scaling)`` for every rotary table hook
+    (``*.hook_cos``, ``*.hook_sin``) of a bridge whose rotary module keeps its frequencies
+    (``inv_freq``); empty otherwise."""
+    if not model.is_bridge:
+        return []
+    found = []
+    for name in sorted(model.spec.hook_names):
+        if not name.endswith((".hook_cos", ".hook_sin")):
+            continue
+        module = getattr(model.model.get_submodule(name.rsplit(".", 1)[0]), "original_component", None)
+        inv_freq = getattr(module, "inv_freq", None)
+        if isinstance(inv_freq, torch.Tensor):
+            found.append((name, inv_freq.detach(), float(getattr(module, "attention_scaling", 1.0))))
+    return found
+
+
+def _rotary_offset_hook(inv_freq: torch.Tensor, scaling: float, offset: int, is_cos: bool) -> Callable[..., Any]:
+    """The rotary table recomputed for positions offset + 0, 1, ..., in the standard
+    cat(freqs, freqs) layout; the unedited table must equal it at offset 0 (else the
+    family's layout differs and the edit is refused rather than guessed)."""
+    trig = torch.cos if is_cos else torch.sin
+
+    def table_at(n_pos: int, start: int, device: torch.device) -> torch.Tensor:
+        positions = torch.arange(start, start + n_pos, dtype=torch.float64, device=device)
+        freqs = torch.outer(positions, inv_freq.double().to(device))
+        return trig(torch.cat([freqs, freqs], dim=-1)) * scaling
+
+    def hook(table: Float[torch.Tensor, "batch pos rot"], hook: Any) -> torch.Tensor:
+        n_pos = table.shape[-2]
+        if table.shape[-1] != 2 * inv_freq.shape[0] or not torch.allclose(
+            table.double(), table_at(n_pos, 0, table.device).expand_as(table), atol=1e-4
+        ):
+            raise InputError(
+                f"{hook.name} is not the standard rotary table of positions 0..{n_pos - 1}; offset_positions does not apply"
+            )
+        return table_at(n_pos, offset, table.device).to(table.dtype).expand_as(table).clone()
+
+    return hook
+
+
 def write_hook(model: HookedModel, layer: int, part: WritePart) -> str | None:
     """The hook carrying ``layer``'s MLP or attention output, or None without one."""
     if part == "attn":
@@ -130,6 +179,8 @@ def applicability(model: HookedModel, edit: CircuitEdit) -> str | None:
         return None if all(query_bias(model, layer) is not None for layer in layers) else "no query bias"
     if kind in ("replace_first_position", "remove_positions", "swap_later_positions"):
         return None if has_learned_positions(model) else "no learned position embeddings"
+    if kind == "offset_positions":
+        return None if rotary_hooks(model) else "no rotary position embeddings"
     if kind == "replace_anchor_token":
         return None if "hook_embed" in spec.hook_names else "no token embedding hook"
     layers = [edit.layer] if kind in ("zero_anchor_write", "zero_random_write") else [at for at, _ in edit.key_dims]
@@ -257,4 +308,9 @@ def edit_hooks(model: HookedModel, batch: PreparedBatch, edit: CircuitEdit) -> F
         return [(name, _write_hook(batch, edit))]
     if kind in ("zero_key_dims", "zero_random_key_dims"):
         return [hook for layer, dims in edit.key_dims for hook in _key_dims_hooks(model, layer, list(dims))]
+    if kind == "offset_positions":
+        return [
+            (name, _rotary_offset_hook(inv_freq, scaling, edit.offset, name.endswith("cos")))
+            for name, inv_freq, scaling in rotary_hooks(model)
+        ]
     return [("hook_embed", _anchor_token_hook(batch))]

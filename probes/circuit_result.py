@@ -106,7 +106,8 @@ class EditOutcome:
 @dataclass(frozen=True)
 class CircuitRow:
     """An intervention (``label`` says what it does) beside its matched control (None: the
-    row is itself a control, as replacing the anchor's token embedding is)."""
+    row is itself a control, as replacing the anchor's token embedding is, or a check of
+    theory, as a rotary offset is)."""
 
     label: str
     intervention: EditOutcome
@@ -125,8 +126,8 @@ def _cell(estimate: Estimate | None, percent: bool) -> str:
 
 
 def _outcome_cells(outcome: EditOutcome | None) -> tuple[str, str]:
-    if outcome is None:
-        return "(a control itself)", ""
+    if outcome is None:  # a control itself (the anchor's token), or a check of theory (a rotary offset)
+        return "-", "-"
     if not outcome.applicable:
         return f"not applicable: {outcome.why_not}", "-"
     return _cell(outcome.share_left, percent=True), _cell(outcome.error_change, percent=False)

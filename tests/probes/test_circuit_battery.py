@@ -124,8 +124,10 @@ def _hf_edit(hf, batch: PreparedBatch, edit: CircuitEdit, hooked: HookedModel):
     return hf, embeds
 
 
-def _hf_readout(hf, batch: PreparedBatch, embeds, heads):
+def _hf_readout(hf, batch: PreparedBatch, embeds, heads, position_ids=None):
     kwargs = {"inputs_embeds": embeds} if embeds is not None else {"input_ids": batch.model_input}
+    if position_ids is not None:
+        kwargs["position_ids"] = position_ids
     with torch.no_grad():
         out = hf(**kwargs, attention_mask=batch.attention_mask.long(), output_attentions=True)
     after = batch.attention_mask.clone()
@@ -147,6 +149,7 @@ EDITS = [
     CircuitEdit("zero_key_dims", key_dims=((1, (5, 7, 30)),)),
     CircuitEdit("zero_random_key_dims", key_dims=((0, (1,)), (1, (2, 3)))),
     CircuitEdit("replace_anchor_token"),
+    CircuitEdit("offset_positions", offset=100),
 ]
 
 
@@ -159,11 +162,17 @@ def test_each_edit_equals_the_same_edit_made_in_transformers(family, edit, posit
     if family == "qwen2" and edit.kind in ("replace_first_position", "remove_positions", "swap_later_positions"):
         assert why_not == "no learned position embeddings"
         return
+    if family == "gpt2" and edit.kind == "offset_positions":
+        assert why_not == "no rotary position embeddings"
+        return
     assert why_not is None
     batch = hooked.prepare(PROMPTS[:4], padding_side="right")
     readout = anchor_mass_readout(hooked, [batch], heads, edit, next_token_loss)
     edited, embeds = _hf_edit(hf, batch, edit, hooked)
-    expected_mass, expected_loss = _hf_readout(edited, batch, embeds, heads)
+    position_ids = None
+    if edit.kind == "offset_positions":
+        position_ids = torch.arange(batch.n_pos).unsqueeze(0) + edit.offset
+    expected_mass, expected_loss = _hf_readout(edited, batch, embeds, heads, position_ids)
     torch.testing.assert_close(readout.anchor_mass, expected_mass, atol=1e-5, rtol=0)
     assert readout.error is not None
     torch.testing.assert_close(readout.error, expected_loss.double(), atol=1e-5, rtol=0)
