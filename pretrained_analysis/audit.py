@@ -54,7 +54,7 @@ from sinkscope.pretrained_analysis.anchors import anchor_words
 from sinkscope.pretrained_analysis.audit_config import AuditConfig
 from sinkscope.pretrained_analysis.audit_experiments import (
     audit_experiments,
-    check_lengths_reached,
+    check_experiments_reachable,
     experiment_samples,
 )
 from sinkscope.pretrained_analysis.audit_figures import (
@@ -329,7 +329,7 @@ def audit(
     config.probe_config().check_layers(loaded.info.n_layers, loaded.info.label)
     prompt_set = _as_prompt_set(prompts)
     tokenized = tokenize_prompts(prompt_set, loaded)
-    check_lengths_reached(config.lengths, tokenized.summary.max_tokens)
+    check_experiments_reachable(config, tokenized, loaded.info.n_ctx)
     info = loaded.info
     hooked = HookedModel(loaded.bridge, prepend_bos=prompt_set.spec.prepend_bos)
     _check_sink_to_ablate(config, hooked, info.label)

@@ -27,7 +27,9 @@ class AuditConfig:
     heatmaps; n_bootstrap: resamples for the ablations' intervals; seed: their control keys;
     layers: the layers probed (None: all), where the sink heads and ablated heads come from;
     key_geometry / secondary_sinks: measure them in the same pass (``ProbeConfig``);
-    input_types, eps_curve, lengths: the sink experiments (``input_types``; None: not run)."""
+    input_types, eps_curve, lengths: the sink experiments (``input_types``; None: not run);
+    input_protocol: how their inputs are built, ``sinkscope`` (each prompt's own length, its
+    anchor kept first) or ``gu`` (Gu et al.'s: 64 tokens, no BOS prepended)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "batch_size": POSITIVE,
@@ -57,13 +59,14 @@ class AuditConfig:
     input_types: tuple[str, ...] | None = None
     eps_curve: tuple[float, ...] | None = None
     lengths: tuple[int, ...] | None = None
+    input_protocol: str = "sinkscope"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", ProbeConfig(layers=self.layers).layers)  # sorted, checked
         for name in ("input_types", "eps_curve", "lengths"):  # a list from Python reads as its tuple
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        check_experiments(self.input_types, self.eps_curve, self.lengths)
+        check_experiments(self.input_types, self.eps_curve, self.lengths, self.input_protocol)
         if self.eps_curve is not None:  # a curve is drawn in eps order, each eps once (as lengths)
             object.__setattr__(self, "eps_curve", tuple(sorted(set(self.eps_curve))))
         for name in ("batch_size", "ablate_heads", "n_examples", "n_bootstrap", "seed"):

@@ -10,8 +10,13 @@ from sinkscope.infra.arguments import check_argument
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.input_types import (
+    GU,
+    GU_LENGTH,
     PROMPTS,
+    SINKSCOPE,
+    check_input_protocol,
     check_input_types,
+    check_protocol_reachable,
     prompt_samples,
     sink_experiments,
 )
@@ -25,10 +30,14 @@ if TYPE_CHECKING:
 
 
 def check_experiments(
-    input_types: tuple[str, ...] | None, eps_curve: tuple[float, ...] | None, lengths: tuple[int, ...] | None
+    input_types: tuple[str, ...] | None,
+    eps_curve: tuple[float, ...] | None,
+    lengths: tuple[int, ...] | None,
+    input_protocol: str = SINKSCOPE,
 ) -> None:
     """``AuditConfig``'s experiment settings: tuples (or None) of known input types, eps in
-    [0, 1) and lengths >= 2; an ``InputError`` naming the setting otherwise."""
+    [0, 1) and lengths >= 2, and a known input protocol, chosen only with an experiment; an
+    ``InputError`` naming the setting otherwise."""
     for name, value, kind in (("input_types", input_types, str), ("eps_curve", eps_curve, (float, int))):
         check_argument(value, (tuple, type(None)), name, "a tuple or None")
         for item in value or ():
@@ -38,6 +47,30 @@ def check_experiments(
         check_argument(item, int, "lengths", "a tuple of integers")
     check_input_types(input_types or ())
     check_curve_settings(eps_curve or (), lengths or ())
+    check_input_protocol(input_protocol)
+    beyond = sorted({length for length in lengths or () if length > GU_LENGTH})
+    if input_protocol == GU and beyond:
+        raise InputError(
+            f"input protocol gu has {GU_LENGTH} tokens per input, so T = {', '.join(map(str, beyond))} is never "
+            f"reached; use lengths <= {GU_LENGTH} (--lengths), or input protocol sinkscope",
+            field="lengths",
+        )
+    if input_protocol != SINKSCOPE and all(value is None for value in (input_types, eps_curve, lengths)):
+        raise InputError(
+            f"input_protocol {input_protocol!r} says how the sink experiments' inputs are built; ask for them with "
+            "input_types (--input-types prompts,random,repeated)",
+            field="input_protocol",
+        )
+
+
+def check_experiments_reachable(config: AuditConfig, prompts: TokenizedPrompts, n_ctx: int) -> None:
+    """An ``InputError`` before probing for experiments these prompts cannot give: a length
+    no input reaches, or Gu et al.'s protocol without room or text for its 64 tokens."""
+    if config.input_protocol == SINKSCOPE:
+        check_lengths_reached(config.lengths, prompts.summary.max_tokens)
+    else:
+        kinds = config.input_types or (PROMPTS,)
+        check_protocol_reachable(config.input_protocol, kinds, prompts, n_ctx)
 
 
 def check_lengths_reached(lengths: tuple[int, ...] | None, longest: int) -> None:
@@ -86,4 +119,5 @@ def audit_experiments(
         tuple(sorted(set(config.lengths or ()))),
         config.n_bootstrap,
         (prompts.summary.spec.seed, config.seed),
+        config.input_protocol,
     )

@@ -37,18 +37,39 @@ def estimate_cell(value: SampleMean, digits: int = 1, unit: str = "") -> str:
     return f"{value.mean:.{digits}f}{unit} [{interval_text(value.ci_low, value.ci_high, value.n, 3)}]"
 
 
+# how each input protocol (``SinkCurves.input_protocol``) builds the input types, in words
+PROTOCOL_WORDS = {
+    "sinkscope": "input protocol sinkscope: every input type has the prompts' own lengths, seed and anchor (a BOS "
+    "the convention puts first stays; only the tokens after it change)",
+    "gu": "input protocol gu (Gu et al.'s): 64 tokens per input, no BOS prepended (only a BOS the tokenizer adds "
+    "itself stays first), the prompts cut into 64-token windows",
+    "given": "input protocol given: the inputs as passed, each type on the same masks",
+}
+
+
+def _sentence(text: str) -> str:
+    """``text`` with its first letter capitalised, the rest as written (BOS stays BOS)."""
+    return text[:1].upper() + text[1:]
+
+
+def protocol_words(curves: SinkCurves) -> str:
+    """How ``curves``' inputs were built, in words."""
+    return PROTOCOL_WORDS.get(curves.input_protocol, f"input protocol {curves.input_protocol}")
+
+
 def input_type_table(curves: SinkCurves) -> Table:
-    """Gu et al.'s Table 1 layout: one row per metric, the input types side by side."""
+    """Gu et al.'s Table 1 layout: one row per metric, the input types side by side, under
+    the input protocol that built them."""
     rows: list[tuple[Cell, ...]] = [
         (f"{sink_rate_name(curves)} (%)", *[estimate_cell(row.sink_rate) for row in curves.input_types]),
         ("anchor mass", *[estimate_cell(row.anchor_mass, 3) for row in curves.input_types]),
     ]
     columns = (Column("metric"), *[Column(row.input_type) for row in curves.input_types])
     return Table(
-        "Sink rate and anchor mass per input type (Gu et al., Table 1)",
+        f"Sink rate and anchor mass per input type (Gu et al., Table 1; input protocol {curves.input_protocol})",
         columns,
         tuple(rows),
-        f"Same lengths, seed and anchor for every input type; averaged {AVERAGED}.",
+        f"{_sentence(protocol_words(curves))}; averaged {AVERAGED}.",
     )
 
 
@@ -150,7 +171,10 @@ def curve_findings(curves: SinkCurves) -> list[str]:
     rows = {row.input_type: row for row in curves.input_types}
     if len(rows) > 1:
         parts = [f"{estimate_cell(row.sink_rate, unit='%')} on {row.input_type}" for row in rows.values()]
-        found.append(f"{sink_rate_name(curves)} per input type, mean over prompts: {'; '.join(parts)}.")
+        found.append(
+            f"{sink_rate_name(curves)} per input type (input protocol {curves.input_protocol}), mean over prompts: "
+            f"{'; '.join(parts)}."
+        )
         first, repeated = next(iter(rows.values())), rows.get("repeated")
         if repeated is not None and first.input_type != "repeated" and first.sink_rate.mean > 0:
             kept = repeated.sink_rate.mean / first.sink_rate.mean
@@ -210,5 +234,5 @@ def curve_section(curves: SinkCurves, figure_dir: Path, label: str) -> Section:
             f"The experiments added {plural(curves.n_forwards, 'forward pass', 'forward passes')} to the probe's own."
         )
     )
-    blocks.extend(Paragraph(note.capitalize() + ".") for note in curves.notes)
+    blocks.extend(Paragraph(_sentence(note) + ".") for note in curves.notes)
     return Section("Sink experiments", tuple(blocks))

@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 TABLE_EPS = 0.3  # Gu et al.'s Table 1 reads Sink_1^0.3
 CONFIDENCE = 0.95
+# how the inputs were built: the audit's two protocols (``pretrained_analysis.input_types``:
+# ``sinkscope``, the prompts' own lengths and anchor; ``gu``, Gu et al.'s 64 tokens without
+# BOS) or ``given``, the caller's own inputs (``sink_curves``)
+INPUT_PROTOCOLS: tuple[str, ...] = ("sinkscope", "gu", "given")
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,9 @@ class LengthPoint:
 class SinkCurves:
     """The sink experiments of one model. eps: the table's and the length curve's eps; k:
     Gu et al.'s k (0: the anchor); n_forwards: forward passes the experiments added to the
-    probe's own; notes: how the lengths were measured."""
+    probe's own; notes: how the inputs were built and the lengths measured; input_protocol:
+    how the inputs were built (``INPUT_PROTOCOLS``; results written before it was recorded
+    were the audit's ``sinkscope`` protocol)."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {"eps": FRACTION, "k": COUNT, "n_forwards": COUNT}
 
@@ -104,6 +110,11 @@ class SinkCurves:
     length_curve: tuple[LengthPoint, ...] = ()
     n_forwards: int = 0
     notes: tuple[str, ...] = ()
+    input_protocol: str = "sinkscope"
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        if self.input_protocol not in INPUT_PROTOCOLS:
+            yield "input_protocol", self.input_protocol, f"one of {', '.join(INPUT_PROTOCOLS)}"
 
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per measured point: experiment (input_type, eps, length), input type, x,
@@ -182,8 +193,9 @@ def summarise(
     seed: int = 0,
     n_forwards: int = 0,
     notes: tuple[str, ...] = (),
+    input_protocol: str = "given",
 ) -> SinkCurves:
-    """``SinkCurves`` from each input type's per-prompt arrays."""
+    """``SinkCurves`` from each input type's per-prompt arrays, built by ``input_protocol``."""
 
     def rate(alpha: torch.Tensor, eps: float) -> SampleMean:
         return sample_mean(prompt_sink_rates(alpha, eps), n_bootstrap, seed)
@@ -200,7 +212,7 @@ def summarise(
         for s in samples
         for index, length in enumerate(s.lengths)
     )
-    return SinkCurves(TABLE_EPS, k, rows, eps_points, lengths, n_forwards, notes)
+    return SinkCurves(TABLE_EPS, k, rows, eps_points, lengths, n_forwards, notes, input_protocol)
 
 
 MAX_LENGTH = 1 << 20  # tokens: beyond any context a model has, and within every index type

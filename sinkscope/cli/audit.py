@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> dict:
     resolved = [resolve_model(spec.name, spec.revision) for spec in specs]
     prompt_spec, typed = _prompts(args)
     beyond = [length for length in args.lengths or () if length > prompt_spec.max_len]
-    if beyond:  # no prompt can reach them: refused before any model loads
+    if beyond and args.input_protocol == "sinkscope":  # no prompt can reach them: refused before any model loads
         raise InputError(
             f"--lengths {','.join(map(str, beyond))} exceed --max-len {prompt_spec.max_len}, where prompts are cut; "
             f"use lengths <= {prompt_spec.max_len} or raise --max-len",

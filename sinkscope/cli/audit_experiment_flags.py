@@ -1,5 +1,5 @@
-"""`sinkscope audit`'s flags for the sink experiments: input types, the eps curve and the
-length sweep (``sinkscope.pretrained_analysis.input_types``)."""
+"""`sinkscope audit`'s flags for the sink experiments: input types and the protocol that
+builds them, the eps curve and the length sweep (``sinkscope.pretrained_analysis.input_types``)."""
 
 from __future__ import annotations
 
@@ -27,13 +27,22 @@ def input_type_list(text: str) -> tuple[str, ...]:
 
 
 def add_experiment_flags(audit: argparse.ArgumentParser) -> None:
-    """--input-types, --eps-curve, --lengths; any of them runs the experiments."""
+    """--input-types, --input-protocol, --eps-curve, --lengths; any of them but the protocol
+    runs the experiments."""
     audit.add_argument(
         "--input-types",
         type=input_type_list,
         default=None,
-        help="also probe these inputs, same lengths, seed and anchor: prompts,random,repeated (uniform random "
-        "tokens; one token repeated); the sink rate and anchor mass per type side by side (Gu et al., Table 1)",
+        help="also probe these inputs: prompts,random,repeated (uniform random tokens; one token repeated); the "
+        "sink rate and anchor mass per type side by side (Gu et al., Table 1), built by --input-protocol",
+    )
+    audit.add_argument(
+        "--input-protocol",
+        choices=("sinkscope", "gu"),
+        default="sinkscope",
+        help="how the input types are built: sinkscope (default; each prompt's own length, its BOS kept first, "
+        "only the tokens after it change) or gu (Gu et al.'s: 64 tokens per input, no BOS prepended; prompts cut "
+        "into 64-token windows)",
     )
     audit.add_argument(
         "--eps-curve",
@@ -62,4 +71,9 @@ def length_list(text: str) -> tuple[int, ...]:
 
 def experiment_settings(args: argparse.Namespace) -> dict:
     """The ``AuditConfig`` fields of the flags."""
-    return {"input_types": args.input_types, "eps_curve": args.eps_curve, "lengths": args.lengths}
+    return {
+        "input_types": args.input_types,
+        "eps_curve": args.eps_curve,
+        "lengths": args.lengths,
+        "input_protocol": args.input_protocol,
+    }

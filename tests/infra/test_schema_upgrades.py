@@ -84,6 +84,7 @@ ADDED_SINCE_V1 = {
     "eps_curve": None,
     "lengths": None,
     "experiments": None,
+    "input_protocol": "sinkscope",  # how the experiments' inputs are built: sinkscope's protocol before it was named
     # the eviction's interval over prompts: not recorded in a version-1 file
     "evict_anchor_increase": None,
     "prompts_used": None,  # a comparison's prompts each audit ran on
