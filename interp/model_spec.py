@@ -77,7 +77,7 @@ class ModelSpec:
         skipped = [row.layer for row in self.no_pattern_layers]
         if skipped != sorted(set(skipped)) or any(layer >= self.n_layers for layer in skipped):
             raise InputError(f"no_pattern_layers {skipped} must be distinct layers below n_layers={self.n_layers}")
-        if len(skipped) == self.n_layers:
+        if skipped and len(skipped) == self.n_layers:
             raise InputError("no_pattern_layers names every layer: a model without attention has nothing to probe")
 
     @property

@@ -40,6 +40,20 @@ def _prompt_set(prompts: PromptSpec | PromptSet | Sequence[str]) -> PromptSet:
     return make_prompt_set(prompt_texts(prompts))
 
 
+def _causal_model(model: LoadSpec | LoadedModel | Any, tokenizer: Any, progress: bool) -> LoadedModel:
+    """``model`` loaded (a ``LoadSpec``) or wrapped, refused unless it is a causal LM."""
+    if isinstance(model, LoadSpec):
+        with loading_announced(model.label, progress):
+            loaded = load_model(model, progress=progress)
+    else:
+        loaded = wrap_model(model, tokenizer)
+    if not loaded.info.causal:
+        raise InputError(
+            f"{loaded.info.label} is not a causal LM; the battery reads next-token loss from causal models"
+        )
+    return loaded
+
+
 def circuit(
     model: LoadSpec | LoadedModel | Any,
     prompts: PromptSpec | PromptSet | Sequence[str] | None = None,
@@ -59,15 +73,7 @@ def circuit(
     check_argument(progress, bool, "progress", "True or False")
     probe_config = ProbeConfig(sink_eps=sink_eps, batch_size=config.batch_size)
     prompt_set = _prompt_set(PromptSpec() if prompts is None else prompts)
-    if isinstance(model, LoadSpec):
-        with loading_announced(model.label, progress):
-            loaded = load_model(model, progress=progress)
-    else:
-        loaded = wrap_model(model, tokenizer)
-    if not loaded.info.causal:
-        raise InputError(
-            f"{loaded.info.label} is not a causal LM; the battery reads next-token loss from causal models"
-        )
+    loaded = _causal_model(model, tokenizer, progress)
     tokenized = tokenize_prompts(prompt_set, loaded)
     hooked = HookedModel(loaded.bridge, prepend_bos=prompt_set.spec.prepend_bos)
     batches = iterate_batches(tokenized.tokens, tokenized.attention_mask, None, config.batch_size)

@@ -26,6 +26,7 @@ DIR: a result directory, recognised by its files (the report says which kind it 
   toy tradeoff      tradeoff.json                      sinkscope toy tradeoff
   mechanism         mechanism.json                     sinkscope compare --mechanism
   window test       window_test.json                   sinkscope window-test MODEL
+  circuit           circuit.json                       sinkscope circuit MODEL
 report.html is one self-contained page (figures embedded, no network needed); report.md has
 the same findings and tables.
 """

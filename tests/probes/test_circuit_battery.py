@@ -17,12 +17,12 @@ import copy
 import pytest
 import torch
 
-from circuit_models import SINK, build_position_sink_gpt2
+from circuit_models import SINK, build_position_sink_gpt2, hf_anchor_readout, hf_edit
 from sinkscope.infra.errors import InputError
-from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
+from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.ablation import next_token_loss
 from sinkscope.probes.circuit_battery import anchor_mass_readout, run_circuit_battery
-from sinkscope.probes.circuit_edits import CircuitEdit, applicability, random_later_positions, random_query_shift
+from sinkscope.probes.circuit_edits import CircuitEdit, applicability
 from sinkscope.probes.circuit_result import CircuitConfig
 from tiny_models import build_tiny_gqa, load_bridge, load_hf_model
 
@@ -72,70 +72,6 @@ def test_the_constructed_circuit_is_found_and_every_control_leaves_the_sink(posi
     assert set(battery.heads_dataframe()["layer"]) == {SINK[0]}
 
 
-def _hf_edit(hf, batch: PreparedBatch, edit: CircuitEdit, hooked: HookedModel):
-    """``hf`` with ``edit`` made directly in transformers, and the embeddings to feed it
-    (None: the token ids)."""
-    hf = copy.deepcopy(hf)
-    gpt2 = hf.config.model_type == "gpt2"
-    layers = hf.transformer.h if gpt2 else hf.model.layers
-    width = hf.config.hidden_size
-    d_head = width // hf.config.num_attention_heads
-    embeds = None
-    with torch.no_grad():
-        if edit.kind in ("null_query_bias", "random_query_bias"):
-            for layer, head in edit.heads:
-                bias = layers[layer].attn.c_attn.bias if gpt2 else layers[layer].self_attn.q_proj.bias
-                cols = slice(head * d_head, (head + 1) * d_head)
-                if edit.kind == "null_query_bias":
-                    bias[cols] = 0.0
-                else:
-                    shift = random_query_shift(hooked.model.blocks[layer].attn.b_Q.detach(), edit.seed, layer)
-                    bias[cols] += shift[head]
-        elif edit.kind in ("replace_first_position", "remove_positions", "swap_later_positions"):
-            wpe = hf.transformer.wpe.weight
-            p = edit.position
-            if edit.kind == "replace_first_position":
-                wpe[0] = wpe[p].clone()
-            elif edit.kind == "remove_positions":
-                wpe.zero_()
-            else:
-                wpe[[p, p + 1]] = wpe[[p + 1, p]].clone()
-        elif edit.kind in ("zero_key_dims", "zero_random_key_dims"):
-            for layer, dims in edit.key_dims:
-                if gpt2:
-                    layers[layer].attn.c_attn.weight[list(dims), width : 2 * width] = 0.0
-                else:
-                    layers[layer].self_attn.k_proj.weight[:, list(dims)] = 0.0
-        elif edit.kind == "replace_anchor_token":
-            embeds = hf.get_input_embeddings()(batch.model_input).clone()
-            embeds[:, 0] = embeds[:, 1]
-    if edit.kind in ("zero_anchor_write", "zero_random_write"):
-        at = batch.anchor if edit.kind == "zero_anchor_write" else random_later_positions(batch, edit.seed)
-        block = layers[edit.layer]
-        module = (block.mlp if gpt2 else block.mlp) if edit.part == "mlp" else (block.attn if gpt2 else block.self_attn)
-
-        def zero(module, args, output):
-            tensor = output[0] if isinstance(output, tuple) else output
-            tensor = tensor.clone()
-            tensor[torch.arange(tensor.shape[0]), at] = 0.0
-            return (tensor, *output[1:]) if isinstance(output, tuple) else tensor
-
-        module.register_forward_hook(zero)
-    return hf, embeds
-
-
-def _hf_readout(hf, batch: PreparedBatch, embeds, heads, position_ids=None):
-    kwargs = {"inputs_embeds": embeds} if embeds is not None else {"input_ids": batch.model_input}
-    if position_ids is not None:
-        kwargs["position_ids"] = position_ids
-    with torch.no_grad():
-        out = hf(**kwargs, attention_mask=batch.attention_mask.long(), output_attentions=True)
-    after = batch.attention_mask.clone()
-    after[:, 0] = False
-    masses = [(out.attentions[layer][:, head, :, 0].double() * after).sum(1) / after.sum(1) for layer, head in heads]
-    return torch.stack(masses, dim=1), next_token_loss(out.logits, batch)
-
-
 EDITS = [
     CircuitEdit("null_query_bias", heads=((1, 0), (1, 1))),
     CircuitEdit("random_query_bias", heads=((1, 0),), seed=3),
@@ -168,11 +104,11 @@ def test_each_edit_equals_the_same_edit_made_in_transformers(family, edit, posit
     assert why_not is None
     batch = hooked.prepare(PROMPTS[:4], padding_side="right")
     readout = anchor_mass_readout(hooked, [batch], heads, edit, next_token_loss)
-    edited, embeds = _hf_edit(hf, batch, edit, hooked)
+    edited, embeds = hf_edit(hf, batch, edit, hooked)
     position_ids = None
     if edit.kind == "offset_positions":
         position_ids = torch.arange(batch.n_pos).unsqueeze(0) + edit.offset
-    expected_mass, expected_loss = _hf_readout(edited, batch, embeds, heads, position_ids)
+    expected_mass, expected_loss = hf_anchor_readout(edited, batch, embeds, heads, position_ids)
     torch.testing.assert_close(readout.anchor_mass, expected_mass, atol=1e-5, rtol=0)
     assert readout.error is not None
     torch.testing.assert_close(readout.error, expected_loss.double(), atol=1e-5, rtol=0)
@@ -186,8 +122,10 @@ def test_each_edit_equals_the_same_edit_made_in_transformers(family, edit, posit
 def test_a_model_without_the_part_lists_the_edit_as_not_applicable(qwen2) -> None:
     hooked, _ = qwen2
     battery = run_circuit_battery(hooked, PROMPTS, [(1, 0)], CircuitConfig(n_bootstrap=50), error_fn=next_token_loss)
-    positions = [row for row in battery.rows if "position" in row.label]
+    positions = [row for row in battery.rows if "position" in row.label and "rotary" not in row.label]
     assert positions and all(not row.intervention.applicable for row in positions)
+    (rotary,) = [row for row in battery.rows if "rotary" in row.label]  # Qwen2 takes the offset instead
+    assert rotary.intervention.applicable
     assert all(row.intervention.why_not == "no learned position embeddings" for row in positions)
     assert "not applicable: no learned position embeddings" in str(battery.table().rows)
 
