@@ -18,6 +18,7 @@ from sinkscope.probes.report_sections import (
     hidden_anchor_phrase,
     sink_head_phrase,
     sink_rate_phrase,
+    sink_rules_phrase,
     value_share_phrase,
 )
 from sinkscope.probes.sink_curve_tables import curve_findings
@@ -172,6 +173,7 @@ def audit_findings(result: AuditResult) -> list[str]:
         f"{model.n_params:,} parameters) on {plural(result.prompts.n_prompts, 'prompt')} from "
         f"{result.prompts.location}; the anchor is {result.anchor}.",
         sink_head_phrase(probe.heads, result.config.sink_eps, f"on the anchor, {result.anchor}"),
+        *filter(None, [sink_rules_phrase(probe)]),
         f"Sink rate (Gu et al. {SINK_RATE_NAME}, ε the sink-rate threshold): {sink_rate_phrase(result.sink_rates)} "
         "of (prompt, layer, head) entries.",
         _layer_phrase(probe.layers),

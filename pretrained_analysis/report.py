@@ -39,6 +39,7 @@ from sinkscope.probes.report_sections import (
     sink_head_threshold,
 )
 from sinkscope.probes.sink_curve_tables import curve_section
+from sinkscope.probes.tables import HEAD_CLASS_NOTE
 from sinkscope.reports.document import (
     Block,
     Details,
@@ -139,7 +140,8 @@ def _audit_measurements(source: Path, result: AuditResult) -> list[Section]:
                     f"see it ({probe.n_queries:,} queries after it); {_null_and_gate_notes(probe)}"
                     "alpha: Gu et al.'s alpha over the queries that see the anchor; *_all_queries: over every query, "
                     "shown where a sliding window or chunk hides the anchor from some; value_weighted_anchor_share: share of the head's output norm coming from "
-                    "the anchor; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass on the anchor.",
+                    "the anchor; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass on the anchor. "
+                    + HEAD_CLASS_NOTE,
                 ),
             ),
         ),

@@ -92,8 +92,12 @@ def anchor_norm_ratios(x: Float[torch.Tensor, "batch pos head d"], batch: Prepar
     """``||x_anchor|| / median_j ||x_j||`` over each prompt's other real tokens j, per head
     of ``x`` (kv heads for keys and values): ``[batch, head]``, NaN for a prompt without
     another real token or with a zero median."""
-    norms = x.float().norm(dim=-1)  # [batch, pos, head]
-    rows = torch.arange(batch.batch_size, device=x.device)
+    return norm_ratios(x.float().norm(dim=-1), batch)
+
+
+def norm_ratios(norms: Float[torch.Tensor, "batch pos head"], batch: PreparedBatch) -> torch.Tensor:
+    """``anchor_norm_ratios`` of vectors whose norms are ``norms`` (e.g. values after W_O)."""
+    rows = torch.arange(batch.batch_size, device=norms.device)
     others = batch.attention_mask.clone()
     others[rows, batch.anchor] = False
     median = norms.masked_fill(~others.unsqueeze(-1), float("nan")).nanmedian(dim=1).values

@@ -101,3 +101,13 @@ def layers_note(layers: tuple[int, ...] | None, n_layers: int) -> tuple[str, ...
 def layers_setting(layers: tuple[int, ...] | None) -> tuple[str, str]:
     """The settings line of a probe's or an audit's ``layers``, for ``config_block``."""
     return "layers probed", layers_text(layers)
+
+
+def normalisation_notes(spec: ModelSpec) -> tuple[str, ...]:
+    """A note when the model's attention is not normalised (none when it is)."""
+    if spec.normalised:
+        return ()
+    return (
+        f"{spec.attention} attention is not normalised: pattern rows need not sum to one, "
+        "and row_entropy is computed on renormalised rows",
+    )

@@ -31,7 +31,8 @@ from sinkscope.infra.bounds import (
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS
-from sinkscope.interp.model_spec import ModelSpec, upgrade_model_spec_v1
+from sinkscope.interp.model_spec import ModelSpec
+from sinkscope.probes.head_classes import HEAD_CLASSES
 from sinkscope.probes.layer_selection import (  # re-exported: callers import them from here
     check_layers,
     layer_selection,
@@ -44,6 +45,7 @@ from sinkscope.probes.layer_selection import (
 from sinkscope.probes.layer_selection import (
     layers_setting as layers_setting,
 )
+from sinkscope.probes.probe_upgrades import upgrade_probe_v1 as upgrade_probe_v1  # audit.py reads it here
 from sinkscope.probes.secondary_result import SecondarySinks
 from sinkscope.probes.sink_metrics import (
     SINK_EPS,
@@ -74,6 +76,7 @@ class ProbeConfig:
     these layers only, and its sink rates and layer-output norms are over them.
     with_key_geometry / with_secondary_sinks: also read hook_q + hook_k (+ hook_rot_q/k) /
     gather secondary sinks (``sinkscope.probes.key_geometry``, ``secondary_sinks``).
+    random_key_seed: seeds the random key of each prompt (``sinkscope.probes.head_classes``).
     """
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
@@ -87,6 +90,7 @@ class ProbeConfig:
         "batch_size": POSITIVE,
         "layers": COUNT,
         "secondary_min_mass": FRACTION,
+        "random_key_seed": COUNT,
     }
 
     sink_eps: float = SINK_EPS
@@ -103,6 +107,7 @@ class ProbeConfig:
     with_key_geometry: bool = False
     with_secondary_sinks: bool = False
     secondary_min_mass: float = SECONDARY_MIN_MASS
+    random_key_seed: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", layer_selection(self.layers))
@@ -152,8 +157,11 @@ class HeadProbe:
     (gated kinds and a doubled q_proj's gate, Qwen3-Next; NaN otherwise); gated_anchor_norm:
     mean of A[i, a] ||g_i * v_a|| over the queries anchor_mass counts, the anchor's term in
     the head's output after its elementwise query gate g_i (Qwen3-Next; NaN otherwise);
-    default_source: where the head's default state lives (``default_source``); the other
-    metrics are defined in docs/metrics.md."""
+    default_source: where the head's default state lives (``default_source``); sink_class
+    (sink heads only): no-op, broadcast or other, from anchor_projected_value_norm_ratio and
+    update_stable_rank (NaN for the other heads); random_key_mass: anchor_mass's statistic at
+    a random key; above_random_key_p99: anchor_mass > ``ProbeResult.random_key_p99`` (None:
+    not measured); docs/metrics.md defines every metric."""
 
     # learned_sink_mass was this name until the null was measured for every kind that has one
     RENAMED: ClassVar[dict[str, str]] = {"learned_sink_mass": "null_mass"}
@@ -178,6 +186,9 @@ class HeadProbe:
         **dict.fromkeys(("anchor_key_cos", "other_key_cos", "anchor_key_cos_rotated", "other_key_cos_rotated"), COSINE),
         "anchor_key_norm_ratio": NONNEGATIVE,
         "anchor_value_norm_ratio": NONNEGATIVE,
+        "anchor_projected_value_norm_ratio": NONNEGATIVE,
+        "update_stable_rank": NONNEGATIVE,
+        "random_key_mass": NONNEGATIVE,
     }
 
     layer: int
@@ -207,6 +218,12 @@ class HeadProbe:
     gate_trigger: float = math.nan
     gated_anchor_norm: float = math.nan
     default_source: str | None = None
+    # sink-head classes and the random-key null (sinkscope.probes.head_classes)
+    sink_class: str | None = None
+    anchor_projected_value_norm_ratio: float = math.nan
+    update_stable_rank: float = math.nan
+    random_key_mass: float = math.nan
+    above_random_key_p99: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -247,12 +264,6 @@ class LayerProbe:
     anchor_mass_all_queries: float = math.nan
 
 
-def upgrade_layer_probe_v1(layer: dict[str, Any]) -> dict[str, Any]:
-    """A ``LayerProbe``'s fields as files of schema version 1 hold them, in today's names
-    (its count ``sink_heads`` became ``n_sink_heads``)."""
-    return {("n_sink_heads" if key == "sink_heads" else key): value for key, value in layer.items()}
-
-
 @dataclass(frozen=True)
 class SinkRate:
     """Gu et al.'s Sink_k^eps in percent of (sample, layer, head) entries."""
@@ -278,20 +289,6 @@ class SinkRate:
         return f"SinkRate(Sink_{self.k + 1}: k={self.k}, eps={self.eps:g}, percent={self.percent:.4g}{over_all})"
 
 
-def upgrade_probe_v1(probe: dict[str, Any]) -> dict[str, Any]:
-    """A probe result of schema version 1 (``probe.json``, or nested in an audit or a
-    toy probe report) in version 2's names: its model spec's ``attention_kind`` is
-    ``attention``, each layer row's ``sink_heads`` count is ``n_sink_heads``."""
-    upgraded = dict(probe)
-    if isinstance(upgraded.get("model"), dict):
-        upgraded["model"] = upgrade_model_spec_v1(upgraded["model"])
-    if isinstance(upgraded.get("layers"), list):
-        upgraded["layers"] = [
-            upgrade_layer_probe_v1(layer) if isinstance(layer, dict) else layer for layer in upgraded["layers"]
-        ]
-    return upgraded
-
-
 @dataclass(frozen=True)
 class ProbeResult:
     """All probe measurements. ``attn_out_norm_of_sum`` vs ``attn_out_sum_of_norms``:
@@ -304,6 +301,7 @@ class ProbeResult:
         "n_queries": COUNT,
         "attn_out_norm_of_sum": NONNEGATIVE,
         "attn_out_sum_of_norms": NONNEGATIVE,
+        "random_key_p99": NONNEGATIVE,
     }
 
     SCHEMA: ClassVar[str] = "probe"
@@ -321,6 +319,7 @@ class ProbeResult:
     attn_out_sum_of_norms: float
     notes: tuple[str, ...] = field(default=())
     secondary_sinks: SecondarySinks | None = None
+    random_key_p99: float = math.nan  # the random-key null's threshold (docs/metrics.md)
 
     def inconsistencies(self) -> Iterator[Problem]:
         """Rows that do not fit the model: every (layer, head) of the probed layers once, one
@@ -356,6 +355,8 @@ class ProbeResult:
                         f"{not row.is_sink_head} for anchor mass {row.anchor_mass:.3g} (sink heads: >= {threshold:g})"
                     )
                     yield f"heads[{index}].is_sink_head", str(row.is_sink_head), expected
+            if row.sink_class is not None and (not row.is_sink_head or row.sink_class not in HEAD_CLASSES):
+                yield f"heads[{index}].sink_class", row.sink_class, f"None or one of {HEAD_CLASSES} for a sink head"
         if self.model.attention in NORMALISED_KINDS:
             for index, row in enumerate(self.heads):
                 for name in ("anchor_mass", "anchor_mass_other", "alpha", "row_mass"):

@@ -15,6 +15,7 @@ import numpy as np
 
 from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
 from sinkscope.probes.default_state import DefaultStateRow, Estimate
+from sinkscope.probes.head_classes import HEAD_CLASSES
 from sinkscope.probes.patching import PatchingResult, PatchingRow
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, ProbeResult, SinkRate, layers_setting
 from sinkscope.probes.tables import (
@@ -119,6 +120,25 @@ def sink_head_phrase(heads: Sequence[HeadProbe], sink_eps: float, where: str) ->
         f"{'The one head is not' if len(heads) == 1 else f'None of the {len(heads):,} heads is'} a sink head "
         f"({rule}); the largest anchor mass is "
         f"{top.anchor_mass:.3f} (L{top.layer}H{top.head})."
+    )
+
+
+def sink_rules_phrase(probe: ProbeResult) -> str | None:
+    """How many heads pass each sink rule, the fixed sink_eps and the random-key null, and
+    the sink heads' classes (docs/metrics.md); None for a probe without the null (older files)."""
+    heads = [head for head in probe.heads if not math.isnan(head.anchor_mass)]
+    if math.isnan(probe.random_key_p99) or not heads:
+        return None
+    n_eps = sum(head.is_sink_head for head in heads)
+    n_null = sum(bool(head.above_random_key_p99) for head in heads)
+    both = sum(head.is_sink_head and bool(head.above_random_key_p99) for head in heads)
+    classes = [head.sink_class for head in heads if head.is_sink_head and head.sink_class is not None]
+    kinds = ", ".join(f"{classes.count(kind)} {kind}" for kind in HEAD_CLASSES if kind in classes)
+    return (
+        f"Sink rules: {n_eps} of {len(heads)} heads pass the fixed rule (anchor mass >= "
+        f"{1.0 - probe.config.sink_eps:g}); {n_null} pass the random-key null (anchor mass above "
+        f"{probe.random_key_p99:.4f}, the 99th percentile of the mass on one random real key per prompt over "
+        f"every (head, prompt)); {both} pass both." + (f" Sink-head classes: {kinds}." if kinds else "")
     )
 
 

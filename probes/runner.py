@@ -36,13 +36,13 @@ from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook, block_hook
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.interp.learned_sinks import has_null
-from sinkscope.interp.model_spec import ModelSpec
 from sinkscope.interp.visibility import layer_reach
 from sinkscope.probes.batches import iterate_batches as iterate_batches  # callers import it from here
 from sinkscope.probes.gate_sums import GateSums, QueryGateSums
 from sinkscope.probes.gate_sums import ratio as _ratio
+from sinkscope.probes.head_classes import HeadClassSums
 from sinkscope.probes.key_geometry import KeyGeometrySums
-from sinkscope.probes.layer_selection import check_pattern_layers, no_pattern_note
+from sinkscope.probes.layer_selection import check_pattern_layers, no_pattern_note, normalisation_notes
 from sinkscope.probes.pattern_sums import PatternSums
 from sinkscope.probes.probe import (
     SECONDARY_MIN_QUERIES,
@@ -103,6 +103,7 @@ class ProbeAccumulator:
         self._out_norm_total: torch.Tensor | None = None
         self._grams: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         self.geometry = KeyGeometrySums(spec, self._context) if config.with_key_geometry else None
+        self.classes = HeadClassSums(spec.n_layers, spec.n_heads, config.random_key_seed)
         self.secondary = (
             SecondarySinkSums(
                 config.secondary_min_mass, SECONDARY_MIN_QUERIES, config.massive_abs, config.massive_ratio
@@ -148,6 +149,7 @@ class ProbeAccumulator:
         last = block_hook(self.layers[-1], "resid_post")
         if self.secondary is not None:
             self.secondary.start(batch)
+        self.classes.start(batch)
         with torch.inference_mode():
             self.model.run_with_hooks(batch, self.hooks(), stop_after=last)
             if self.secondary is not None:
@@ -174,6 +176,7 @@ class ProbeAccumulator:
             # [batch, pos, n_kv_heads, d_head] -> one value per query head (grouped-query attention)
             v = self.model.spec.expand_kv(v)
             self._value_norms = projected_value_norms(v, self._gram(layer, v.dtype))
+            self.classes.add_values(layer, self._value_norms, batch)
             rows = torch.arange(batch.batch_size, device=v.device)
             self.value_norm[layer] += v[rows, batch.anchor].norm(dim=-1).double().sum(dim=0).cpu()
             self.value_count[layer] += batch.batch_size
@@ -193,6 +196,7 @@ class ProbeAccumulator:
             batch, selected, visible = self._context(layer)
             clean = masked_cleanly(pattern, visible)  # decides the cheap paths of the sums below
             self.sums.add(layer, pattern, batch, selected, visible, self._value_norms, clean)
+            self.classes.add_pattern(layer, pattern, selected, visible)
             if self.samples is not None:
                 self.samples.add(layer, pattern, batch, selected, visible)
             self._value_norms = None
@@ -221,6 +225,7 @@ class ProbeAccumulator:
             self.head_out[layer] += (head_norms * selected.unsqueeze(-1)).sum(dim=(0, 1)).double().cpu()
             self.head_out_sum[layer] += float((head_norms.sum(dim=-1) * selected).sum())
             self.out_count[layer] += float(selected.sum())
+            self.classes.add_outputs(layer, z, self._gram(layer, z.dtype), self._pass()[1])
             if computes_output:
                 W_O = self.model.W_O(layer).to(z.dtype)  # [head, d_head, d_model]
                 # [batch, pos, d_model]: sum_h z_h W_O[h] as one matmul
@@ -282,7 +287,8 @@ class ProbeAccumulator:
             sink_rates=self.sums.sink_rates(self.config.alpha_k),
             attn_out_norm_of_sum=float(self.out_of_sum) / total if total > 0 else math.nan,
             attn_out_sum_of_norms=float(self.sum_of_out) / total if total > 0 else math.nan,
-            notes=_normalisation_notes(spec) + no_pattern_note(spec) + layers_note(config.layers, spec.n_layers),
+            random_key_p99=self.classes.random_key_p99(),
+            notes=normalisation_notes(spec) + no_pattern_note(spec) + layers_note(config.layers, spec.n_layers),
             secondary_sinks=(
                 None
                 if self.secondary is None
@@ -335,6 +341,7 @@ class ProbeAccumulator:
             cells: dict[str, Any] = {name: values[layer][head] for name, values in fields.items()}
             if geometry is not None:
                 cells.update(geometry.head_fields(layer, head))
+            cells.update(self.classes.head_cells(layer, head, cells["is_sink_head"], cells["anchor_mass"]))
             source = default_source(
                 cells["anchor_mass"], cells["null_mass"], cells["row_mass"], cells["gate_default"], config.sink_eps
             )
@@ -368,16 +375,6 @@ class ProbeAccumulator:
             )
             for layer in self.layers
         )
-
-
-def _normalisation_notes(spec: ModelSpec) -> tuple[str, ...]:
-    """A note when the model's attention is not normalised (none when it is)."""
-    if spec.normalised:
-        return ()
-    return (
-        f"{spec.attention} attention is not normalised: pattern rows need not sum to one, "
-        "and row_entropy is computed on renormalised rows",
-    )
 
 
 def probe_batches(

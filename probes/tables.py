@@ -40,6 +40,22 @@ GEOMETRY_COLUMNS = tuple(
     Column(name, ".3f" if "cos" in name else ".3g", numeric=True) for name in GEOMETRY_COLUMN_FIELDS
 )
 
+# sink-head classes and the random-key null (sinkscope.probes.head_classes), as the per-head table shows them
+HEAD_CLASS_COLUMNS = (
+    Column("sink_class"),
+    Column("anchor_projected_value_norm_ratio", ".3g", numeric=True),
+    Column("update_stable_rank", ".3g", numeric=True),
+    Column("random_key_mass", ".4f", numeric=True),
+    Column("above_random_key_p99"),
+)
+HEAD_CLASS_NOTE = (
+    "sink_class (sink heads only): no-op when anchor_projected_value_norm_ratio (||v_a W_O|| over the median of "
+    "the prompt's other tokens') < 0.2, else broadcast when update_stable_rank (||M||_F^2 / ||M||_2^2 of the "
+    "head's outputs z W_O at the selected queries) < 1.5, else other; random_key_mass: the anchor mass's "
+    "statistic at one random real key per prompt; above_random_key_p99: anchor_mass above the 99th percentile "
+    "of the random-key mass over every (head, prompt)."
+)
+
 HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
     "Per head",
     (
@@ -56,6 +72,7 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         Column("alpha_all_queries", ".3f", numeric=True),
         Column("sink head"),
         Column("default_source"),
+        *HEAD_CLASS_COLUMNS,
         VALUE_SHARE,
         ANCHOR_VALUE_NORM,
         Column("row_entropy", ".3f", numeric=True),
@@ -78,6 +95,11 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
         h.alpha_all_queries,
         h.is_sink_head,
         h.default_source,
+        h.sink_class,
+        h.anchor_projected_value_norm_ratio,
+        h.update_stable_rank,
+        h.random_key_mass,
+        h.above_random_key_p99,
         h.value_weighted_anchor_share,
         h.anchor_value_norm,
         h.row_entropy,
@@ -100,7 +122,9 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
     "row_mass: total weight of the selected queries' rows (1 under softmax); dormant: low entropy with mass "
     "on the anchor; anchor_key_cos / other_key_cos (*_rotated: after RoPE): mean cosine of the head's queries "
     "with the anchor's key / with the other keys they see; *_norm_ratio: the anchor's key or value norm over "
-    "the median of the prompt's other tokens. A metric measured for no head is left out. Sink heads come first, largest anchor mass "
+    "the median of the prompt's other tokens. "
+    + HEAD_CLASS_NOTE
+    + " A metric measured for no head is left out. Sink heads come first, largest anchor mass "
     "first; then the other heads, also largest anchor mass first, any without a measured anchor mass last.",
     order=lambda h: (
         not h.is_sink_head,

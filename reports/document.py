@@ -82,7 +82,7 @@ class Table:
                 raise ValueError(f"table {self.caption!r}: a row has {len(row)} cells for {len(self.columns)} columns")
 
     def without_empty_columns(self) -> Table:
-        """The table less every column in which nothing was measured (all cells NaN)."""
+        """The table less every column in which nothing was measured (all cells NaN or None)."""
         keep = [
             index
             for index in range(len(self.columns))
@@ -99,7 +99,7 @@ class Table:
 
 
 def _missing(value: Cell) -> bool:
-    return isinstance(value, float) and math.isnan(value)
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 @dataclass(frozen=True)

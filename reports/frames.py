@@ -28,13 +28,10 @@ def dataframe(rows: Iterable[Mapping[str, Any]]) -> pandas.DataFrame:
 
 
 def without_unmeasured(frame: pandas.DataFrame, context: Iterable[str] = ()) -> pandas.DataFrame:
-    """``frame`` less every numeric column that holds no value at all (a metric measured
-    nowhere, e.g. ``anchor_mass_other`` without a split of the queries), as the CSV files
-    leave them out; the ``context`` columns (model, revision) stay even when empty."""
+    """``frame`` less every column that holds no value at all (a metric measured nowhere,
+    e.g. ``anchor_mass_other`` without a split of the queries, or ``sink_class`` without a
+    sink head), as the CSV files leave them out; the ``context`` columns (model, revision)
+    stay even when empty."""
     kept = set(context)
-    empty = [
-        name
-        for name in frame.columns
-        if name not in kept and frame[name].dtype.kind == "f" and len(frame) and frame[name].isna().all()
-    ]
+    empty = [name for name in frame.columns if name not in kept and len(frame) and frame[name].isna().all()]
     return frame.drop(columns=empty)

@@ -27,8 +27,10 @@ from sinkscope.probes.report_sections import (
     provenance_block,
     sink_head_phrase,
     sink_rate_phrase,
+    sink_rules_phrase,
     value_share_phrase,
 )
+from sinkscope.probes.tables import HEAD_CLASS_NOTE
 from sinkscope.reports.document import (
     Paragraph,
     ReportDocument,
@@ -100,6 +102,7 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
         else f"Default-state test: {state.note}.",
         f"Sink rate (Gu et al.: the share of (sequence, layer, head) entries whose mean attention on BOS, over "
         f"the queries from BOS on, exceeds ε): {sink_rate_phrase(probe.sink_rates)}.",
+        *filter(None, [sink_rules_phrase(probe)]),
     ]
     if sinks:
         findings.append(value_share_phrase(sinks, "BOS"))
@@ -170,7 +173,7 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
                     "anchor_mass: mean BOS weight over non-trigger queries; anchor_mass_other: at the trigger query; alpha: "
                     "Gu et al.'s alpha_0 (mean over all queries); value_weighted_anchor_share: share of the head's output "
                     "norm coming from BOS; row_entropy: normalised by log(#visible keys); dormant: low entropy with mass "
-                    "on BOS.",
+                    "on BOS. " + HEAD_CLASS_NOTE,
                 ),
             ),
         ),

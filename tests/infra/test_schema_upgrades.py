@@ -88,6 +88,14 @@ ADDED_SINCE_V1 = {
     # the eviction's interval over prompts: not recorded in a version-1 file
     "evict_anchor_increase": None,
     "prompts_used": None,  # a comparison's prompts each audit ran on
+    # sink-head classes and the random-key null (issue 36): not measured in a version-1 file
+    "sink_class": None,
+    "anchor_projected_value_norm_ratio": None,
+    "update_stable_rank": None,
+    "random_key_mass": None,
+    "above_random_key_p99": None,
+    "random_key_p99": None,
+    "random_key_seed": 0,
 }
 
 
