@@ -12,9 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from circuit_models import hf_anchor_readout, hf_edit
 from sinkscope.interp.hooked_model import HookedModel
+from sinkscope.pretrained_analysis.ablation import next_token_loss
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model, resolve_model
 from sinkscope.pretrained_analysis.prompts import PromptSpec, load_prompt_set, tokenize_prompts
+from sinkscope.probes.circuit_battery import anchor_mass_readout
+from sinkscope.probes.circuit_edits import CircuitEdit, applicability
 from sinkscope.probes.interventions import evict_anchor, run_with_intervention
 from sinkscope.probes.probe import ProbeConfig
 from sinkscope.probes.runner import probe_model
@@ -128,6 +132,34 @@ def test_evicting_the_anchor_matches_transformers_with_the_anchor_masked(smollm2
     with torch.no_grad():
         plain = hf(tokens, attention_mask=mask.long()).logits
     assert (plain[real] - expected[real]).abs().max() > 1.0  # evicting the sink changes the model a lot
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        CircuitEdit("zero_anchor_write", layer=0),
+        CircuitEdit("zero_random_write", layer=1, part="attn", seed=1),
+        CircuitEdit("zero_key_dims", key_dims=((2, (0, 7, 100)), (5, (3,)))),
+        CircuitEdit("replace_anchor_token"),
+        CircuitEdit("offset_positions", offset=256),
+    ],
+    ids=lambda edit: f"{edit.kind}-{edit.part}",
+)
+def test_circuit_edits_match_the_same_edits_inside_transformers(smollm2, prompts, edit):
+    """The sink-circuit battery's edits on the real SmolLM2 (rotary, grouped-query, no query
+    bias) equal the same edit made in transformers, per input and head, to 1e-5."""
+    loaded, hf = smollm2
+    hooked = HookedModel(loaded.bridge)
+    assert applicability(hooked, CircuitEdit("null_query_bias", heads=((3, 0),))) == "no query bias"
+    assert applicability(hooked, CircuitEdit("replace_first_position")) == "no learned position embeddings"
+    batch = hooked.prepare(*prompts.batch(0, 4))
+    heads = [(layer, head) for layer in (3, 6, 20) for head in range(hooked.spec.n_heads)]
+    readout = anchor_mass_readout(hooked, [batch], heads, edit, next_token_loss)
+    edited, embeds = hf_edit(hf, batch, edit, hooked)
+    offset = torch.arange(batch.n_pos).unsqueeze(0) + edit.offset if edit.kind == "offset_positions" else None
+    expected_mass, expected_loss = hf_anchor_readout(edited, batch, embeds, heads, offset)
+    torch.testing.assert_close(readout.anchor_mass, expected_mass, atol=1e-5, rtol=0)
+    torch.testing.assert_close(readout.error, expected_loss.double(), atol=1e-5, rtol=0)
 
 
 def check_report_in_chromium(html: Path) -> None:
