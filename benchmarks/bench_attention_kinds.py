@@ -75,11 +75,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--shapes", default="1x1,2x2,4x4", help="layers x heads, comma-separated (default all three)")
+    parser.add_argument("--seeds", default="1,3", help="stack sizes K, comma-separated (default 1,3)")
     args = parser.parse_args()
+    shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
+    unknown = [shape for shape in shapes if shape not in SHAPES]
+    if unknown:
+        parser.error(f"--shapes takes the paper's shapes {', '.join(f'{a}x{b}' for a, b in SHAPES)}; got {unknown}")
     torch.set_num_threads(1)
     rows = []
-    for n_layers, n_heads in SHAPES:
-        for seeds in (1, 3):
+    for n_layers, n_heads in shapes:
+        for seeds in (int(k) for k in args.seeds.split(",")):
             timers = {kind: step_timer(kind, n_layers, n_heads, seeds) for kind in MITIGATION_KINDS}
             times: dict[str, list[float]] = {kind: [] for kind in MITIGATION_KINDS}
             for repeat in range(args.repeats):
