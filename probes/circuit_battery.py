@@ -171,6 +171,11 @@ def _plan(
         ),
         ("remove every position embedding", CircuitEdit("remove_positions", position=position), swap),
         (
+            f"swap the anchor's effective position embedding with position {position}'s",
+            CircuitEdit("swap_effective_positions", position=position),
+            CircuitEdit("swap_later_effective_positions", position=position),
+        ),
+        (
             f"zero layer {write}'s MLP write into the anchor",
             CircuitEdit("zero_anchor_write", layer=write),
             CircuitEdit("zero_random_write", layer=write, seed=config.seed),

@@ -9,6 +9,11 @@ one candidate source of that product at a time:
 - ``replace_first_position``: the anchor's learned position embedding replaced by that of
   a later position ``position``; ``remove_positions`` zeroes every position embedding;
   ``swap_later_positions``, their control, swaps ``position`` and ``position + 1``.
+- ``swap_effective_positions``: the anchor's effective position embedding EPE_0 and that of
+  ``position`` exchanged in layer 0's output, EPE_i = p_i + MLP0(LN2_0(p_i)) (the position
+  embedding and what the first MLP writes from it alone): resid_post0[0] += EPE_p - EPE_0
+  and the reverse at ``position``; ``swap_later_effective_positions``, its control, does the
+  same to ``position`` and ``position + 1``.
 - ``zero_anchor_write``: layer ``layer``'s MLP (or attention) output zeroed at the anchor
   only; ``zero_random_write``, its control, zeroes it at one random later real position
   per input.
@@ -48,6 +53,8 @@ EditKind = Literal[
     "replace_first_position",
     "remove_positions",
     "swap_later_positions",
+    "swap_effective_positions",
+    "swap_later_effective_positions",
     "zero_anchor_write",
     "zero_random_write",
     "zero_key_dims",
@@ -103,6 +110,17 @@ def has_learned_positions(model: HookedModel) -> bool:
     if model.is_bridge:
         return getattr(model.model, "pos_embed", None) is not None
     return getattr(model.model, "W_pos", None) is not None
+
+
+def effective_positions(model: HookedModel, positions: list[int]) -> Float[torch.Tensor, "pos d_model"]:
+    """EPE_i = p_i + MLP0(LN2_0(p_i)) at ``positions``: the learned position embedding and
+    what layer 0's MLP (after its norm, where it has one) writes from it alone."""
+    W_pos = model.model.pos_embed.original_component.weight if model.is_bridge else model.model.W_pos
+    block = model.model.blocks[0]
+    norm = getattr(block, "ln2", None)
+    with torch.no_grad():
+        p = W_pos.detach()[positions].unsqueeze(0)  # [1, pos, d_model]
+        return (p + block.mlp(p if norm is None else norm(p)))[0]
 
 
 def key_input_hook(model: HookedModel, layer: int) -> tuple[str, torch.Tensor | None]:
@@ -179,6 +197,10 @@ def applicability(model: HookedModel, edit: CircuitEdit) -> str | None:
         return None if all(query_bias(model, layer) is not None for layer in layers) else "no query bias"
     if kind in ("replace_first_position", "remove_positions", "swap_later_positions"):
         return None if has_learned_positions(model) else "no learned position embeddings"
+    if kind in ("swap_effective_positions", "swap_later_effective_positions"):
+        if not has_learned_positions(model):
+            return "no learned position embeddings"
+        return None if write_hook(model, 0, "mlp") is not None else "no MLP in layer 0"
     if kind == "offset_positions":
         return None if rotary_hooks(model) else "no rotary position embeddings"
     if kind == "replace_anchor_token":
@@ -233,6 +255,22 @@ def _position_hook(edit: CircuitEdit) -> Callable[..., Any]:
         else:  # swap_later_positions
             edited[..., edit.position, :] = embedding[..., edit.position + 1, :]
             edited[..., edit.position + 1, :] = embedding[..., edit.position, :]
+        return edited
+
+    return hook
+
+
+def _effective_swap_hook(model: HookedModel, edit: CircuitEdit) -> Callable[..., Any]:
+    first = 0 if edit.kind == "swap_effective_positions" else edit.position
+    second = edit.position if edit.kind == "swap_effective_positions" else edit.position + 1
+    shift = (lambda epe: epe[1] - epe[0])(effective_positions(model, [first, second]))
+
+    def hook(resid: Float[torch.Tensor, "batch pos d_model"], hook: Any) -> torch.Tensor:
+        if second >= resid.shape[1]:
+            raise InputError(f"position {edit.position} needs inputs of at least {second + 1} tokens")
+        edited = resid.clone()
+        edited[:, first] += shift.to(resid.device, resid.dtype)
+        edited[:, second] -= shift.to(resid.device, resid.dtype)
         return edited
 
     return hook
@@ -302,6 +340,8 @@ def edit_hooks(model: HookedModel, batch: PreparedBatch, edit: CircuitEdit) -> F
         return [(attn_hook(layer, "q"), _query_bias_hook(model, layer, heads[layer], edit)) for layer in layers]
     if kind in ("replace_first_position", "remove_positions", "swap_later_positions"):
         return [("hook_pos_embed", _position_hook(edit))]
+    if kind in ("swap_effective_positions", "swap_later_effective_positions"):
+        return [(block_hook(0, "resid_post"), _effective_swap_hook(model, edit))]
     if kind in ("zero_anchor_write", "zero_random_write"):
         name = write_hook(model, edit.layer, edit.part)
         assert name is not None  # applicability checked it

@@ -85,6 +85,23 @@ def hf_edit(hf, batch: PreparedBatch, edit: CircuitEdit, hooked: HookedModel):
         elif edit.kind == "replace_anchor_token":
             embeds = hf.get_input_embeddings()(batch.model_input).clone()
             embeds[:, 0] = embeds[:, 1]
+    if edit.kind in ("swap_effective_positions", "swap_later_effective_positions"):
+        first, second = (
+            (0, edit.position) if edit.kind == "swap_effective_positions" else (edit.position, edit.position + 1)
+        )
+        block = layers[0]
+        with torch.no_grad():
+            wpe = hf.transformer.wpe.weight[[first, second]]
+            epe = wpe + block.mlp(block.ln_2(wpe))
+        shift = epe[1] - epe[0]
+
+        def swap(module, args, output):
+            tensor = (output[0] if isinstance(output, tuple) else output).clone()
+            tensor[:, first] += shift
+            tensor[:, second] -= shift
+            return (tensor, *output[1:]) if isinstance(output, tuple) else tensor
+
+        block.register_forward_hook(swap)
     if edit.kind in ("zero_anchor_write", "zero_random_write"):
         at = batch.anchor if edit.kind == "zero_anchor_write" else random_later_positions(batch, edit.seed)
         block = layers[edit.layer]

@@ -62,6 +62,7 @@ def test_a_toy_run_with_learned_positions_takes_the_battery(tmp_path, capsys) ->
     assert rows["replace_first_position"].applicable and rows["zero_key_dims"].applicable
     mlp = next(row.intervention for row in run.battery.rows if "MLP write" in row.label)
     assert mlp.why_not == "no mlp output"  # the paper's toy models have no MLP
+    assert rows["swap_effective_positions"].why_not == "no MLP in layer 0"
     attention = next(row.intervention for row in run.battery.rows if "attention write" in row.label)
     assert attention.applicable and attention.share_left is not None
     markdown = (out / "report.md").read_text()

@@ -57,7 +57,8 @@ def test_the_constructed_circuit_is_found_and_every_control_leaves_the_sink(posi
     battery = run_circuit_battery(hooked, PROMPTS, [SINK], CircuitConfig(n_bootstrap=200), error_fn=next_token_loss)
     assert battery.baseline_anchor_mass > 0.99
     shares = {row.intervention.edit: row.intervention.share_left for row in battery.rows}
-    for removes in ("null_query_bias", "replace_first_position", "remove_positions", "zero_key_dims"):
+    removers = ("null_query_bias", "replace_first_position", "remove_positions", "swap_effective_positions")
+    for removes in (*removers, "zero_key_dims"):
         assert shares[removes].mean < 0.3, removes
     key_row = next(row for row in battery.rows if row.intervention.edit == "zero_key_dims")
     assert key_row.control is not None
@@ -78,6 +79,8 @@ EDITS = [
     CircuitEdit("replace_first_position", position=4),
     CircuitEdit("remove_positions"),
     CircuitEdit("swap_later_positions", position=3),
+    CircuitEdit("swap_effective_positions", position=4),
+    CircuitEdit("swap_later_effective_positions", position=2),
     CircuitEdit("zero_anchor_write", layer=0),
     CircuitEdit("zero_anchor_write", layer=0, part="attn"),
     CircuitEdit("zero_random_write", layer=0, seed=2),
@@ -95,7 +98,7 @@ def test_each_edit_equals_the_same_edit_made_in_transformers(family, edit, posit
     hooked, hf = position_sink if family == "gpt2" else qwen2
     heads = [(layer, head) for layer in range(2) for head in range(hooked.spec.n_heads)]
     why_not = applicability(hooked, edit)
-    if family == "qwen2" and edit.kind in ("replace_first_position", "remove_positions", "swap_later_positions"):
+    if family == "qwen2" and "position" in edit.kind and edit.kind != "offset_positions":
         assert why_not == "no learned position embeddings"
         return
     if family == "gpt2" and edit.kind == "offset_positions":
@@ -236,3 +239,42 @@ def test_the_transplant_equals_the_same_pattern_edit_inside_transformers(qwen2) 
     assert result.n_heads_read == hooked.spec.n_heads and result.n_layers == 1
     assert result.transplant.mean != pytest.approx(result.baseline.mean, abs=1e-4)  # the edit moved attention
     assert result.norm_factor > 0
+
+
+def test_a_toy_effective_position_swap_moves_the_embedding_plus_what_layer_0_s_mlp_writes_from_it() -> None:
+    """EPE_i = p_i + relu(LN(p_i) W_in) W_out, written out here from the toy's weights; the
+    swap adds EPE_p - EPE_0 at the anchor and the reverse at p in layer 0's output."""
+    from sinkscope.toy.task import TaskConfig, eval_batch
+
+    model = _toy(layer_norm=True, mlp=True, positional_embedding=True)
+    tokens = eval_batch(TaskConfig(d_model=8, seq_len=8, eval_trigger_position=5), 16, 0, "residual").tokens.double()
+    heads = [(layer, head) for layer in range(2) for head in range(2)]
+    hooked = HookedModel(model)
+    edit = CircuitEdit("swap_effective_positions", position=3)
+    assert applicability(HookedModel(_toy(positional_embedding=True)), edit) == "no MLP in layer 0"
+    readout = anchor_mass_readout(hooked, [hooked.prepare(tokens)], heads, edit, None)
+    block = model.blocks[0]
+    with torch.no_grad():
+        p = model.W_pos[[0, 3]]
+        centred = p - p.mean(dim=-1, keepdim=True)
+        normed = centred / (centred.pow(2).mean(dim=-1, keepdim=True) + block.ln2.eps).sqrt() * block.ln2.w
+        epe = p + torch.relu(normed @ block.mlp.W_in) @ block.mlp.W_out
+    shift = epe[1] - epe[0]
+
+    def swap(resid, hook):
+        resid = resid.clone()
+        resid[:, 0] += shift
+        resid[:, 3] -= shift
+        return resid
+
+    masses = []
+    pattern_hooks = [
+        (f"blocks.{layer}.attn.hook_pattern", lambda a, hook: masses.append(a[:, :, 1:, 0].mean(-1)))
+        for layer in range(2)
+    ]
+    with torch.no_grad():
+        model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.hook_resid_post", swap), *pattern_hooks])
+    expected = torch.cat(masses, dim=1)
+    torch.testing.assert_close(readout.anchor_mass, expected, atol=1e-10, rtol=0)
+    baseline = anchor_mass_readout(hooked, [hooked.prepare(tokens)], heads, None, None)
+    assert not torch.allclose(readout.anchor_mass, baseline.anchor_mass)
