@@ -12,6 +12,7 @@ cannot take is a row marked not applicable, with the reason, never left out.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 from jaxtyping import Float
 
+from sinkscope.infra.arguments import check_argument
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.interp.hooked_model import FwdHooks, HookedModel, PreparedBatch
@@ -41,13 +43,19 @@ class Readout:
 
 
 def _batches(model: HookedModel, inputs: object, attention_mask: torch.Tensor | None, size: int) -> list[PreparedBatch]:
-    if isinstance(inputs, str | list | tuple):
-        strings = [inputs] if isinstance(inputs, str) else list(inputs)
+    if isinstance(inputs, list | tuple):
+        strings = list(inputs)
+        if not strings or not all(isinstance(text, str) for text in strings):
+            raise InputError("inputs must be a non-empty list of strings, token ids [batch, pos] or toy tokens")
         return [
             model.prepare(strings[start : start + size], padding_side="right") for start in range(0, len(strings), size)
         ]
-    if not isinstance(inputs, torch.Tensor):
-        raise InputError("inputs must be strings, token ids [batch, pos] or toy tokens [batch, pos, d_model]")
+    if not isinstance(inputs, torch.Tensor) or inputs.shape[0] == 0:
+        raise InputError("inputs must be a non-empty list of strings, token ids [batch, pos] or toy tokens")
+    if attention_mask is not None:
+        mask = attention_mask.bool()
+        if mask.ndim != 2 or bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+            raise InputError("attention_mask must be right-padded: each row's real tokens first, then padding only")
     return [
         model.prepare(
             inputs[start : start + size], None if attention_mask is None else attention_mask[start : start + size]
@@ -190,7 +198,7 @@ def _plan(
             CircuitEdit("zero_key_dims", key_dims=top),
             CircuitEdit("zero_random_key_dims", key_dims=other),
         ),
-        ("replace the anchor's token embedding with the next token's", CircuitEdit("replace_anchor_token"), None),
+        ("replace the anchor's token embedding with the last token's", CircuitEdit("replace_anchor_token"), None),
         (
             f"start the rotary positions at {OFFSET} (theory: no change)",
             CircuitEdit("offset_positions", offset=OFFSET),
@@ -251,6 +259,45 @@ def _transplant(
     return transplant_test(model, batches, position, layers, sink_eps, config.n_bootstrap, config.seed), ""
 
 
+def _is_index(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _checked_heads(
+    model: HookedModel, sink_heads: Sequence[HeadRef], config: CircuitConfig, sink_eps: float
+) -> tuple[HeadRef, ...]:
+    """``sink_heads`` as distinct (layer, head) pairs inside the model, after the checks of
+    ``config`` and ``sink_eps`` that need the model; one line naming the fix otherwise."""
+    check_argument(config, CircuitConfig, "config", "a CircuitConfig")
+    if not (isinstance(sink_eps, (int, float)) and 0.0 <= sink_eps < 1.0):
+        raise InputError(f"sink_eps must lie in [0, 1), got {sink_eps!r}", field="sink_eps")
+    pairs = [tuple(pair) if isinstance(pair, (tuple, list)) else (pair,) for pair in sink_heads]
+    if any(len(pair) != 2 or not all(_is_index(index) for index in pair) for pair in pairs):
+        raise InputError(f"sink heads must be (layer, head) pairs of integers, got {list(sink_heads)!r}")
+    heads = tuple((int(layer), int(head)) for layer, head in pairs)
+    if not heads:
+        raise InputError("the battery needs at least one sink head; probe the model first (no head passed the rule)")
+    if len(set(heads)) != len(heads):
+        raise InputError(f"sink heads repeat: {list(heads)}; give each (layer, head) once")
+    spec = model.spec
+    for layer, head in heads:
+        if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
+            raise InputError(
+                f"sink head L{layer}H{head} is outside the model ({spec.n_layers} layers x {spec.n_heads} heads)"
+            )
+    if config.write_layer >= spec.n_layers:
+        raise InputError(
+            f"write layer {config.write_layer} is outside the model's {spec.n_layers} layers", field="write_layer"
+        )
+    if 2 * config.k_dims > spec.d_model:
+        raise InputError(
+            f"k must be at most half the model width {spec.d_model} (its control zeroes k other dimensions); "
+            f"got {config.k_dims}",
+            field="k_dims",
+        )
+    return heads
+
+
 def run_circuit_battery(
     model: HookedModel,
     inputs: object,
@@ -265,24 +312,7 @@ def run_circuit_battery(
     ``error_fn(output, batch) -> [batch]`` (e.g. next-token loss; None: no error readout).
     ``sink_eps``: the sink rule the transplant counts new sink heads by."""
     config = config or CircuitConfig()
-    heads = tuple((int(layer), int(head)) for layer, head in sink_heads)
-    if not heads:
-        raise InputError("the battery needs at least one sink head; probe the model first (no head passed the rule)")
-    spec = model.spec
-    for layer, head in heads:
-        if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
-            raise InputError(
-                f"sink head L{layer}H{head} is outside the model ({spec.n_layers} layers x {spec.n_heads} heads)"
-            )
-    if config.write_layer >= spec.n_layers:
-        raise InputError(
-            f"write layer {config.write_layer} is outside the model's {spec.n_layers} layers", field="write_layer"
-        )
-    if config.k_dims >= spec.d_model:
-        raise InputError(
-            f"k must be below the model width {spec.d_model} (a control needs other dimensions); got {config.k_dims}",
-            field="k_dims",
-        )
+    heads = _checked_heads(model, sink_heads, config, sink_eps)
     batches = _batches(model, inputs, attention_mask, config.batch_size)
     shortest = min(int(batch.attention_mask.sum(1).min()) for batch in batches)
     position = config.position if config.position is not None else max(1, shortest // 2)

@@ -21,7 +21,9 @@ one candidate source of that product at a time:
   picks, in each sink layer, those where the anchor's key input is largest), applied at
   ``hook_k`` as k - x[dims] W_K[dims]; ``zero_random_key_dims`` is the same edit on
   other dimensions.
-- ``replace_anchor_token``: the anchor's token embedding replaced by the next token's
+- ``replace_anchor_token``: the anchor's token embedding replaced by that of the input's last
+  real token, whose copy no later query can see (the next token's would make positions 0 and
+  1 identical twins that split the sink between them)
   (a control: a sink built from position alone should survive it).
 - ``offset_positions``: rotary models' position ids started at ``offset`` instead of 0, so
   the anchor no longer sits at position 0 (the rotary tables at ``hook_cos``/``hook_sin``
@@ -63,6 +65,21 @@ EditKind = Literal[
     "offset_positions",
 ]
 EDIT_KINDS: tuple[str, ...] = get_args(EditKind)
+# what each control does, in the words of the reports (the edits carry their row's label)
+CONTROL_LABELS: dict[str, str] = {
+    "random_query_bias": "a random query shift of the bias's norm",
+    "swap_later_positions": "two later positions' embeddings swapped",
+    "swap_later_effective_positions": "two later positions' EPEs swapped",
+    "zero_random_write": "the same write zeroed at a random later position",
+    "zero_random_key_dims": "as many random key dimensions zeroed",
+}
+
+
+def control_label(kind: str) -> str:
+    """A control's description for reports (its kind where none is written)."""
+    return CONTROL_LABELS.get(kind, kind)
+
+
 WritePart = Literal["mlp", "attn"]
 HeadRef = tuple[int, int]
 
@@ -316,10 +333,11 @@ def _key_dims_hooks(model: HookedModel, layer: int, dims: list[int]) -> FwdHooks
 
 def _anchor_token_hook(batch: PreparedBatch) -> Callable[..., Any]:
     rows = torch.arange(batch.anchor.shape[0], device=batch.anchor.device)
+    last = batch.attention_mask.long().sum(dim=1) - 1  # right-padded: the last real position
 
     def hook(embedding: Float[torch.Tensor, "batch pos d_model"], hook: Any) -> torch.Tensor:
         edited = embedding.clone()
-        edited[rows, batch.anchor] = embedding[rows, batch.anchor + 1]
+        edited[rows, batch.anchor] = embedding[rows, last.to(embedding.device)]
         return edited
 
     return hook

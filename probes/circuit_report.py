@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from sinkscope.infra.codec import read_result
+from sinkscope.probes.circuit_edits import control_label
 from sinkscope.probes.circuit_result import CircuitRun, EditOutcome
 from sinkscope.probes.circuit_transplant import TransplantResult
 from sinkscope.probes.default_state import Estimate
@@ -36,7 +37,7 @@ def _outcomes(run: CircuitRun) -> list[tuple[str, EditOutcome]]:
     for row in run.battery.rows:
         pairs.append((row.label, row.intervention))
         if row.control is not None:
-            pairs.append((f"control: {row.control.edit}", row.control))
+            pairs.append((f"control: {control_label(row.control.edit)}", row.control))
     return pairs
 
 
@@ -50,7 +51,7 @@ def circuit_findings(run: CircuitRun) -> tuple[str, ...]:
         f"{battery.baseline_anchor_mass:.3f} (mean over the sink heads of each input's mean over its real queries "
         f"after the anchor, then over the {plural(n, 'input')}). Each edit's share left is the sum over inputs of "
         f"its anchor mass over the baseline's; intervals are 95% paired bootstrap intervals over the inputs "
-        f"(n = {n}, none from one){few}."
+        f"(n = {n} inputs){few}."
     )
     removing, kept = [], []
     for row in battery.rows:
@@ -59,7 +60,7 @@ def circuit_findings(run: CircuitRun) -> tuple[str, ...]:
             removing.append(f"{row.label} ({100 * share.mean:.1f}% left)")
         control = row.control
         if control is not None and control.share_left is not None and control.share_left.mean < LEAVES:
-            kept.append(f"{control.edit} ({100 * control.share_left.mean:.1f}% left)")
+            kept.append(f"{control_label(control.edit)} ({100 * control.share_left.mean:.1f}% left)")
     found = (
         "Removes most of the sink: " + "; ".join(removing) + "."
         if removing
@@ -120,10 +121,10 @@ def transplant_finding(result: TransplantResult | None, note: str) -> str:
         return f"No sink transplant: {note}."
     new = ", ".join(f"L{layer}H{head}" for layer, head in result.new_sink_heads) or "none"
     return (
-        f"Sink transplant: made to attend only to itself in the first {plural(result.n_layers, 'layer')}, position "
-        f"{result.position} draws {result.transplant.mean:.3f} of later queries' attention per head of the "
-        f"{result.n_heads_read} heads read (baseline {result.baseline.mean:.3f}; the norm control "
-        f"{result.control.mean:.3f}); {result.sink_heads_transplant} of them pass the sink rule on it "
+        f"Sink transplant: position {result.position}, made to attend only to itself in the first "
+        f"{plural(result.n_layers, 'layer')}, then holds {result.transplant.mean:.3f} of each later query's attention "
+        f"(mean over the {result.n_heads_read} heads of the later layers; baseline {result.baseline.mean:.3f}, the norm "
+        f"control {result.control.mean:.3f}); {result.sink_heads_transplant} of those heads pass the sink rule on it "
         f"(baseline {result.sink_heads_baseline}, control {result.sink_heads_control}); new sink heads: {new}."
     )
 
@@ -201,7 +202,7 @@ EDITS_NOTE = (
     "two later positions swapped); a write into the anchor is zeroed at the MLP's or attention's output "
     "(control: the same write at one random later position per input); key dimensions are removed at hook_k "
     "as x[dims] W_K[dims] (control: as many random other dimensions); the anchor's token embedding is "
-    "replaced by the next token's at hook_embed. An edit the model has no part for is listed as not applicable."
+    "replaced by the input's last real token's at hook_embed. An edit the model has no part for is listed as not applicable."
 )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.bounds import COUNT, NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Problem
 from sinkscope.infra.errors import InputError
+from sinkscope.probes.circuit_edits import control_label
 from sinkscope.probes.circuit_transplant import TransplantResult
 from sinkscope.probes.default_state import Estimate
 from sinkscope.reports.document import Column, Table, TableDefinition
@@ -101,6 +102,12 @@ class EditOutcome:
             yield ("why_not", self.why_not, "given exactly when the edit is not applicable")
         if not self.applicable and (self.share_left is not None or self.heads):
             yield ("share_left", self.share_left, "measured only for an applicable edit")
+        if self.applicable and self.share_left is None:
+            yield ("share_left", None, "measured for an applicable edit")
+        shares = [self.share_left] if self.share_left is not None else []
+        for share in shares + [head.share_left for head in self.heads]:
+            if not share.mean >= 0 or share.ci_low < 0:  # NaN ends (no interval) pass the second test
+                yield ("share_left", share.mean, "a share >= 0 (anchor mass is never negative)")
 
 
 @dataclass(frozen=True)
@@ -136,7 +143,8 @@ def _outcome_cells(outcome: EditOutcome | None) -> tuple[str, str]:
 def _row_cells(row: CircuitRow) -> tuple[str, ...]:
     share, change = _outcome_cells(row.intervention)
     control_share, control_change = _outcome_cells(row.control)
-    return (row.label, share, change, "-" if row.control is None else row.control.edit, control_share, control_change)
+    control = "-" if row.control is None else control_label(row.control.edit)
+    return (row.label, share, change, control, control_share, control_change)
 
 
 CIRCUIT_TABLE: TableDefinition[CircuitRow] = TableDefinition(
@@ -178,6 +186,12 @@ class CircuitBattery:
     rows: tuple[CircuitRow, ...]
     transplant: TransplantResult | None = None
     transplant_note: str = ""  # why there is no transplant (a one-layer model, read-only patterns)
+
+    def inconsistencies(self) -> Iterator[Problem]:
+        if not self.rows:
+            yield ("rows", 0, "at least one edit (a battery always has its rows)")
+        if not self.sink_heads or len(set(self.sink_heads)) != len(self.sink_heads):
+            yield ("sink_heads", len(self.sink_heads), "distinct sink heads, at least one")
 
     def table(self) -> Table:
         """The main table: each intervention and its control, share left and error change."""

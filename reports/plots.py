@@ -162,7 +162,9 @@ def heatmap(
     if marked_label:
         outline_legend(fig, marked_label, len(marked))
     if x_tick_labels is not None:
-        ax.set_xticks(range(n_columns), list(x_tick_labels))
+        # labels wider than their cell (e.g. 28 heads' "L14H3") stand upright rather than overlap
+        widest_in = max((len(label) for label in x_tick_labels), default=0) * 0.6 * TICK_PT / 72
+        ax.set_xticks(range(n_columns), list(x_tick_labels), rotation=90 if widest_in > cell_w else 0)
     if y_tick_labels is not None:
         ax.set_yticks(range(n_rows), list(y_tick_labels))
     ax.set_title(title, fontsize=TITLE_PT)

@@ -84,7 +84,8 @@ def hf_edit(hf, batch: PreparedBatch, edit: CircuitEdit, hooked: HookedModel):
                     layers[layer].self_attn.k_proj.weight[:, list(dims)] = 0.0
         elif edit.kind == "replace_anchor_token":
             embeds = hf.get_input_embeddings()(batch.model_input).clone()
-            embeds[:, 0] = embeds[:, 1]
+            last = batch.attention_mask.long().sum(dim=1) - 1
+            embeds[:, 0] = embeds[torch.arange(embeds.shape[0]), last]
     if edit.kind in ("swap_effective_positions", "swap_later_effective_positions"):
         first, second = (
             (0, edit.position) if edit.kind == "swap_effective_positions" else (edit.position, edit.position + 1)

@@ -84,6 +84,21 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_common_output(command)
 
 
+def _refuse_pretrained_flags(args: argparse.Namespace) -> None:
+    """A toy run's sequences come from its task and its sink heads from its probe: the
+    flags that choose a pretrained model's prompts and sink rule do not apply to it."""
+    from sinkscope.infra.errors import InputError
+    from sinkscope.pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
+
+    defaults = {"source": "default", "n_prompts": DEFAULT_N_PROMPTS, "max_len": DEFAULT_MAX_LEN, "sink_eps": 0.1}
+    flags = {"source": "--prompts", "n_prompts": "--n-prompts", "max_len": "--max-len", "sink_eps": "--sink-eps"}
+    for dest, default in defaults.items():
+        if getattr(args, dest) != default:
+            raise InputError(
+                f"{flags[dest]} applies to pretrained models; drop it for a toy run (its task and probe decide)"
+            )
+
+
 def _is_toy_run(model: str) -> bool:
     from sinkscope.toy.run_dir import CONFIG_FILE
 
@@ -106,6 +121,8 @@ def _battery(args: argparse.Namespace):
     if _is_toy_run(args.model):
         from sinkscope.toy.circuit_run import toy_circuit
 
+        _refuse_pretrained_flags(args)
+
         return toy_circuit(args.model, args.sequences, config)
     from sinkscope.pretrained_analysis.circuit import circuit
     from sinkscope.pretrained_analysis.loading import LoadSpec
@@ -123,13 +140,14 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.reports.write import write_report
 
     out = Path(args.out_dir or Path("sinkscope-out") / "circuit" / Path(args.model).name)
-    with claim_output_directory(out, args.overwrite):
+    model_dir = [Path(args.model)] if Path(args.model).exists() else []  # a local model or run is never overwritten
+    with claim_output_directory(out, args.overwrite, model_dir, "the model"):
         result = _battery(args)
         with atomic_directory(out, replace=args.overwrite) as tmp:
             write_result(tmp / RESULT_FILE, result)
     write_report(lambda figure_dir: circuit_document(result, figure_dir), out, overwrite=True)
     if not args.json:
-        for line in circuit_findings(result)[1:]:
+        for line in circuit_findings(result):
             say(line)
         say(f"wrote {out / RESULT_FILE}, {out / 'report.html'} and {out / 'report.md'}")
     return {"out": str(out), "circuit": encode(result)}

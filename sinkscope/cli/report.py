@@ -43,8 +43,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "result_dir",
         metavar="DIR",
         help="a result directory of one of the kinds listed below: audit, comparison, toy reproduction, toy sweep, "
-        "toy mitigations, "
-        "toy probe, toy patch, toy tradeoff, mechanism or window test",
+        "toy mitigations, toy probe, toy patch, toy tradeoff, mechanism, window test or circuit",
     )
     report.add_argument(
         "--out",

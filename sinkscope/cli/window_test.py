@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> dict:
     text = _text(args.text)
     spec = LoadSpec(args.model, device=args.device, dtype=args.dtype)
     out = Path(args.out_dir or Path("sinkscope-out") / "window-test" / Path(args.model).name)
-    with claim_output_directory(out, args.overwrite):
+    model_dir = [Path(args.model)] if Path(args.model).exists() else []  # a local model is never overwritten
+    with claim_output_directory(out, args.overwrite, model_dir, "the model"):
         result = window_test(
             spec,
             text,

@@ -5,6 +5,7 @@ bad input (one line naming the flag, exit 2, nothing written)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_the_command_finds_the_constructed_circuit_and_reports_it(position_sink_
     frame = run.to_dataframe()
     assert set(frame["model"]) == {run.model} and {"share_left_mean", "error_change_ci_low"} <= set(frame.columns)
     page = (out / "report.html").read_text()
-    assert "Edits and their controls" in page and "swap_later_positions" in page
+    assert "Edits and their controls" in page and "positions&#x27; embeddings swapped" in page
     transplant = run.battery.transplant
     assert transplant is not None and transplant.n_layers == 1 and transplant.n_heads_read == 2
     assert "Sink transplant" in page
@@ -68,6 +69,11 @@ def test_a_toy_run_with_learned_positions_takes_the_battery(tmp_path, capsys) ->
     markdown = (out / "report.md").read_text()
     assert "not applicable: no query bias" in markdown
     assert run.battery.transplant is None and "No sink transplant: a one-layer model" in markdown
+    for flags in (["--sink-eps", "0.5"], ["--prompts", "random"], ["--max-len", "3"]):  # pretrained models' flags
+        capsys.readouterr()
+        assert main(["circuit", str(run_dir), *flags, "--out", str(tmp_path / "refused"), "--no-progress"]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and flags[0] in error[0] and not (tmp_path / "refused").exists(), error
 
 
 @pytest.mark.parametrize(
@@ -76,6 +82,7 @@ def test_a_toy_run_with_learned_positions_takes_the_battery(tmp_path, capsys) ->
         (["--write-layer", "9"], "--write-layer"),
         (["--position", "40"], "--position"),
         (["--k-dims", "32"], "--k-dims"),
+        (["--k-dims", "17"], "--k-dims"),  # its control could zero only 15 others
         (["--sink-eps", "0.0000001", "--prompts", "random"], "--sink-eps"),
     ],
 )
@@ -85,3 +92,37 @@ def test_bad_input_is_one_line_naming_the_flag_and_writes_nothing(position_sink_
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and flag in error[0], error
     assert not out.exists()
+
+
+def test_an_overwrite_onto_the_model_directory_is_refused_and_the_model_kept(position_sink_dir, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(position_sink_dir, model)
+    before = sorted(path.name for path in model.iterdir())
+    for out in (model, tmp_path):  # the model's own directory, and one that holds it
+        assert main(["circuit", str(model), *FAST, "--out", str(out), "--overwrite"]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and "model" in error[0], error
+        assert sorted(path.name for path in model.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    ("tamper", "field"),
+    [
+        (lambda data: data["battery"]["rows"][4]["intervention"]["share_left"].update(mean=-0.5, ci_low=-0.9), "share"),
+        (lambda data: data["battery"]["rows"][4]["intervention"].update(share_left=None), "share_left"),
+        (lambda data: data["battery"].update(rows=[]), "rows"),
+        (lambda data: data["battery"].update(sink_heads=[[1, 0], [1, 0]]), "sink_heads"),
+    ],
+    ids=["negative share", "applicable without a share", "no rows", "a head twice"],
+)
+def test_a_tampered_circuit_result_is_refused_by_the_report(position_sink_dir, tmp_path, capsys, tamper, field):
+    out = tmp_path / "circuit"
+    assert main(["circuit", str(position_sink_dir), *FAST, "--out", str(out), "--json"]) == 0
+    data = json.loads((out / "circuit.json").read_text())
+    assert data["battery"]["rows"][4]["intervention"]["applicable"]
+    tamper(data)
+    (out / "circuit.json").write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["report", str(out), "--overwrite"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and field in error[0], error

@@ -155,10 +155,44 @@ def test_a_layer_head_or_position_outside_the_model_is_refused(position_sink) ->
         run_circuit_battery(hooked, PROMPTS, [SINK], CircuitConfig(n_bootstrap=10, write_layer=9))
     with pytest.raises(InputError, match="position 40 needs inputs of at least 42 tokens"):
         run_circuit_battery(hooked, PROMPTS, [SINK], CircuitConfig(n_bootstrap=10, position=40))
-    with pytest.raises(InputError, match="k must be below the model width"):
-        run_circuit_battery(hooked, PROMPTS, [SINK], CircuitConfig(n_bootstrap=10, k_dims=32))
+    with pytest.raises(InputError, match="k must be at most half the model width"):
+        run_circuit_battery(hooked, PROMPTS, [SINK], CircuitConfig(n_bootstrap=10, k_dims=17))  # its control: 15
     with pytest.raises(InputError, match="at least one sink head"):
         run_circuit_battery(hooked, PROMPTS, [], CircuitConfig(n_bootstrap=10))
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ({"sink_heads": [(1.7, 0.2)]}, "pairs of integers"),
+        ({"sink_heads": ["L1H0"]}, "pairs of integers"),
+        ({"sink_heads": [(True, 0)]}, "pairs of integers"),
+        ({"sink_heads": [SINK, SINK]}, "sink heads repeat"),
+        ({"config": {"k_dims": 3}}, "config"),
+        ({"sink_eps": float("nan")}, "sink_eps must lie in"),
+        ({"sink_eps": -1.0}, "sink_eps must lie in"),
+        ({"inputs": []}, "non-empty list of strings"),
+        ({"inputs": PROMPTS[0]}, "non-empty list of strings"),
+    ],
+    ids=lambda value: repr(value)[:30],
+)
+def test_a_bad_api_argument_is_an_input_error_not_a_crash(position_sink, call, message) -> None:
+    hooked, _ = position_sink
+    arguments = {"inputs": PROMPTS, "sink_heads": [SINK], "config": CircuitConfig(n_bootstrap=10), **call}
+    sink_eps = arguments.pop("sink_eps", 0.1)
+    with pytest.raises(InputError, match=message):
+        run_circuit_battery(
+            hooked, arguments["inputs"], arguments["sink_heads"], arguments["config"], sink_eps=sink_eps
+        )
+
+
+def test_a_mask_with_a_hole_is_refused_like_left_padding(position_sink) -> None:
+    hooked, _ = position_sink
+    batch = hooked.prepare(PROMPTS[:3], padding_side="right")
+    mask = batch.attention_mask.clone()
+    mask[1, 5] = False
+    with pytest.raises(InputError, match="right-padded"):
+        run_circuit_battery(hooked, batch.model_input, [SINK], CircuitConfig(n_bootstrap=10), attention_mask=mask)
 
 
 def _toy(**config):
