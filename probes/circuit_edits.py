@@ -280,14 +280,16 @@ def _position_hook(edit: CircuitEdit) -> Callable[..., Any]:
 def _effective_swap_hook(model: HookedModel, edit: CircuitEdit) -> Callable[..., Any]:
     first = 0 if edit.kind == "swap_effective_positions" else edit.position
     second = edit.position if edit.kind == "swap_effective_positions" else edit.position + 1
-    shift = (lambda epe: epe[1] - epe[0])(effective_positions(model, [first, second]))
+    epe = effective_positions(model, [first, second])
+    shift = epe[1] - epe[0]
 
     def hook(resid: Float[torch.Tensor, "batch pos d_model"], hook: Any) -> torch.Tensor:
         if second >= resid.shape[1]:
             raise InputError(f"position {edit.position} needs inputs of at least {second + 1} tokens")
+        moved = shift.to(resid.device, resid.dtype)
         edited = resid.clone()
-        edited[:, first] += shift.to(resid.device, resid.dtype)
-        edited[:, second] -= shift.to(resid.device, resid.dtype)
+        edited[:, first] += moved
+        edited[:, second] -= moved
         return edited
 
     return hook
