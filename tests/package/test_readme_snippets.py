@@ -169,10 +169,44 @@ def _assert_the_readme_check_count_holds(reproduction: Path) -> None:
     assert f"All {n} of {n} checks" in README.read_text(encoding="utf-8")
 
 
-@pytest.mark.slow
+def _assert_the_smollm2_audit_is_the_main_job_s(audit_dir: Path) -> None:
+    """The main job's SmolLM2 step: built-in prompts, --ablate on the 8 strongest sink heads;
+    removing every sink hurts far more than the matched control (the default-state test)."""
+    from sinkscope.pretrained_analysis.audit import read_audit
+
+    result = read_audit(audit_dir)
+    assert result.prompts.n_prompts == 64 and result.model.quantization == "Q4_1"
+    assert result.ablation is not None
+    all_sinks = result.ablation.default_state.all_sink_heads
+    assert len(result.ablation.default_state.rows) == 8 and all_sinks is not None
+    assert all_sinks.remove_increase.ci_low > 10 * max(abs(all_sinks.control_increase.mean), 1e-3)
+    assert result.ablation.evict_anchor_delta > 0
+
+
+def _assert_the_demo_runs_again(out: Path, env: dict[str, str]) -> None:
+    """`sinkscope demo` again into the same directory (issue 32: the second run refused the
+    audit directories the first had written): the finished toy models are read back, not
+    trained again, and the MiniLM audit is run again and its directory replaced. SmolLM2's
+    audit is left out of the second run for CI's time; it takes the same code path."""
+    weights = sorted((out / "toy-paper").glob("*/model.safetensors"))
+    assert len(weights) == 6  # the paper's six models
+    trained = {path: (path.stat().st_mtime_ns, path.read_bytes()) for path in weights}
+    first_audit = (out / "audit-minilm" / "audit.json").stat().st_mtime_ns
+    again = ["sinkscope", "demo", "--steps", "1,2", "--out", str(out), "--no-progress"]
+    done = subprocess.run(again, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {path: (path.stat().st_mtime_ns, path.read_bytes()) for path in weights} == trained
+    assert (out / "audit-minilm" / "audit.json").stat().st_mtime_ns != first_audit
+    for name in ("toy-paper", "audit-minilm", "audit-smollm2"):
+        assert (out / name / "report.html").is_file(), name
+
+
+@pytest.mark.slow  # the whole main job (the paper's six models, both audits), once: CI's longest test
 def test_the_readme_snippets_run_after_the_real_main_job(tmp_path):
     """A new user's first hour, offline: the main job, then every snippet in order; only
-    the snippets marked as needing the hub are skipped."""
+    the snippets marked as needing the hub are skipped. The main job's outputs are then
+    held to what the README claims of them: every check of the paper's claims passes (the
+    full one-seed reproduction), SmolLM2's default-state test, and a second run."""
     from test_readme import _readme_commands
 
     work = tmp_path / "work"
@@ -187,6 +221,8 @@ def test_the_readme_snippets_run_after_the_real_main_job(tmp_path):
     for name in ("toy-paper", "audit-minilm", "audit-smollm2"):
         assert (work / "sinkscope-out" / name / "report.html").is_file()
     _assert_the_readme_check_count_holds(work / "sinkscope-out" / "toy-paper")
+    _assert_the_smollm2_audit_is_the_main_job_s(work / "sinkscope-out" / "audit-smollm2")
+    _assert_the_demo_runs_again(work / "sinkscope-out", env)
     results = run_snippets(tmp_path, work, _offline_env(), skip_hub=True)
     hub_lines = [line for line, _, hub in readme_python_snippets() if hub]
     assert [line for line, outcome in results if outcome == "skipped"] == hub_lines

@@ -210,45 +210,6 @@ def test_audit_with_ablations_and_report(smollm2, tmp_path):
     check_report_in_chromium(written.html)
 
 
-@pytest.mark.slow
-@needs_smollm2
-def test_main_job_audit_of_smollm2_from_the_command_line(tmp_path):
-    """The README main job's SmolLM2 step, verbatim but for --out: built-in prompts,
-    --ablate on 16 prompts and the 8 strongest sink heads, then its report."""
-    from sinkscope.cli import main
-    from sinkscope.pretrained_analysis.audit import read_audit
-
-    out = tmp_path / "audit-smollm2"
-    assert (
-        main(
-            [
-                "audit",
-                str(smollm2_dir()),
-                "--ablate",
-                "--ablate-prompts",
-                "16",
-                "--ablate-heads",
-                "8",
-                "--out",
-                str(out),
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
-    result = read_audit(out)
-    assert result.prompts.n_prompts == 64 and result.model.quantization == "Q4_1"
-    assert result.ablation is not None
-    rows = result.ablation.default_state.rows
-    all_sinks = result.ablation.default_state.all_sink_heads
-    assert len(rows) == 8 and all_sinks is not None and all_sinks.label == "all_sink_heads"
-    # removing every sink hurts far more than the matched control (the default-state test)
-    assert all_sinks.remove_increase.ci_low > 10 * max(abs(all_sinks.control_increase.mean), 1e-3)
-    assert result.ablation.evict_anchor_delta > 0
-    assert main(["report", str(out), "--no-progress"]) == 0
-    check_report_in_chromium(out / "report.html")
-
-
 def test_gguf_without_the_gguf_package_is_one_line(tmp_path, monkeypatch, capsys):
     from sinkscope.cli import main
 
