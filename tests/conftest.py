@@ -27,3 +27,15 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 from ray_cluster import cluster  # noqa: E402, F401  (the session's Ray cluster fixture)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The suite runs on two xdist workers (``-n 2 --dist loadgroup`` in pyproject.toml).
+    Each test file stays on one worker, so that its module fixtures (a dequantised SmolLM2,
+    trained toy runs) are built once; the files of tests/execution share one worker, so
+    that only one Ray cluster or local Ray instance runs at a time on a two-core machine."""
+    import pytest
+
+    for item in items:
+        group = "execution" if "execution" in item.path.parts else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(group))
