@@ -124,11 +124,7 @@ def top_key_dims(
 ) -> tuple[tuple[tuple[int, tuple[int, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]]:
     """Per layer, the ``k`` key-input dimensions with the largest mean |x| at the anchor
     over the inputs, and ``k`` others drawn at random (the control)."""
-    if k >= model.spec.d_model:
-        raise InputError(
-            f"k must be below the model width {model.spec.d_model} (a control needs other dimensions); got {k}",
-            field="k_dims",
-        )
+    _check_k_dims(k, model.spec.d_model)
     sums = {layer: torch.zeros(model.spec.d_model, dtype=torch.float64) for layer in layers}
 
     def add(layer: int, batch: PreparedBatch) -> Callable[..., None]:
@@ -289,13 +285,28 @@ def _checked_heads(
         raise InputError(
             f"write layer {config.write_layer} is outside the model's {spec.n_layers} layers", field="write_layer"
         )
-    if 2 * config.k_dims > spec.d_model:
+    _check_k_dims(config.k_dims, spec.d_model)
+    _check_transplant_layers(config.transplant_layers, spec.n_layers)
+    return heads
+
+
+def _check_transplant_layers(layers: int | None, n_layers: int) -> None:
+    """Asked for, the transplant is refused up front where it cannot run, not skipped."""
+    if layers is None or layers < n_layers:
+        return
+    if n_layers == 1:
+        message = "a one-layer model has no later layer to read a transplanted sink in: leave transplant_layers out"
+    else:
+        message = f"the transplant edits the first n layers and reads the rest: n must lie in [1, {n_layers - 1}]"
+    raise InputError(f"{message}; got {layers}", field="transplant_layers")
+
+
+def _check_k_dims(k: int, d_model: int) -> None:
+    if 2 * k > d_model:
         raise InputError(
-            f"k must be at most half the model width {spec.d_model} (its control zeroes k other dimensions); "
-            f"got {config.k_dims}",
+            f"k must be at most half the model width {d_model} (its control zeroes k other dimensions); got {k}",
             field="k_dims",
         )
-    return heads
 
 
 def run_circuit_battery(

@@ -16,7 +16,7 @@ from sinkscope.probes.circuit_battery import run_circuit_battery
 from sinkscope.probes.circuit_result import CircuitConfig, CircuitRun
 from sinkscope.toy.evaluate import FIGURE_SEED, default_position_mse
 from sinkscope.toy.probe_run import probe_of_run
-from sinkscope.toy.run_dir import load_model, read_config
+from sinkscope.toy.run_dir import load_model, read_config, require_finished
 from sinkscope.toy.task import eval_batch
 
 ERROR_NAME = "mean squared error at default positions"
@@ -33,6 +33,7 @@ def toy_circuit(
     start = time.perf_counter()
     config = CircuitConfig() if config is None else config
     run_dir = Path(run_dir)
+    unfinished = require_finished(run_dir, allow_unfinished, "take the circuit battery of")
     probe = probe_of_run(run_dir, n_sequences, allow_unfinished)
     heads = probe.sink_heads()
     if not heads:
@@ -54,7 +55,8 @@ def toy_circuit(
     )
     model = run_config.model
     return CircuitRun(
-        model=f"toy {model.attention} {model.n_layers}x{model.n_heads} ({run_dir.name})",
+        model=f"toy {model.attention} {model.n_layers}x{model.n_heads} ({run_dir.name})"
+        + ("" if unfinished is None else f", {unfinished}"),
         inputs=f"{n_sequences} figure-set sequences of {run_config.task.seq_len} tokens",
         error_name=ERROR_NAME,
         sink_rule=f"anchor mass >= {1 - probe.config.sink_eps:g} at default positions",

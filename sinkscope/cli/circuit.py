@@ -79,8 +79,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     command.add_argument(
         "--dtype", choices=("float32", "float16", "bfloat16"), default="float32", help="weights' dtype"
     )
+    _add_output_flags(command)
+
+
+def _add_output_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--out", type=out_path, dest="out_dir", default=None, help="output directory")
     command.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    command.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="a toy run: take an interrupted or diverged run's latest weights anyway (the result says so)",
+    )
     add_common_output(command)
 
 
@@ -123,7 +132,7 @@ def _battery(args: argparse.Namespace):
 
         _refuse_pretrained_flags(args)
 
-        return toy_circuit(args.model, args.sequences, config)
+        return toy_circuit(args.model, args.sequences, config, allow_unfinished=args.allow_unfinished)
     from sinkscope.pretrained_analysis.circuit import circuit
     from sinkscope.pretrained_analysis.loading import LoadSpec
     from sinkscope.pretrained_analysis.prompts import PromptSpec

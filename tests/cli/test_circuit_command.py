@@ -69,7 +69,8 @@ def test_a_toy_run_with_learned_positions_takes_the_battery(tmp_path, capsys) ->
     markdown = (out / "report.md").read_text()
     assert "not applicable: no query bias" in markdown
     assert run.battery.transplant is None and "No sink transplant: a one-layer model" in markdown
-    for flags in (["--sink-eps", "0.5"], ["--prompts", "random"], ["--max-len", "3"]):  # pretrained models' flags
+    refused = (["--sink-eps", "0.5"], ["--prompts", "random"], ["--max-len", "3"])  # pretrained models' flags
+    for flags in (*refused, ["--transplant-layers", "1"]):  # no later layer to read a transplant in
         capsys.readouterr()
         assert main(["circuit", str(run_dir), *flags, "--out", str(tmp_path / "refused"), "--no-progress"]) == 2
         error = capsys.readouterr().err.strip().splitlines()
@@ -83,6 +84,7 @@ def test_a_toy_run_with_learned_positions_takes_the_battery(tmp_path, capsys) ->
         (["--position", "40"], "--position"),
         (["--k-dims", "32"], "--k-dims"),
         (["--k-dims", "17"], "--k-dims"),  # its control could zero only 15 others
+        (["--transplant-layers", "2"], "--transplant-layers"),  # the model has 2 layers: none left to read
         (["--sink-eps", "0.0000001", "--prompts", "random"], "--sink-eps"),
     ],
 )

@@ -150,3 +150,11 @@ def test_train_given_a_dict_for_its_config_names_the_argument(tmp_path):
     with pytest.raises(InputError, match="config must be a RunConfig") as caught:
         train({"model": {}}, tmp_path / "run", progress=False)  # type: ignore[arg-type]
     assert caught.value.field == "config" and not (tmp_path / "run").exists()
+
+
+def test_the_circuit_battery_refuses_an_unfinished_run_naming_its_flag(runs, tmp_path, capsys):
+    run = _run_copy(runs, tmp_path, "cut")
+    argv = ["circuit", str(run), "--out", str(tmp_path / "c"), "--no-progress"]
+    one_line_exit_2(capsys, argv, "--allow-unfinished")
+    assert main([*argv, "--allow-unfinished"]) == 2  # taken, then refused: 4 steps made no sink head
+    assert "has no sink head" in capsys.readouterr().err and not (tmp_path / "c").exists()
