@@ -103,6 +103,10 @@ class AuditConfig:
         if self.seed < 0:  # the experiments' bootstrap and the random inputs draw from it
             raise InputError(f"seed must be >= 0, got {self.seed}", field="seed")
 
+    def restricted_layers(self, n_layers: int) -> tuple[int, ...] | None:
+        """The layers probed, where ``layers`` leaves some of the model's ``n_layers`` out."""
+        return None if self.layers is None or len(self.layers) == n_layers else self.layers
+
     def probe_config(self) -> ProbeConfig:
         return ProbeConfig(
             sink_eps=self.sink_eps,

@@ -13,6 +13,7 @@ from sinkscope.infra.output_files import OutputFiles
 from sinkscope.pretrained_analysis.examples import plot_text
 from sinkscope.probes.geometry_result import draw_key_geometry
 from sinkscope.probes.tables import anchor_mass_map
+from sinkscope.reports.formatting import index_ranges
 from sinkscope.reports.plots import attention_grid, draw_head_maps, line_chart
 
 if TYPE_CHECKING:
@@ -40,6 +41,13 @@ def _hidden_series(result: AuditResult) -> list[tuple[str, list[float]]]:
     return [("share of queries not seeing the anchor", [layer.anchor_hidden_share for layer in result.probe.layers])]
 
 
+def _probed(result: AuditResult) -> str:
+    chosen = result.config.restricted_layers(result.model.n_layers)
+    if chosen is None:
+        return ""
+    return f" (probed: {index_ranges(chosen)} of {result.model.n_layers})"
+
+
 def draw_audit_figures(result: AuditResult, directory: Path) -> None:
     """Every figure of ``result`` into ``directory``."""
     label = plot_text(result.model.label)
@@ -61,10 +69,11 @@ def draw_audit_figures(result: AuditResult, directory: Path) -> None:
             *_hidden_series(result),
         ],
         directory / LAYER_FIGURE,
-        f"{label}: anchor mass per layer",
+        f"{label}: anchor mass per layer" + _probed(result),
         "layer",
         "anchor mass / share of heads" + (" or queries" if _seeing(result) else ""),
         ylim=(0.0, 1.02),
+        break_gaps=True,  # a restricted audit: no line across layers it did not probe
     )
     if GEOMETRY_FIGURE in result.figures:
         draw_key_geometry(result.probe.heads, directory / GEOMETRY_FIGURE, f"{label}: key geometry per head")

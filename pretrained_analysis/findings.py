@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sinkscope.interp.visibility import layer_reach
 from sinkscope.pretrained_analysis.geometry_sections import geometry_findings
 from sinkscope.pretrained_analysis.tables import LOSS
 from sinkscope.probes.default_state import Estimate
@@ -24,7 +25,7 @@ from sinkscope.probes.report_sections import (
 from sinkscope.probes.sink_curve_tables import curve_findings
 from sinkscope.probes.tables import SINK_RATE_NAME
 from sinkscope.reports.document import percent, sig
-from sinkscope.reports.formatting import estimate_text, plural
+from sinkscope.reports.formatting import estimate_text, index_ranges, plural
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,7 +35,60 @@ if TYPE_CHECKING:
     from sinkscope.pretrained_analysis.compare import Comparison, ComparisonRow
 
 
-def _layer_phrase(layers: tuple[LayerProbe, ...]) -> str:
+def probed_layers_phrase(result: AuditResult) -> str | None:
+    """For a restricted audit: which layers it probed, and that every per-layer finding is
+    among them (None for an audit of every layer)."""
+    chosen = result.config.restricted_layers(result.model.n_layers)
+    if chosen is None:
+        return None
+    return (
+        f"Only layers {index_ranges(chosen)} were probed ({len(chosen)} of {result.model.n_layers}): every per-layer "
+        "finding, sink head and massive activation here is among the probed layers."
+    )
+
+
+def _span(window: int, chunk: int) -> str:
+    if window:
+        return f"a sliding window of {window:,} tokens"
+    return f"chunks of {chunk:,} tokens" if chunk else "global (every earlier token)"
+
+
+def span_phrase(result: AuditResult) -> str | None:
+    """Each layer's attention span, for a model with windowed or chunked layers (None for a
+    fully causal one), whether any window or chunk is shorter than the longest prompt, and
+    where the sink heads sit: in global layers or in local ones."""
+    spec = result.probe.model
+    if not (spec.sliding_windows or spec.attention_chunks):
+        return None
+    spans: dict[str, list[int]] = {}
+    for layer in range(spec.n_layers):
+        spans.setdefault(_span(*layer_reach(spec, layer)), []).append(layer)
+    parts = [
+        f"{span} in layer {layers[0]}"
+        if len(layers) == 1
+        else f"{span} in layers {index_ranges(layers)} ({len(layers)})"
+        for span, layers in spans.items()
+    ]
+    longest = result.prompts.max_tokens
+    reaches = [size for size in (*spec.sliding_windows, *spec.attention_chunks) if size]
+    hidden = (
+        f"no window or chunk is shorter than the longest prompt ({longest} tokens), so every query here sees "
+        "every earlier key"
+        if min(reaches) >= longest
+        else f"the shortest span ({min(reaches):,}) is below the longest prompt ({longest} tokens)"
+    )
+    sinks = [head.layer for head in result.probe.heads if head.is_sink_head]
+    local = sum(1 for layer in sinks if layer_reach(spec, layer) != (0, 0))
+    where = (
+        f"; of its {plural(len(sinks), 'sink head')}, {len(sinks) - local} sit in global layers and {local} in "
+        "windowed or chunked ones"
+        if sinks
+        else ""
+    )
+    return f"Attention spans: {'; '.join(parts)}; {hidden}{where}."
+
+
+def _layer_phrase(layers: tuple[LayerProbe, ...], scope: str) -> str:
     measured = [layer for layer in layers if not math.isnan(layer.anchor_mass)]
     if not measured:
         return "No layer could be measured."
@@ -44,11 +98,11 @@ def _layer_phrase(layers: tuple[LayerProbe, ...]) -> str:
         return f"Anchor mass (mean over heads) is {top.anchor_mass:.3f} in layer {top.layer}, the one layer measured."
     return (
         f"Anchor mass (mean over heads) is highest in layer {top.layer} ({top.anchor_mass:.3f}) and lowest in "
-        f"layer {low.layer} ({low.anchor_mass:.3f})."
+        f"layer {low.layer} ({low.anchor_mass:.3f}){scope}."
     )
 
 
-def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
+def _massive_phrase(layers: tuple[LayerProbe, ...], scope: str) -> str | None:
     total = sum(layer.massive_count for layer in layers)
     if total == 0:
         peak = max(
@@ -57,7 +111,10 @@ def _massive_phrase(layers: tuple[LayerProbe, ...]) -> str | None:
         return f"No massive activations (|x| > 100 and > 1000 x the median); the largest |residual| is {sig(peak, 3)}."
     at_anchor = sum(layer.massive_at_anchor for layer in layers)
     first = next(layer.layer for layer in layers if layer.massive_count)
-    return f"{total:,} massive activations in the residual stream ({at_anchor:,} at the anchor), from layer {first} on."
+    return (
+        f"{total:,} massive activations in the residual stream ({at_anchor:,} at the anchor), "
+        f"from layer {first} on{scope}."
+    )
 
 
 def learned_sink_phrase(probe: ProbeResult) -> str | None:
@@ -167,16 +224,19 @@ def audit_findings(result: AuditResult) -> list[str]:
     ablations, then the audit's notes."""
     model, probe = result.model, result.probe
     headline = ablation_headline(result)
+    probed = probed_layers_phrase(result)
+    scope = "" if probed is None else " among the probed layers"
     findings = [
         *([headline] if headline else []),
         f"{model.label} ({model.architecture}, {model.n_layers} layers x {model.heads_text}, "
         f"{model.n_params:,} parameters) on {plural(result.prompts.n_prompts, 'prompt')} from "
         f"{result.prompts.location}; the anchor is {result.anchor}.",
+        *filter(None, [probed]),
         sink_head_phrase(probe.heads, result.config.sink_eps, f"on the anchor, {result.anchor}"),
         *filter(None, [sink_rules_phrase(probe)]),
         f"Sink rate (Gu et al. {SINK_RATE_NAME}, ε the sink-rate threshold): {sink_rate_phrase(result.sink_rates)} "
         "of (prompt, layer, head) entries.",
-        _layer_phrase(probe.layers),
+        _layer_phrase(probe.layers, scope),
     ]
     learned = learned_sink_phrase(probe)
     if learned:
@@ -184,10 +244,13 @@ def audit_findings(result: AuditResult) -> list[str]:
     hidden = hidden_anchor_phrase(probe.layers)
     if hidden:
         findings.append(hidden)
+    spans = span_phrase(result)
+    if spans:
+        findings.append(spans)
     sinks = [head for head in result.probe.heads if head.is_sink_head]
     if sinks:
         findings.append(value_share_phrase(sinks, "the anchor"))
-    massive = _massive_phrase(probe.layers)
+    massive = _massive_phrase(probe.layers, scope)
     if massive:
         findings.append(massive)
     if result.experiments is not None:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from sinkscope.infra.codec import read_result
+from sinkscope.infra.intervals import MIN_INTERVAL_UNITS, interval_possible
 from sinkscope.probes.circuit_edits import control_label
 from sinkscope.probes.circuit_result import CircuitRun, EditOutcome
 from sinkscope.probes.circuit_transplant import TransplantResult
@@ -45,13 +46,13 @@ def circuit_findings(run: CircuitRun) -> tuple[str, ...]:
     """What was measured, what removes the sink, what its controls leave, what was not applicable."""
     battery = run.battery
     n, heads = battery.n_inputs, len(battery.sink_heads)
-    few = " (from so few, a percentile bootstrap can take only a handful of values)" if 2 <= n < 5 else ""
+    few = "" if interval_possible(n) else f"; from fewer than {MIN_INTERVAL_UNITS} inputs none is given"
     measured = (
         f"{run.model} on {run.inputs}: {plural(heads, 'sink head')} ({run.sink_rule}), baseline anchor mass "
         f"{battery.baseline_anchor_mass:.3f} (mean over the sink heads of each input's mean over its real queries "
         f"after the anchor, then over the {plural(n, 'input')}). Each edit's share left is the sum over inputs of "
         f"its anchor mass over the baseline's; intervals are 95% paired bootstrap intervals over the inputs "
-        f"(n = {n} inputs){few}."
+        f"(n = {n} inputs{few})."
     )
     removing, kept = [], []
     for row in battery.rows:

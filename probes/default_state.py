@@ -25,6 +25,7 @@ import torch
 from sinkscope.infra.arguments import check_seed
 from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.intervals import interval_possible
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.probes.interventions import (
     HeadRef,
@@ -196,11 +197,11 @@ def upgrade_default_state_result_v1(result: dict[str, Any]) -> dict[str, Any]:
 
 def bootstrap(values: torch.Tensor, n_bootstrap: int, generator: torch.Generator, confidence: float = 0.95) -> Estimate:
     """Mean of ``values [n]`` and its percentile bootstrap interval over the n units: none
-    (NaN ends) from fewer than two, where every resample is the one value. Two calls with
+    (NaN ends) from fewer than ``MIN_INTERVAL_UNITS`` (sinkscope.infra.intervals). Two calls with
     generators seeded alike draw the same resamples, so their intervals pair unit by unit."""
     n = int(values.shape[0])
     values = values.double()
-    if n < 2:
+    if not interval_possible(n):
         return Estimate(mean=float(values.mean()), ci_low=math.nan, ci_high=math.nan)
     draws = torch.randint(0, n, (n_bootstrap, n), generator=generator)
     means = values[draws].mean(dim=1)
@@ -218,12 +219,12 @@ def ratio_bootstrap(
 ) -> Estimate:
     """sum(numerator) / sum(denominator) over ``[n]`` paired units, and its percentile
     bootstrap interval from resampling the units (pairs stay together): none (NaN ends)
-    from fewer than two. A zero denominator sum gives NaN throughout."""
+    from fewer than ``MIN_INTERVAL_UNITS``. A zero denominator sum gives NaN throughout."""
     n = int(numerator.shape[0])
     numerator, denominator = numerator.double(), denominator.double()
     total = float(denominator.sum())
     ratio = float(numerator.sum()) / total if total != 0 else math.nan
-    if n < 2 or math.isnan(ratio):
+    if not interval_possible(n) or math.isnan(ratio):
         return Estimate(mean=ratio, ci_low=math.nan, ci_high=math.nan)
     draws = torch.randint(0, n, (n_bootstrap, n), generator=generator)
     ratios = numerator[draws].sum(dim=1) / denominator[draws].sum(dim=1)

@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from sinkscope.infra.intervals import interval_possible
 from sinkscope.probes.report_sections import sink_rate_phrase
 from sinkscope.probes.tables import (
     HEAD_TABLE,
@@ -79,7 +80,7 @@ def default_state_table(result: DefaultStateResult, what: str) -> str:
     definition = default_state_definition(what, result.n_inputs)
     caption = f"Default-state test on {plural(result.n_inputs, 'input')}"
     table = definition.table(result.tested_rows(), caption)
-    return inline_table(table.without_empty_columns() if result.n_inputs < 2 else table)
+    return inline_table(table.without_empty_columns() if not interval_possible(result.n_inputs) else table)
 
 
 def default_state_html(result: DefaultStateResult) -> str:

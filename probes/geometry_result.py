@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.intervals import interval_possible
 from sinkscope.probes.mechanism_distance import Spread, spread
 from sinkscope.reports.document import Column, TableDefinition
 from sinkscope.reports.frames import dataframe
@@ -67,7 +68,7 @@ def summary_rows(heads: tuple[HeadProbe, ...]) -> list[GeometrySummary]:
 
 def _summary_cells(row: GeometrySummary) -> tuple[Any, ...]:
     spread_ = row.spread
-    interval = spread_.n >= 2 and not math.isnan(spread_.low)
+    interval = interval_possible(spread_.n) and not math.isnan(spread_.low)
     return (
         row.metric,
         row.group,

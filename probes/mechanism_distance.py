@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sinkscope.infra.intervals import CONFIDENCE, interval_possible
 from sinkscope.probes.mechanism_rules import (
     CANCELLATION,
     CANCELLATION_CLOSE_FACTOR,
-    CONFIDENCE,
     N_BOOTSTRAP,
     SHARE,
     SHARE_CLOSE,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Spread:
-    """A mean over ``n`` units (sink heads, models) with its interval; NaN ends for n < 2."""
+    """A mean over ``n`` units (sink heads, models) with its interval; NaN ends for n < ``MIN_INTERVAL_UNITS``."""
 
     mean: float
     low: float
@@ -50,7 +50,7 @@ class Spread:
 
     def text(self) -> str:
         count = f"n = {self.n} {self.unit}{'' if self.n == 1 else 's'}"
-        if self.n < 2 or math.isnan(self.low):
+        if not interval_possible(self.n) or math.isnan(self.low):
             return f"{sig(self.mean, 3)} ({count}, no interval)"
         shown = common_decimals((self.mean, self.low, self.high), 3)  # one number of decimals, 0.583 [0.565, 0.599]
         mean, low, high = shown if shown else (sig(self.mean, 3), sig(self.low, 3), sig(self.high, 3))
@@ -73,12 +73,13 @@ def _ends(draws: np.ndarray) -> tuple[float, float]:
 
 
 def spread(values: Sequence[float], unit: str, seed: int = 0) -> Spread:
-    """The mean of the finite ``values`` and its percentile-bootstrap interval (none for n < 2)."""
+    """The mean of the finite ``values`` and its percentile-bootstrap interval (none for fewer
+    than ``MIN_INTERVAL_UNITS``)."""
     finite = _finite(values)
     if len(finite) == 0:
         return Spread(math.nan, math.nan, math.nan, 0, unit)
-    if len(finite) < 2:
-        return Spread(float(finite[0]), math.nan, math.nan, 1, unit)
+    if not interval_possible(len(finite)):
+        return Spread(float(finite.mean()), math.nan, math.nan, len(finite), unit)
     return Spread(
         float(finite.mean()), *_ends(_bootstrap_means(finite, np.random.default_rng(seed))), len(finite), unit
     )
@@ -86,9 +87,9 @@ def spread(values: Sequence[float], unit: str, seed: int = 0) -> Spread:
 
 def difference_interval(ours: Sequence[float], theirs: Sequence[float], seed: int = 0) -> tuple[float, float]:
     """Bootstrap interval of mean(ours) - mean(theirs), each resampled on its own; NaN
-    unless both have two or more values."""
+    unless both have ``MIN_INTERVAL_UNITS`` values or more."""
     a, b = _finite(ours), _finite(theirs)
-    if len(a) < 2 or len(b) < 2:
+    if not (interval_possible(len(a)) and interval_possible(len(b))):
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
     return _ends(_bootstrap_means(a, rng) - _bootstrap_means(b, rng))
@@ -218,7 +219,7 @@ def distance_verdicts(comparison: MechanismComparison) -> list[str]:
 
 def _interval(low: float, high: float, n: int | None = None) -> str:
     if math.isnan(low):
-        return f"none (n = {n})" if n is not None and n < 2 else "none"
+        return f"none (n = {n})" if n is not None and not interval_possible(n) else "none"
     return f"[{sig(low, 3)}, {sig(high, 3)}]"
 
 
@@ -257,7 +258,7 @@ DISTANCE_TABLE: TableDefinition[Distance] = TableDefinition(
         Column("reading"),
     ),
     _cells,
-    "value, toy value: means over n units with a percentile-bootstrap interval over those units (none for n < 2). "
+    "value, toy value: means over n units with a percentile-bootstrap interval over those units (none for n < 5). "
     "value-weighted anchor share: units are sink heads; its difference has a bootstrap interval over both models' "
     "heads. cancellation: one ratio per model, no interval; its difference and ratio are against the toy model "
     "nearest on a log scale. reading: close or far by the rules under 'How to read it'.",

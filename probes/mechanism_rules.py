@@ -40,5 +40,4 @@ CANCELS_BELOW = 0.5
 # distance is a ratio: 0.408 against the toy's 0.0005 is 816 times, far)
 SHARE_CLOSE = 0.1
 CANCELLATION_CLOSE_FACTOR = 3.0
-CONFIDENCE = 0.95  # the share's bootstrap intervals, resampling sink heads
 N_BOOTSTRAP = 2000

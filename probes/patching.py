@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most, index_problems
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.intervals import MIN_INTERVAL_UNITS, interval_possible
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.interp.model_spec import ModelSpec, upgrade_model_spec_v1
 from sinkscope.probes.patch_hooks import PatchSite, capture_activations, hook_reaches_output, run_patched
@@ -278,8 +279,8 @@ def _patching_rows(
             "metric_fn returned one value per batch (its mean), not one per input: no intervals; "
             "return a tensor [batch] for them"
         )
-    elif n < 2:
-        notes.append("n = 1 input pair, no interval")
+    elif not interval_possible(n):
+        notes.append(f"n = {n} input {'pair' if n == 1 else 'pairs'}, no interval (fewer than {MIN_INTERVAL_UNITS})")
     elif not agree and not intervals.normalised_defined:
         notes.append(
             "source - target changes sign or vanishes in some bootstrap draws: normalised_effect has no "

@@ -5,8 +5,8 @@ target run patched at each site. Resampling the pairs (with replacement, the sam
 for every site and for the source and target runs, so each draw keeps the pairing) gives
 each site's effect ``mean(patched) - mean(target)`` and normalised effect
 ``(mean(patched) - mean(target)) / (mean(source) - mean(target))`` once per draw; the
-percentile interval of those draws is the site's interval. Fewer than two pairs give no
-interval (NaN ends): every resample would be the one pair. Nor does a normalised effect
+percentile interval of those draws is the site's interval. Fewer than
+``MIN_INTERVAL_UNITS`` pairs give no interval (NaN ends; sinkscope.infra.intervals). Nor does a normalised effect
 whose denominator changes sign or vanishes in some draw: the ratio's draws then run off to
 infinity, and the effect's interval is the one to read.
 """
@@ -19,7 +19,8 @@ import torch
 from einops import einsum
 from jaxtyping import Float
 
-CONFIDENCE = 0.95
+from sinkscope.infra.intervals import CONFIDENCE, interval_possible
+
 N_BOOTSTRAP = 1000
 # sites resampled at once: a [sites, draws] block of float64 stays a few MB
 SITES_PER_BLOCK = 256
@@ -68,7 +69,7 @@ def patching_intervals(
     """The intervals of every site's effect and normalised effect (see the module
     docstring) from the per-input metric values of the three runs."""
     n_sites, n_inputs = patched.shape
-    if n_inputs < 2:
+    if not interval_possible(n_inputs):
         return no_intervals(n_sites)
     weights = resample_weights(n_inputs, N_BOOTSTRAP, seed)
     source_means = weights @ source.double()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sinkscope.infra.intervals import interval_possible
 from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
 from sinkscope.probes.default_state import DefaultStateRow, Estimate
 from sinkscope.probes.head_classes import HEAD_CLASSES
@@ -188,7 +189,7 @@ def default_state_table(
     n_inputs: int | None = None,
 ) -> Table:
     table = default_state_definition(what, n_inputs).table(rows, caption)
-    return table.without_empty_columns() if n_inputs is not None and n_inputs < 2 else table
+    return table.without_empty_columns() if n_inputs is not None and not interval_possible(n_inputs) else table
 
 
 def default_state_chart(
@@ -247,11 +248,11 @@ def default_state_change_chart(
 ) -> Figure:
     """The change in the error under ``remove_sink`` (left) and under its matched control
     (right, on its own scale, values written beside the bars), each bar with its interval
-    over the ``n_inputs`` inputs (none from fewer than two): for errors whose changes are
+    over the ``n_inputs`` inputs (none from fewer than ``MIN_INTERVAL_UNITS``): for errors whose changes are
     small next to their level (a loss)."""
 
     def series(name: str, estimates: Sequence[Estimate]) -> IntervalSeries:
-        bounded = n_inputs >= 2
+        bounded = interval_possible(n_inputs)
         return IntervalSeries(
             name,
             [estimate.mean for estimate in estimates],
@@ -264,7 +265,7 @@ def default_state_change_chart(
     effect_control_chart(labels, effect, control, path, title, f"change in {what}")
     whiskers = (
         f"whiskers: 95% bootstrap intervals over {plural(n_inputs, 'input')}"
-        if n_inputs >= 2
+        if interval_possible(n_inputs)
         else (f"n = {n_inputs}, no interval")
     )
     return Figure(
@@ -334,7 +335,7 @@ def patching_effects_chart(result: PatchingResult, path: Path, title: str) -> Fi
     bounded = any(math.isfinite(low) for low in series.lows)
     if bounded:
         whiskers = f"whiskers: 95% bootstrap intervals over {plural(result.n_inputs, 'input pair')}"
-    elif result.n_inputs < 2:
+    elif not interval_possible(result.n_inputs):
         whiskers = interval_text(math.nan, math.nan, result.n_inputs)
     else:
         whiskers = f"n = {result.n_inputs:,}, no intervals (the table's note says why)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from sinkscope.infra.intervals import interval_possible
 from sinkscope.probes.sink_curves import EpsPoint, LengthPoint, SampleMean, SinkCurves
 from sinkscope.reports.curves import CurveSeries, interval_curves
 from sinkscope.reports.document import Block, Cell, Column, Figure, Paragraph, Section, Table, TableDefinition
@@ -159,9 +160,11 @@ def draw_curve_figures(curves: SinkCurves, directory: Path, label: str) -> list[
 
 
 def _first_last(points: list, kind: str, x: str) -> tuple | None:
-    """The first and last point of ``kind`` along ``x`` measured on at least two prompts (an
-    interval exists), None with fewer than two such points."""
-    kept = sorted((p for p in points if p.input_type == kind and p.sink_rate.n >= 2), key=lambda p: getattr(p, x))
+    """The first and last point of ``kind`` along ``x`` measured on enough prompts for an
+    interval (``MIN_INTERVAL_UNITS``), None with fewer than two such points."""
+    kept = sorted(
+        (p for p in points if p.input_type == kind and interval_possible(p.sink_rate.n)), key=lambda p: getattr(p, x)
+    )
     return (kept[0], kept[-1]) if len(kept) > 1 else None
 
 

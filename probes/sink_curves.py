@@ -28,6 +28,7 @@ import torch
 from sinkscope.infra.arguments import check_argument
 from sinkscope.infra.bounds import COUNT, FRACTION, POSITIVE, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.intervals import CONFIDENCE, interval_possible
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.probes.probe import ProbeConfig
 from sinkscope.probes.runner import iterate_batches, probe_batches
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     import pandas
 
 TABLE_EPS = 0.3  # Gu et al.'s Table 1 reads Sink_1^0.3
-CONFIDENCE = 0.95
 # how the inputs were built: the audit's two protocols (``pretrained_analysis.input_types``:
 # ``sinkscope``, the prompts' own lengths and anchor; ``gu``, Gu et al.'s 64 tokens without
 # BOS) or ``given``, the caller's own inputs (``sink_curves``)
@@ -146,12 +146,13 @@ def curve_rows(curves: SinkCurves) -> Iterator[dict[str, object]]:
 
 
 def sample_mean(values: torch.Tensor, n_bootstrap: int = 1000, seed: int = 0) -> SampleMean:
-    """Mean of the finite entries of ``values [n]`` and their percentile-bootstrap interval."""
+    """Mean of the finite entries of ``values [n]`` and their percentile-bootstrap interval
+    (none from fewer than ``MIN_INTERVAL_UNITS``)."""
     kept = values[torch.isfinite(values)].double().numpy()
     n = int(kept.size)
     if n == 0:
         return SampleMean(math.nan, math.nan, math.nan, 0)
-    if n < 2:
+    if not interval_possible(n):
         return SampleMean(float(kept.mean()), math.nan, math.nan, n)
     draws = np.random.default_rng(seed).integers(0, n, size=(n_bootstrap, n))
     means = kept[draws].mean(axis=1)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sinkscope.infra.codec import read_result
+from sinkscope.infra.intervals import MIN_INTERVAL_UNITS, interval_possible
 from sinkscope.probes.window_masks import WindowSetting
 from sinkscope.probes.window_test import SettingLoss, WindowTestResult
 from sinkscope.reports.curves import position_curves, running_mean
@@ -110,12 +111,16 @@ def window_rows(result: WindowTestResult) -> list[dict[str, Any]]:
 def window_findings(result: WindowTestResult) -> tuple[str, ...]:
     """What was measured, and what it shows (``window_finding``)."""
     unit = result.unit if result.n_units == 1 else f"{result.unit}s"
-    few = " (from so few, a percentile bootstrap can take only a handful of values)" if 2 <= result.n_units < 5 else ""
+    few = (
+        ""
+        if interval_possible(result.n_units)
+        else f"; from fewer than {MIN_INTERVAL_UNITS} {result.unit}s none is given"
+    )
     measured = (
         f"{result.model} on {result.n_units} {unit} from {result.source}, {result.n_positions} positions with a "
         f"loss each: the mean {result.loss_name} over positions {result.scored_from + 1} to {result.n_positions} "
         f"(1-indexed) of each, then over the {unit}; intervals are 95% bootstrap intervals over the {unit} (paired "
-        f"for increases; none from one){few}."
+        f"for increases{few})."
     )
     return (measured, window_finding(result), *result.notes)
 

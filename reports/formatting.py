@@ -7,6 +7,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from sinkscope.infra.intervals import interval_possible
+
 Cell = str | int | float | bool | None
 
 
@@ -43,10 +45,10 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
 
 
 def interval_text(low: float, high: float, n: int, digits: int = 3, level: str = "95%") -> str:
-    """The one way an interval is written: "95% CI 1.31 to 1.81, n = 16"; from fewer than two
-    units there is no interval (a bootstrap of one value is that value twice), so it says
-    "n = 1, no interval"."""
-    if n < 2 or not (math.isfinite(low) and math.isfinite(high)):  # NaN ends: none was computed
+    """The one way an interval is written: "95% CI 1.31 to 1.81, n = 16"; from fewer than
+    ``MIN_INTERVAL_UNITS`` units there is no interval (sinkscope.infra.intervals: a result
+    file written before the rule may hold one), so it says "n = 3, no interval"."""
+    if not interval_possible(n) or not (math.isfinite(low) and math.isfinite(high)):  # NaN ends: none was computed
         return f"n = {n:,}, no interval"
     ends = common_decimals((low, high), digits)
     low_text, high_text = ends if ends else (sig(low, digits), sig(high, digits))
@@ -75,7 +77,7 @@ def common_decimals(values: tuple[float, ...], digits: int, signed: bool = False
 def estimate_text(mean: float, low: float, high: float, n: int, digits: int = 3, signed: bool = True) -> str:
     """A mean with its interval, all with the same decimals: "+1.58 [95% CI 1.31 to 1.81,
     n = 16]" (brackets: it sits inside prose's parentheses)."""
-    shown = (mean, low, high) if n >= 2 and math.isfinite(low) and math.isfinite(high) else (mean,)
+    shown = (mean, low, high) if interval_possible(n) and math.isfinite(low) and math.isfinite(high) else (mean,)
     fixed = common_decimals(shown, digits)
     if fixed is None:
         value = format(mean, f"+.{digits}g") if signed else sig(mean, digits)
@@ -90,3 +92,14 @@ def value_range(low: float, high: float, spec: str) -> str:
     (``2.5e-04``, not ``2.5e-04..2.5e-04``), else ``low–high`` joined by an en dash."""
     low_text, high_text = format(low, spec), format(high, spec)
     return low_text if low_text == high_text else f"{low_text}\u2013{high_text}"
+
+
+def index_ranges(indices: Iterable[int]) -> str:
+    """Sorted integer indices as runs: "0-3, 17-20" (a run of one is the one index)."""
+    runs: list[list[int]] = []
+    for index in sorted(set(indices)):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)

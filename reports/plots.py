@@ -338,14 +338,18 @@ def line_chart(
     xlabel: str,
     ylabel: str,
     ylim: tuple[float, float] | None = None,
+    break_gaps: bool = False,
 ) -> Figure:
-    """One line with markers per ``(name, values)`` series over ``x`` (numbers or category names)."""
+    """One line with markers per ``(name, values)`` series over ``x`` (numbers or category names).
+    With ``break_gaps`` (integer ``x`` such as layer indices), no line joins two points whose
+    x differ by more than 1: nothing was measured between them."""
     fig = Figure(figsize=(min(PAGE_WIDTH_IN, max(4.6, 0.45 * len(x) + 2.5)), 3.6), layout="constrained")
     ax = fig.subplots()
     for name, values in series:
         if len(values) != len(x):
             raise InputError(f"series {name!r} has {len(values)} values for {len(x)} x positions")
-        ax.plot(list(x), list(values), marker="o", markersize=3, label=name)  # type: ignore[arg-type]
+        xs, ys = _with_gaps(x, values) if break_gaps else (list(x), list(values))  # type: ignore[arg-type]
+        ax.plot(xs, ys, marker="o", markersize=3, label=name)  # type: ignore[arg-type]
     ax.set_xlabel(xlabel, fontsize=LABEL_PT)
     ax.set_ylabel(ylabel, fontsize=LABEL_PT)
     ax.tick_params(labelsize=TICK_PT)
@@ -360,6 +364,20 @@ def line_chart(
     if len(series) > 1:
         legend_below(fig, ax, len(series))
     return save_figure(fig, path)
+
+
+def _with_gaps(x: Sequence[float], values: Sequence[float]) -> tuple[list[float], list[float]]:
+    """``x`` and ``values`` with a NaN point in each gap of more than 1 in ``x``, where
+    matplotlib ends the line (the NaN draws no marker)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for index, (position, value) in enumerate(zip(x, values)):
+        if index and position - x[index - 1] > 1:
+            xs.append((position + x[index - 1]) / 2)
+            ys.append(math.nan)
+        xs.append(position)
+        ys.append(value)
+    return xs, ys
 
 
 def bar_chart(

@@ -84,6 +84,30 @@ def test_python_api_takes_prompt_strings_and_layers(model_dir):
         sinkscope.PromptSpec("The cat sat on the mat.")
 
 
+def test_a_restricted_audit_claims_only_its_layers_and_draws_no_line_across_a_gap(model_dir, tmp_path):
+    """Issue 32: an audit of layers 0 and 2 says which layers it probed, words its per-layer
+    findings "among the probed layers", and its per-layer chart joins no points across layer 1."""
+    import math
+
+    import sinkscope
+    from sinkscope.pretrained_analysis.findings import audit_findings
+    from sinkscope.reports.plots import line_chart
+
+    config = sinkscope.AuditConfig(layers=[0, 2], n_examples=0)
+    result = sinkscope.audit(sinkscope.LoadSpec(str(model_dir)), TINY_GPT2_PROMPTS[:3], config, progress=False)
+    findings = audit_findings(result)
+    assert any(line.startswith("Only layers 0, 2 were probed (2 of 3)") for line in findings), findings
+    assert any(line.startswith("Anchor mass") and "among the probed layers" in line for line in findings)
+    every = sinkscope.audit(sinkscope.LoadSpec(str(model_dir)), TINY_GPT2_PROMPTS[:3], progress=False)
+    assert not any("probed" in line for line in audit_findings(every))
+    figure = line_chart(
+        [0, 1, 2, 17, 18], [("mass", [0.1, 0.2, 0.3, 0.9, 0.8])], tmp_path / "c.png", "t", "x", "y", break_gaps=True
+    )
+    (line,) = figure.axes[0].lines
+    assert [math.isnan(y) for y in line.get_ydata()] == [False, False, False, True, False, False]
+    assert list(line.get_xdata())[3] == 9.5  # a gap point between layers 2 and 17, drawn as nothing
+
+
 def test_an_audit_json_without_layers_reads_as_every_layer(model_dir, tmp_path):
     from sinkscope.pretrained_analysis.audit import read_audit
 

@@ -56,7 +56,7 @@ def comparison_of(*specs: tuple[str, str, int, list[float], float]) -> Mechanism
     return MechanismComparison(models=tuple(models), heads=tuple(heads))
 
 
-TOY = ("toy-4x4", "toy", 4, [0.99, 0.98, 0.995, 0.985], 0.0005)
+TOY = ("toy-4x4", "toy", 4, [0.99, 0.98, 0.995, 0.985, 0.9875], 0.0005)
 SMOL = ("SmolLM2", "pretrained", 30, [0.62, 0.55, 0.71, 0.58, 0.66], 0.408)
 
 
@@ -68,7 +68,7 @@ def test_smollm2_is_reported_by_its_numbers_beside_the_toys():
     assert "0.408" in verdict and "0.0005" in verdict
     assert "816x the toy's" in verdict  # 0.408 / 0.0005
     assert "n = 1 model, no interval" in verdict  # one cancellation ratio per model
-    assert "n = 5 sink heads" in verdict and "n = 4 sink heads" in verdict
+    assert verdict.count("n = 5 sink heads") == 2  # SmolLM2's and the toy's
     share = next(d for d in toy_distances(comparison) if d.quantity == SHARE)
     assert share.difference == pytest.approx(0.624 - 0.9875)
     assert f"[{share.difference_low:+.3f}, {share.difference_high:+.3f}]" in verdict  # the difference's interval
@@ -86,7 +86,14 @@ def test_a_model_near_the_toy_is_called_like_it_from_its_numbers():
     assert f"So it is like the toy in {SHARE}, unlike it in {CANCELLATION}." in line
 
 
-def test_one_sink_head_has_no_interval():
+def test_fewer_than_five_sink_heads_have_no_interval():
+    """The small-n rule (docs/metrics.md): from 4 heads a percentile bootstrap is about
+    their range, so no interval is given; nor for the difference from the toy's."""
+    four = ("four", "pretrained", 6, [0.3, 0.4, 0.35, 0.33], 0.5)
+    verdict = [line for line in mechanism_findings(comparison_of(TOY, four)) if line.startswith("four beside")][0]
+    assert "(n = 4 sink heads, no interval)" in verdict and "difference -0.643," in verdict
+    share = next(d for d in toy_distances(comparison_of(TOY, four)) if d.quantity == SHARE)
+    assert math.isnan(share.difference_low) and math.isnan(share.difference_high)
     lone = ("lone", "pretrained", 6, [0.3], 0.5)
     verdict = [line for line in mechanism_findings(comparison_of(TOY, lone)) if line.startswith("lone beside")][0]
     assert "0.3 (n = 1 sink head, no interval)" in verdict

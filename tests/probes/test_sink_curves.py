@@ -104,11 +104,14 @@ def test_prompt_sink_rates_count_only_measured_heads():
     assert math.isnan(rates[1].item())
 
 
-def test_no_interval_from_one_prompt_and_an_interval_around_the_mean_from_several():
+def test_no_interval_from_under_five_prompts_and_an_interval_around_the_mean_from_five():
+    """The small-n rule (docs/metrics.md): no interval from fewer than 5 units."""
     one = sample_mean(torch.tensor([0.4]))
     assert one.n == 1 and one.mean == pytest.approx(0.4) and math.isnan(one.ci_low) and math.isnan(one.ci_high)
-    several = sample_mean(torch.tensor([0.1, 0.2, 0.3, 0.4, math.nan]), n_bootstrap=500, seed=3)
-    assert several.n == 4 and several.ci_low <= several.mean <= several.ci_high
+    four = sample_mean(torch.tensor([0.1, 0.2, 0.3, 0.4, math.nan]), n_bootstrap=500, seed=3)
+    assert four.n == 4 and four.mean == pytest.approx(0.25) and math.isnan(four.ci_low) and math.isnan(four.ci_high)
+    several = sample_mean(torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, math.nan]), n_bootstrap=500, seed=3)
+    assert several.n == 5 and several.ci_low <= several.mean <= several.ci_high
     assert several.ci_low < several.ci_high
 
 

@@ -50,3 +50,18 @@ def test_the_report_names_the_layers_that_hide_the_anchor(window_audit):
     assert "In 2 layers (L0, L2) a sliding window or chunk hides the anchor from" in markdown
     assert "queries not seeing the anchor" in markdown and "over every query)" in markdown
     assert "queries not seeing the anchor" in (window_audit / "report.html").read_text()
+
+
+def test_the_findings_give_each_layer_s_span_and_where_the_sink_heads_sit(window_audit):
+    from sinkscope.pretrained_analysis.findings import audit_findings
+
+    result = read_audit(window_audit)
+    (spans,) = [line for line in audit_findings(result) if line.startswith("Attention spans:")]
+    local = sum(1 for layer, _ in result.sink_heads() if layer in (0, 2))
+    assert (
+        "a sliding window of 6 tokens in layers 0, 2 (2)" in spans
+        and "global (every earlier token) in layer 1;" in spans
+    )
+    assert f"the shortest span (6) is below the longest prompt ({result.prompts.max_tokens} tokens)" in spans
+    assert f"{len(result.sink_heads()) - local} sit in global layers and {local} in windowed or chunked ones" in spans
+    assert "Attention spans:" in (window_audit / "report.md").read_text()

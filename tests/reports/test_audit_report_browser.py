@@ -52,12 +52,13 @@ def browser():
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    """Reports of two tiny audits with ablations: three prompts, and a single prompt."""
+    """Reports of two tiny audits with ablations: six prompts (enough for intervals), and a single prompt."""
     root = tmp_path_factory.mktemp("audits")
     loaded = load_model(LoadSpec(str(build_tiny_gpt2(root / "tiny-gpt2", bos_sink_head=(0, 0)))), progress=False)
     config = AuditConfig(ablate=True, n_examples=1, batch_size=4, n_bootstrap=200)
     pages = {}
-    for name, prompts in (("three", TINY_GPT2_PROMPTS), ("one", TINY_GPT2_PROMPTS[:1])):
+    six = [*TINY_GPT2_PROMPTS, *(prompt.lower() for prompt in TINY_GPT2_PROMPTS)]
+    for name, prompts in (("six", six), ("one", TINY_GPT2_PROMPTS[:1])):
         write_audit(audit(loaded, prompts, config, progress=False), root / name)
         pages[name] = report(root / name).html
     return pages
@@ -85,7 +86,7 @@ def test_every_sink_head_is_outlined_on_a_30x9_map(browser, tmp_path):
 
 
 def test_heatmaps_include_the_top_sink_heads_by_anchor_mass(browser, reports):
-    page = browser.open(reports["three"])
+    page = browser.open(reports["six"])
     top = page.evaluate(
         "(() => { const t = Array.from(document.querySelectorAll('table')).find(t => t.caption"
         " && t.caption.textContent === 'Per head'); const r = t.tBodies[0].rows[0];"
@@ -99,7 +100,7 @@ def test_heatmaps_include_the_top_sink_heads_by_anchor_mass(browser, reports):
 
 
 def test_the_ablation_chart_has_whiskers_and_a_visible_control(browser, reports):
-    page = browser.open(reports["three"])
+    page = browser.open(reports["six"])
     alt = "removing sinks vs the matched control"
     width, height, control = pixels(page, alt, "#5c7cfa", tol=12)
     assert sum(1 for x, _ in control if x > width * 0.55) >= 40  # the control's bars, on their own panel
@@ -107,7 +108,7 @@ def test_the_ablation_chart_has_whiskers_and_a_visible_control(browser, reports)
     whiskers = [(x, y) for x, y in whiskers if y < height * 0.85]
     assert sum(1 for x, _ in whiskers if x < width * 0.5) >= 6 and sum(1 for x, _ in whiskers if x > width * 0.55) >= 6
     text = page.evaluate("document.body.innerText")
-    assert "matched control (right, on its own scale)" in text and "95% bootstrap intervals over 3 inputs" in text
+    assert "matched control (right, on its own scale)" in text and "95% bootstrap intervals over 6 inputs" in text
 
 
 def test_no_report_shows_an_interval_from_one_prompt(browser, reports):
