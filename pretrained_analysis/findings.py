@@ -88,7 +88,7 @@ def span_phrase(result: AuditResult) -> str | None:
     return f"Attention spans: {'; '.join(parts)}; {hidden}{where}."
 
 
-def _layer_phrase(layers: tuple[LayerProbe, ...], scope: str) -> str:
+def _layer_phrase(layers: tuple[LayerProbe, ...], scope: str = "") -> str:
     measured = [layer for layer in layers if not math.isnan(layer.anchor_mass)]
     if not measured:
         return "No layer could be measured."
@@ -238,15 +238,7 @@ def audit_findings(result: AuditResult) -> list[str]:
         "of (prompt, layer, head) entries.",
         _layer_phrase(probe.layers, scope),
     ]
-    learned = learned_sink_phrase(probe)
-    if learned:
-        findings.append(learned)
-    hidden = hidden_anchor_phrase(probe.layers)
-    if hidden:
-        findings.append(hidden)
-    spans = span_phrase(result)
-    if spans:
-        findings.append(spans)
+    findings.extend(filter(None, [learned_sink_phrase(probe), hidden_anchor_phrase(probe.layers), span_phrase(result)]))
     sinks = [head for head in result.probe.heads if head.is_sink_head]
     if sinks:
         findings.append(value_share_phrase(sinks, "the anchor"))

@@ -20,6 +20,13 @@ from sinkscope.pretrained_analysis.prompts import ordinary_tokens, prompt_set, t
 from sinkscope.probes.sink_curves import prompt_sink_rates
 from tiny_models import TINY_GPT2_PROMPTS, build_tiny_gpt2, load_hf_model
 
+# five prompts: the fewest that give a bootstrap interval (sinkscope.infra.intervals)
+FIVE_PROMPTS = [
+    *TINY_GPT2_PROMPTS,
+    "Heads with nothing to do look at the start.",
+    "Ten short words make a small prompt.",
+]
+
 TYPES = ("prompts", "random", "repeated")
 
 
@@ -78,7 +85,7 @@ def test_input_type_tokens_keep_lengths_padding_and_the_prepended_anchor():
 
 
 def test_a_planted_bos_sink_stays_under_every_input_type_as_eager_attention_says(planted, tmp_path):
-    texts = list(TINY_GPT2_PROMPTS)
+    texts = list(FIVE_PROMPTS)
     config = AuditConfig(input_types=TYPES, eps_curve=(0.3, 0.9), n_examples=0)
     result = audit(LoadSpec(str(planted)), texts, config, progress=False)
     curves = result.experiments
@@ -108,7 +115,7 @@ def test_a_planted_bos_sink_stays_under_every_input_type_as_eager_attention_says
 def test_one_token_repeated_removes_the_sink_of_a_model_blind_to_position(positionless):
     # the prompts start with the sink's token as their own text, not as a BOS the convention
     # keeps (prepend_bos off): random and repeated rows replace it too
-    texts = ["<|endoftext|>" + text for text in TINY_GPT2_PROMPTS]
+    texts = ["<|endoftext|>" + text for text in FIVE_PROMPTS]
     config = AuditConfig(input_types=TYPES, lengths=(8, 16), n_examples=0)
     spec = prompt_set(texts, prepend_bos=False, parse_special_tokens=True)
     curves = audit(LoadSpec(str(positionless)), spec, config, progress=False).experiments

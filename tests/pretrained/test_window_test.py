@@ -110,11 +110,11 @@ def test_window_test_losses_are_transformers_per_position_cross_entropy(tmp_path
     hf = load_hf_model(directory)
     loaded = wrap_model(load_bridge(directory))
     text = default_text()[:3000]
-    result = window_test(loaded, text, windows=(8,), sinks=(1,), chunk_tokens=64, max_chunks=3, progress=False)
+    result = window_test(loaded, text, windows=(8,), sinks=(1,), chunk_tokens=64, max_chunks=5, progress=False)
     hooked = HookedModel(loaded.bridge)
     ids = hooked.model.tokenizer(text, add_special_tokens=False)["input_ids"]
     bos = hooked.model.tokenizer.bos_token_id
-    chunks = [torch.tensor([[bos] + ids[k * 63 : (k + 1) * 63]]) for k in range(3)]
+    chunks = [torch.tensor([[bos] + ids[k * 63 : (k + 1) * 63]]) for k in range(5)]
     for row, curve in zip(result.rows[:2], result.curves[:2], strict=True):
         mask = additive_mask(allowed_keys(row.setting, 64))
         with torch.no_grad():
@@ -123,13 +123,13 @@ def test_window_test_losses_are_transformers_per_position_cross_entropy(tmp_path
             ).double()
         assert torch.allclose(torch.tensor(curve, dtype=torch.float64), losses.mean(dim=0), atol=TOL)
         assert math.isclose(row.loss.mean, float(losses[:, result.scored_from :].mean()), abs_tol=TOL)
-    assert result.n_units == 3 and result.scored_from == 10 and result.n_positions == 63
+    assert result.n_units == 5 and result.scored_from == 10 and result.n_positions == 63
     assert result.rows[1].loss.ci_low <= result.rows[1].loss.mean <= result.rows[1].loss.ci_high
     write_result(tmp_path / "w.json", result)
     assert read_result(tmp_path / "w.json", WindowTestResult) == result
     frame = result.to_dataframe()
     assert list(frame["setting"]) == [s.label for s in window_settings((8,), (1,))]
-    assert "n = 3" in window_definition(result).note and "last 8" in window_finding(result)
+    assert "n = 5" in window_definition(result).note and "last 8" in window_finding(result)
     assert "Streaming window test" in result._repr_html_()
 
 

@@ -75,8 +75,13 @@ def test_no_interval_from_one_pair_or_from_batch_means():
     batch, untriggered = trigger_pair(n=8)
     model, metric = relu_exact_model(TASK), projection_on_source_target(batch)
     one = activation_patching(model, batch.tokens[:1], untriggered[:1], "resid_pre", metric, per=("layer",))
-    assert one.notes == ("n = 1 input pair, no interval",)
+    assert one.notes == ("n = 1 input pair, no interval (fewer than 5)",)
     assert all(math.isnan(row.effect_ci_low) and math.isnan(row.normalised_effect_ci_high) for row in one.rows)
+    four = activation_patching(model, batch.tokens[:4], untriggered[:4], "resid_pre", metric, per=("layer",))
+    assert four.notes == ("n = 4 input pairs, no interval (fewer than 5)",)
+    assert all(math.isnan(row.effect_ci_high) for row in four.rows)
+    five = activation_patching(model, batch.tokens[:5], untriggered[:5], "resid_pre", metric, per=("layer",))
+    assert not five.notes and all(row.effect_ci_low <= row.effect <= row.effect_ci_high for row in five.rows)
 
     def batch_mean(output: torch.Tensor, context: MetricContext) -> torch.Tensor:
         return metric(output, context).mean()

@@ -64,4 +64,5 @@ def test_the_findings_give_each_layer_s_span_and_where_the_sink_heads_sit(window
     )
     assert f"the shortest span (6) is below the longest prompt ({result.prompts.max_tokens} tokens)" in spans
     assert f"{len(result.sink_heads()) - local} sit in global layers and {local} in windowed or chunked ones" in spans
+    assert main(["report", str(window_audit), "--overwrite"]) == 0  # an audit writes no report itself
     assert "Attention spans:" in (window_audit / "report.md").read_text()
