@@ -149,7 +149,7 @@ def ablate(
     sinks, removal = sinks_to_remove(probe, settings)
     n_chunks = math.ceil(n / settings.batch_size)
     n_sets = min(len(sinks), settings.max_single_heads) + (len(sinks) > 1)
-    passes = 2 + (1 + 2 * n_sets if sinks else 0)
+    passes = 2 + (1 + 4 * n_sets if sinks else 0)  # removal, control, zero- and mean-ablation per set
     bar = tqdm(total=passes * n_chunks, desc=f"ablating {label}", unit="batch", disable=not progress, leave=False)
     # a batch of a large model on a busy machine can take longer than a reader waits in silence
     with bar, heartbeat(f"ablating {label}", enabled=progress) as said:

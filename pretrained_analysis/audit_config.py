@@ -20,7 +20,8 @@ class AuditConfig:
     """How to audit. sink_eps: a sink head has anchor mass >= 1 - sink_eps; ablate: the
     loss-based ablations (causal models); ablate_heads: how many sink heads, strongest
     anchor mass first, are ablated one by one (all of them are ablated together either
-    way; each tested set costs two passes with logits); ablate_prompts: ablate on the
+    way; each tested set costs four passes with logits: sink removal, its control, the
+    zero- and the mean-ablation); ablate_prompts: ablate on the
     first this many prompts only (None: all); ablate_sink: the sink removed, ``anchor``
     (the sink heads' anchor key) or ``learned`` (the learned sink logits of heads whose
     learned sink takes >= 1 - sink_eps, gpt-oss); n_examples: prompts drawn as attention

@@ -10,6 +10,7 @@ from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, compari
 from sinkscope.pretrained_analysis.geometry_sections import geometry_parts
 from sinkscope.pretrained_analysis.tables import ablation_table
 from sinkscope.probes.display import default_state_table, probe_parts
+from sinkscope.probes.head_ablation_report import head_ablation_table
 from sinkscope.probes.sink_curve_tables import curve_tables
 from sinkscope.reports.formatting import plural
 from sinkscope.reports.html import bullets_html, escape, fragment, heat_grid, inline_table
@@ -39,6 +40,9 @@ def audit_html(result: AuditResult) -> str:
         ablation = result.ablation
         parts.append(inline_table(ablation_table(ablation)))
         parts.append(default_state_table(ablation.default_state, LOSS))
+        test = ablation.default_state
+        ablations = head_ablation_table(test.tested_rows(), LOSS, test.n_inputs)
+        parts.extend([inline_table(ablations)] if ablations is not None else [])
     return fragment(f"Attention-sink audit: {model.label}", subtitle, parts)
 
 

@@ -13,6 +13,7 @@ from sinkscope.interp.visibility import layer_reach
 from sinkscope.pretrained_analysis.geometry_sections import geometry_findings
 from sinkscope.pretrained_analysis.tables import LOSS
 from sinkscope.probes.default_state import Estimate
+from sinkscope.probes.head_ablation_report import head_ablation_findings
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeResult
 from sinkscope.probes.report_sections import (
     default_state_finding,
@@ -269,6 +270,7 @@ def audit_findings(result: AuditResult) -> list[str]:
                 default_state_finding(test.all_sink_heads, LOSS, subject, test.n_inputs)
                 + " Each change is a mean over prompts of the per-prompt loss change."
             )
+            findings.extend(head_ablation_findings(test.rows, test.all_sink_heads, LOSS, test.n_inputs))
     findings.extend(geometry_findings(result))
     return findings + list(result.notes)
 

@@ -30,6 +30,7 @@ from sinkscope.pretrained_analysis.findings import LOSS, audit_findings, compari
 from sinkscope.pretrained_analysis.geometry_sections import geometry_sections
 from sinkscope.pretrained_analysis.tables import ablation_table
 from sinkscope.pretrained_analysis.trajectory_figures import trajectory_caption
+from sinkscope.probes.head_ablation_report import head_ablation_table
 from sinkscope.probes.probe import ProbeResult, layers_setting
 from sinkscope.probes.report_sections import (
     default_state_change_chart,
@@ -225,6 +226,7 @@ def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) ->
             f"{len(test.sink_heads)} {heads} alone, {order}) and for all of them, on {plural(test.n_inputs, 'prompt')}"
         )
         blocks.append(default_state_table(rows, LOSS, caption, test.n_inputs))
+        blocks.extend(filter(None, [head_ablation_table(rows, LOSS, test.n_inputs)]))
     else:
         blocks.append(Paragraph(f"Sink removal not run: {ablation.default_state.note}."))
     return Section("Ablations", tuple(blocks))

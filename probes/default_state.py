@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -27,15 +27,19 @@ from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.intervals import interval_possible
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
+from sinkscope.probes.head_ablations import batch_head_means, head_ablation_reading
 from sinkscope.probes.interventions import (
+    HeadMeans,
     HeadRef,
     Intervention,
     intervention_hooks,
     mask_random_key,
+    mean_ablate_head,
     open_gate,
     remove_learned_sink,
     remove_null,
     remove_sink,
+    zero_head,
 )
 from sinkscope.reports.frames import dataframe
 
@@ -56,16 +60,24 @@ class DefaultStateConfig:
     chunks of this many (None: all at once); ``max_single_heads``: test at most this many
     sink heads one by one, the first ones in the order given (None: every one); the set
     of all sink heads is tested together either way. Each tested set costs two forward
-    passes over the inputs, which on a model with dozens of sink heads is most of the work."""
+    passes over the inputs, which on a model with dozens of sink heads is most of the work;
+    ``head_ablations``: each tested set's output also zero- and mean-ablated beside its
+    sink removal (sinkscope.probes.head_ablations), two more passes per set and one for
+    the heads' mean outputs."""
 
     n_bootstrap: int = 1000
     confidence: float = 0.95
     seed: int = 0
     batch_size: int | None = None
     max_single_heads: int | None = None
+    head_ablations: bool = True
 
     def __post_init__(self) -> None:
         check_seed(self.seed)
+        if not isinstance(self.head_ablations, bool):
+            raise InputError(
+                f"head_ablations must be True or False, got {self.head_ablations!r}", field="head_ablations"
+            )
         if self.max_single_heads is not None and self.max_single_heads < 0:
             raise InputError(
                 f"max_single_heads must be >= 0 or None, got {self.max_single_heads}", field="max_single_heads"
@@ -115,6 +127,12 @@ class DefaultStateRow:
     remove_increase: Estimate
     control_increase: Estimate
     cohens_d: float
+    # the head ablations (None where not run, and in files written before them): the
+    # increase under zero- and mean-ablation of the heads' output, and the paired
+    # difference of sink removal's increase minus the mean-ablation's
+    zero_increase: Estimate | None = None
+    mean_increase: Estimate | None = None
+    remove_minus_mean: Estimate | None = None
 
 
 @dataclass(frozen=True)
@@ -157,18 +175,25 @@ class DefaultStateResult:
                 "error_before": row.error_before,
                 "error_after_remove": row.error_after_remove,
                 "error_after_control": row.error_after_control,
-                **{
-                    f"{name}_{part}": getattr(estimate, part)
-                    for name, estimate in (
-                        ("remove_increase", row.remove_increase),
-                        ("control_increase", row.control_increase),
-                    )
-                    for part in ("mean", "ci_low", "ci_high")
-                },
+                **_estimate_columns(row),
                 "cohens_d": row.cohens_d,
+                "head_ablation_reading": head_ablation_reading(row),
             }
             for row in self.tested_rows()
         )
+
+
+ESTIMATE_FIELDS = ("remove_increase", "control_increase", "zero_increase", "mean_increase", "remove_minus_mean")
+
+
+def _estimate_columns(row: DefaultStateRow) -> dict[str, float]:
+    """Each estimate's mean and interval ends as columns (NaN where the row has none)."""
+    columns = {}
+    for name in ESTIMATE_FIELDS:
+        estimate = getattr(row, name)
+        for part in ("mean", "ci_low", "ci_high"):
+            columns[f"{name}_{part}"] = math.nan if estimate is None else getattr(estimate, part)
+    return columns
 
 
 def upgrade_default_state_row_v1(row: dict[str, Any]) -> dict[str, Any]:
@@ -292,8 +317,15 @@ def default_state_test(
     heads = remove_sink(sink_heads).heads if len(sink_heads) else ()  # (layer, head) pairs or names like "L0H3"
     if not heads:
         return DefaultStateResult(heads, batch.batch_size, (), None, "no sink heads: there is no sink to remove")
-    before = _errors(hooked, batch, error_fn, None, config.batch_size)
-    generator = torch.Generator().manual_seed(config.seed)
+    test = _HeadSetTest(
+        hooked,
+        batch,
+        error_fn,
+        removal,
+        config,
+        before=_errors(hooked, batch, error_fn, None, config.batch_size),
+        means=batch_head_means(hooked, batch, config.batch_size) if config.head_ablations else None,
+    )
     singles = heads if config.max_single_heads is None else heads[: config.max_single_heads]
     note = (
         ""
@@ -303,29 +335,63 @@ def default_state_test(
             f"all {len(heads)} together"
         )
     )
+    # the heads alone first, then all together: the bootstrap draws from one generator in this order
+    rows = tuple(test.row(f"L{layer}H{head}", ((layer, head),)) for layer, head in singles)
+    if len(heads) > 1:
+        together: DefaultStateRow | None = test.row(ALL_SINK_HEADS, heads)
+    else:  # one sink head: removing all of them is removing it, already tested (unless the cap left it out)
+        together = rows[0] if rows else None
+    return DefaultStateResult(heads, batch.batch_size, rows, together, note)
 
-    def tested(label: str, head_set: tuple[HeadRef, ...]) -> DefaultStateRow:
-        removed = _errors(hooked, batch, error_fn, removal(head_set), config.batch_size) - before
-        control = (
-            _errors(hooked, batch, error_fn, mask_random_key(head_set, seed=config.seed), config.batch_size) - before
-        )
+
+@dataclass
+class _HeadSetTest:
+    """One default-state test in progress: the inputs' errors with nothing removed, and the
+    generators its intervals draw from (the head ablations from a second one, so that
+    adding them left the removal's and control's intervals as they were)."""
+
+    hooked: HookedModel
+    batch: PreparedBatch
+    error_fn: ErrorFn
+    removal: Callable[[Sequence[HeadRef]], Intervention]
+    config: DefaultStateConfig
+    before: torch.Tensor
+    means: HeadMeans | None
+
+    def __post_init__(self) -> None:
+        self.generator = torch.Generator().manual_seed(self.config.seed)
+        self.ablation_generator = torch.Generator().manual_seed(self.config.seed)
+
+    def increase(self, intervention: Intervention) -> torch.Tensor:
+        """Each input's error change under ``intervention`` ``[n]``."""
+        return _errors(self.hooked, self.batch, self.error_fn, intervention, self.config.batch_size) - self.before
+
+    def estimate(self, values: torch.Tensor, generator: torch.Generator) -> Estimate:
+        return bootstrap(values, self.config.n_bootstrap, generator, self.config.confidence)
+
+    def row(self, label: str, head_set: tuple[HeadRef, ...]) -> DefaultStateRow:
+        before = self.before
+        removed = self.increase(self.removal(head_set))
+        control = self.increase(mask_random_key(head_set, seed=self.config.seed))
         difference = removed - control
         spread = float(difference.std()) if difference.numel() > 1 else 0.0
-        return DefaultStateRow(
+        row = DefaultStateRow(
             label=label,
             head_set=head_set,
             error_before=float(before.mean()),
             error_after_remove=float((before + removed).mean()),
             error_after_control=float((before + control).mean()),
-            remove_increase=bootstrap(removed, config.n_bootstrap, generator, config.confidence),
-            control_increase=bootstrap(control, config.n_bootstrap, generator, config.confidence),
+            remove_increase=self.estimate(removed, self.generator),
+            control_increase=self.estimate(control, self.generator),
             cohens_d=float(difference.mean()) / spread if spread > 0 else float("nan"),
         )
-
-    # the heads alone first, then all together: the bootstrap draws from one generator in this order
-    rows = tuple(tested(f"L{layer}H{head}", ((layer, head),)) for layer, head in singles)
-    if len(heads) > 1:
-        together: DefaultStateRow | None = tested(ALL_SINK_HEADS, heads)
-    else:  # one sink head: removing all of them is removing it, already tested (unless the cap left it out)
-        together = rows[0] if rows else None
-    return DefaultStateResult(heads, batch.batch_size, rows, together, note)
+        if self.means is None:
+            return row
+        zeroed = self.increase(zero_head(head_set))
+        averaged = self.increase(mean_ablate_head(head_set, self.means))
+        return replace(
+            row,
+            zero_increase=self.estimate(zeroed, self.ablation_generator),
+            mean_increase=self.estimate(averaged, self.ablation_generator),
+            remove_minus_mean=self.estimate(removed - averaged, self.ablation_generator),
+        )

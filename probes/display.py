@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sinkscope.infra.intervals import interval_possible
+from sinkscope.probes.head_ablation_report import head_ablation_table
 from sinkscope.probes.report_sections import sink_rate_phrase
 from sinkscope.probes.tables import (
     HEAD_TABLE,
@@ -84,8 +85,11 @@ def default_state_table(result: DefaultStateResult, what: str) -> str:
 
 
 def default_state_html(result: DefaultStateResult) -> str:
+    ablations = head_ablation_table(result.tested_rows(), "error", result.n_inputs)
     return fragment(
-        "Default-state test", plural(len(result.sink_heads), "sink head"), [default_state_table(result, "error")]
+        "Default-state test",
+        plural(len(result.sink_heads), "sink head"),
+        [default_state_table(result, "error"), *([inline_table(ablations)] if ablations is not None else [])],
     )
 
 

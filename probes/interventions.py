@@ -24,7 +24,7 @@ null's share grows with the rest; the other kinds are only zeroed.
 - ``open_gate``: a gated model's gate (``hook_gate``) forced to 1 for the heads.
 - ``zero_head``: the head's ``z`` (its output before W_O) set to zero.
 - ``mean_ablate_head``: the head's ``z`` replaced by its per-position mean over a
-  reference set (``head_means``).
+  reference set (``head_means`` in sinkscope.probes.head_ablations).
 
 How they are applied: ``zero_head``/``mean_ablate_head`` write at ``hook_z``. Pattern
 edits write at ``hook_pattern`` where edits there reach the output (toy models, GPT-2,
@@ -104,7 +104,9 @@ class Intervention:
         if not self.heads:
             raise InputError(f"{self.kind} needs at least one (layer, head) pair")
         if self.kind == "mean_ablate_head" and self.means is None:
-            raise InputError("mean_ablate_head needs means=head_means(model, reference_inputs)")
+            raise InputError(
+                "mean_ablate_head needs means=head_means(model, reference_inputs) (sinkscope.probes.head_ablations)"
+            )
 
     def layers(self) -> list[int]:
         return sorted({layer for layer, _ in self.heads})
@@ -389,30 +391,3 @@ def run_with_intervention(
     batch = hooked.prepare(inputs, attention_mask)
     with torch.no_grad():
         return hooked.run_with_hooks(batch, intervention_hooks(hooked, batch, intervention))
-
-
-def head_means(
-    model: torch.nn.Module | HookedModel,
-    inputs: ModelInput | Sequence[str],
-    attention_mask: Shaped[torch.Tensor, "batch pos"] | None = None,
-) -> HeadMeans:
-    """Per-position mean of every head's ``z`` over the real tokens of ``inputs``
-    (the reference set for ``mean_ablate_head``)."""
-    hooked = _as_hooked(model)
-    batch = hooked.prepare(inputs, attention_mask)
-    spec = hooked.spec
-    real = batch.attention_mask.to(torch.float32)
-    counts = real.sum(dim=0).clamp_min(1.0).view(-1, 1, 1)
-    means = torch.zeros(spec.n_layers, batch.n_pos, spec.n_heads, spec.d_head)
-
-    def make(layer: int) -> Callable[..., None]:
-        def hook(z: torch.Tensor, hook: Any) -> None:
-            means[layer] = (
-                (z.float() * real.to(z.device).view(*real.shape, 1, 1)).sum(dim=0) / counts.to(z.device)
-            ).cpu()
-
-        return hook
-
-    with torch.no_grad():
-        hooked.run_with_hooks(batch, [(attn_hook(layer, "z"), make(layer)) for layer in spec.pattern_layers])
-    return HeadMeans(z=means, n_inputs=batch.batch_size)

@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from sinkscope.infra.intervals import interval_possible
 from sinkscope.reports.document import Column, HeadMaps, TableDefinition
 
 if TYPE_CHECKING:
@@ -188,8 +189,8 @@ LAYER_TABLE: TableDefinition[LayerProbe] = TableDefinition(
 def default_state_definition(what: str, n_inputs: int | None = None) -> TableDefinition[DefaultStateRow]:
     """The default-state test: ``what`` (e.g. "next-token loss") before and after each
     removal, beside its matched control, one row per tested head set. With ``n_inputs``
-    under two there is no interval: its cells stay empty and the note says so."""
-    bounds = n_inputs is None or n_inputs >= 2
+    too few for an interval (sinkscope.infra.intervals) its cells stay empty and the note says so."""
+    bounds = n_inputs is None or interval_possible(n_inputs)
 
     def interval(low: float, high: float) -> tuple[float, float]:
         return (low, high) if bounds else (math.nan, math.nan)

@@ -13,6 +13,7 @@ from pathlib import Path
 from sinkscope.infra.codec import read_result
 from sinkscope.infra.provenance import read_provenance
 from sinkscope.interp.attention_kinds import NORMALISED_KINDS
+from sinkscope.probes.head_ablation_report import head_ablation_findings, head_ablation_table
 from sinkscope.probes.probe import ProbeResult
 from sinkscope.probes.report_sections import (
     default_state_chart,
@@ -103,6 +104,7 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
         f"Sink rate (Gu et al.: the share of (sequence, layer, head) entries whose mean attention on BOS, over "
         f"the queries from BOS on, exceeds ε): {sink_rate_phrase(probe.sink_rates)}.",
         *filter(None, [sink_rules_phrase(probe)]),
+        *head_ablation_findings(state.rows, state.all_sink_heads, WHAT, probe.n_inputs),
     ]
     if sinks:
         findings.append(value_share_phrase(sinks, "BOS"))
@@ -120,7 +122,7 @@ def _probe_findings(probe: ProbeResult, state: ToyDefaultState, name: str) -> li
     return findings + list(probe.notes)
 
 
-def _probe_default_state(state: ToyDefaultState, name: str, figure_dir: Path) -> Section:
+def _probe_default_state(state: ToyDefaultState, name: str, figure_dir: Path, n_inputs: int) -> Section:
     """The default-state test of the probed run (its chart written into ``figure_dir``), or
     why it was not run."""
     if not state.tested_rows():
@@ -137,6 +139,7 @@ def _probe_default_state(state: ToyDefaultState, name: str, figure_dir: Path) ->
                 f"{name}: removing sinks vs the matched control",
             ),
             default_state_table(state.tested_rows(), WHAT),
+            *filter(None, [head_ablation_table(state.tested_rows(), WHAT, n_inputs)]),
         ),
     )
 
@@ -178,7 +181,7 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
             ),
         ),
         Section("Layers", (layer_table(probe.layers),)),
-        _probe_default_state(state, name, figure_dir),
+        _probe_default_state(state, name, figure_dir, probe.n_inputs),
     ]
     formation = existing_figures(source, [(SINK_FORMATION_FIGURE, FORMATION_CAPTION)])
     if formation:

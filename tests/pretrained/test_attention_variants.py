@@ -23,9 +23,9 @@ import transformers
 
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model
+from sinkscope.probes.head_ablations import head_means
 from sinkscope.probes.interventions import (
     evict_anchor,
-    head_means,
     mask_random_key,
     mean_ablate_head,
     redirect_to_sink,

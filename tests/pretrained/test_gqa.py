@@ -17,9 +17,9 @@ from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import HookedModel
 from sinkscope.pretrained_analysis.audit import read_audit
 from sinkscope.probes.default_state import DefaultStateConfig, default_state_test
+from sinkscope.probes.head_ablations import head_means
 from sinkscope.probes.interventions import (
     evict_anchor,
-    head_means,
     mask_random_key,
     mean_ablate_head,
     redirect_to_sink,

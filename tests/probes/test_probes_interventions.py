@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from sinkscope.interp.hooked_model import HookedModel
+from sinkscope.probes.head_ablations import head_means
 from sinkscope.probes.interventions import (
     evict_anchor,
-    head_means,
     intervention_hooks,
     mask_random_key,
     mean_ablate_head,
