@@ -111,9 +111,16 @@ def head_ablation_findings(
         )
         costliest = max(singles, key=lambda row: row.remove_increase.mean, default=None)
         if costliest is not None and costliest.remove_increase.mean > together.remove_increase.mean:
+            alone_sum = sum(row.remove_increase.mean for row in singles)
+            adds = (
+                f" The sink removals of the {plural(len(singles), 'head')} tested alone add up to {alone_sum:+.3g} "
+                f"(a sum of the means): removed together, they cost less than the sum of their parts."
+                if len(singles) > 1 and alone_sum > together.remove_increase.mean
+                else ""
+            )
             findings.append(
                 f"{costliest.label}'s sink removal alone costs more than all {len(together.head_set)} together's "
                 f"({costliest.remove_increase.mean:+.3g} against {together.remove_increase.mean:+.3g}): "
-                f"{_numbers(costliest, n)}; reading: {head_ablation_reading(costliest)}."
+                f"{_numbers(costliest, n)}; reading: {head_ablation_reading(costliest)}.{adds}"
             )
     return findings

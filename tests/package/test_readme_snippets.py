@@ -173,6 +173,7 @@ def _assert_the_smollm2_audit_is_the_main_job_s(audit_dir: Path) -> None:
     """The main job's SmolLM2 step: built-in prompts, --ablate on the 8 strongest sink heads;
     removing every sink hurts far more than the matched control (the default-state test)."""
     from sinkscope.pretrained_analysis.audit import read_audit
+    from sinkscope.probes.head_ablations import SINK_BREAKS_IT, head_ablation_reading
 
     result = read_audit(audit_dir)
     assert result.prompts.n_prompts == 64 and result.model.quantization == "Q4_1"
@@ -181,6 +182,9 @@ def _assert_the_smollm2_audit_is_the_main_job_s(audit_dir: Path) -> None:
     assert len(result.ablation.default_state.rows) == 8 and all_sinks is not None
     assert all_sinks.remove_increase.ci_low > 10 * max(abs(all_sinks.control_increase.mean), 1e-3)
     assert result.ablation.evict_anchor_delta > 0
+    # the prediction written before the first run (docs/metrics.md), as the README reports it
+    assert head_ablation_reading(all_sinks) == SINK_BREAKS_IT
+    assert head_ablation_reading(result.ablation.default_state.rows[0]) == SINK_BREAKS_IT  # L18H8
 
 
 def _assert_the_demo_runs_again(out: Path, env: dict[str, str]) -> None:

@@ -167,6 +167,7 @@ def test_findings_name_the_costliest_single_head_when_it_costs_more_than_all_tog
     assert "All 2 sink heads together" in findings[1] and "reading: the head matters" in findings[1]
     assert findings[2].startswith("L18H8's sink removal alone costs more than all 2 together's (+0.5 against +0.1)")
     assert "mean-ablation +0.0000 [95% CI -0.0100 to 0.0100, n = 16]" in findings[2]
+    assert "The sink removals of the 2 heads tested alone add up to +0.5 (a sum of the means)" in findings[2]
     table = head_ablation_table([*alone, together], "next-token loss", 16)
     assert table is not None and [row[-1] for row in table.rows] == [SINK_BREAKS_IT, HEAD_MATTERS, HEAD_MATTERS]
     few = head_ablation_table(alone, "next-token loss", 4)  # no interval from 4 inputs: no columns for them
