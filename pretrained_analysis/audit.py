@@ -12,7 +12,7 @@ for BERT-family encoders. ``--ablate`` (causal models only) measures the next-to
 (per prompt: mean cross-entropy over its predicted tokens; then averaged over prompts):
 for each sink head and all of them together, with ``remove_sink`` and its matched
 control ``mask_random_key`` (``sinkscope.probes.default_state``, bootstrap intervals over prompts),
-and with the anchor evicted from every head (StreamingLLM-style ``evict_anchor``).
+and with the anchor evicted from every head (``evict_anchor``: the eviction StreamingLLM avoids by keeping the first tokens).
 """
 
 from __future__ import annotations
@@ -253,8 +253,11 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
     notes = list(probe.notes)
     if not model.causal:
         notes.append("bidirectional encoder: the anchor is the first token ([CLS]); every real query after it counts")
-        if config.ablate:
-            notes.append("encoder: no next-token loss, so the loss-based ablations were skipped")
+        # said whether or not --ablate was given: a reader asks why an encoder's report has no ablations
+        notes.append(
+            "encoder: no next-token loss, so the loss-based ablations (sink removal, anchor eviction, head "
+            "ablations) do not apply" + (" and were skipped" if config.ablate else "")
+        )
     if model.quantization is not None:
         notes.append(
             f"weights dequantised to {model.dtype} from the {model.quantization} GGUF file {Path(str(model.source_file)).name}"

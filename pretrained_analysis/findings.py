@@ -258,7 +258,7 @@ def audit_findings(result: AuditResult) -> list[str]:
             else estimate_text(ablation.evict_anchor_delta, increase.ci_low, increase.ci_high, n_prompts)
         )
         findings.append(
-            f"Evicting the anchor from every head (StreamingLLM-style) changes the {LOSS} from "
+            f"Evicting the anchor from every head (what StreamingLLM avoids: it keeps the first tokens) changes the {LOSS} from "
             f"{ablation.base_loss:.3f} to {ablation.evict_anchor_loss:.3f} (change {change}), means "
             f"of per-prompt losses over {plural(n_prompts, 'prompt')}."
         )

@@ -5,7 +5,7 @@ Kinds (docs/metrics.md):
   rest of the row (softmax heads; other kinds are only zeroed, since their rows are not
   normalised). A row left with no mass becomes zero: the head writes nothing.
 - ``evict_anchor``: mask the anchor key for ALL queries, the anchor's own row included
-  (StreamingLLM-style eviction), renormalising likewise.
+  (the eviction StreamingLLM avoids by keeping the first tokens), renormalising likewise.
 - ``redirect_to_sink``: replace each real row by one-hot on the anchor (head made dormant).
 - ``mask_random_key``: the matched control for ``remove_sink``: every query after the
   anchor loses one visible non-anchor key, drawn uniformly with ``seed``, renormalised.

@@ -150,7 +150,8 @@ def default_state_finding(row: DefaultStateRow, what: str, subject: str, n: int)
     interval is over (none from fewer than two)."""
     control_change = row.error_after_control - row.error_before
     remove_change = row.error_after_remove - row.error_before
-    digits = next((k for k in range(2, 7) if sig(row.error_before, k) != sig(row.error_after_remove, k)), 6)
+    # one rounding for the sentence: at least the 3 significant digits the rest of a report gives
+    digits = next((k for k in range(3, 7) if sig(row.error_before, k) != sig(row.error_after_remove, k)), 6)
     leaves = abs(control_change) <= 0.1 * abs(remove_change) or abs(control_change) <= 0.5 * abs(row.error_before)
     control = (
         f"leaves it at {sig(row.error_after_control, digits)}"
