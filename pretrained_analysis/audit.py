@@ -254,9 +254,10 @@ def _notes(model: ModelInfo, prompts: PromptSummary, probe: ProbeResult, config:
     if not model.causal:
         notes.append("bidirectional encoder: the anchor is the first token ([CLS]); every real query after it counts")
         # said whether or not --ablate was given: a reader asks why an encoder's report has no ablations
+        done = "were skipped" if config.ablate else "do not apply"
         notes.append(
-            "encoder: no next-token loss, so the loss-based ablations (sink removal, anchor eviction, head "
-            "ablations) do not apply" + (" and were skipped" if config.ablate else "")
+            f"encoder: no next-token loss, so the loss-based ablations {done} (sink removal, anchor eviction and "
+            "head ablations need one)"
         )
     if model.quantization is not None:
         notes.append(

@@ -41,7 +41,7 @@ def audit_html(result: AuditResult) -> str:
         parts.append(inline_table(ablation_table(ablation)))
         parts.append(default_state_table(ablation.default_state, LOSS))
         test = ablation.default_state
-        ablations = head_ablation_table(test.tested_rows(), LOSS, test.n_inputs)
+        ablations = head_ablation_table(test.tested_rows(), LOSS, test.n_inputs, "prompt")
         parts.extend([inline_table(ablations)] if ablations is not None else [])
     return fragment(f"Attention-sink audit: {model.label}", subtitle, parts)
 

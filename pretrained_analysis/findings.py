@@ -270,7 +270,7 @@ def audit_findings(result: AuditResult) -> list[str]:
                 default_state_finding(test.all_sink_heads, LOSS, subject, test.n_inputs)
                 + " Each change is a mean over prompts of the per-prompt loss change."
             )
-            findings.extend(head_ablation_findings(test.rows, test.all_sink_heads, LOSS, test.n_inputs))
+            findings.extend(head_ablation_findings(test.rows, test.all_sink_heads, LOSS, test.n_inputs, "prompt"))
     findings.extend(geometry_findings(result))
     return findings + list(result.notes)
 

@@ -226,7 +226,7 @@ def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) ->
             f"{len(test.sink_heads)} {heads} alone, {order}) and for all of them, on {plural(test.n_inputs, 'prompt')}"
         )
         blocks.append(default_state_table(rows, LOSS, caption, test.n_inputs))
-        blocks.extend(filter(None, [head_ablation_table(rows, LOSS, test.n_inputs)]))
+        blocks.extend(filter(None, [head_ablation_table(rows, LOSS, test.n_inputs, "prompt")]))
     else:
         blocks.append(Paragraph(f"Sink removal not run: {ablation.default_state.note}."))
     return Section("Ablations", tuple(blocks))

@@ -317,6 +317,13 @@ def default_state_test(
     heads = remove_sink(sink_heads).heads if len(sink_heads) else ()  # (layer, head) pairs or names like "L0H3"
     if not heads:
         return DefaultStateResult(heads, batch.batch_size, (), None, "no sink heads: there is no sink to remove")
+    if len(set(heads)) < len(heads):
+        repeated = sorted({f"L{layer}H{head}" for layer, head in heads if heads.count((layer, head)) > 1})
+        raise InputError(
+            f"sink_heads names {', '.join(repeated)} more than once; give each head once", field="sink_heads"
+        )
+    if batch.batch_size == 0:
+        raise InputError("the default-state test needs at least one input; pass a non-empty batch", field="inputs")
     test = _HeadSetTest(
         hooked,
         batch,

@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from jaxtyping import Float
 
+from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook
 from sinkscope.interp.hooked_model import HookedModel, ModelInput, PreparedBatch
 from sinkscope.probes.interventions import HeadMeans
 
 if TYPE_CHECKING:
-    from sinkscope.probes.default_state import DefaultStateRow
+    from sinkscope.probes.default_state import DefaultStateRow, Estimate
 
 # the readings, strongest claim first; the rule that picks one is head_ablation_reading
 SINK_BREAKS_IT = "removing its sink breaks it"
@@ -39,7 +40,7 @@ HEAD_MATTERS = "the head matters"
 MEAN_OUTPUT_MATTERS = "its mean output matters"
 INCONCLUSIVE = "inconclusive"
 NO_INCREASE = "no ablation raises the error"
-NO_READING = "no reading: no interval"
+NO_READING = "no reading: intervals missing"
 HEAD_ABLATION_READINGS = (SINK_BREAKS_IT, HEAD_MATTERS, MEAN_OUTPUT_MATTERS, INCONCLUSIVE, NO_INCREASE, NO_READING)
 
 
@@ -60,6 +61,10 @@ def batch_head_means(hooked: HookedModel, batch: PreparedBatch, batch_size: int 
     """``head_means`` of a prepared batch: per-position sums of ``z`` and counts of real
     tokens, added chunk by chunk, then divided (a position no input reaches stays 0)."""
     spec = hooked.spec
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise InputError(f"batch_size must be a whole number >= 1 or None, got {batch_size!r}", field="batch_size")
+    if batch.batch_size == 0:
+        raise InputError("head means need at least one input; pass a non-empty batch", field="inputs")
     sums: Float[torch.Tensor, "layer pos head d_head"] = torch.zeros(
         spec.n_layers, batch.n_pos, spec.n_heads, spec.d_head, dtype=torch.float64
     )
@@ -92,28 +97,41 @@ def head_ablation_reading(row: DefaultStateRow) -> str | None:
     """Which reading a tested head set's numbers support (None: the row has no head
     ablations, e.g. a file written before them). Intervals decide, never means alone:
 
-    1. removing its sink breaks it: sink removal raises the error more than the
-       mean-ablation does (the paired difference's interval above 0) and more than the
+    1. removing its sink breaks it: sink removal raises the error (its interval above 0),
+       and more than the mean-ablation does (the paired difference's interval above 0) and more than the
        matched control (removal's interval above the control's);
     2. the head matters: the mean-ablation's interval lies above 0;
     3. its mean output matters: only the zero-ablation's interval lies above 0;
     4. inconclusive: sink removal's interval lies above 0, and neither rule above holds;
     5. no ablation raises the error: no interval lies above 0.
-    "Above 0" is past float rounding (``ROUNDING_SHARE`` of the test's scale). Without intervals (fewer than 5 inputs) there is no reading."""
+    "Above 0" is past float rounding (``ROUNDING_SHARE`` of the test's scale). A rule whose
+    intervals are missing (NaN: a non-finite error, or fewer than 5 inputs) is not applied,
+    and where that leaves no rule holding there is no reading. Without intervals (fewer than 5 inputs) there is no reading."""
     remove, control = row.remove_increase, row.control_increase
     zero, mean, beyond = row.zero_increase, row.mean_increase, row.remove_minus_mean
     if zero is None or mean is None or beyond is None:
         return None
     estimates = (remove, control, zero, mean, beyond)
-    if any(math.isnan(estimate.ci_low) or math.isnan(estimate.ci_high) for estimate in estimates):
+    with_interval = [estimate for estimate in estimates if _has_interval(estimate)]
+    if not with_interval:
         return NO_READING
-    floor = ROUNDING_SHARE * max(abs(row.error_before), *(abs(estimate.mean) for estimate in estimates))
-    if beyond.ci_low > floor and remove.ci_low > control.ci_high:
+    scale = [abs(value) for value in (row.error_before, *(e.mean for e in estimates)) if math.isfinite(value)]
+    floor = ROUNDING_SHARE * max(scale, default=0.0)
+
+    def above(estimate: Estimate) -> bool:
+        return _has_interval(estimate) and estimate.ci_low > floor
+
+    # a rule is applied only where its intervals exist (a NaN control leaves rule 1 undecided)
+    if above(beyond) and above(remove) and _has_interval(control) and remove.ci_low > control.ci_high:
         return SINK_BREAKS_IT
-    if mean.ci_low > floor:
+    if above(mean):
         return HEAD_MATTERS
-    if zero.ci_low > floor:
+    if above(zero):
         return MEAN_OUTPUT_MATTERS
-    if remove.ci_low > floor:
+    if above(remove):
         return INCONCLUSIVE
-    return NO_INCREASE
+    return NO_INCREASE if len(with_interval) == len(estimates) else NO_READING
+
+
+def _has_interval(estimate: Estimate) -> bool:
+    return math.isfinite(estimate.ci_low) and math.isfinite(estimate.ci_high)

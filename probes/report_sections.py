@@ -35,7 +35,7 @@ from sinkscope.reports.bars import (
     interval_bar_chart,
 )
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
-from sinkscope.reports.formatting import estimate_text, interval_text, plural
+from sinkscope.reports.formatting import common_decimals, estimate_text, interval_text, plural
 
 
 def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
@@ -151,18 +151,20 @@ def default_state_finding(row: DefaultStateRow, what: str, subject: str, n: int)
     control_change = row.error_after_control - row.error_before
     remove_change = row.error_after_remove - row.error_before
     # one rounding for the sentence: at least the 3 significant digits the rest of a report gives
+    # and one number of decimals for the three errors where fixed decimals read (4.10 to 5.68, not 4.1 to 5.68)
     digits = next((k for k in range(3, 7) if sig(row.error_before, k) != sig(row.error_after_remove, k)), 6)
+    errors = (row.error_before, row.error_after_remove, row.error_after_control)
+    fixed = common_decimals(errors, digits)
+    if fixed is None or any(float(text) == 0 != error for text, error in zip(fixed, errors, strict=True)):
+        fixed = [sig(error, digits) for error in errors]  # an error that would print as 0.000 keeps its digits
+    before, after, after_control = fixed
     leaves = abs(control_change) <= 0.1 * abs(remove_change) or abs(control_change) <= 0.5 * abs(row.error_before)
-    control = (
-        f"leaves it at {sig(row.error_after_control, digits)}"
-        if leaves
-        else f"moves it to {sig(row.error_after_control, digits)}"
-    )
+    control = f"leaves it at {after_control}" if leaves else f"moves it to {after_control}"
     verb = "raises" if remove_change > 0 else "lowers"
     removed, matched = row.remove_increase, row.control_increase
     return (
-        f"Removing the sinks of {subject} {verb} {what} from {sig(row.error_before, digits)} to "
-        f"{sig(row.error_after_remove, digits)} while the matched control {control} (change "
+        f"Removing the sinks of {subject} {verb} {what} from {before} to "
+        f"{after} while the matched control {control} (change "
         f"{estimate_text(remove_change, removed.ci_low, removed.ci_high, n)}; the control's "
         f"{estimate_text(control_change, matched.ci_low, matched.ci_high, n)})."
     )

@@ -105,4 +105,7 @@ def test_the_audit_report_and_findings_carry_the_head_ablations(planted, tmp_pat
     markdown = (tmp_path / "audit" / "report.md").read_text()
     reading = head_ablation_reading(result.ablation.default_state.rows[0])
     assert "Head ablations beside sink removal" in markdown and reading in markdown
-    assert "Head ablations (next-token loss change, mean over 6 inputs): of 1 sink head tested alone" in markdown
+    assert (
+        "Head ablations (each head's output zero- or mean-ablated beside its sink removal; next-token loss " in markdown
+    )
+    assert "mean over 6 prompts): the one sink head tested alone (L0H1) reads" in markdown

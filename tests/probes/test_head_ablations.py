@@ -149,7 +149,13 @@ UP = (0.5, 0.4, 0.6)
         (_row(UP, NONE, NONE, (1e-9, 1e-10, 2e-9), UP), SINK_BREAKS_IT),
         # an increase of a few ulps of the error is rounding, not a head that matters
         (_row(NONE, NONE, NONE, (1e-9, 1e-10, 2e-9), NONE), NO_INCREASE),
-        (_row(UP, NONE, NONE, NONE, (0.5, math.nan, math.nan)), NO_READING),
+        (_row(UP, NONE, NONE, NONE, (0.5, math.nan, math.nan)), INCONCLUSIVE),  # rule 1 undecided, rule 4 holds
+        (_row(NONE, NONE, NONE, NONE, (0.5, math.nan, math.nan)), NO_READING),  # no rule holds, one missing
+        # a NaN control leaves rule 1 undecided; the mean-ablation still reads
+        (_row(UP, (math.nan,) * 3, UP, UP, NONE), HEAD_MATTERS),
+        (_row(*[(0.5, math.nan, math.nan)] * 5), NO_READING),
+        # sink removal that lowers the error never "breaks" the head, however it compares
+        (_row((-0.1, -0.12, -0.08), (-0.5, -0.6, -0.4), NONE, (-0.3, -0.35, -0.25), (0.2, 0.15, 0.25)), NO_INCREASE),
     ],
 )
 def test_each_reading_follows_the_intervals_it_names(row, reading):
@@ -161,15 +167,34 @@ def test_findings_name_the_costliest_single_head_when_it_costs_more_than_all_tog
     small = (0.1, 0.05, 0.15)
     together = _row(small, NONE, small, small, NONE, label=ALL_SINK_HEADS)
     together = DefaultStateRow(**{**together.__dict__, "head_set": ((18, 8), (3, 1))})
-    findings = head_ablation_findings(alone, together, "next-token loss", 16)
-    assert findings[0].startswith("Head ablations (next-token loss change, mean over 16 inputs): of 2 sink heads")
-    assert "1 'removing its sink breaks it' (L18H8); 1 'the head matters' (L3H1)" in findings[0]
-    assert "All 2 sink heads together" in findings[1] and "reading: the head matters" in findings[1]
-    assert findings[2].startswith("L18H8's sink removal alone costs more than all 2 together's (+0.5 against +0.1)")
+    findings = head_ablation_findings(alone, together, "next-token loss", 16, "prompt")
+    assert findings[0].startswith(
+        "Head ablations (each head's output zero- or mean-ablated beside its sink removal; next-token loss change, "
+        "mean over 16 prompts): of 2 sink heads tested alone, 1 'removing its sink breaks it' (L18H8); "
+        "1 'the head matters' (L3H1)."
+    )
+    assert "All 2 sink heads together: zero-ablation +0.10" in findings[1]
+    assert findings[1].endswith("beside their sink removal's +0.100; reading: the heads matter.")
+    assert findings[2].startswith("L18H8, the costliest sink removal alone (+0.500): zero-ablation +0.0000")
     assert "mean-ablation +0.0000 [95% CI -0.0100 to 0.0100, n = 16]" in findings[2]
-    assert "The sink removals of the 2 heads tested alone add up to +0.5 (a sum of the means)" in findings[2]
+    assert findings[2].endswith(
+        "All 2 removed together cost +0.100, less than L18H8 alone and less than the +0.500 that the 2 single removals "
+        "add up to (a sum of means)."
+    )
+    (one,) = head_ablation_findings(alone[:1], None, "error", 16)
+    assert (
+        "the one sink head tested alone (L18H8) reads 'removing its sink breaks it': without its sink the head" in one
+    )
+    both = head_ablation_findings([alone[0], alone[0]], None, "error", 16)[0]
+    assert "both sink heads tested alone (L18H8, L18H8) read" in both and "each head writes" in both
+    # every removal lowering the error: no "costliest" comparison of gains
+    down = (-0.5, -0.6, -0.4)
+    lowering = [_row(down, NONE, NONE, NONE, NONE), _row((-0.01, -0.02, -0.005), NONE, NONE, NONE, NONE, label="L1H0")]
+    all_down = DefaultStateRow(**{**_row(down, NONE, NONE, NONE, NONE, label=ALL_SINK_HEADS).__dict__})
+    all_down = DefaultStateRow(**{**all_down.__dict__, "head_set": ((0, 0), (1, 0))})
+    assert not any("costliest" in line for line in head_ablation_findings(lowering, all_down, "error", 16))
     table = head_ablation_table([*alone, together], "next-token loss", 16)
-    assert table is not None and [row[-1] for row in table.rows] == [SINK_BREAKS_IT, HEAD_MATTERS, HEAD_MATTERS]
+    assert table is not None and [row[-1] for row in table.rows] == [SINK_BREAKS_IT, HEAD_MATTERS, "the heads matter"]
     few = head_ablation_table(alone, "next-token loss", 4)  # no interval from 4 inputs: no columns for them
     assert few is not None and not any("95% CI" in column.name for column in few.columns)
 
@@ -197,3 +222,17 @@ def test_rows_with_ablations_persist_and_rows_without_them_still_read(toy_test, 
 def test_the_config_refuses_a_non_boolean_switch():
     with pytest.raises(ValueError, match="head_ablations must be True or False"):
         DefaultStateConfig(head_ablations="yes")
+
+
+def test_repeated_heads_empty_inputs_and_bad_batch_sizes_are_one_line():
+    model, batch = _model_and_batch()
+    error = _default_error(model, batch)
+    with pytest.raises(ValueError, match="names L0H0 more than once; give each head once"):
+        default_state_test(model, batch.tokens, [(0, 0), "L0H0"], error)
+    with pytest.raises(ValueError, match="at least one input"):
+        default_state_test(model, batch.tokens[:0], [(0, 0)], error)
+    with pytest.raises(ValueError, match="at least one input"):
+        head_means(model, batch.tokens[:0])
+    for bad in (0, -1, True, 2.5, "3"):
+        with pytest.raises(ValueError, match="batch_size must be a whole number >= 1 or None"):
+            head_means(model, batch.tokens, batch_size=bad)
