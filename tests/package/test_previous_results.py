@@ -74,7 +74,7 @@ def toy_probe_numbers(directory: Path) -> list[str]:
     default_state = load(directory / "default_state.json")
     if default_state["default_error_before"] is not None:
         expected.append(
-            f"from {sig(default_state['default_error_before'])} to {sig(default_state['default_error_after_remove'])}"
+            f"from {sig(default_state['default_error_before'], 3)} to {sig(default_state['default_error_after_remove'], 3)}"
         )
     return expected
 
