@@ -36,6 +36,7 @@ from sinkscope.pretrained_analysis.prompts import PromptSpec
 from sinkscope.pretrained_analysis.tables import comparison_definition
 from sinkscope.pretrained_analysis.training_steps import check_steps, check_steps_used, training_step
 from sinkscope.pretrained_analysis.trajectory_figures import trajectory_figure
+from sinkscope.probes.default_state import Estimate
 from sinkscope.probes.tables import SINK_RATE_NAME
 from sinkscope.reports.document import Table
 from sinkscope.reports.frames import dataframe
@@ -69,6 +70,7 @@ class ComparisonRow:
         "all_sink_heads_loss_delta": UNBOUNDED,
         "evict_anchor_loss_delta": UNBOUNDED,
         "step": COUNT,
+        "ablation_prompts": COUNT,
     }
 
     label: str
@@ -86,6 +88,11 @@ class ComparisonRow:
     all_sink_heads_loss_delta: float | None
     evict_anchor_loss_delta: float | None
     step: int | None = None  # the checkpoint's training step (``training_steps``); None: unknown
+    # the two loss changes with their bootstrap intervals over the prompts (None without
+    # ablations, and in comparisons written before they were recorded)
+    all_sink_heads_loss_change: Estimate | None = None
+    evict_anchor_loss_change: Estimate | None = None
+    ablation_prompts: int | None = None  # the prompts those intervals are over
 
     def inconsistencies(self) -> Iterator[Problem]:
         """One anchor mass per layer; sink heads among the model's heads."""
@@ -160,6 +167,8 @@ class Comparison:
                 "base_loss": row.base_loss,
                 "all_sink_heads_loss_delta": row.all_sink_heads_loss_delta,
                 "evict_anchor_loss_delta": row.evict_anchor_loss_delta,
+                **_interval_columns("all_sink_heads_loss_delta", row.all_sink_heads_loss_change),
+                **_interval_columns("evict_anchor_loss_delta", row.evict_anchor_loss_change),
             }
             for row in self.rows
             for layer, mass in enumerate(row.layer_anchor_mass)
@@ -191,13 +200,21 @@ class Comparison:
         return "# Attention-sink comparison\n\n" + table_markdown(self.table()) + "\n\n" + shared + "\n"
 
 
+def _interval_columns(name: str, change: Estimate | None) -> dict[str, float | None]:
+    """A loss change's 95% interval as two DataFrame columns (None where not recorded)."""
+    return {
+        f"{name}_ci_low": None if change is None else change.ci_low,
+        f"{name}_ci_high": None if change is None else change.ci_high,
+    }
+
+
 def _row(result: AuditResult, directory: str | None, steps: Mapping[str, int] | None) -> ComparisonRow:
     layers = tuple(layer.anchor_mass for layer in result.probe.layers)
     ablation = result.ablation
-    all_sinks = None
+    all_sinks = all_sinks_change = None
     if ablation is not None and ablation.sink == "anchor" and ablation.default_state.all_sink_heads is not None:
         row = ablation.default_state.all_sink_heads
-        all_sinks = row.error_after_remove - row.error_before
+        all_sinks, all_sinks_change = row.error_after_remove - row.error_before, row.remove_increase
     return ComparisonRow(
         label=result.model.label,
         model=result.model.name,
@@ -214,6 +231,9 @@ def _row(result: AuditResult, directory: str | None, steps: Mapping[str, int] | 
         all_sink_heads_loss_delta=all_sinks,
         evict_anchor_loss_delta=None if ablation is None else ablation.evict_anchor_delta,
         step=training_step(result.model.revision, steps),
+        all_sink_heads_loss_change=all_sinks_change,
+        evict_anchor_loss_change=None if ablation is None else ablation.evict_anchor_increase,
+        ablation_prompts=None if ablation is None else ablation.default_state.n_inputs,
     )
 
 

@@ -14,6 +14,7 @@ from sinkscope.pretrained_analysis.geometry_sections import geometry_findings
 from sinkscope.pretrained_analysis.tables import LOSS
 from sinkscope.probes.default_state import Estimate
 from sinkscope.probes.head_ablation_report import head_ablation_findings
+from sinkscope.probes.layer_tables import span_summary
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeResult
 from sinkscope.probes.report_sections import (
     default_state_finding,
@@ -48,12 +49,6 @@ def probed_layers_phrase(result: AuditResult) -> str | None:
     )
 
 
-def _span(window: int, chunk: int) -> str:
-    if window:
-        return f"a sliding window of {window:,} tokens"
-    return f"chunks of {chunk:,} tokens" if chunk else "global (every earlier token)"
-
-
 def span_phrase(result: AuditResult) -> str | None:
     """Each layer's attention span, for a model with windowed or chunked layers (None for a
     fully causal one), whether any window or chunk is shorter than the longest prompt, and
@@ -61,15 +56,6 @@ def span_phrase(result: AuditResult) -> str | None:
     spec = result.probe.model
     if not (spec.sliding_windows or spec.attention_chunks):
         return None
-    spans: dict[str, list[int]] = {}
-    for layer in range(spec.n_layers):
-        spans.setdefault(_span(*layer_reach(spec, layer)), []).append(layer)
-    parts = [
-        f"{span} in layer {layers[0]}"
-        if len(layers) == 1
-        else f"{span} in layers {index_ranges(layers)} ({len(layers)})"
-        for span, layers in spans.items()
-    ]
     longest = result.prompts.max_tokens
     reaches = [size for size in (*spec.sliding_windows, *spec.attention_chunks) if size]
     hidden = (
@@ -86,7 +72,7 @@ def span_phrase(result: AuditResult) -> str | None:
         if sinks
         else ""
     )
-    return f"Attention spans: {'; '.join(parts)}; {hidden}{where}."
+    return f"Attention spans: {span_summary(spec)}; {hidden}{where}."
 
 
 def _layer_phrase(layers: tuple[LayerProbe, ...], scope: str = "") -> str:
@@ -308,18 +294,35 @@ def comparison_findings(comparison: Comparison) -> list[str]:
             else f"Sink rate at ε = {eps} ranges from {percent(low)} ({ranked[0].label}) to "
             f"{percent(high)} ({ranked[-1].label})."
         )
+    findings.append(
+        f"Sink rates are shares of each model's (prompt, layer, head) entries over the {_prompts_used(comparison):,} "
+        "prompts: counts over every entry, with no interval (an audit keeps its sink counts summed over prompts)."
+    )
     findings.append(_peak_layers(comparison))
     findings.extend(_trajectory_phrase(model, rows, epsilons) for model, rows in comparison.trajectories())
     findings.extend(_no_trajectory_phrase(comparison))
     most = max(rows, key=lambda row: row.n_sink_heads / (row.n_layers * row.n_heads))
     findings.append(f"Most sink heads: {most.label} with {most.n_sink_heads} of {most.n_layers * most.n_heads}.")
     ablated = [row for row in rows if row.all_sink_heads_loss_delta is not None]
-    for row in ablated:
-        findings.append(
-            f"{row.label}: removing all sinks changes the {LOSS} by {row.all_sink_heads_loss_delta:+.4f}, "
-            f"evicting the anchor by {row.evict_anchor_loss_delta:+.4f} (from {row.base_loss:.3f})."
-        )
+    findings.extend(_ablation_phrase(row) for row in ablated)
     return findings
+
+
+def _ablation_phrase(row: ComparisonRow) -> str:
+    """One audit's two loss changes, each with its interval over the ablation's prompts
+    where the comparison recorded it."""
+
+    def change(delta: float | None, estimate: Estimate | None) -> str:
+        if estimate is None or row.ablation_prompts is None:
+            return f"{delta:+.4f} (no interval recorded)"
+        return estimate_text(estimate.mean, estimate.ci_low, estimate.ci_high, row.ablation_prompts)
+
+    return (
+        f"{row.label}: removing all sinks changes the {LOSS} by "
+        f"{change(row.all_sink_heads_loss_delta, row.all_sink_heads_loss_change)}, evicting the anchor by "
+        f"{change(row.evict_anchor_loss_delta, row.evict_anchor_loss_change)} (from {row.base_loss:.3f}; "
+        "means over prompts, percentile bootstrap over prompts)."
+    )
 
 
 def _trajectory_phrase(model: str, rows: Sequence[ComparisonRow], epsilons: Sequence[str]) -> str:

@@ -5,6 +5,7 @@ sentences made from the numbers."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from sinkscope.infra.errors import InputError
@@ -31,6 +32,7 @@ from sinkscope.pretrained_analysis.geometry_sections import geometry_sections
 from sinkscope.pretrained_analysis.tables import ablation_table
 from sinkscope.pretrained_analysis.trajectory_figures import trajectory_caption
 from sinkscope.probes.head_ablation_report import head_ablation_table
+from sinkscope.probes.layer_tables import span_summary
 from sinkscope.probes.probe import ProbeResult, layers_setting
 from sinkscope.probes.report_sections import (
     default_state_change_chart,
@@ -232,11 +234,17 @@ def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) ->
     return Section("Ablations", tuple(blocks))
 
 
+def _model_block(result: AuditResult) -> KeyValues:
+    """The model's settings, then every layer's attention span in one row."""
+    block = config_block("Model", result.model)
+    return replace(block, items=(*block.items, ("attention spans", span_summary(result.probe.model))))
+
+
 def _audit_configuration(result: AuditResult) -> Section:
     return Section(
         "Configuration",
         (
-            config_block("Model", result.model),
+            _model_block(result),
             _prompt_block(result),
             config_block(
                 "Audit",

@@ -17,12 +17,11 @@ from sinkscope.infra.intervals import interval_possible
 from sinkscope.infra.provenance import PROVENANCE_FILE, Provenance
 from sinkscope.probes.default_state import DefaultStateRow, Estimate
 from sinkscope.probes.head_classes import HEAD_CLASSES
+from sinkscope.probes.layer_tables import NO_PATTERN_TABLE, layer_definition
 from sinkscope.probes.patching import PatchingResult, PatchingRow
 from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeConfig, ProbeResult, SinkRate, layers_setting
 from sinkscope.probes.tables import (
     HEAD_TABLE,
-    LAYER_TABLE,
-    NO_PATTERN_TABLE,
     default_state_definition,
     patch_site,
     patching_definition,
@@ -43,15 +42,16 @@ def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
     return HEAD_TABLE.table(heads, caption, note).without_empty_columns()
 
 
-def layer_table(layers: Sequence[LayerProbe]) -> Table:
-    """One row per layer; a column measured for no layer (all NaN) is left out."""
-    return LAYER_TABLE.table(layers).without_empty_columns()
+def layer_table(probe: ProbeResult) -> Table:
+    """One row per layer, with its attention span; a column measured for no layer (all NaN)
+    is left out."""
+    return layer_definition(probe.model).table(probe.layers).without_empty_columns()
 
 
 def layer_tables(probe: ProbeResult) -> tuple[Table, ...]:
     """The per-layer table, then one row per layer without an attention pattern (if any)."""
     skipped = probe.model.no_pattern_layers
-    return (layer_table(probe.layers), *((NO_PATTERN_TABLE.table(skipped),) if skipped else ()))
+    return (layer_table(probe), *((NO_PATTERN_TABLE.table(skipped),) if skipped else ()))
 
 
 def sink_rate_phrase(rates: Sequence[SinkRate]) -> str:

@@ -13,11 +13,10 @@ from sinkscope.infra.intervals import interval_possible
 from sinkscope.reports.document import Column, HeadMaps, TableDefinition
 
 if TYPE_CHECKING:
-    from sinkscope.interp.model_spec import NoPatternLayer
     from sinkscope.probes.default_state import DefaultStateRow
     from sinkscope.probes.mechanism import MechanismHead, MechanismModel
     from sinkscope.probes.patching import PatchingRow
-    from sinkscope.probes.probe import HeadProbe, LayerProbe, ProbeResult
+    from sinkscope.probes.probe import HeadProbe, ProbeResult
 
 LAYER = Column("layer", numeric=True)
 HEAD = Column("head", numeric=True)
@@ -136,53 +135,6 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
     ),
     marked=lambda h: h.is_sink_head,
     marked_label="sink heads",
-)
-
-# a hybrid's layers without an attention pattern (ModelSpec.no_pattern_layers), one row each
-NO_PATTERN_TABLE: TableDefinition[NoPatternLayer] = TableDefinition(
-    "Layers without an attention pattern",
-    (LAYER, Column("layer kind"), Column("attention pattern")),
-    lambda row: (row.layer, row.kind, "no pattern"),
-    "these layers have no attention weights (linear attention keeps a state, not a pattern over keys): every "
-    "probe skips them, and the per-head and per-layer tables, sink heads and sink rates are over the other layers",
-)
-
-LAYER_TABLE: TableDefinition[LayerProbe] = TableDefinition(
-    "Per layer",
-    (
-        LAYER,
-        Column("mean anchor_mass", ".3f", numeric=True),
-        Column("queries not seeing the anchor", ".3f", numeric=True),
-        Column("mean anchor_mass (all queries)", ".3f", numeric=True),
-        Column("sink heads", numeric=True),
-        Column("attn_out_norm", ".3g", numeric=True),
-        Column("head_out_norm_sum", ".3g", numeric=True),
-        Column("anchor_resid_norm", ".3g", numeric=True),
-        Column("massive activations", numeric=True),
-        Column("massive at anchor", numeric=True),
-        Column("max |resid|", ".3g", numeric=True),
-        Column("median |resid|", ".3g", numeric=True),
-    ),
-    lambda layer: (
-        layer.layer,
-        layer.anchor_mass,
-        layer.anchor_hidden_share,
-        layer.anchor_mass_all_queries,
-        layer.n_sink_heads,
-        layer.attn_out_norm,
-        layer.head_out_norm_sum,
-        layer.anchor_resid_norm,
-        layer.massive_count,
-        layer.massive_at_anchor,
-        layer.max_abs_resid,
-        layer.median_abs_resid,
-    ),
-    "mean anchor_mass: over the queries that can see the anchor; queries not seeing the anchor: the share "
-    "of selected queries that the layer's sliding window or chunk hides it from (0 in fully causal layers); "
-    "mean anchor_mass (all queries): with those queries' zeros included, shown where the share is above 0. "
-    "Norms are means over the selected queries; attn_out_norm (norm of the summed heads) far below "
-    "head_out_norm_sum means the heads cancel. Massive activations: |x| > 100 and > 1000 x the layer's "
-    "median |x| in the residual stream after the layer.",
 )
 
 

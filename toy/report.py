@@ -180,7 +180,7 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
                 ),
             ),
         ),
-        Section("Layers", (layer_table(probe.layers),)),
+        Section("Layers", (layer_table(probe),)),
         _probe_default_state(state, name, figure_dir, probe.n_inputs),
     ]
     formation = existing_figures(source, [(SINK_FORMATION_FIGURE, FORMATION_CAPTION)])

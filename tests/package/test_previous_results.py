@@ -25,6 +25,7 @@ import pytest
 from round_trip import PERSISTED_MODULES
 from sinkscope.cli import main
 from sinkscope.infra.codec import read_result
+from sinkscope.pretrained_analysis.audit import read_audit
 from sinkscope.probes.tables import ANCHOR_MASS, HEAD_TABLE, VALUE_SHARE
 from sinkscope.reports.formatting import format_cell, sig
 from sinkscope.toy.tradeoff import point_label
@@ -260,12 +261,20 @@ def test_compare_accepts_the_previous_releases_audits(tmp_path: Path) -> None:
     audits = [copy_fixture(name, tmp_path) for name in ("audit-gpt2", "audit-neox")]
     out = tmp_path / "comparison"
     assert main(["compare", *map(str, audits), "--out", str(out), "--no-progress"]) == 0
-    # the same rows the previous release's compare wrote from the same audits
+    # the same rows the previous release's compare wrote from the same audits, plus what it
+    # did not record: a step only where known, the loss changes' intervals and their n
+    added = ("all_sink_heads_loss_change", "evict_anchor_loss_change", "ablation_prompts")
+    written = load(out / "comparison.json")["rows"]
     rows = [
-        {key: value for key, value in row.items() if (key, value) != ("step", None)}
-        for row in load(out / "comparison.json")["rows"]
+        {key: value for key, value in row.items() if (key, value) != ("step", None) and key not in added}
+        for row in written
     ]
-    assert rows == load(FIXTURES / "audit-comparison" / "comparison.json")["rows"]  # a step only where known
+    assert rows == load(FIXTURES / "audit-comparison" / "comparison.json")["rows"]
+    for row, audit in zip(written, audits):
+        ablation = read_audit(audit).ablation
+        assert ablation is not None and row["ablation_prompts"] == ablation.default_state.n_inputs
+        assert row["evict_anchor_loss_change"] is None is ablation.evict_anchor_increase  # not recorded then
+        assert row["all_sink_heads_loss_change"]["mean"] == pytest.approx(row["all_sink_heads_loss_delta"])
     assert main(["report", str(out), "--no-progress"]) == 0
 
 

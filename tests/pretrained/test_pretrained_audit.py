@@ -215,7 +215,14 @@ def test_checkpoint_comparison_from_local_directories(tmp_path, capsys):
         assert row.n_sink_heads == len(result.sink_heads())
         assert result.ablation is not None
         assert row.evict_anchor_loss_delta == pytest.approx(result.ablation.evict_anchor_delta)
+        assert row.evict_anchor_loss_change == result.ablation.evict_anchor_increase
+        assert row.ablation_prompts == result.ablation.default_state.n_inputs
     assert rows[0].base_loss > rows[-1].base_loss  # the run trained
+    from sinkscope.pretrained_analysis.findings import comparison_findings
+
+    (step0,) = [line for line in comparison_findings(read_comparison(out)) if line.startswith("step0: removing")]
+    n = rows[0].ablation_prompts
+    assert f"n = {n}" in step0 and ("95% CI" in step0 if n >= 5 else "no interval" in step0), step0
     assert assert_json_files_round_trip(out) == {"audit", "comparison", "audit_suite"}
     frame = read_comparison(out).to_dataframe()  # one row per (model, revision, layer)
     assert len(frame) == 3 * rows[0].n_layers and {"model", "revision", "layer", "anchor_mass", "sink_rate_0.3"} <= set(

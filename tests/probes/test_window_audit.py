@@ -58,11 +58,11 @@ def test_the_findings_give_each_layer_s_span_and_where_the_sink_heads_sit(window
     result = read_audit(window_audit)
     (spans,) = [line for line in audit_findings(result) if line.startswith("Attention spans:")]
     local = sum(1 for layer, _ in result.sink_heads() if layer in (0, 2))
-    assert (
-        "a sliding window of 6 tokens in layers 0, 2 (2)" in spans
-        and "global (every earlier token) in layer 1;" in spans
-    )
+    assert "sliding window of 6 in layers 0, 2 (2)" in spans and "global in layer 1;" in spans
     assert f"the shortest span (6) is below the longest prompt ({result.prompts.max_tokens} tokens)" in spans
     assert f"{len(result.sink_heads()) - local} sit in global layers and {local} in windowed or chunked ones" in spans
     assert main(["report", str(window_audit), "--overwrite"]) == 0  # an audit writes no report itself
-    assert "Attention spans:" in (window_audit / "report.md").read_text()
+    markdown = (window_audit / "report.md").read_text()
+    assert "Attention spans:" in markdown
+    assert "| attention spans | sliding window of 6 in layers 0, 2 (2); global in layer 1 |" in markdown
+    assert "| 1 | global |" in markdown and "| 0 | sliding window of 6 |" in markdown
