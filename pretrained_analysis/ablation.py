@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from sinkscope.infra.bounds import NONNEGATIVE, Bound
-from sinkscope.infra.heartbeat import heartbeat
+from sinkscope.infra.heartbeat import heartbeat, progress_bar
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.pretrained_analysis.prompts import (
     PromptError,
@@ -150,7 +149,7 @@ def ablate(
     n_chunks = math.ceil(n / settings.batch_size)
     n_sets = min(len(sinks), settings.max_single_heads) + (len(sinks) > 1)
     passes = 2 + (1 + 4 * n_sets if sinks else 0)  # removal, control, zero- and mean-ablation per set
-    bar = tqdm(total=passes * n_chunks, desc=f"ablating {label}", unit="batch", disable=not progress, leave=False)
+    bar = progress_bar(passes * n_chunks, f"ablating {label}", progress, unit="batch")
     # a batch of a large model on a busy machine can take longer than a reader waits in silence
     with bar, heartbeat(f"ablating {label}", enabled=progress) as said:
 

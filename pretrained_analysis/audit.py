@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from tqdm.auto import tqdm
 
 from sinkscope.infra.arguments import check_argument, check_path
 from sinkscope.infra.bounds import (
@@ -39,7 +38,7 @@ from sinkscope.infra.bounds import (
 )
 from sinkscope.infra.codec import Upgrade, read_result, write_result
 from sinkscope.infra.errors import InputError, RunFailed
-from sinkscope.infra.heartbeat import heartbeat
+from sinkscope.infra.heartbeat import heartbeat, progress_bar
 from sinkscope.infra.output_files import OutputFiles
 from sinkscope.infra.provenance import package_version
 from sinkscope.interp.hooked_model import HookedModel
@@ -216,7 +215,7 @@ def _versions() -> tuple[tuple[str, str], ...]:
 def _probe(
     hooked: HookedModel, prompts: TokenizedPrompts, config: AuditConfig, label: str, progress: bool, samples=None
 ) -> ProbeResult:
-    bar = tqdm(total=len(prompts), desc=f"probing {label}", unit="prompt", disable=not progress, leave=False)
+    bar = progress_bar(len(prompts), f"probing {label}", progress, unit="prompt")
     # a batch of a large model on a busy machine can take minutes: the heartbeat says it is still going
     with bar, heartbeat(f"probing {label}", enabled=progress) as said:
 

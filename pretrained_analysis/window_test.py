@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from sinkscope.infra.arguments import check_argument
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.heartbeat import progress_bar
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.pretrained_analysis.boot import LoadedModel
 from sinkscope.pretrained_analysis.loading import LoadSpec, load_model, loading_announced, wrap_model
@@ -119,7 +119,7 @@ def window_test(
         loss_name=LOSS_NAME,
         shift=1,
     )
-    bar = tqdm(total=len(settings), desc=f"window test {run.model}", unit="setting", disable=not progress)
+    bar = progress_bar(len(settings), f"window test {run.model}", progress, unit="setting", leave=True)
     with bar:
         return run_window_test(
             hooked, chunks, settings, position_next_token_loss, run, seed, tick=lambda: bar.update(1)

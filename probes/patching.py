@@ -27,11 +27,11 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from tqdm.auto import tqdm
 
 from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most, index_problems
 from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
+from sinkscope.infra.heartbeat import progress_bar
 from sinkscope.infra.intervals import MIN_INTERVAL_UNITS, interval_possible
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
 from sinkscope.interp.model_spec import ModelSpec, upgrade_model_spec_v1
@@ -43,6 +43,7 @@ from sinkscope.reports.frames import dataframe, row_of
 
 if TYPE_CHECKING:
     import pandas
+    from tqdm.auto import tqdm
 
 PATCH_VALUES: tuple[str, ...] = ("patched", "effect", "normalised_effect")
 AGREEMENT_TOLERANCE = 1e-6
@@ -358,7 +359,7 @@ def activation_patching(
     spec.require_hooks(hook_names, f"patching {hook!r}")
     _check_reaches_output(hooked, target, hook_names[0])
     total_runs = math.ceil(target.batch_size / batch_size) * (len(sites) + 2)
-    with tqdm(total=total_runs, desc=f"patching {hook}", disable=not progress) as bar:
+    with progress_bar(total_runs, f"patching {hook}", progress, leave=True) as bar:
         values = _metric_runs(hooked, source, target, sites, hook_names, metric_fn, batch_size, bar)
     rows, source_metric, target_metric, notes = _patching_rows(sites, axes, values)
     return PatchingResult(

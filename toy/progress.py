@@ -23,13 +23,11 @@ from pathlib import Path
 from typing import TextIO
 
 from sinkscope.infra.errors import InputError
-from sinkscope.infra.heartbeat import HEARTBEAT_S
+from sinkscope.infra.heartbeat import HEARTBEAT_S, LOG_INTERVAL_S, TERMINAL_INTERVAL_S
 from sinkscope.toy.run_dir import METRICS_FILE, RESULT_FILE, RunConfig, read_metrics, read_train_result
 
-TERMINAL_INTERVAL_S = 1.0
-# in a log (stderr not a terminal): a whole block this often (a block every few seconds
-# made hundreds of lines a run), and a model's finishing line as soon as it is seen
-LOG_INTERVAL_S = 30.0
+# in a log (stderr not a terminal): a whole block every LOG_INTERVAL_S, and a model's
+# finishing line as soon as it is seen
 TREND_MIN_POINTS = 4  # fewer logged errors than this in the later half: no trend yet
 # an estimate further ahead than this many times the steps the trend was fitted on is a
 # guess (early plateaus read as hour-long runs that then converge in minutes): none is shown

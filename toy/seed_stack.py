@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 import time
 from collections.abc import Callable
 
 import torch
 from torch.func import functional_call, stack_module_state, vmap
-from tqdm.auto import tqdm
 
+from sinkscope.infra.heartbeat import progress_bar
 from sinkscope.toy.checkpoint import save_tensors
 from sinkscope.toy.device_stop import DeviceStop, Stopped, device_step
 from sinkscope.toy.interrupt import StepBoundaryInterrupt
-from sinkscope.toy.progress import LOG_INTERVAL_S, TERMINAL_INTERVAL_S
 from sinkscope.toy.run_dir import (
     FINAL_WEIGHTS,
     RESULT_FILE,
@@ -129,15 +127,7 @@ class StackTraining:
         self.started = time.perf_counter()
         self.last_checkpoint = self.step if self.step > 0 else -1
         label = members[0].run_dir.name if len(members) == 1 else f"{len(members)} seeds"
-        # in a log (stderr not a terminal) a line every LOG_INTERVAL_S seconds, not a redraw per update
-        self.bar = tqdm(
-            total=self.train_cfg.max_steps,
-            initial=self.step,
-            disable=not progress,
-            desc=label,
-            leave=False,
-            mininterval=TERMINAL_INTERVAL_S if sys.stderr.isatty() else LOG_INTERVAL_S,
-        )
+        self.bar = progress_bar(self.train_cfg.max_steps, label, progress, initial=self.step)
 
     def elapsed(self, member: RunMember) -> float:
         """``member``'s training time: before this call and since it started."""

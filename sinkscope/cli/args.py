@@ -277,9 +277,9 @@ class Parser(argparse.ArgumentParser):
 def units_bar(total: int, what: str, enabled: bool):
     """One overall bar: units done of ``total`` (finished ones from an earlier run count
     once the run reads them back)."""
-    from tqdm.auto import tqdm
+    from sinkscope.infra.heartbeat import progress_bar
 
-    return tqdm(total=total, desc=what, unit="unit", disable=not enabled, leave=False)
+    return progress_bar(total, what, enabled, unit="unit")
 
 
 def add_experiment(parser: argparse.ArgumentParser, sequences_default: int, sequences_help: str) -> None:

@@ -47,10 +47,26 @@ def test_the_thread_ends_with_the_block_even_on_an_error(capsys):
 
 
 def test_a_slow_load_says_it_is_still_loading(capsys, monkeypatch):
-    monkeypatch.setattr(heartbeat_module, "HEARTBEAT_S", 0.25)
+    monkeypatch.setattr(heartbeat_module, "LOG_INTERVAL_S", 0.25)  # captured stderr is a log, not a terminal
     with loading_announced("tiny-model"):
         time.sleep(0.7)
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "loading tiny-model (TransformerLens, the weights) ..."
     assert any(line.startswith("  ... still loading tiny-model (") for line in err[1:-1]), err
     assert err[-1].startswith("loaded tiny-model in ")
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_log_gets_a_line_at_most_every_log_interval(capsys, monkeypatch, terminal):
+    """On a terminal a silent step speaks every HEARTBEAT_S and a bar redraws every second;
+    in a log both wait LOG_INTERVAL_S (30 s), so a 2-second silence there says nothing."""
+    monkeypatch.setattr(heartbeat_module, "writes_to_terminal", lambda: terminal)
+    monkeypatch.setattr(heartbeat_module, "HEARTBEAT_S", 0.3)
+    with heartbeat("waiting"):
+        time.sleep(1.0)
+    lines = still_lines(capsys.readouterr().err)
+    assert (len(lines) >= 2) if terminal else lines == [], lines
+    bar = heartbeat_module.progress_bar(10, "counting", enabled=True)
+    expected = heartbeat_module.TERMINAL_INTERVAL_S if terminal else heartbeat_module.LOG_INTERVAL_S
+    assert bar.mininterval == expected == (1.0 if terminal else 30.0)
+    bar.close()
