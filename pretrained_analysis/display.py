@@ -12,7 +12,7 @@ from sinkscope.pretrained_analysis.tables import ablation_table
 from sinkscope.probes.display import default_state_table, probe_parts
 from sinkscope.probes.head_ablation_report import head_ablation_table
 from sinkscope.probes.sink_curve_tables import curve_tables
-from sinkscope.reports.formatting import plural
+from sinkscope.reports.formatting import confidence_label, plural
 from sinkscope.reports.html import bullets_html, escape, fragment, heat_grid, inline_table
 
 if TYPE_CHECKING:
@@ -41,7 +41,9 @@ def audit_html(result: AuditResult) -> str:
         parts.append(inline_table(ablation_table(ablation)))
         parts.append(default_state_table(ablation.default_state, LOSS))
         test = ablation.default_state
-        ablations = head_ablation_table(test.tested_rows(), LOSS, test.n_inputs, "prompt")
+        ablations = head_ablation_table(
+            test.tested_rows(), LOSS, test.n_inputs, "prompt", confidence_label(test.confidence)
+        )
         parts.extend([inline_table(ablations)] if ablations is not None else [])
     return fragment(f"Attention-sink audit: {model.label}", subtitle, parts)
 

@@ -27,7 +27,7 @@ from sinkscope.probes.report_sections import (
 from sinkscope.probes.sink_curve_tables import curve_findings
 from sinkscope.probes.tables import SINK_RATE_NAME
 from sinkscope.reports.document import percent, sig
-from sinkscope.reports.formatting import estimate_text, index_ranges, plural
+from sinkscope.reports.formatting import confidence_label, estimate_text, index_ranges, plural
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -252,11 +252,14 @@ def audit_findings(result: AuditResult) -> list[str]:
         if test.all_sink_heads is not None:
             one, several, _ = removed_words(ablation)
             subject = f"the {one}" if len(test.sink_heads) == 1 else f"all {len(test.sink_heads)} {several}"
+            level = confidence_label(test.confidence)
             findings.append(
-                default_state_finding(test.all_sink_heads, LOSS, subject, test.n_inputs)
+                default_state_finding(test.all_sink_heads, LOSS, subject, test.n_inputs, level)
                 + " Each change is a mean over prompts of the per-prompt loss change."
             )
-            findings.extend(head_ablation_findings(test.rows, test.all_sink_heads, LOSS, test.n_inputs, "prompt"))
+            findings.extend(
+                head_ablation_findings(test.rows, test.all_sink_heads, LOSS, test.n_inputs, "prompt", level)
+            )
     findings.extend(geometry_findings(result))
     return findings + list(result.notes)
 

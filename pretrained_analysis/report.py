@@ -53,7 +53,7 @@ from sinkscope.reports.document import (
     config_block,
     result_figures,
 )
-from sinkscope.reports.formatting import plural
+from sinkscope.reports.formatting import confidence_label, plural
 from sinkscope.reports.write import ReportKind
 
 
@@ -218,6 +218,7 @@ def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) ->
                 figure_dir / "ablation.png",
                 f"{label}: removing sinks vs the matched control",
                 test.n_inputs,
+                confidence_label(test.confidence),
             )
         )
     blocks.append(ablation_table(ablation))
@@ -227,8 +228,9 @@ def _ablation_section(ablation: AblationResult, label: str, figure_dir: Path) ->
             f"{'Learned-sink' if ablation.sink == 'learned' else 'Sink'} removal per head ({len(test.rows)} of "
             f"{len(test.sink_heads)} {heads} alone, {order}) and for all of them, on {plural(test.n_inputs, 'prompt')}"
         )
-        blocks.append(default_state_table(rows, LOSS, caption, test.n_inputs))
-        blocks.extend(filter(None, [head_ablation_table(rows, LOSS, test.n_inputs, "prompt")]))
+        level = confidence_label(test.confidence)
+        blocks.append(default_state_table(rows, LOSS, caption, test.n_inputs, level))
+        blocks.extend(filter(None, [head_ablation_table(rows, LOSS, test.n_inputs, "prompt", level)]))
     else:
         blocks.append(Paragraph(f"Sink removal not run: {ablation.default_state.note}."))
     return Section("Ablations", tuple(blocks))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from sinkscope.infra.arguments import check_seed
+from sinkscope.infra.arguments import check_argument, check_seed
 from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.intervals import interval_possible
@@ -78,6 +78,11 @@ class DefaultStateConfig:
             raise InputError(
                 f"head_ablations must be True or False, got {self.head_ablations!r}", field="head_ablations"
             )
+        for name in ("n_bootstrap", "batch_size", "max_single_heads"):
+            value = getattr(self, name)
+            if value is not None:
+                check_argument(value, int, name, "an integer" if name == "n_bootstrap" else "an integer or None")
+        check_argument(self.confidence, (int, float), "confidence", "a number in (0, 1), e.g. 0.95")
         if self.max_single_heads is not None and self.max_single_heads < 0:
             raise InputError(
                 f"max_single_heads must be >= 0 or None, got {self.max_single_heads}", field="max_single_heads"
@@ -135,6 +140,14 @@ class DefaultStateRow:
     remove_minus_mean: Estimate | None = None
 
 
+def tested_rows(rows: tuple[DefaultStateRow, ...], together: DefaultStateRow | None) -> tuple[DefaultStateRow, ...]:
+    """Every test run, once each, in table order: the heads alone, then all of them together
+    unless that set is one of the heads already tested alone (a single sink head)."""
+    if together is None or together.label in {row.label for row in rows}:
+        return rows
+    return (*rows, together)
+
+
 @dataclass(frozen=True)
 class DefaultStateResult:
     """The test of ``sink_heads`` (``(layer, head)`` pairs in the order given; an audit gives
@@ -151,12 +164,11 @@ class DefaultStateResult:
     rows: tuple[DefaultStateRow, ...]
     all_sink_heads: DefaultStateRow | None
     note: str
+    confidence: float = 0.95  # the intervals' level (DefaultStateConfig.confidence)
 
     def tested_rows(self) -> tuple[DefaultStateRow, ...]:
-        """Every test run, once each, in table order: the heads alone, then all of them
-        together where that is a test of its own (several sink heads)."""
-        together = self.all_sink_heads
-        return self.rows if together is None or len(together.head_set) < 2 else (*self.rows, together)
+        """Every test run, once each, in table order (``tested_rows``)."""
+        return tested_rows(self.rows, self.all_sink_heads)
 
     def _repr_html_(self) -> str:
         """Inline display in a notebook: the table of removals beside their controls."""
@@ -316,7 +328,9 @@ def default_state_test(
     batch = hooked.prepare(inputs, attention_mask)
     heads = remove_sink(sink_heads).heads if len(sink_heads) else ()  # (layer, head) pairs or names like "L0H3"
     if not heads:
-        return DefaultStateResult(heads, batch.batch_size, (), None, "no sink heads: there is no sink to remove")
+        return DefaultStateResult(
+            heads, batch.batch_size, (), None, "no sink heads: there is no sink to remove", config.confidence
+        )
     if len(set(heads)) < len(heads):
         repeated = sorted({f"L{layer}H{head}" for layer, head in heads if heads.count((layer, head)) > 1})
         raise InputError(
@@ -334,21 +348,23 @@ def default_state_test(
         means=batch_head_means(hooked, batch, config.batch_size) if config.head_ablations else None,
     )
     singles = heads if config.max_single_heads is None else heads[: config.max_single_heads]
-    note = (
-        ""
-        if len(singles) == len(heads)
-        else (
+    if len(singles) == len(heads):
+        note = ""
+    elif len(heads) == 1:
+        note = "the one sink head tested once, as all sink heads (max_single_heads = 0)"
+    else:
+        note = (
             f"{len(singles)} of {len(heads)} sink heads tested one by one (the first {len(singles)} in the order given), "
             f"all {len(heads)} together"
         )
-    )
     # the heads alone first, then all together: the bootstrap draws from one generator in this order
     rows = tuple(test.row(f"L{layer}H{head}", ((layer, head),)) for layer, head in singles)
     if len(heads) > 1:
         together: DefaultStateRow | None = test.row(ALL_SINK_HEADS, heads)
-    else:  # one sink head: removing all of them is removing it, already tested (unless the cap left it out)
-        together = rows[0] if rows else None
-    return DefaultStateResult(heads, batch.batch_size, rows, together, note)
+    else:  # one sink head: removing all of them is removing it, tested once (alone, unless the cap left it out)
+        ((layer, head),) = heads
+        together = rows[0] if rows else test.row(f"L{layer}H{head}", heads)
+    return DefaultStateResult(heads, batch.batch_size, rows, together, note, config.confidence)
 
 
 @dataclass

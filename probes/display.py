@@ -21,7 +21,7 @@ from sinkscope.probes.tables import (
     shown_position,
 )
 from sinkscope.reports.document import Column, Table
-from sinkscope.reports.formatting import format_cell, plural
+from sinkscope.reports.formatting import confidence_label, format_cell, plural
 from sinkscope.reports.html import escape, fragment, head_maps_html, heat_grid, inline_table
 
 if TYPE_CHECKING:
@@ -78,14 +78,16 @@ def default_state_table(result: DefaultStateResult, what: str) -> str:
     removal, beside its matched control."""
     if not result.tested_rows():
         return f"<p>{escape(result.note)}</p>"
-    definition = default_state_definition(what, result.n_inputs)
+    definition = default_state_definition(what, result.n_inputs, confidence_label(result.confidence))
     caption = f"Default-state test on {plural(result.n_inputs, 'input')}"
     table = definition.table(result.tested_rows(), caption)
     return inline_table(table.without_empty_columns() if not interval_possible(result.n_inputs) else table)
 
 
 def default_state_html(result: DefaultStateResult) -> str:
-    ablations = head_ablation_table(result.tested_rows(), "error", result.n_inputs)
+    ablations = head_ablation_table(
+        result.tested_rows(), "error", result.n_inputs, level=confidence_label(result.confidence)
+    )
     return fragment(
         "Default-state test",
         plural(len(result.sink_heads), "sink head"),

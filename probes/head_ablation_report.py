@@ -51,7 +51,7 @@ def _ends(estimate: Estimate | None, n_inputs: int) -> tuple[float, float, float
     return estimate.mean, estimate.ci_low, estimate.ci_high
 
 
-def head_ablation_definition(what: str, n_inputs: int) -> TableDefinition[DefaultStateRow]:
+def head_ablation_definition(what: str, n_inputs: int, level: str = "95%") -> TableDefinition[DefaultStateRow]:
     """Sink removal beside the head ablations, one row per tested head set."""
     return TableDefinition(
         "Head ablations beside sink removal",
@@ -61,7 +61,7 @@ def head_ablation_definition(what: str, n_inputs: int) -> TableDefinition[Defaul
             *[
                 Column(f"{change}: {part}", ".3g", numeric=True)
                 for change in ("zero-ablation", "mean-ablation", "removal - mean")
-                for part in ("change", "95% CI low", "95% CI high")
+                for part in ("change", f"{level} CI low", f"{level} CI high")
             ],
             Column("reading"),
         ),
@@ -78,7 +78,7 @@ def head_ablation_definition(what: str, n_inputs: int) -> TableDefinition[Defaul
 
 
 def head_ablation_table(
-    tested: Sequence[DefaultStateRow], what: str, n_inputs: int, unit: str = "input"
+    tested: Sequence[DefaultStateRow], what: str, n_inputs: int, unit: str = "input", level: str = "95%"
 ) -> Table | None:
     """The table of the ``tested`` head sets that were ablated (None: none was, e.g. an
     older file), over ``n_inputs`` inputs, each a ``unit`` ("prompt" in an audit)."""
@@ -86,7 +86,7 @@ def head_ablation_table(
     if not rows:
         return None
     caption = f"Head ablations beside sink removal, on {plural(n_inputs, unit)}"
-    table = head_ablation_definition(what, n_inputs).table(rows, caption)
+    table = head_ablation_definition(what, n_inputs, level).table(rows, caption)
     return table.without_empty_columns() if not interval_possible(n_inputs) else table
 
 
@@ -106,10 +106,10 @@ def _named(rows: Sequence[DefaultStateRow]) -> str:
     return ", ".join(row.label for row in rows)
 
 
-def _ablations(row: DefaultStateRow, n: int) -> str:
+def _ablations(row: DefaultStateRow, n: int, level: str) -> str:
     assert row.zero_increase is not None and row.mean_increase is not None  # rows with a reading have both
     parts = (("zero-ablation", row.zero_increase), ("mean-ablation", row.mean_increase))
-    return ", ".join(f"{name} {estimate_text(e.mean, e.ci_low, e.ci_high, n)}" for name, e in parts)
+    return ", ".join(f"{name} {estimate_text(e.mean, e.ci_low, e.ci_high, n, level=level)}" for name, e in parts)
 
 
 def _singles_finding(singles: Sequence[DefaultStateRow], what: str, n: int, unit: str) -> str:
@@ -134,7 +134,12 @@ def _singles_finding(singles: Sequence[DefaultStateRow], what: str, n: int, unit
 
 
 def head_ablation_findings(
-    alone: Sequence[DefaultStateRow], together: DefaultStateRow | None, what: str, n: int, unit: str = "input"
+    alone: Sequence[DefaultStateRow],
+    together: DefaultStateRow | None,
+    what: str,
+    n: int,
+    unit: str = "input",
+    level: str = "95%",
 ) -> list[str]:
     """How many heads tested ``alone`` support each reading; the ablations and reading of
     all sink heads ``together``; and, where one head's sink removal costs more than all of
@@ -146,7 +151,7 @@ def head_ablation_findings(
         return findings
     count = len(together.head_set)
     findings.append(
-        f"All {count} sink heads together: {_ablations(together, n)}, beside their sink removal's "
+        f"All {count} sink heads together: {_ablations(together, n, level)}, beside their sink removal's "
         f"{_signed(together.remove_increase.mean)}; reading: {reading_text(together)}."
     )
     costliest = max(singles, key=lambda row: row.remove_increase.mean, default=None)
@@ -164,7 +169,7 @@ def head_ablation_findings(
         )
         findings.append(
             f"{costliest.label}, the costliest sink removal alone ({_signed(costliest.remove_increase.mean)}): "
-            f"{_ablations(costliest, n)}. All {count} removed together cost {_signed(together.remove_increase.mean)}, "
+            f"{_ablations(costliest, n, level)}. All {count} removed together cost {_signed(together.remove_increase.mean)}, "
             f"less than {costliest.label} alone{adds}."
         )
     return findings

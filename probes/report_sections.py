@@ -143,7 +143,7 @@ def sink_rules_phrase(probe: ProbeResult) -> str | None:
     )
 
 
-def default_state_finding(row: DefaultStateRow, what: str, subject: str, n: int) -> str:
+def default_state_finding(row: DefaultStateRow, what: str, subject: str, n: int, level: str = "95%") -> str:
     """One sentence from the default-state test's row for all sink heads (or the only one),
     e.g. "Removing the sinks of all 9 sink heads raises default-position MSE from 6.7e-09 to
     0.12 while the matched control leaves it at 6.4e-09 (...)"; ``n``: the inputs the
@@ -165,8 +165,8 @@ def default_state_finding(row: DefaultStateRow, what: str, subject: str, n: int)
     return (
         f"Removing the sinks of {subject} {verb} {what} from {before} to "
         f"{after} while the matched control {control} (change "
-        f"{estimate_text(remove_change, removed.ci_low, removed.ci_high, n)}; the control's "
-        f"{estimate_text(control_change, matched.ci_low, matched.ci_high, n)})."
+        f"{estimate_text(remove_change, removed.ci_low, removed.ci_high, n, level=level)}; the control's "
+        f"{estimate_text(control_change, matched.ci_low, matched.ci_high, n, level=level)})."
     )
 
 
@@ -190,8 +190,9 @@ def default_state_table(
     what: str,
     caption: str = "Per sink head and for all sink heads together",
     n_inputs: int | None = None,
+    level: str = "95%",
 ) -> Table:
-    table = default_state_definition(what, n_inputs).table(rows, caption)
+    table = default_state_definition(what, n_inputs, level).table(rows, caption)
     return table.without_empty_columns() if n_inputs is not None and not interval_possible(n_inputs) else table
 
 
@@ -247,7 +248,13 @@ def _no_intervals(n: int) -> tuple[list[float], list[float]]:
 
 
 def default_state_change_chart(
-    labels: Sequence[str], rows: Sequence[DefaultStateRow], what: str, path: Path, title: str, n_inputs: int
+    labels: Sequence[str],
+    rows: Sequence[DefaultStateRow],
+    what: str,
+    path: Path,
+    title: str,
+    n_inputs: int,
+    level: str = "95%",
 ) -> Figure:
     """The change in the error under ``remove_sink`` (left) and under its matched control
     (right, on its own scale, values written beside the bars), each bar with its interval
@@ -267,7 +274,7 @@ def default_state_change_chart(
     control = replace(series("matched control", [row.control_increase for row in rows]), colour=CONTROL_COLOUR)
     effect_control_chart(labels, effect, control, path, title, f"change in {what}")
     whiskers = (
-        f"whiskers: 95% bootstrap intervals over {plural(n_inputs, 'input')}"
+        f"whiskers: {level} bootstrap intervals over {plural(n_inputs, 'input')}"
         if interval_possible(n_inputs)
         else (f"n = {n_inputs}, no interval")
     )

@@ -138,7 +138,9 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
 )
 
 
-def default_state_definition(what: str, n_inputs: int | None = None) -> TableDefinition[DefaultStateRow]:
+def default_state_definition(
+    what: str, n_inputs: int | None = None, level: str = "95%"
+) -> TableDefinition[DefaultStateRow]:
     """The default-state test: ``what`` (e.g. "next-token loss") before and after each
     removal, beside its matched control, one row per tested head set. With ``n_inputs``
     too few for an interval (sinkscope.infra.intervals) its cells stay empty and the note says so."""
@@ -157,7 +159,7 @@ def default_state_definition(what: str, n_inputs: int | None = None) -> TableDef
             *[
                 Column(f"{change}: {estimate}", ".3g", numeric=True)
                 for change in ("remove", "control")
-                for estimate in ("increase", "95% CI low", "95% CI high")
+                for estimate in ("increase", f"{level} CI low", f"{level} CI high")
             ],
             Column("Cohen's d", ".2f", numeric=True),
         ),

@@ -74,16 +74,23 @@ def common_decimals(values: tuple[float, ...], digits: int, signed: bool = False
     return [format(value, f"{'+' if signed else ''}.{decimals}f") for value in values]
 
 
-def estimate_text(mean: float, low: float, high: float, n: int, digits: int = 3, signed: bool = True) -> str:
+def confidence_label(confidence: float) -> str:
+    """A confidence level as intervals are labelled: 0.95 -> "95%", 0.9 -> "90%"."""
+    return f"{confidence * 100:g}%"
+
+
+def estimate_text(
+    mean: float, low: float, high: float, n: int, digits: int = 3, signed: bool = True, level: str = "95%"
+) -> str:
     """A mean with its interval, all with the same decimals: "+1.58 [95% CI 1.31 to 1.81,
-    n = 16]" (brackets: it sits inside prose's parentheses)."""
+    n = 16]" (brackets: it sits inside prose's parentheses); ``level``: the interval's."""
     shown = (mean, low, high) if interval_possible(n) and math.isfinite(low) and math.isfinite(high) else (mean,)
     fixed = common_decimals(shown, digits)
     if fixed is None:
         value = format(mean, f"+.{digits}g") if signed else sig(mean, digits)
-        return f"{value} [{interval_text(low, high, n, digits)}]"
+        return f"{value} [{interval_text(low, high, n, digits, level)}]"
     value = ("+" if signed and mean >= 0 else "") + fixed[0]
-    interval = f"95% CI {fixed[1]} to {fixed[2]}, n = {n:,}" if len(fixed) == 3 else f"n = {n:,}, no interval"
+    interval = f"{level} CI {fixed[1]} to {fixed[2]}, n = {n:,}" if len(fixed) == 3 else f"n = {n:,}, no interval"
     return f"{value} [{interval}]"
 
 

@@ -24,7 +24,13 @@ from sinkscope.infra.codec import Upgrade
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.attention_kinds import GATED_KINDS, NORMALISED_KINDS, NULL_SLOT_KINDS
 from sinkscope.interp.hook_names import pattern_hook
-from sinkscope.probes.default_state import DefaultStateResult, DefaultStateRow, default_state_test, split_all_sink_heads
+from sinkscope.probes.default_state import (
+    DefaultStateResult,
+    DefaultStateRow,
+    default_state_test,
+    split_all_sink_heads,
+    tested_rows,
+)
 from sinkscope.probes.interventions import HeadRef, open_gate, remove_null
 from sinkscope.probes.probe import HeadProbe, ProbeConfig
 from sinkscope.probes.runner import probe_model
@@ -117,10 +123,8 @@ class ToyDefaultState:
         )
 
     def tested_rows(self) -> tuple[DefaultStateRow, ...]:
-        """Every test run, once each: the heads alone, then all together where that is a
-        test of its own (as ``DefaultStateResult.tested_rows``)."""
-        together = self.all_sink_heads
-        return self.rows if together is None or len(together.head_set) < 2 else (*self.rows, together)
+        """Every test run, once each (``sinkscope.probes.default_state.tested_rows``)."""
+        return tested_rows(self.rows, self.all_sink_heads)
 
 
 def default_position_mse(targets: torch.Tensor, default_mask: torch.Tensor):

@@ -236,3 +236,33 @@ def test_repeated_heads_empty_inputs_and_bad_batch_sizes_are_one_line():
     for bad in (0, -1, True, 2.5, "3"):
         with pytest.raises(ValueError, match="batch_size must be a whole number >= 1 or None"):
             head_means(model, batch.tokens, batch_size=bad)
+
+
+def test_counts_must_be_whole_numbers_and_intervals_carry_their_level():
+    """A fractional count is one line, not a silent truncation; a 90% test says 90% in its
+    tables, findings and inline display, not 95%."""
+    for field in ("batch_size", "max_single_heads", "n_bootstrap"):
+        with pytest.raises(ValueError, match=f"{field} must be an integer"):
+            DefaultStateConfig(**{field: 1.5})
+    model, batch = _model_and_batch()
+    error = _default_error(model, batch)
+    result = default_state_test(
+        model, batch.tokens, HEADS, error, config=DefaultStateConfig(n_bootstrap=200, confidence=0.9)
+    )
+    assert result.confidence == 0.9
+    html = result._repr_html_()
+    assert "90% CI low" in html and "95% CI" not in html
+    findings = " ".join(
+        head_ablation_findings(result.rows, result.all_sink_heads, "error", result.n_inputs, level="90%")
+    )
+    assert "90% CI" in findings and "95% CI" not in findings
+
+
+def test_one_sink_head_with_no_single_tests_is_still_tested_once():
+    model, batch = _model_and_batch()
+    error = _default_error(model, batch)
+    config = DefaultStateConfig(n_bootstrap=200, max_single_heads=0)
+    result = default_state_test(model, batch.tokens, [(0, 0)], error, config=config)
+    assert result.rows == () and result.all_sink_heads is not None and result.all_sink_heads.label == "L0H0"
+    assert result.tested_rows() == (result.all_sink_heads,) and "all 1 together" not in result.note
+    assert "tested once" in result.note
