@@ -59,6 +59,7 @@ class AblationSettings:
     seed: int
     sink: str = "anchor"
     sink_threshold: float = 0.9
+    head_ablations: bool = True  # each tested set also zero- and mean-ablated (two more passes)
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,8 @@ def ablate(
     sinks, removal = sinks_to_remove(probe, settings)
     n_chunks = math.ceil(n / settings.batch_size)
     n_sets = min(len(sinks), settings.max_single_heads) + (len(sinks) > 1)
-    passes = 2 + (1 + 4 * n_sets if sinks else 0)  # removal, control, zero- and mean-ablation per set
+    # removal and control per set, the zero- and mean-ablation and one pass for the heads' means too
+    passes = 2 + ((1 + 4 * n_sets if settings.head_ablations else 2 * n_sets) if sinks else 0)
     bar = progress_bar(passes * n_chunks, f"ablating {label}", progress, unit="batch")
     # a batch of a large model on a busy machine can take longer than a reader waits in silence
     with bar, heartbeat(f"ablating {label}", enabled=progress) as said:
@@ -175,6 +177,7 @@ def ablate(
                 seed=settings.seed,
                 batch_size=settings.batch_size,
                 max_single_heads=settings.max_single_heads,
+                head_ablations=settings.head_ablations,
             ),
             removal=removal,
         )

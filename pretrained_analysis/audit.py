@@ -292,6 +292,7 @@ def _ablation_settings(config: AuditConfig) -> AblationSettings:
         seed=config.seed,
         sink=config.ablate_sink,
         sink_threshold=1.0 - config.sink_eps,
+        head_ablations=config.head_ablations,
     )
 
 

@@ -21,7 +21,7 @@ class AuditConfig:
     loss-based ablations (causal models); ablate_heads: how many sink heads, strongest
     anchor mass first, are ablated one by one (all of them are ablated together either
     way; each tested set costs four passes with logits: sink removal, its control, the
-    zero- and the mean-ablation); ablate_prompts: ablate on the
+    zero- and the mean-ablation; two with head_ablations off); ablate_prompts: ablate on the
     first this many prompts only (None: all); ablate_sink: the sink removed, ``anchor``
     (the sink heads' anchor key) or ``learned`` (the learned sink logits of heads whose
     learned sink takes >= 1 - sink_eps, gpt-oss); n_examples: prompts drawn as attention
@@ -51,6 +51,7 @@ class AuditConfig:
     ablate_heads: int = 16
     ablate_prompts: int | None = None
     ablate_sink: str = "anchor"
+    head_ablations: bool = True  # zero- and mean-ablate each tested set beside its sink removal
     n_examples: int = 2
     n_bootstrap: int = 1000
     seed: int = 0
@@ -74,7 +75,7 @@ class AuditConfig:
             check_argument(getattr(self, name), int, name, "an integer")
         check_argument(self.ablate_prompts, (int, type(None)), "ablate_prompts", "an integer or None")
         check_argument(self.sink_eps, (float, int), "sink_eps", "a number in [0, 1)")
-        for name in ("ablate", "key_geometry", "secondary_sinks"):
+        for name in ("ablate", "head_ablations", "key_geometry", "secondary_sinks"):
             check_argument(getattr(self, name), bool, name, "True or False")
         if self.ablate_sink not in ABLATE_SINKS:
             raise InputError(

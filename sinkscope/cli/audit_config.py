@@ -34,6 +34,7 @@ def audit_config(args: argparse.Namespace):
         ablate_heads=args.ablate_heads,
         ablate_prompts=args.ablate_prompts,
         ablate_sink=args.ablate_sink,
+        head_ablations=args.head_ablations,
         n_examples=args.n_examples,
         seed=args.seed,
         layers=args.layers,

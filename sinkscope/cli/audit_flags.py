@@ -119,6 +119,13 @@ def add_ablation_flags(audit: argparse.ArgumentParser) -> None:
         default="anchor",
         help="the sink --ablate removes: the anchor key, or learned sink logits (gpt-oss) (default anchor)",
     )
+    audit.add_argument(
+        "--no-head-ablations",
+        dest="head_ablations",
+        action="store_false",
+        help="with --ablate: skip the zero- and mean-ablation of each tested head set beside its sink removal "
+        "(half the passes per set)",
+    )
     audit.add_argument("--sink-eps", type=fraction, default=0.1, help="sink head: anchor mass >= 1 - eps (default 0.1)")
     audit.add_argument(
         "--examples",

@@ -319,3 +319,18 @@ def test_a_comparison_names_the_prompts_the_audits_ran_on_not_the_spec_s_count(t
     assert read_comparison(tmp_path / "suite").prompts_used == 3
     assert main(["report", str(tmp_path / "suite"), "--no-progress"]) == 0
     assert "2 audits on the same prompts (3 prompts from" in (tmp_path / "suite" / "report.md").read_text()
+
+
+def test_no_head_ablations_keeps_sink_removal_and_drops_the_zero_and_mean_ablations(tiny_gpt2, tmp_path, capsys):
+    out = tmp_path / "no-head-ablations"
+    argv = ["audit", str(tiny_gpt2), "--out", str(out), "--ablate", "--no-head-ablations", *FAST]
+    code, _, stderr = run_cli(argv, capsys)
+    assert code == 0, stderr
+    result = read_audit(out)
+    assert result.config.head_ablations is False and result.ablation is not None
+    rows = result.ablation.default_state.tested_rows()
+    assert rows and all(row.zero_increase is None and row.mean_increase is None for row in rows)
+    assert all(row.remove_increase.mean == row.remove_increase.mean for row in rows)  # sink removal still measured
+    assert main(["report", str(out), "--no-progress"]) == 0
+    markdown = (out / "report.md").read_text()
+    assert "Head ablations beside sink removal" not in markdown and "| head_ablations | off |" in markdown
