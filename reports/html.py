@@ -40,6 +40,7 @@ from sinkscope.reports.document import (
     slug,
     sort_key,
 )
+from sinkscope.reports.frozen import frozen_classes, frozen_css, frozen_widths
 
 STYLE = """
 :root { color-scheme: light; --ink: #1d2330; --muted: #5b6473; --line: #d9dde5; --accent: #3b5bdb; --sink: #fff4e0; }
@@ -86,7 +87,7 @@ figcaption { color: var(--muted); font-size: 13px; margin-top: 4px; }
 .figures { display: flex; flex-wrap: wrap; gap: 0 24px; align-items: flex-start; }
 .figures figure { flex: 1 1 460px; min-width: 0; max-width: max-content; }
 footer { max-width: 1180px; margin: 40px auto 30px; padding: 0 24px; color: var(--muted); font-size: 12px; }
-"""
+""" + frozen_css()
 
 SCRIPT = """
 "use strict";
@@ -187,24 +188,24 @@ def table_html(table: Table, sortable: bool = True, scroll: bool = False, table_
     """A table: numbers right-aligned, marked rows (e.g. sink heads) highlighted; ``sortable``
     adds the page script's sort buttons and each number's sort key (a notebook fragment has
     no script); ``scroll`` caps its height; ``table_id`` (on the page) adds the filter box."""
+    fz = frozen_classes(frozen_widths(table, sortable))  # the leading columns that stay in view
     head = []
-    for column in table.columns:
+    for k, column in enumerate(table.columns):
         name = _e(column.header).replace("_", "_<wbr>")  # long metric names may break after an underscore
+        css = f' class="{fz[k]}"' if k < len(fz) else ""
         if sortable:
             numeric = " data-numeric" if column.numeric else ""
-            head.append(f'<th scope="col" aria-sort="none"{numeric}><button type="button">{name}</button></th>')
+            head.append(f'<th scope="col"{css} aria-sort="none"{numeric}><button type="button">{name}</button></th>')
         else:
-            head.append(f'<th scope="col">{name}</th>')
+            head.append(f'<th scope="col"{css}>{name}</th>')
     body: list[str] = []
     for row in table.rows:
         cells = []
-        for column, value in zip(table.columns, row):
+        for k, (column, value) in enumerate(zip(table.columns, row)):
             text = _e(format_cell(value, column.fmt))
-            if column.numeric:
-                sort = f' data-sort="{_e(sort_key(value))}"' if sortable else ""
-                cells.append(f'<td class="num"{sort}>{text}</td>')
-            else:
-                cells.append(f"<td>{text}</td>")
+            css = " ".join((["num"] if column.numeric else []) + ([fz[k]] if k < len(fz) else []))
+            sort = f' data-sort="{_e(sort_key(value))}"' if sortable and column.numeric else ""
+            cells.append(f'<td class="{css}"{sort}>{text}</td>' if css else f"<td>{text}</td>")
         marked = ' class="marked"' if len(body) in table.marked else ""
         body.append(f"<tr{marked}>" + "".join(cells) + "</tr>")
     note = f'<p class="note">{_e(table.note)}</p>' if table.note else ""
@@ -317,7 +318,7 @@ INLINE_STYLE = """
 .sinkscope-inline table.grid td.sink { outline: 2px solid #d9480f; outline-offset: -2px; font-weight: 600; }
 .sinkscope-inline table.grid th { text-align: center; background: none; font-weight: 600; color: #5b6473; }
 .sinkscope-inline caption { text-align: left; font-weight: 600; padding: 2px 0; }
-"""
+""" + frozen_css(".sinkscope-inline")
 
 
 def fragment(title: str, subtitle: str, parts: Iterable[str]) -> str:
