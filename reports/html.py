@@ -22,9 +22,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import math
 from collections.abc import Iterable, Sequence
 
+from sinkscope.reports.colour_scales import colour, signed_colour, signed_limits
 from sinkscope.reports.document import (
     Block,
     Bullets,
@@ -229,23 +229,6 @@ def bullets_html(items: Iterable[str]) -> str:
     return "<ul>" + "".join(f"<li>{_e(item)}</li>" for item in items) + "</ul>"
 
 
-# viridis at five stops: dark (low) to yellow (high); text turns dark on the light end
-_STOPS = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
-
-
-def colour(value: float, vmin: float = 0.0, vmax: float = 1.0) -> tuple[str, str]:
-    """(background, text) CSS colours of ``value`` on viridis between vmin and vmax;
-    grey for NaN."""
-    if math.isnan(value):
-        return "#e9ecef", "#5b6473"
-    t = min(max((value - vmin) / (vmax - vmin) if vmax > vmin else 0.0, 0.0), 1.0) * (len(_STOPS) - 1)
-    low = min(int(t), len(_STOPS) - 2)
-    frac = t - low
-    rgb = [round(a + (b - a) * frac) for a, b in zip(_STOPS[low], _STOPS[low + 1])]
-    text = "#1d2330" if t > 2.2 else "#ffffff"
-    return "#{:02x}{:02x}{:02x}".format(*rgb), text
-
-
 def heat_grid(
     values: Sequence[Sequence[float]],
     caption: str,
@@ -256,10 +239,13 @@ def heat_grid(
     vmax: float = 1.0,
     row_labels: Sequence[str] = (),
     column_labels: Sequence[str] = (),
+    signed: bool = False,
 ) -> str:
     """``values[row][column]`` as coloured cells with their numbers; ``marked`` cells are
     outlined (e.g. sink heads); rows and columns are numbered from 0 unless ``row_labels``
-    / ``column_labels`` name them (e.g. positions counted from 1)."""
+    / ``column_labels`` name them (e.g. positions counted from 1); ``signed``: a diverging
+    scale, white at 0, from -m to +m (m the largest |value|; vmin and vmax unused)."""
+    m = signed_limits(v for row in values for v in row)[1]
     n_columns = max((len(row) for row in values), default=0)
     names = [column_labels[c] if c < len(column_labels) else str(c) for c in range(n_columns)]
     head = f"<th>{_e(row_name)} \\ {_e(column_name)}</th>" + "".join(f"<th>{_e(name)}</th>" for name in names)
@@ -267,7 +253,7 @@ def heat_grid(
     for r, row in enumerate(values):
         cells = []
         for c, value in enumerate(row):
-            background, text = colour(float(value), vmin, vmax)
+            background, text = signed_colour(float(value), m) if signed else colour(float(value), vmin, vmax)
             css = ' class="sink"' if (r, c) in marked else ""
             title = _e(f"{row_name} {r}, {column_name} {names[c]}: {format_cell(float(value), '.4f')}")
             cells.append(

@@ -22,6 +22,7 @@ from matplotlib.ticker import MaxNLocator
 
 from sinkscope.infra.atomic_io import atomic_path
 from sinkscope.infra.errors import InputError
+from sinkscope.reports.colour_scales import text_colour
 from sinkscope.reports.document import HeadMaps
 from sinkscope.reports.png_text import TEXT_PX_KEY, smallest_text_pt, with_text_chunk
 from sinkscope.reports.titles import wrap_titles
@@ -304,7 +305,7 @@ def _draw_grid(
                     ha="center",
                     va="center",
                     fontsize=SMALL_PT,
-                    color="white" if value < (vmin + vmax) / 2 else "black",
+                    color=text_colour(colormap(image.norm(value))),
                 )
     ax.set_xlabel(xlabel, fontsize=LABEL_PT)
     ax.set_ylabel(ylabel, fontsize=LABEL_PT)
