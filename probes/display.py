@@ -110,6 +110,7 @@ def patching_html(result: PatchingResult) -> str:
                 column_labels=[str(shown_position(c)) for c in range(len(matrix[0]))]
                 if result.per[1] == "position" and matrix
                 else (),
+                signed=True,  # an effect may be negative: a diverging scale, white at 0
             )
         )
     sites = patching_definition(result.per).table(result.rows, limit=20).without_empty_columns()

@@ -135,6 +135,7 @@ HEAD_TABLE: TableDefinition[HeadProbe] = TableDefinition(
     ),
     marked=lambda h: h.is_sink_head,
     marked_label="sink heads",
+    frozen=3,  # layer, head and anchor mass stay in view beside every other metric
 )
 
 

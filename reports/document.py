@@ -67,7 +67,9 @@ class Details:
 class Table:
     """A table, ready to render; ``note`` explains the columns under the caption;
     ``marked``: the indices of rows that stand out (e.g. sink heads), which
-    ``marked_label`` names; the HTML page can show those rows alone."""
+    ``marked_label`` names; the HTML page can show those rows alone; ``frozen``: how many
+    leading columns (those that say which row it is) stay in view while a wide table
+    scrolls sideways in HTML (other media ignore it)."""
 
     caption: str
     columns: tuple[Column, ...]
@@ -75,6 +77,7 @@ class Table:
     note: str = ""
     marked: frozenset[int] = frozenset()
     marked_label: str = ""
+    frozen: int = 1
 
     def __post_init__(self) -> None:
         for row in self.rows:
@@ -95,6 +98,7 @@ class Table:
             self.note,
             self.marked,
             self.marked_label,
+            sum(1 for k in keep if k < self.frozen),
         )
 
 
@@ -116,6 +120,7 @@ class TableDefinition(Generic[Item]):
     order: Callable[[Item], Any] | None = None  # the default sort key; None keeps the given order
     marked: Callable[[Item], bool] | None = None  # the rows that stand out (e.g. sink heads)
     marked_label: str = ""  # what a marked row is, e.g. "sink heads"
+    frozen: int = 1  # leading columns kept in view while the HTML table scrolls sideways
 
     def ordered(self, items: Iterable[Item]) -> list[Item]:
         return sorted(items, key=self.order) if self.order is not None else list(items)
@@ -138,6 +143,7 @@ class TableDefinition(Generic[Item]):
             self.note if note is None else note,
             frozenset(k for k, item in enumerate(ordered) if marked is not None and marked(item)),
             self.marked_label if marked is not None else "",
+            self.frozen,
         )
 
     def labelled(self, label: Column) -> TableDefinition[tuple[Cell, Item]]:
@@ -153,6 +159,7 @@ class TableDefinition(Generic[Item]):
             None,
             None if marked is None else (lambda pair: marked(pair[1])),
             self.marked_label,
+            self.frozen + 1,
         )
 
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import math
 from collections.abc import Iterable, Sequence
 
+from sinkscope.reports.colour_scales import colour, signed_colour, signed_limits
 from sinkscope.reports.document import (
     Block,
     Bullets,
@@ -40,6 +40,7 @@ from sinkscope.reports.document import (
     slug,
     sort_key,
 )
+from sinkscope.reports.frozen import frozen_classes, frozen_css, frozen_widths
 
 STYLE = """
 :root { color-scheme: light; --ink: #1d2330; --muted: #5b6473; --line: #d9dde5; --accent: #3b5bdb; --sink: #fff4e0; }
@@ -86,7 +87,7 @@ figcaption { color: var(--muted); font-size: 13px; margin-top: 4px; }
 .figures { display: flex; flex-wrap: wrap; gap: 0 24px; align-items: flex-start; }
 .figures figure { flex: 1 1 460px; min-width: 0; max-width: max-content; }
 footer { max-width: 1180px; margin: 40px auto 30px; padding: 0 24px; color: var(--muted); font-size: 12px; }
-"""
+""" + frozen_css()
 
 SCRIPT = """
 "use strict";
@@ -187,24 +188,24 @@ def table_html(table: Table, sortable: bool = True, scroll: bool = False, table_
     """A table: numbers right-aligned, marked rows (e.g. sink heads) highlighted; ``sortable``
     adds the page script's sort buttons and each number's sort key (a notebook fragment has
     no script); ``scroll`` caps its height; ``table_id`` (on the page) adds the filter box."""
+    fz = frozen_classes(frozen_widths(table, sortable))  # the leading columns that stay in view
     head = []
-    for column in table.columns:
+    for k, column in enumerate(table.columns):
         name = _e(column.header).replace("_", "_<wbr>")  # long metric names may break after an underscore
+        css = f' class="{fz[k]}"' if k < len(fz) else ""
         if sortable:
             numeric = " data-numeric" if column.numeric else ""
-            head.append(f'<th scope="col" aria-sort="none"{numeric}><button type="button">{name}</button></th>')
+            head.append(f'<th scope="col"{css} aria-sort="none"{numeric}><button type="button">{name}</button></th>')
         else:
-            head.append(f'<th scope="col">{name}</th>')
+            head.append(f'<th scope="col"{css}>{name}</th>')
     body: list[str] = []
     for row in table.rows:
         cells = []
-        for column, value in zip(table.columns, row):
+        for k, (column, value) in enumerate(zip(table.columns, row)):
             text = _e(format_cell(value, column.fmt))
-            if column.numeric:
-                sort = f' data-sort="{_e(sort_key(value))}"' if sortable else ""
-                cells.append(f'<td class="num"{sort}>{text}</td>')
-            else:
-                cells.append(f"<td>{text}</td>")
+            css = " ".join((["num"] if column.numeric else []) + ([fz[k]] if k < len(fz) else []))
+            sort = f' data-sort="{_e(sort_key(value))}"' if sortable and column.numeric else ""
+            cells.append(f'<td class="{css}"{sort}>{text}</td>' if css else f"<td>{text}</td>")
         marked = ' class="marked"' if len(body) in table.marked else ""
         body.append(f"<tr{marked}>" + "".join(cells) + "</tr>")
     note = f'<p class="note">{_e(table.note)}</p>' if table.note else ""
@@ -228,23 +229,6 @@ def bullets_html(items: Iterable[str]) -> str:
     return "<ul>" + "".join(f"<li>{_e(item)}</li>" for item in items) + "</ul>"
 
 
-# viridis at five stops: dark (low) to yellow (high); text turns dark on the light end
-_STOPS = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
-
-
-def colour(value: float, vmin: float = 0.0, vmax: float = 1.0) -> tuple[str, str]:
-    """(background, text) CSS colours of ``value`` on viridis between vmin and vmax;
-    grey for NaN."""
-    if math.isnan(value):
-        return "#e9ecef", "#5b6473"
-    t = min(max((value - vmin) / (vmax - vmin) if vmax > vmin else 0.0, 0.0), 1.0) * (len(_STOPS) - 1)
-    low = min(int(t), len(_STOPS) - 2)
-    frac = t - low
-    rgb = [round(a + (b - a) * frac) for a, b in zip(_STOPS[low], _STOPS[low + 1])]
-    text = "#1d2330" if t > 2.2 else "#ffffff"
-    return "#{:02x}{:02x}{:02x}".format(*rgb), text
-
-
 def heat_grid(
     values: Sequence[Sequence[float]],
     caption: str,
@@ -255,10 +239,13 @@ def heat_grid(
     vmax: float = 1.0,
     row_labels: Sequence[str] = (),
     column_labels: Sequence[str] = (),
+    signed: bool = False,
 ) -> str:
     """``values[row][column]`` as coloured cells with their numbers; ``marked`` cells are
     outlined (e.g. sink heads); rows and columns are numbered from 0 unless ``row_labels``
-    / ``column_labels`` name them (e.g. positions counted from 1)."""
+    / ``column_labels`` name them (e.g. positions counted from 1); ``signed``: a diverging
+    scale, white at 0, from -m to +m (m the largest |value|; vmin and vmax unused)."""
+    m = signed_limits(v for row in values for v in row)[1]
     n_columns = max((len(row) for row in values), default=0)
     names = [column_labels[c] if c < len(column_labels) else str(c) for c in range(n_columns)]
     head = f"<th>{_e(row_name)} \\ {_e(column_name)}</th>" + "".join(f"<th>{_e(name)}</th>" for name in names)
@@ -266,7 +253,7 @@ def heat_grid(
     for r, row in enumerate(values):
         cells = []
         for c, value in enumerate(row):
-            background, text = colour(float(value), vmin, vmax)
+            background, text = signed_colour(float(value), m) if signed else colour(float(value), vmin, vmax)
             css = ' class="sink"' if (r, c) in marked else ""
             title = _e(f"{row_name} {r}, {column_name} {names[c]}: {format_cell(float(value), '.4f')}")
             cells.append(
@@ -317,7 +304,7 @@ INLINE_STYLE = """
 .sinkscope-inline table.grid td.sink { outline: 2px solid #d9480f; outline-offset: -2px; font-weight: 600; }
 .sinkscope-inline table.grid th { text-align: center; background: none; font-weight: 600; color: #5b6473; }
 .sinkscope-inline caption { text-align: left; font-weight: 600; padding: 2px 0; }
-"""
+""" + frozen_css(".sinkscope-inline")
 
 
 def fragment(title: str, subtitle: str, parts: Iterable[str]) -> str:

@@ -22,7 +22,9 @@ from matplotlib.ticker import MaxNLocator
 
 from sinkscope.infra.atomic_io import atomic_path
 from sinkscope.infra.errors import InputError
+from sinkscope.reports.colour_scales import text_colour
 from sinkscope.reports.document import HeadMaps
+from sinkscope.reports.panels import block_starts, block_ticks, key_label, max_pooled
 from sinkscope.reports.png_text import TEXT_PX_KEY, smallest_text_pt, with_text_chunk
 from sinkscope.reports.titles import wrap_titles
 
@@ -91,13 +93,13 @@ def attention_grid(
     if len(layer_labels) != n_layers or len(head_labels) != n_heads:
         raise InputError(f"need {n_layers} layer labels and {n_heads} head labels for patterns {patterns.shape}")
     columns, panel, margin = _grid_shape(n_heads, n_key, tick_labels)
-    rows_per_layer = math.ceil(n_heads / columns)
-    n_rows = n_layers * rows_per_layer
+    n_rows = n_layers * (rows_per_layer := math.ceil(n_heads / columns))
     fig = Figure(figsize=(panel * columns + margin, panel * n_rows + 0.9), layout="constrained")
     axes = fig.subplots(n_rows, columns, squeeze=False, sharex=True, sharey=True)
     top = float(np.nanmax(patterns)) if vmax is None else vmax
     image = None
-    step = _tick_step(n_key, panel, 1.6 if tick_labels is None else TOKEN_PITCH)
+    keys, queries = block_starts(n_key, int(panel * DPI / 4)), block_starts(n_query, int(panel * DPI / 4))
+    step = _tick_step(len(keys), panel, 1.6 if tick_labels is None else TOKEN_PITCH)
     for row in range(n_rows):
         for column in range(columns):
             ax = axes[row][column]
@@ -105,17 +107,17 @@ def attention_grid(
             if head >= n_heads:
                 ax.set_axis_off()
                 continue
-            image = ax.imshow(patterns[layer, head], vmin=0.0, vmax=max(top, 1e-9), cmap=cmap)
+            shown = max_pooled(patterns[layer, head], queries, keys)  # key 0 always a column of its own
+            image = ax.imshow(shown, vmin=0.0, vmax=max(top, 1e-9), cmap=cmap, interpolation="nearest")
             name = titles[layer][head] if titles is not None else f"L{layer_labels[layer]} H{head_labels[head]}"
             ax.set_title(name, fontsize=TICK_PT, pad=3)
-            ticks = list(range(0, n_key, step))
-            ax.set_xticks(ticks, [tick_labels[t] for t in ticks] if tick_labels is not None else ticks)
-            ax.set_yticks(ticks, [tick_labels[t] for t in ticks] if tick_labels is not None else ticks)
+            ax.set_xticks(*block_ticks(keys, step, tick_labels))
+            ax.set_yticks(*block_ticks(queries, step, tick_labels))
             ax.tick_params(labelsize=SMALL_PT, length=2, pad=1)
             if tick_labels is not None and max(len(label) for label in tick_labels) > 2:
                 ax.tick_params(axis="x", labelrotation=90)  # tokens: side by side they would overlap
             ax.label_outer()
-    fig.supxlabel("key", fontsize=LABEL_PT)
+    fig.supxlabel(key_label(len(keys), n_key), fontsize=LABEL_PT)
     fig.supylabel("query", fontsize=LABEL_PT)
     fig.suptitle(title, fontsize=TITLE_PT)
     if image is not None:
@@ -304,7 +306,7 @@ def _draw_grid(
                     ha="center",
                     va="center",
                     fontsize=SMALL_PT,
-                    color="white" if value < (vmin + vmax) / 2 else "black",
+                    color=text_colour(colormap(image.norm(value))),
                 )
     ax.set_xlabel(xlabel, fontsize=LABEL_PT)
     ax.set_ylabel(ylabel, fontsize=LABEL_PT)

@@ -34,6 +34,7 @@ from sinkscope.probes.patching import (
     upgrade_patching_v1,
 )
 from sinkscope.probes.tables import POSITION_COLUMN, shown_position
+from sinkscope.reports.colour_scales import DIVERGING, signed_limits
 from sinkscope.reports.plots import heatmap
 from sinkscope.toy.model import ToyTransformer
 from sinkscope.toy.run_dir import load_model, read_config, require_finished
@@ -120,27 +121,33 @@ def trigger_patching(model: ToyTransformer, task: TaskConfig, n_inputs: int = 25
     )
 
 
-def _patching_figures(result: TriggerPatching, name: str, out_dir: Path) -> None:
-    """The two effect maps: layers and heads counted from 0 (as head names are), positions
-    from 1 with BOS at 1 (as every report counts them)."""
+def patching_figures(result: TriggerPatching, name: str, out_dir: Path) -> list[Any]:
+    """The two effect maps, returned: layers and heads counted from 0 (as head names are),
+    positions from 1 with BOS at 1 (as every report counts them)."""
+    drawn: list[Any] = []
     for patched, figure, what, axis in (
         (result.per_head, HEADS_FIGURE, "z patched per head", "head (0-indexed)"),
         (result.per_position, POSITIONS_FIGURE, "resid_pre patched per position", POSITION_COLUMN),
     ):
         matrix = np.nan_to_num(patched.matrix().numpy())
-        heatmap(
-            matrix,
-            out_dir / figure,
-            f"{name}: {what} (normalised effect)",
-            "normalised effect",
-            xlabel=axis,
-            ylabel="layer (0-indexed)",
-            vmin=-1.0,
-            vmax=1.0,
-            x_tick_labels=[str(shown_position(p)) for p in range(matrix.shape[1])]
-            if patched is result.per_position
-            else None,
+        low, high = signed_limits(matrix.ravel())  # a signed effect: 0 at the diverging scale's white centre
+        drawn.append(
+            heatmap(
+                matrix,
+                out_dir / figure,
+                f"{name}: {what} (normalised effect)",
+                "normalised effect",
+                xlabel=axis,
+                ylabel="layer (0-indexed)",
+                vmin=low,
+                vmax=high,
+                cmap=DIVERGING,
+                x_tick_labels=[str(shown_position(p)) for p in range(matrix.shape[1])]
+                if patched is result.per_position
+                else None,
+            )
         )
+    return drawn
 
 
 def patch_run(
@@ -174,6 +181,6 @@ def patch_run(
             write_result(tmp / HEADS_FILE, result.per_head)
             write_result(tmp / POSITIONS_FILE, result.per_position)
             write_provenance(tmp, "toy patch", source=str(run_dir.resolve()))
-            _patching_figures(result, run_dir.name, tmp)
+            patching_figures(result, run_dir.name, tmp)
     files = [PATCHING_FILE, HEADS_FILE, POSITIONS_FILE, HEADS_FIGURE, POSITIONS_FIGURE, PROVENANCE_FILE]
     return result, files

@@ -14,12 +14,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.text import Annotation
+from matplotlib.text import Annotation, Text
 from matplotlib.transforms import Bbox
 
 from sinkscope.infra.arguments import PATH_TYPES, check_argument, check_items, check_path
@@ -166,19 +166,46 @@ LABEL_OFFSETS = tuple(
 
 def _place_labels(figure: Figure, labels: list[Annotation]) -> None:
     """Move each point label to the first offset (``LABEL_OFFSETS``) where it overlaps no
-    label placed before it: crowded points near BOS mass 1 keep every label, further out,
-    with a thin line back to their point."""
+    label placed before it and no point's marker, inside the axes: crowded points near BOS
+    mass 1 keep every label, further out, with a thin line back to their point. Where no
+    offset clears all three, the first that clears the other labels."""
     renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
     figure.draw_without_rendering()
+    radius = 3.5 * figure.dpi / 72  # a marker's radius (6 pt across) and a little air
+    markers = [
+        Bbox.from_extents(x - radius, y - radius, x + radius, y + radius)
+        for x, y in (label.axes.transData.transform(label.xy) for label in labels if label.axes is not None)
+    ]
     kept: list[Bbox] = []
     for label in labels:
+        frame = label.axes.get_window_extent(renderer) if label.axes is not None else None
+        fallback = None
         for dx, dy in LABEL_OFFSETS:
-            label.set_position((dx, dy))
-            label.set_horizontalalignment("left" if dx >= 0 else "right")
-            box = label.get_window_extent(renderer).expanded(1.05, 1.1)
-            if not any(box.overlaps(other) for other in kept):
+            _offset(label, dx, dy)
+            box = label_box(label, renderer).expanded(1.05, 1.1)
+            if any(box.overlaps(other) for other in kept):
+                continue
+            fallback = fallback or (dx, dy)
+            inside = frame is None or (
+                frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            )
+            if inside and not any(box.overlaps(marker) for marker in markers):
                 break
-        kept.append(label.get_window_extent(renderer))
+        else:
+            _offset(label, *(fallback or LABEL_OFFSETS[0]))
+        kept.append(label_box(label, renderer))
+
+
+def label_box(label: Annotation, renderer: Any) -> Bbox:
+    """The label's text as drawn at its current offset, without its line back to the point
+    (``get_window_extent`` spans that line, which always reaches the point's marker)."""
+    label.update_positions(renderer)
+    return Text.get_window_extent(label, renderer)
+
+
+def _offset(label: Annotation, dx: float, dy: float) -> None:
+    label.set_position((dx, dy))
+    label.set_horizontalalignment("left" if dx >= 0 else "right")
 
 
 def point_label(series: str, point: TradeoffPoint) -> str:
