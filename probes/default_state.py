@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from sinkscope.infra.arguments import check_argument, check_seed
-from sinkscope.infra.bounds import COUNT, UNBOUNDED, Bound, Problem, at_most
+from sinkscope.infra.bounds import COUNT, FRACTION, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.intervals import interval_possible
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
@@ -157,7 +157,7 @@ class DefaultStateResult:
     test), None when nothing was tested; ``note`` says why (no sink heads) or what the cap
     left out."""
 
-    BOUNDS: ClassVar[dict[str, Bound]] = {"sink_heads": COUNT, "n_inputs": COUNT}
+    BOUNDS: ClassVar[dict[str, Bound]] = {"sink_heads": COUNT, "n_inputs": COUNT, "confidence": FRACTION}
 
     sink_heads: tuple[HeadRef, ...]
     n_inputs: int
