@@ -100,6 +100,9 @@ ADDED_SINCE_V1 = {
     "zero_increase": None,
     "mean_increase": None,
     "remove_minus_mean": None,
+    "head_ablations": True,  # a version-1 default-state test ran them
+    # the default-state result's interval level (issue 32): version-1 intervals were 95%
+    "confidence": 0.95,
 }
 
 
