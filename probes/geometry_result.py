@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sinkscope.infra.errors import InputError
-from sinkscope.infra.intervals import interval_possible
+from sinkscope.infra.intervals import MIN_INTERVAL_UNITS, interval_possible
 from sinkscope.probes.mechanism_distance import Spread, spread
 from sinkscope.reports.document import Column, TableDefinition
 from sinkscope.reports.frames import dataframe
@@ -91,7 +91,7 @@ GEOMETRY_SUMMARY_TABLE: TableDefinition[GeometrySummary] = TableDefinition(
     ),
     _summary_cells,
     "Means over heads, each head's value a mean as in the per-head table; intervals: percentile bootstrap over "
-    "heads (none from fewer than two heads). " + GEOMETRY_NOTE,
+    f"heads (none from fewer than {MIN_INTERVAL_UNITS} heads). " + GEOMETRY_NOTE,
     marked=lambda row: row.group == "sink heads",
     marked_label="sink heads",
 )

@@ -87,9 +87,9 @@ def layer_definition(spec: ModelSpec) -> TableDefinition[LayerProbe]:
             layer.max_abs_resid,
             layer.median_abs_resid,
         ),
-        "attention span: the keys each query sees (global: every earlier token). mean anchor_mass: over the queries "
+        "attention span: the keys each query sees (global: all the model lets it see, the earlier tokens in a causal model and every token in an encoder). mean anchor_mass: over the queries "
         "that can see the anchor; queries not seeing the anchor: the share of selected queries that the layer's "
-        "sliding window or chunk hides it from (0 in fully causal layers); "
+        "sliding window or chunk hides it from (0 in global layers); "
         "mean anchor_mass (all queries): with those queries' zeros included, shown where the share is above 0. "
         "Norms are means over the selected queries; attn_out_norm (norm of the summed heads) far below "
         "head_out_norm_sum means the heads cancel. Massive activations: |x| > 100 and > 1000 x the layer's "

@@ -62,7 +62,7 @@ def _kind_findings(comparison: MechanismComparison, kind: str) -> list[str]:
             if finite and mostly == 0
             else f"in {mostly} of {len(finite)} the anchor carries most of what they write"
             if finite
-            else "their values were not measured"
+            else "none has a value-weighted share (they write almost nothing, or their values were not measured)"
         )
         findings.append(
             f"{kind.capitalize()} sink heads ({len(heads)} in {sum(m.n_sink_heads > 0 for m in models)} of "

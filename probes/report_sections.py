@@ -171,17 +171,32 @@ def default_state_finding(row: DefaultStateRow, what: str, subject: str, n: int,
 
 
 def value_share_phrase(sinks: Sequence[HeadProbe], anchor: str) -> str:
-    """How much of what the sink heads write comes from the anchor (mass vs value)."""
-    share = float(np.nanmean([head.value_weighted_anchor_share for head in sinks]))
+    """How much of what the sink heads write comes from the anchor (mass vs value), and how
+    many of them write little at all (``no-op``): a share is of what a head writes, however small."""
     mass = float(np.nanmean([head.anchor_mass for head in sinks]))
+    shares = [head.value_weighted_anchor_share for head in sinks if not math.isnan(head.value_weighted_anchor_share)]
+    no_op = sum(head.sink_class == "no-op" for head in sinks)
+    small = (
+        f"; {no_op} of {len(sinks)} are no-op heads (the anchor's value writes under a fifth of a typical "
+        "token's), so for them that is most of very little"
+        if no_op
+        else ""
+    )
+    if not shares:
+        return (
+            f"Sink heads put {mass:.3f} of their attention on {anchor} and write almost nothing "
+            "there, so they have no value-weighted anchor share."
+        )
+    share = float(np.mean(shares))
     reading = (
         "the sink takes their attention but carries little of what they write"
         if share < 0.5
         else "the anchor also carries most of what they write"
     )
+    counted = "" if len(shares) == len(sinks) else f" (over the {len(shares)} of {len(sinks)} that write anything)"
     return (
         f"Sink heads put {mass:.3f} of their attention on {anchor}, and {anchor} carries {share:.3f} of their "
-        f"output norm (value-weighted anchor share): {reading}."
+        f"output norm{counted} (value-weighted anchor share): {reading}{small}."
     )
 
 

@@ -212,6 +212,12 @@ def projected_value_norms(
 # a query row whose attention weights sum below this writes rounding residue, not a mix of
 # values: softmax rows sum to 1, so only ReLU-family heads that attend nowhere fall under it
 SILENT_ROW_MASS = 1e-4
+# a query where a head's write bound sum_j ||A[i,j] v_j W_O|| is below this fraction of the
+# largest value any head of the layer writes for the input (max over heads and keys of
+# ||v_j W_O||): its share divides rounding-sized norms by rounding-sized norms (a ReLU head
+# with quiet rows, a head whose W_O has decayed, showed "shares" of 0.4 to 0.98), so it is no
+# share. Relative to the layer's own values, as a model's norms have no absolute scale.
+SILENT_WRITE_FRACTION = 1e-3
 
 
 def value_weighted_anchor_share_sums(
@@ -226,8 +232,10 @@ def value_weighted_anchor_share_sums(
 
     value_norms from ``projected_value_norms``. Returns (per-head sums, per-head counts);
     queries whose head writes nothing (all terms zero) or almost nothing (attention weights
-    summing to less than ``SILENT_ROW_MASS``, as a ReLU head that attends nowhere) are not
-    counted: a share of rounding residue is no share.
+    summing to less than ``SILENT_ROW_MASS``, as a ReLU head that attends nowhere, or a write
+    bound sum_j ||A[i,j] v_j W_O|| below ``SILENT_WRITE_FRACTION`` of the largest projected
+    value of any head of the layer for that input) are not counted: a share of rounding
+    residue is no share. So ``pattern`` holds every head of its layer.
     """
     batch, n_heads, n_query, _ = pattern.shape
     anchor_index = _anchor_index(anchor, batch, pattern.device)
@@ -239,7 +247,9 @@ def value_weighted_anchor_share_sums(
     magnitudes = pattern if nonnegative else pattern.abs()
     total = einsum(magnitudes, value_norms.to(magnitudes.dtype), "b h q k, b h k -> b h q")
     anchor_norms = value_norms.gather(-1, anchor_index.view(batch, 1, 1).expand(batch, n_heads, 1))
-    speaking = (total > 0) & (magnitudes.sum(dim=-1) >= SILENT_ROW_MASS)
+    largest_value = value_norms.amax(dim=(1, 2)).view(batch, 1, 1) if value_norms.numel() else total
+    audible = total >= SILENT_WRITE_FRACTION * largest_value.to(total.dtype)
+    speaking = (total > 0) & (magnitudes.sum(dim=-1) >= SILENT_ROW_MASS) & audible
     selected = queries_after_anchor(n_query, anchor_index, batch, query_mask, pattern.device).unsqueeze(1) & speaking
     share = column(magnitudes, anchor_index) * anchor_norms / total.clamp_min(torch.finfo(total.dtype).tiny)
     return (share * selected).sum(dim=(0, 2)), selected.sum(dim=(0, 2))

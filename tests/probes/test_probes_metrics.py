@@ -80,12 +80,33 @@ def test_value_weighted_share_of_a_signed_pattern_uses_magnitudes():
 
 def test_value_weighted_share_leaves_out_a_query_that_attends_almost_nowhere():
     """A ReLU head whose weights sum to 6e-7 writes rounding residue: a share of it (here
-    0.97) would be read as the head writing the anchor's value; a row above the threshold counts."""
-    pattern = torch.tensor([[[[1.0, 0.0, 0.0], [5.8e-7, 0.2e-7, 0.0], [1.94e-4, 0.06e-4, 0.0]]]])
+    0.97) would be read as the head writing the anchor's value; so does one whose weights
+    sum to 5e-4 of a value (below SILENT_WRITE_FRACTION of the layer's largest); a row above
+    both thresholds counts."""
+    pattern = torch.tensor([[[[1.0, 0.0, 0.0], [5.8e-7, 0.2e-7, 0.0], [1.94e-3, 0.06e-3, 0.0]]]])
     norms = torch.tensor([[[1.0, 1.0, 1.0]]])
     sums, counts = value_weighted_anchor_share_sums(pattern, norms)
-    assert counts.tolist() == [1]  # the third query only: 2e-4 >= SILENT_ROW_MASS
+    assert counts.tolist() == [1]  # the third query only: 2e-3 of a value is heard
     assert sums.item() == pytest.approx(0.97)
+    quiet = pattern.clone()
+    quiet[0, 0, 2] = torch.tensor([4.85e-4, 0.15e-4, 0.0])  # 5e-4 >= SILENT_ROW_MASS, < 1e-3 of a value
+    assert value_weighted_anchor_share_sums(quiet, norms)[1].tolist() == [0]
+
+
+def test_value_weighted_share_leaves_out_a_head_that_writes_nothing_beside_its_layer():
+    """A softmax head whose W_O has decayed to 1e-9 of its neighbour's attends normally but
+    writes nothing: its ratio of two rounding-sized norms (here 0.976) is no share. The
+    same head alone in its layer writes as much as its own values and keeps its share."""
+    rows = torch.tensor([[0.976, 0.024], [0.976, 0.024]])  # query 1's rows, two heads
+    pattern = torch.zeros(1, 2, 2, 2)
+    pattern[0, :, 0, 0] = 1.0
+    pattern[0, :, 1] = rows
+    norms = torch.tensor([[[1.0, 1.0], [1e-9, 1e-9]]])  # [batch, head, key]
+    sums, counts = value_weighted_anchor_share_sums(pattern, norms)
+    assert counts.tolist() == [1, 0]
+    assert sums[0].item() == pytest.approx(0.976)
+    alone_sums, alone_counts = value_weighted_anchor_share_sums(pattern[:, 1:], norms[:, 1:])
+    assert alone_counts.tolist() == [1] and alone_sums.item() == pytest.approx(0.976)
 
 
 def test_value_weighted_share_agrees_with_the_elementwise_sum_on_a_random_pattern():
