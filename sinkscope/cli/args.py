@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sinkscope.infra.devices import check_device_name
@@ -300,6 +301,20 @@ def add_experiment(parser: argparse.ArgumentParser, sequences_default: int, sequ
     add_compile(parser)
     add_tracking(parser)
     add_common_output(parser)
+
+
+def read_paths(model: str | None, *files: str | None) -> list[Path]:
+    """Every path a model command reads, for ``claim_output_directory`` to keep out of its
+    ``--out``: a local model (file or folder), each file given (a text, a prompt file), and,
+    for a model named by hub id, the Hugging Face cache it is read from."""
+    paths = [Path(file) for file in files if file is not None and Path(file).is_file()]
+    if model is None:
+        return paths
+    if Path(model).exists():
+        return [Path(model), *paths]
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    return [Path(HF_HUB_CACHE), *paths]
 
 
 def say(*parts: object) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from sinkscope.cli.args import (
     add_common_output,
     check_executor,
+    read_paths,
     say,
     units_bar,
 )
@@ -156,10 +157,12 @@ def run(args: argparse.Namespace) -> dict:
 
     slugs = unique_slugs([where.label for where in resolved])
     out = Path(args.out_dir or f"sinkscope-out/audit/{slugs[0]}{'-comparison' if len(specs) > 1 else ''}")
-    # what the audit reads: a GGUF checkpoint is one file, so --out may sit beside it in its folder
+    # what the audit reads: a GGUF checkpoint is one file, so --out may sit beside it in its folder; a
+    # hub model, the hub's cache; a prompt file (anything else is refused as prompts)
     inputs = [Path(where.location) / (where.gguf_file or "") for where in resolved if where.is_local]
-    if prompt_spec.kind == "file" and Path(prompt_spec.source).is_file():  # anything else is refused as prompts
-        inputs.append(Path(prompt_spec.source))
+    hub = [where.location for where in resolved if not where.is_local][:1]
+    prompt_file = prompt_spec.source if prompt_spec.kind == "file" else None
+    inputs += read_paths(hub[0] if hub else None, prompt_file)
     if len(specs) > 1:
         return _audit_suite(args, out, specs, resolved, slugs, prompt_spec, inputs)
     from sinkscope.infra.atomic_io import claim_output_directory

@@ -7,7 +7,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import NON_NEGATIVE, POSITIVE, add_common_output, at_least, device_name, fraction, out_path, say
+from sinkscope.cli.args import (
+    NON_NEGATIVE,
+    POSITIVE,
+    add_common_output,
+    at_least,
+    device_name,
+    fraction,
+    out_path,
+    read_paths,
+    say,
+)
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -149,8 +159,8 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.reports.write import write_report
 
     out = Path(args.out_dir or Path("sinkscope-out") / "circuit" / Path(args.model).name)
-    model_dir = [Path(args.model)] if Path(args.model).exists() else []  # a local model or run is never overwritten
-    with claim_output_directory(out, args.overwrite, model_dir, "the model"):
+    inputs = read_paths(args.model, args.source)  # a toy run or a local model, its prompts, or the hub's cache
+    with claim_output_directory(out, args.overwrite, inputs, "this command's own input"):
         result = _battery(args)
         with atomic_directory(out, replace=args.overwrite) as tmp:
             write_result(tmp / RESULT_FILE, result)

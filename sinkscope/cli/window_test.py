@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output, at_least, device_name, int_list, out_path, say
+from sinkscope.cli.args import POSITIVE, add_common_output, at_least, device_name, int_list, out_path, read_paths, say
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 
@@ -80,8 +80,7 @@ def run(args: argparse.Namespace) -> dict:
     text = _text(args.text)
     spec = LoadSpec(args.model, device=args.device, dtype=args.dtype)
     out = Path(args.out_dir or Path("sinkscope-out") / "window-test" / Path(args.model).name)
-    model_dir = [Path(args.model)] if Path(args.model).exists() else []  # a local model is never overwritten
-    with claim_output_directory(out, args.overwrite, model_dir, "the model"):
+    with claim_output_directory(out, args.overwrite, read_paths(args.model, args.text), "this command's own input"):
         result = window_test(
             spec,
             text,

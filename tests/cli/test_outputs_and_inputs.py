@@ -88,6 +88,25 @@ def test_an_audit_out_inside_the_model_directory_is_refused(tmp_path, capsys):
     assert snapshot(model) == before
 
 
+@pytest.mark.parametrize("command", ["window-test", "circuit"])
+def test_a_model_commands_out_that_holds_its_text_prompts_or_model_is_refused(tmp_path, capsys, command):
+    """`window-test MODEL --text OUT/book.txt --out OUT --overwrite` deleted book.txt, and
+    with the model inside --out its weights: every path the command reads stays out of --out."""
+    out = tmp_path / "out"
+    model = build_tiny_gpt2(out / "model")
+    text = out / "book.txt"
+    text.write_text(" ".join(TINY_GPT2_PROMPTS * 40) + "\n", encoding="utf-8")
+    capsys.readouterr()  # the model builder's progress bar
+    before = snapshot(out)
+    read_flag = "--text" if command == "window-test" else "--prompts"
+    outside_model = build_tiny_gpt2(tmp_path / "elsewhere")
+    capsys.readouterr()
+    for model_arg in (model, outside_model):
+        argv = [command, str(model_arg), read_flag, str(text), "--out", str(out), "--overwrite", "--no-progress"]
+        one_line_exit_2(capsys, argv, f"{out} holds this command's own input")
+    assert snapshot(out) == before
+
+
 def test_a_compare_out_inside_an_audit_is_refused(audits, capsys):
     before = snapshot(audits["a"])
     argv = ["compare", str(audits["a"]), str(audits["b"]), "--out", str(audits["a"] / "cmp")]
