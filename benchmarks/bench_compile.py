@@ -67,7 +67,9 @@ def _stepper(training: StackTraining, compiled: bool) -> Callable[[], None]:
     if not compiled and device.type == "cpu":
         return lambda: None if training.train_step(interrupt) else None
     stop = DeviceStop(len(stack.members), training.train_cfg.stop_linf, device)
-    step_once = device_step(stack.forward, stack.parameters(), stack.optimizer, stop, compiled)
+    step_once = device_step(
+        stack.forward, stack.functional_forward, stack.parameters(), stack.optimizer, stop, compiled
+    )
 
     def step() -> None:
         _, tokens, targets = training._draw_batches()

@@ -78,19 +78,25 @@ def say_eager(reason: str) -> None:
 
 class CompiledOrEager:
     """``step`` compiled for ``device`` (CUDA: ``mode="reduce-overhead"``, CUDA graphs),
-    or ``step`` itself when compiling is impossible, with one note line. A compile
-    failure shows on the first call (where inductor compiles): that call reruns eager and
-    every later call stays eager. ``snapshot()`` is taken before that first call and
-    returns what puts the state back, so the rerun starts from the same state even when
-    the failure came after part of the step had run."""
+    or ``eager`` (default: ``step`` itself) when compiling is impossible, with one note
+    line. A compile failure shows on the first call (where inductor compiles): that call
+    reruns eager and every later call stays eager. ``snapshot()`` is taken before that
+    first call and returns what puts the state back, so the rerun starts from the same
+    state even when the failure came after part of the step had run."""
 
     def __init__(
-        self, step: Callable[..., None], device: torch.device, snapshot: Callable[[], Callable[[], None]]
+        self,
+        step: Callable[..., None],
+        device: torch.device,
+        snapshot: Callable[[], Callable[[], None]],
+        eager: Callable[..., None] | None = None,
     ) -> None:
-        self.step = step
+        self.step = step if eager is None else eager
         self.snapshot = snapshot
         self.compiled: Callable[..., None] | None = None
         self.first = True
+        # each call is a new step: CUDA graphs may then reuse the memory of the last one's temporaries
+        self.mark_step = torch.compiler.cudagraph_mark_step_begin if device.type == "cuda" else None
         reason = why_not_compilable(device)
         if reason is not None:
             say_eager(reason)
@@ -103,6 +109,8 @@ class CompiledOrEager:
         if self.compiled is None:
             self.step(*args)
             return
+        if self.mark_step is not None:
+            self.mark_step()
         if not self.first:
             self.compiled(*args)
             return
