@@ -2,12 +2,12 @@
 when it cannot be.
 
 ``compile``: ``on``, ``off`` or ``auto``. ``auto`` compiles on CUDA and stays eager on the
-CPU (and MPS). Why: on a CPU the compiled 4x4 step measures about 1.3x eager
-(benchmarks/RESULTS.md), while compiling costs about a minute per model shape per
-process on a cold cache, which a typical run (a few thousand steps at about 100 steps
-a second) does not earn back; and eager CPU is the bit-identical reference that the
-paper's step counts are checked against. On CUDA the compiled step runs as CUDA graphs
-(``mode="reduce-overhead"``), where eager spends its time launching kernels.
+CPU (and MPS). Why: on a CPU the compiled step gains well under an order of magnitude
+over eager (benchmarks/RESULTS.md), while compiling costs up to a minute or more per model
+shape per process on a cold cache, which a typical run does not earn back; and eager CPU
+is the bit-identical reference that the paper's step counts are checked against. On CUDA
+the compiled step (``sinkscope.toy.functional_step``: one graph, no break) replays as a
+CUDA graph (``mode="reduce-overhead"``), where eager spends its time launching kernels.
 """
 
 from __future__ import annotations
