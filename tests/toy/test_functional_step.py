@@ -11,6 +11,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.debugging import boxed_nop
 
+import sinkscope.toy.compiled_step as compiled_step
 from sinkscope.toy.device_stop import DeviceStop, device_step
 from sinkscope.toy.functional_step import AdamSettings, functional_step, state_tensors
 from sinkscope.toy.interrupt import StepBoundaryInterrupt
@@ -45,11 +46,19 @@ def _functional(training: StackTraining, stop: DeviceStop):
 
 
 @pytest.mark.parametrize("k", [1, 8])
-def test_the_compiled_step_is_one_graph_with_no_break(tmp_path, k):
+def test_the_compiled_step_is_one_graph_with_no_break(tmp_path, k, monkeypatch):
+    """What the trainer's compiled path (``device_step(..., compiled=True)``) hands to
+    ``torch.compile``, explained by dynamo."""
     training = _training(tmp_path, k, "s", 1e-12)
-    step = _functional(training, DeviceStop(k, 1e-12, torch.device("cpu")))
+    stack = training.stack
+    assert stack is not None
+    handed: list = []
+    monkeypatch.setattr(compiled_step.torch, "compile", lambda step, mode=None: handed.append(step) or step)
+    stop = DeviceStop(k, 1e-12, torch.device("cpu"))
+    device_step(stack.forward, stack.functional_forward, stack.parameters(), stack.optimizer, stop, True)
+    monkeypatch.undo()  # explain compiles through torch.compile's machinery
     _, tokens, targets = training._draw_batches()
-    explained = torch._dynamo.explain(step)(tokens, targets)
+    explained = torch._dynamo.explain(handed[0])(tokens, targets)
     assert [b.reason for b in explained.break_reasons] == []
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
