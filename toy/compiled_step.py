@@ -24,6 +24,12 @@ from tqdm.auto import tqdm
 from sinkscope.infra.errors import InputError
 
 COMPILE_CHOICES = ("auto", "on", "off")
+# Every stack a process trains (each configuration, and each K as seeds leave) is another
+# compiled variant of the one step function, and dynamo stops compiling a function after
+# 8 variants (recompile_limit), running the rest uncompiled: a sweep would train most of
+# its models eager. A variant is only ever added at a CompiledOrEager's first call, so the
+# limit is raised there alone, to more stacks than a process trains.
+STEP_VARIANTS = 100_000
 # Adam's step opens a profiler range that dynamo cannot trace; it drops it and logs a
 # warning that names torch internals: nothing a user can act on, so it is not shown
 DYNAMO_CONTEXT_LOGGER = "torch._dynamo.variables.ctx_manager"
@@ -119,7 +125,8 @@ class CompiledOrEager:
         # the first call compiles: on a CPU a minute or more, while the step count stays at 0
         tqdm.write("sinkscope: compiling the training step (torch.compile) ...", file=sys.stderr)  # above a live bar
         try:
-            self.compiled(*args)
+            with torch._dynamo.config.patch(recompile_limit=STEP_VARIANTS, accumulated_recompile_limit=STEP_VARIANTS):
+                self.compiled(*args)
         except Exception as error:  # inductor's failures have many types (compiler, codegen, platform)
             self.compiled = None
             restore()

@@ -25,6 +25,13 @@ NEVER = 10**9
 TOLERANCE = 1e-5  # after 40 steps; measured about 1e-7 at K = 1 and 3e-6 at K = 4 after 200
 
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> None:
+    """Each test from dynamo's empty cache: variants of the step compiled by earlier tests in
+    this process would count towards the recompile limit."""
+    torch._dynamo.reset()
+
+
 def _training(tmp_path, k: int, name: str, stop_linf: float) -> StackTraining:
     """A stack of ``k`` seeds after its first (host) step, which makes Adam's state."""
     members = []
@@ -127,3 +134,35 @@ def test_adam_settings_refuse_what_the_functional_update_does_not_do():
     with pytest.raises(ValueError, match="without weight decay or amsgrad"):
         AdamSettings.of(torch.optim.Adam(weights, weight_decay=0.1))
     assert AdamSettings.of(torch.optim.Adam(weights, lr=0.01, betas=(0.9, 0.95))) == AdamSettings(0.01, 0.9, 0.95, 1e-8)
+
+
+def test_more_stacks_than_dynamo_s_recompile_limit_all_compile(tmp_path, monkeypatch):
+    """A process that trains many configurations (a sweep) compiles a variant of the one
+    step function per stack shape; past dynamo's limit of 8 variants the rest would run
+    uncompiled. Nine shapes, each through the trainer's compiled path: nine compiled."""
+    compiled: list[int] = []
+
+    def counting(graph, example_inputs):
+        compiled.append(1)
+        return graph.forward
+
+    real_compile = torch.compile
+    monkeypatch.setattr(compiled_step.torch, "compile", lambda step, mode=None: real_compile(step, backend=counting))
+    for heads in range(1, 10):
+        config = RunConfig(
+            ToyModelConfig(n_heads=heads),
+            TaskConfig(),
+            TrainConfig(seed=0, max_steps=NEVER, log_every=NEVER, checkpoint_every=NEVER, stop_linf=1e-12),
+        )
+        member = open_run(config, tmp_path / f"h{heads}", False, torch.device("cpu"))
+        assert isinstance(member, RunMember)
+        training = StackTraining([member], False, None, True, False)
+        training.train_step(StepBoundaryInterrupt())
+        stack = training.stack
+        assert stack is not None
+        stop = DeviceStop(1, 1e-12, torch.device("cpu"))
+        step = device_step(stack.forward, stack.functional_forward, stack.parameters(), stack.optimizer, stop, True)
+        for _ in range(2):
+            _, tokens, targets = training._draw_batches()
+            step(tokens, targets)
+        assert len(compiled) == heads
