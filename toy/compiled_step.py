@@ -2,12 +2,12 @@
 when it cannot be.
 
 ``compile``: ``on``, ``off`` or ``auto``. ``auto`` compiles on CUDA and stays eager on the
-CPU (and MPS). Why: on a CPU the compiled 4x4 step measures about 1.3x eager
-(benchmarks/RESULTS.md), while compiling costs about a minute per model shape per
-process on a cold cache, which a typical run (a few thousand steps at about 100 steps
-a second) does not earn back; and eager CPU is the bit-identical reference that the
-paper's step counts are checked against. On CUDA the compiled step runs as CUDA graphs
-(``mode="reduce-overhead"``), where eager spends its time launching kernels.
+CPU (and MPS). Why: on a CPU the compiled step gains well under an order of magnitude
+over eager (benchmarks/RESULTS.md), while compiling costs up to a minute or more per model
+shape per process on a cold cache, which a typical run does not earn back; and eager CPU
+is the bit-identical reference that the paper's step counts are checked against. On CUDA
+the compiled step (``sinkscope.toy.functional_step``: one graph, no break) replays as a
+CUDA graph (``mode="reduce-overhead"``), where eager spends its time launching kernels.
 """
 
 from __future__ import annotations
@@ -24,6 +24,12 @@ from tqdm.auto import tqdm
 from sinkscope.infra.errors import InputError
 
 COMPILE_CHOICES = ("auto", "on", "off")
+# Every stack a process trains (each configuration, and each K as seeds leave) is another
+# compiled variant of the one step function, and dynamo stops compiling a function after
+# 8 variants (recompile_limit), running the rest uncompiled: a sweep would train most of
+# its models eager. A variant is only ever added at a CompiledOrEager's first call, so the
+# limit is raised there alone, to more stacks than a process trains.
+STEP_VARIANTS = 100_000
 # Adam's step opens a profiler range that dynamo cannot trace; it drops it and logs a
 # warning that names torch internals: nothing a user can act on, so it is not shown
 DYNAMO_CONTEXT_LOGGER = "torch._dynamo.variables.ctx_manager"
@@ -78,19 +84,25 @@ def say_eager(reason: str) -> None:
 
 class CompiledOrEager:
     """``step`` compiled for ``device`` (CUDA: ``mode="reduce-overhead"``, CUDA graphs),
-    or ``step`` itself when compiling is impossible, with one note line. A compile
-    failure shows on the first call (where inductor compiles): that call reruns eager and
-    every later call stays eager. ``snapshot()`` is taken before that first call and
-    returns what puts the state back, so the rerun starts from the same state even when
-    the failure came after part of the step had run."""
+    or ``eager`` (default: ``step`` itself) when compiling is impossible, with one note
+    line. A compile failure shows on the first call (where inductor compiles): that call
+    reruns eager and every later call stays eager. ``snapshot()`` is taken before that
+    first call and returns what puts the state back, so the rerun starts from the same
+    state even when the failure came after part of the step had run."""
 
     def __init__(
-        self, step: Callable[..., None], device: torch.device, snapshot: Callable[[], Callable[[], None]]
+        self,
+        step: Callable[..., None],
+        device: torch.device,
+        snapshot: Callable[[], Callable[[], None]],
+        eager: Callable[..., None] | None = None,
     ) -> None:
-        self.step = step
+        self.step = step if eager is None else eager
         self.snapshot = snapshot
         self.compiled: Callable[..., None] | None = None
         self.first = True
+        # each call is a new step: CUDA graphs may then reuse the memory of the last one's temporaries
+        self.mark_step = torch.compiler.cudagraph_mark_step_begin if device.type == "cuda" else None
         reason = why_not_compilable(device)
         if reason is not None:
             say_eager(reason)
@@ -103,6 +115,8 @@ class CompiledOrEager:
         if self.compiled is None:
             self.step(*args)
             return
+        if self.mark_step is not None:
+            self.mark_step()
         if not self.first:
             self.compiled(*args)
             return
@@ -111,7 +125,8 @@ class CompiledOrEager:
         # the first call compiles: on a CPU a minute or more, while the step count stays at 0
         tqdm.write("sinkscope: compiling the training step (torch.compile) ...", file=sys.stderr)  # above a live bar
         try:
-            self.compiled(*args)
+            with torch._dynamo.config.patch(recompile_limit=STEP_VARIANTS, accumulated_recompile_limit=STEP_VARIANTS):
+                self.compiled(*args)
         except Exception as error:  # inductor's failures have many types (compiler, codegen, platform)
             self.compiled = None
             restore()

@@ -5,8 +5,9 @@ per seed and on the device, whether it has stopped, at which step, and that step
 and L-inf. A seed stops at the first step whose batch L-inf is below ``stop_linf`` (or
 whose loss or L-inf is not finite: it diverged), exactly where the host-side rule stops
 it; from then on its weights and Adam state are frozen, so they stay that step's. The
-host reads the flags once per block of steps (``stopped_members``). The step compiles
-whole (``CompiledOrEager``) and, on CUDA, runs as CUDA graphs.
+host reads the flags once per block of steps (``stopped_members``). Compiled, the step
+is ``functional_step``'s, one graph with no break (``CompiledOrEager``), and on CUDA it
+replays as a CUDA graph.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from sinkscope.toy.compiled_step import CompiledOrEager
+from sinkscope.toy.functional_step import FunctionalForward, frozen_where, functional_step
 
 
 @dataclass
@@ -71,14 +73,6 @@ class DeviceStop:
         return [Stopped(k, steps[k], losses[k], linfs[k]) for k, flag in enumerate(flags) if flag]
 
 
-def frozen_where(stopped: torch.Tensor, kept: torch.Tensor, updated: torch.Tensor) -> torch.Tensor:
-    """``updated`` with the stopped seeds' slices put back to ``kept``. A stack of one seed
-    holds the model's own tensors, with no seed dimension."""
-    if stopped.shape[0] == 1:
-        return torch.where(stopped.reshape(()), kept, updated)
-    return torch.where(stopped.reshape(-1, *([1] * (updated.dim() - 1))), kept, updated)
-
-
 def adam_tensors(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[torch.Tensor]:
     """Each parameter and its Adam moments: what a stopped seed keeps frozen."""
     tensors = []
@@ -90,14 +84,17 @@ def adam_tensors(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -
 
 def device_step(
     forward: Callable[[torch.Tensor], torch.Tensor],
+    functional_forward: FunctionalForward,
     params: list[torch.Tensor],
     optimizer: torch.optim.Optimizer,
     stop: DeviceStop,
     compiled: bool,
 ) -> Callable[[torch.Tensor, torch.Tensor], None]:
     """The step ``(tokens, targets)`` of a stack; ``stop.step`` counts up by one per call
-    (set it to the first step before the first call). Its numbers are the host-side trainer's, op for op:
-    the same forward, the same summed loss, the same Adam."""
+    (set it to the first step before the first call). Eager, its numbers are the host-side
+    trainer's, op for op: the same forward, the same summed loss, the same Adam. Compiled,
+    it is ``functional_step`` (one graph; ``functional_forward`` is ``forward`` with the
+    weights passed in), and eager is its fallback."""
 
     def step_once(tokens: torch.Tensor, targets: torch.Tensor) -> None:
         error = forward(tokens) - targets
@@ -130,4 +127,5 @@ def device_step(
 
         return restore
 
-    return CompiledOrEager(step_once, device, snapshot)
+    captured = functional_step(functional_forward, params, optimizer, stop)
+    return CompiledOrEager(captured, device, snapshot, eager=step_once)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
+from jaxtyping import Float
 from torch.func import functional_call, stack_module_state, vmap
 
 from sinkscope.infra.heartbeat import progress_bar
@@ -41,13 +42,13 @@ class SeedStack:
 
     def __init__(self, members: list[RunMember]) -> None:
         self.members = members
+        self.names = [name for name, _ in members[0].model.named_parameters()]
         if len(members) == 1:
             only = members[0]
             self.optimizer = only.optimizer
             self._model = only.model
             return
         self.base = copy.deepcopy(members[0].model).to("meta")
-        self.names = [name for name, _ in members[0].model.named_parameters()]
         params, self.buffers = stack_module_state([m.model for m in members])
         self.params = {name: params[name] for name in self.names}
         self.optimizer = paper_adam(list(self.params.values()), members[0].config)
@@ -65,6 +66,16 @@ class SeedStack:
         if len(self.members) == 1:
             return self._model(tokens[0]).unsqueeze(0)
         return self._batched(self.params, self.buffers, tokens)
+
+    def functional_forward(
+        self, weights: Sequence[torch.Tensor], tokens: Float[torch.Tensor, "k batch pos d_model"]
+    ) -> Float[torch.Tensor, "k batch pos d_model"]:
+        """``forward`` with ``weights`` (in ``parameters()`` order) in place of the stack's
+        own, which it leaves untouched: what ``torch.func`` differentiates."""
+        named = dict(zip(self.names, weights))
+        if len(self.members) == 1:
+            return functional_call(self._model, named, (tokens[0],)).unsqueeze(0)
+        return self._batched(named, self.buffers, tokens)
 
     def _load_member_optimizer_states(self) -> None:
         """Stack the members' Adam states (all at the same step) into the stack's Adam."""
@@ -157,7 +168,9 @@ class StackTraining:
             self.stepping = (
                 stack,
                 stop,
-                device_step(stack.forward, stack.parameters(), stack.optimizer, stop, self.compiled),
+                device_step(
+                    stack.forward, stack.functional_forward, stack.parameters(), stack.optimizer, stop, self.compiled
+                ),
             )
         _, stop, step_once = self.stepping
         start, start_states = self.step, [m.generator.get_state() for m in stack.members]

@@ -107,6 +107,20 @@ def test_compiled_cuda_step_tracks_eager_and_stops_on_the_device(tmp_path):
 
 @pytest.mark.cuda
 @needs_cuda
+@pytest.mark.parametrize("seeds", [(0,), (0, 1)])
+def test_the_compiled_cuda_step_is_not_skipped_by_cuda_graphs(tmp_path, seeds):
+    """Issue 38: inductor skipped CUDA graphs for the step ("skipping cudagraphs due to
+    mutated inputs"), so every step launched its kernels one by one; now it skips none."""
+    from torch._dynamo.utils import counters
+
+    counters["inductor"]["cudagraph_skips"] = 0
+    dirs = [tmp_path / f"c{k}" for k in seeds]
+    train_seeds(_configs(seeds, max_steps=60), dirs, progress=False, device="cuda", compile="on")
+    assert counters["inductor"]["cudagraph_skips"] == 0
+
+
+@pytest.mark.cuda
+@needs_cuda
 def test_toy_train_compile_on_cuda_cli(tmp_path):
     out = tmp_path / "run"
     code = main(

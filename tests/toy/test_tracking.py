@@ -1,5 +1,10 @@
 """Run tracking: ``on_log(step, record)``, and training runs, reproductions and sweeps
-logged to TensorBoard and to Weights & Biases (offline, read back from its own files)."""
+logged to TensorBoard and to Weights & Biases (offline, read back from its own files).
+
+wandb and tensorboard are optional (the ``tracking`` extra): a test that needs one skips
+without it (the ``needs_tensorboard`` and ``offline_wandb`` fixtures), and nothing here
+imports them at module level, so collecting tests/ (``pytest -m cuda`` on an image
+without them) never fails on this file."""
 
 from __future__ import annotations
 
@@ -8,11 +13,10 @@ import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-import wandb
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from sinkscope.cli import main
 from sinkscope.infra.codec import encode
@@ -23,7 +27,11 @@ from sinkscope.toy.sweep import SweepConfig, sweep
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tracking import TrackingConfig, scalars
 from sinkscope.toy.train import TrainingDiverged, train, train_seeds
-from wandb_offline import offline_runs
+
+if TYPE_CHECKING:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from wandb_offline import OfflineRun
 
 
 def _config(seed: int = 0, **train_kwargs) -> RunConfig:
@@ -45,7 +53,14 @@ def test_on_log_gets_every_metrics_line_of_every_stacked_run_with_its_run_direct
     assert len(seen) == 8 and {record["run"] for _, record in seen} == {str(Path(run)) for run in runs}
 
 
+@pytest.fixture()
+def needs_tensorboard() -> None:
+    pytest.importorskip("tensorboard")
+
+
 def _tensorboard(log_dir: Path) -> EventAccumulator:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     return events
@@ -70,9 +85,16 @@ def _text(events: EventAccumulator, tag: str) -> str:
     return events.Tensors(f"{tag}/text_summary")[-1].tensor_proto.string_val[0].decode()
 
 
+def offline_runs(where: Path) -> dict[str, OfflineRun]:
+    from wandb_offline import offline_runs as read  # imports wandb: only under the offline_wandb fixture
+
+    return read(where)
+
+
 @pytest.fixture()
 def offline_wandb(tmp_path, monkeypatch) -> Iterator[Path]:
     """W&B offline, its files under tmp_path/wandb-files (the variables reach spawned workers too)."""
+    wandb = pytest.importorskip("wandb")
     where = tmp_path / "wandb-files"
     where.mkdir()
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -84,7 +106,7 @@ def offline_wandb(tmp_path, monkeypatch) -> Iterator[Path]:
     wandb.teardown()
 
 
-def test_tensorboard_gets_each_stacked_run_in_its_own_directory(tmp_path):
+def test_tensorboard_gets_each_stacked_run_in_its_own_directory(tmp_path, needs_tensorboard):
     runs = [tmp_path / "seed0", tmp_path / "seed1"]
     configs = [_config(0, max_steps=23), _config(1, max_steps=23)]
     results = train_seeds(configs, runs, progress=False, tracking=TrackingConfig(tensorboard_dir=tmp_path / "tb"))
@@ -114,7 +136,7 @@ def test_wandb_offline_run_holds_the_config_every_metrics_line_and_the_result(tm
     assert run.summary["result/linf_error"] == result.linf_error and run.summary["loss"] == lines[-1]["loss"]
 
 
-def test_a_run_resumes_with_tracking_turned_on(tmp_path):
+def test_a_run_resumes_with_tracking_turned_on(tmp_path, needs_tensorboard):
     """Tracking is no part of the run's identity: the resumed part is logged, from where it resumed."""
     train(_config(0, max_steps=10), tmp_path / "run", progress=False)
     train(
@@ -129,7 +151,7 @@ def test_a_run_resumes_with_tracking_turned_on(tmp_path):
     assert [line["step"] for line in read_metrics(tmp_path / "run")] == [0, 10, 20, 23]
 
 
-def test_a_diverged_run_is_tracked_as_failed_with_its_status(tmp_path, offline_wandb):
+def test_a_diverged_run_is_tracked_as_failed_with_its_status(tmp_path, offline_wandb, needs_tensorboard):
     tracking = TrackingConfig(wandb_project="sinks-test", tensorboard_dir=tmp_path / "tb")
     with pytest.raises(TrainingDiverged):
         train(_config(0, lr=1e20), tmp_path / "run", progress=False, tracking=tracking)
@@ -140,7 +162,7 @@ def test_a_diverged_run_is_tracked_as_failed_with_its_status(tmp_path, offline_w
     assert _text(events, "result/status") == "diverged" and math.isnan(events.Scalars("result/loss")[0].value)
 
 
-def test_toy_train_logs_to_tensorboard_from_the_command_line(tmp_path, capsys):
+def test_toy_train_logs_to_tensorboard_from_the_command_line(tmp_path, capsys, needs_tensorboard):
     run, tb = tmp_path / "run", tmp_path / "tb"
     argv = ["toy", "train", "--out", str(run), "--max-steps", "30", "--tensorboard", str(tb), "--json", "--no-progress"]
     assert main(argv) == 0
@@ -149,7 +171,7 @@ def test_toy_train_logs_to_tensorboard_from_the_command_line(tmp_path, capsys):
     assert [e.step for e in events.Scalars("loss")] == [0, 30]
 
 
-def test_a_sweep_on_two_worker_processes_tracks_one_run_per_model(tmp_path, offline_wandb):
+def test_a_sweep_on_two_worker_processes_tracks_one_run_per_model(tmp_path, offline_wandb, needs_tensorboard):
     """Each unit opens its models' trackers in its own spawned process."""
     out, tb = tmp_path / "grid", tmp_path / "tb"
     config = SweepConfig(
@@ -197,7 +219,9 @@ def test_tracking_settings_are_checked():
 
 
 @pytest.mark.parametrize("command", [["toy", "train"], ["toy", "sweep"]])
-def test_a_tensorboard_dir_that_is_a_file_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, command):
+def test_a_tensorboard_dir_that_is_a_file_is_one_line_before_any_work(
+    tmp_path, monkeypatch, capsys, command, needs_tensorboard
+):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tb").write_text("not a directory")
     assert main([*command, "--out", "out", "--tensorboard", "tb", "--no-progress"]) == 2
