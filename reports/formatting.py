@@ -35,6 +35,24 @@ def sig(value: float | None, digits: int = 2) -> str:
     return format(value, f".{digits}g")
 
 
+def sig_kept(value: float, digits: int = 3, signed: bool = False) -> str:
+    """``digits`` significant digits with trailing zeros kept (``7.00e-09``, ``0.140``): the
+    rounding of a sentence whose numbers all show ``digits``, where ``sig``'s 7e-09 and 0.14
+    beside 7.04e-09 would read as two rules."""
+    if math.isnan(value):
+        return "n/a"
+    return format(value, f"{'+' if signed else ''}#.{digits}g")
+
+
+def kept_together(values: tuple[float, ...], digits: int = 3) -> list[str]:
+    """``sig_kept`` of each of ``values``, all in scientific notation when one of them needs it
+    (``-1.01e-04 to -6.65e-06``, not ``-0.000101`` beside ``-6.65e-06``)."""
+    texts = [sig_kept(value, digits) for value in values]
+    if any("e" in text for text in texts):
+        texts = ["n/a" if math.isnan(value) else format(value, f".{digits - 1}e") for value in values]
+    return texts
+
+
 def percent(value: float | None) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.1f}%"
 
@@ -51,7 +69,7 @@ def interval_text(low: float, high: float, n: int, digits: int = 3, level: str =
     if not interval_possible(n) or not (math.isfinite(low) and math.isfinite(high)):  # NaN ends: none was computed
         return f"n = {n:,}, no interval"
     ends = common_decimals((low, high), digits)
-    low_text, high_text = ends if ends else (sig(low, digits), sig(high, digits))
+    low_text, high_text = ends if ends else kept_together((low, high), digits)
     return f"{level} CI {low_text} to {high_text}, n = {n:,}"
 
 
@@ -87,8 +105,10 @@ def estimate_text(
     shown = (mean, low, high) if interval_possible(n) and math.isfinite(low) and math.isfinite(high) else (mean,)
     fixed = common_decimals(shown, digits)
     if fixed is None:
-        value = format(mean, f"+.{digits}g") if signed else sig(mean, digits)
-        return f"{value} [{interval_text(low, high, n, digits, level)}]"
+        texts = kept_together(shown, digits)
+        value = ("+" if signed and mean >= 0 else "") + texts[0]
+        interval = f"{level} CI {texts[1]} to {texts[2]}, n = {n:,}" if len(texts) == 3 else f"n = {n:,}, no interval"
+        return f"{value} [{interval}]"
     value = ("+" if signed and mean >= 0 else "") + fixed[0]
     interval = f"{level} CI {fixed[1]} to {fixed[2]}, n = {n:,}" if len(fixed) == 3 else f"n = {n:,}, no interval"
     return f"{value} [{interval}]"
