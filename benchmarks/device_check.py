@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -61,10 +62,20 @@ def run_stage(command: list[str], shares: Shares, share: float, log: Path) -> di
     limit = shares.limit(share)
     started = time.monotonic()
     with log.open("w") as out:
+        # its own process group, so that a timeout also ends the workers a stage started
+        # (reproduce --workers 2), which would otherwise run on while the next stage is timed
         try:
-            code = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=limit).returncode
-        except subprocess.TimeoutExpired:
-            code = None
+            process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        except FileNotFoundError as error:  # the install failed: no sinkscope command
+            out.write(f"cannot start {command[0]}: {error}\n")
+            code: int | None = 127
+        else:
+            try:
+                code = process.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                code = None
     wall = time.monotonic() - started
     shares.spent(limit, wall)
     return {

@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -125,10 +126,31 @@ class CompiledOrEager:
         # the first call compiles: on a CPU a minute or more, while the step count stays at 0
         tqdm.write("sinkscope: compiling the training step (torch.compile) ...", file=sys.stderr)  # above a live bar
         try:
-            with torch._dynamo.config.patch(recompile_limit=STEP_VARIANTS, accumulated_recompile_limit=STEP_VARIANTS):
+            with torch._dynamo.config.patch(_many_variants()):
                 self.compiled(*args)
         except Exception as error:  # inductor's failures have many types (compiler, codegen, platform)
             self.compiled = None
             restore()
-            say_eager(f"torch.compile failed ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
+            say_eager(f"torch.compile failed ({_first_cause(error)[:200]})")
             self.step(*args)
+
+
+def _many_variants() -> dict[str, Any]:
+    """dynamo's recompile limits raised to ``STEP_VARIANTS``, under the names this torch has
+    (``recompile_limit`` was ``cache_size_limit`` before torch 2.7): an unknown name would
+    make ``config.patch`` raise, which the caller would take for a compile failure."""
+    import torch._dynamo.config as config
+
+    names = ("recompile_limit", "accumulated_recompile_limit", "cache_size_limit", "accumulated_cache_size_limit")
+    return {name: STEP_VARIANTS for name in names if hasattr(config, name)}
+
+
+def _first_cause(error: BaseException) -> str:
+    """``error``'s type and its first non-empty line of substance: inductor wraps the cause
+    as "backend='inductor' raised:" with the reason on the next line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    reason = next((line for line in lines if not line.endswith("raised:")), "")
+    cause = error.__cause__
+    if cause is not None and not reason:
+        return f"{type(error).__name__}: {_first_cause(cause)}"
+    return f"{type(error).__name__}: {reason}" if reason else type(error).__name__

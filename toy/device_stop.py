@@ -128,4 +128,18 @@ def device_step(
         return restore
 
     captured = functional_step(functional_forward, params, optimizer, stop)
-    return CompiledOrEager(captured, device, snapshot, eager=step_once)
+    compiled_step = CompiledOrEager(captured, device, snapshot, eager=step_once)
+    warmed = False
+
+    def warm_then_step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
+        # the attention layers fill their mask caches on their first forward; a cache written
+        # inside grad_and_value's trace fails AOTAutograd, and the stack would train eager
+        # (a resume whose first step is a device step has run no host forward yet)
+        nonlocal warmed
+        if not warmed:
+            with torch.no_grad():
+                forward(tokens)
+            warmed = True
+        compiled_step(tokens, targets)
+
+    return warm_then_step

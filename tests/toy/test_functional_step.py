@@ -166,3 +166,29 @@ def test_more_stacks_than_dynamo_s_recompile_limit_all_compile(tmp_path, monkeyp
             _, tokens, targets = training._draw_batches()
             step(tokens, targets)
         assert len(compiled) == heads
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_step_that_meets_empty_attention_caches_still_compiles(tmp_path, k, monkeypatch, capsys):
+    """A resumed stack whose first step is a device step has run no host forward, so its
+    attention layers' mask caches are empty; filled inside grad_and_value's trace they failed
+    AOTAutograd, and the stack trained eager with a "training eager" note."""
+    training = _training(tmp_path, k, "r", 1e-12)
+    stack = training.stack
+    assert stack is not None
+    emptied = 0
+    model = stack._model if k == 1 else stack.base  # the module the step runs: the model, or the stack's template
+    for module in model.modules():
+        for cache in ("_mask_cache", "_bias_cache"):
+            if isinstance(getattr(module, cache, None), dict):
+                getattr(module, cache).clear()
+                emptied += 1
+    assert emptied, "the stack's attention caches were not found"
+    real_compile = torch.compile
+    monkeypatch.setattr(compiled_step.torch, "compile", lambda step, mode=None: real_compile(step, backend="aot_eager"))
+    stop = DeviceStop(k, 1e-12, torch.device("cpu"))
+    step = device_step(stack.forward, stack.functional_forward, stack.parameters(), stack.optimizer, stop, True)
+    for _ in range(2):
+        _, tokens, targets = training._draw_batches()
+        step(tokens, targets)
+    assert "training eager" not in capsys.readouterr().err
