@@ -85,13 +85,16 @@ def test_a_compile_failure_mid_step_reruns_that_step_eager(tmp_path, monkeypatch
 
 @pytest.mark.cuda
 @needs_cuda
-def test_compiled_cuda_step_tracks_eager_and_stops_on_the_device(tmp_path):
+def test_compiled_cuda_step_tracks_eager_and_stops_on_the_device(tmp_path, capsys):
     """Compiled (CUDA graphs) against eager on the GPU: the same data, numbers within
-    rounding after 120 steps, and seeds that converge stop where the rule says."""
+    rounding after 120 steps, and seeds that converge stop where the rule says. The
+    compiled run must have compiled: a fallback to eager would match eager trivially."""
     eager = [tmp_path / f"e{k}" for k in range(2)]
     compiled = [tmp_path / f"c{k}" for k in range(2)]
     train_seeds(_configs(), eager, progress=False, device="cuda", compile="off")
+    capsys.readouterr()
     train_seeds(_configs(), compiled, progress=False, device="cuda", compile="on")
+    assert "training eager" not in capsys.readouterr().err
     for a, b in zip(eager, compiled):
         wa, wb = _weights(a), _weights(b)
         assert max(float((wa[n] - wb[n]).abs().max()) for n in wa) <= 1e-4
@@ -108,14 +111,17 @@ def test_compiled_cuda_step_tracks_eager_and_stops_on_the_device(tmp_path):
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize("seeds", [(0,), (0, 1)])
-def test_the_compiled_cuda_step_is_not_skipped_by_cuda_graphs(tmp_path, seeds):
+def test_the_compiled_cuda_step_is_not_skipped_by_cuda_graphs(tmp_path, seeds, capsys):
     """Issue 38: inductor skipped CUDA graphs for the step ("skipping cudagraphs due to
-    mutated inputs"), so every step launched its kernels one by one; now it skips none."""
+    mutated inputs"), so every step launched its kernels one by one; now it skips none,
+    and the step did compile (a fallback to eager skips no CUDA graph either)."""
     from torch._dynamo.utils import counters
 
     counters["inductor"]["cudagraph_skips"] = 0
     dirs = [tmp_path / f"c{k}" for k in seeds]
+    capsys.readouterr()
     train_seeds(_configs(seeds, max_steps=60), dirs, progress=False, device="cuda", compile="on")
+    assert "training eager" not in capsys.readouterr().err
     assert counters["inductor"]["cudagraph_skips"] == 0
 
 
