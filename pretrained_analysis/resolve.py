@@ -226,6 +226,12 @@ def resolve_model(name: str, revision: str | None = None) -> ResolvedModel:
         )
     if path.is_dir():
         return _local_directory(name, path, revision)
+    if not path.exists() and (_looks_like_path(name) or name.lower().endswith(GGUF_SUFFIX)):
+        # a path, not a hub id: the hub would be asked for a file that is simply not here
+        raise ModelNotAvailableError(
+            f"{name}: no such file or directory; check the path (a .gguf file, or a directory written by "
+            "save_pretrained)"
+        )
     if path.exists() or _looks_like_path(name):
         raise ModelNotAvailableError(
             f"{name} is not a directory; pass a directory written by save_pretrained, a short name such as gpt2 "

@@ -71,8 +71,8 @@ class ToyModelConfig:
             raise InputError(f"d_head must be >= 1 (or None for d_model), got {self.d_head}", field="d_head")
         if self.d_mlp is not None and self.d_mlp < 1:
             raise InputError(f"d_mlp must be >= 1 (or None for 4 * d_model), got {self.d_mlp}", field="d_mlp")
-        if self.init_std <= 0:
-            raise InputError(f"init_std must be positive, got {self.init_std}", field="init_std")
+        if not self.init_std > 0 or self.init_std == float("inf"):  # NaN and inf fail here, not inside torch
+            raise InputError(f"init_std must be a positive finite number, got {self.init_std}", field="init_std")
 
     @property
     def head_width(self) -> int:

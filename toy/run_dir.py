@@ -81,6 +81,9 @@ class TrainConfig:
         for name in ("batch_size", "max_steps", "log_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
+        for name in ("beta1", "beta2"):  # Adam divides by 1 - beta^t: a beta of 1 is a division by zero
+            if not 0 <= getattr(self, name) < 1:
+                raise InputError(f"{name} must lie in [0, 1), got {getattr(self, name)}", field=name)
         if not self.stop_linf > 0:
             raise InputError(f"stop_linf must be positive, got {self.stop_linf}", field="stop_linf")
 

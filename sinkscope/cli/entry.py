@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
 import json
 import os
 import signal
@@ -244,6 +245,14 @@ def _closed_streams_to_devnull() -> None:
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as the process)
 
 
+def _streams_that_cannot_fail_on_a_character() -> None:
+    """Output to a terminal or file whose encoding lacks a character (``PYTHONIOENCODING=ascii``,
+    a C locale) shows it escaped (``\\u03b5`` for ε) instead of raising after the results are written."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+
+
 def run_command_line(argv: list[str]) -> int:
     """One command in this process, its errors handled as ``main`` handles them, without
     ``main``'s signal handling: how ``sinkscope demo`` runs each of its steps."""
@@ -259,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     """The console script (``argv=None``: the process's arguments) or an in-process call
     (tests); an in-process caller gets its own SIGTERM handler back at the end."""
     _closed_streams_to_devnull()
+    _streams_that_cannot_fail_on_a_character()
     parser = build_parser()
     args = parser.parse_args(argv)
     in_main_thread = threading.current_thread() is threading.main_thread()

@@ -64,6 +64,10 @@ def _text(path: str | None) -> str | None:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"cannot read --text {path}: {error}; pass a UTF-8 text file", field="text") from error
+    if "\x00" in text:  # valid UTF-8, yet binary: audit's prompt files refuse it the same way
+        raise InputError(
+            f"--text {path} holds NUL bytes, so it is binary, not text; pass a UTF-8 text file", field="text"
+        )
     if not text.strip():
         raise InputError(f"--text {path} holds no text; pass a long text file, or drop --text for the packaged one")
     return text

@@ -72,6 +72,17 @@ def test_a_closed_stdout_is_not_a_traceback(audit_copy, tmp_path):
     assert (tmp_path / "r" / "report.html").is_file()
 
 
+def test_an_ascii_terminal_gets_escapes_not_a_traceback(audit_copy, tmp_path):
+    """``PYTHONIOENCODING=ascii sinkscope report DIR``: the findings hold ε and Sink₁, which
+    raised UnicodeEncodeError after the report was written; they now print escaped."""
+    command = [sys.executable, "-m", "sinkscope.cli", "report", str(audit_copy), "--out", str(tmp_path / "r")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONIOENCODING": "ascii"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "\\u" in done.stdout  # a character ASCII lacks, escaped
+    assert (tmp_path / "r" / "report.html").is_file()
+
+
 def test_the_codecs_swapped_arguments_are_named(tmp_path):
     with pytest.raises(InputError, match="result must be a sinkscope result, got a object") as caught:
         write_result(tmp_path / "x.json", object())  # type: ignore[arg-type]

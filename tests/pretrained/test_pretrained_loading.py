@@ -83,7 +83,10 @@ def test_hub_names_resolve_from_the_local_cache_offline(tiny_dir, empty_hub_cach
         ("gtp2", None, UnknownModelError, "did you mean gpt2"),
         ("pythia-15m", None, UnknownModelError, "pythia-14m"),
         ("GPT2-XLL", None, UnknownModelError, "gpt2-xl"),
-        ("./no/such/dir", None, ModelNotAvailableError, "is not a directory"),
+        ("./no/such/dir", None, ModelNotAvailableError, "no such file or directory; check the path"),
+        # a missing .gguf path was looked up on the hub ("connect to the internet")
+        ("missing.Q4_1.gguf", None, ModelNotAvailableError, "missing.Q4_1.gguf: no such file or directory"),
+        ("models/missing.gguf", None, ModelNotAvailableError, "no such file or directory"),
     ],
 )
 def test_unavailable_models_fail_with_the_fix(empty_hub_cache, name, revision, error, fragment):

@@ -180,6 +180,10 @@ def test_the_command_writes_the_result_and_its_report(tmp_path, capsys):
     assert run_command_line(["window-test", str(directory), "--text", str(blank), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert f"--text {blank} holds no text" in err and len(err.strip().splitlines()) == 1
+    binary = tmp_path / "zeros.txt"
+    binary.write_bytes(b"\x00" * 4096 + b"words " * 100)  # valid UTF-8, and no text
+    assert run_command_line(["window-test", str(directory), "--text", str(binary), "--out", str(tmp_path / "x")]) == 2
+    assert "holds NUL bytes, so it is binary" in capsys.readouterr().err
     fifo = tmp_path / "fifo.txt"
     os.mkfifo(fifo)  # opening it to read would wait for a writer forever
     assert run_command_line(["window-test", str(directory), "--text", str(fifo), "--out", str(tmp_path / "x")]) == 2

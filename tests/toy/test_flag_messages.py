@@ -194,3 +194,18 @@ def test_a_reproduction_refuses_an_architecture_listed_twice():
     with pytest.raises(InputError, match=r"architectures lists \(1, 1\) twice") as error:
         sinkscope.ReproduceConfig(architectures=((1, 1), (2, 2), (1, 1)))
     assert error.value.field == "architectures"
+
+
+@pytest.mark.parametrize(
+    "build, field",
+    [
+        (lambda: sinkscope.TrainConfig(beta1=1.0), "beta1"),  # Adam's bias correction divides by 1 - beta1^t
+        (lambda: sinkscope.TrainConfig(beta2=float("nan")), "beta2"),
+        (lambda: sinkscope.ToyModelConfig(init_std=float("nan")), "init_std"),  # passed, then failed in torch
+        (lambda: sinkscope.ToyModelConfig(init_std=float("inf")), "init_std"),
+    ],
+)
+def test_settings_torch_would_reject_are_refused_naming_the_field(build, field):
+    with pytest.raises(InputError) as caught:
+        build()
+    assert caught.value.field == field and field in str(caught.value)
