@@ -41,6 +41,7 @@ from sinkscope.reports.document import (
     sort_key,
 )
 from sinkscope.reports.frozen import frozen_classes, frozen_css, frozen_widths
+from sinkscope.reports.text import terminal_text
 
 STYLE = """
 :root { color-scheme: light; --ink: #1d2330; --muted: #5b6473; --line: #d9dde5; --accent: #3b5bdb; --sink: #fff4e0; }
@@ -160,7 +161,7 @@ BIDI_CONTROLS = {ord(ch): f"<U+{ord(ch):04X}>" for ch in "\u202a\u202b\u202c\u20
 def escape(text: object) -> str:
     """The one HTML escaper: text (and attribute values) can never become markup, and no
     bidirectional control in it can reorder the text around it."""
-    return html.escape(str(text).translate(BIDI_CONTROLS), quote=True)
+    return html.escape(terminal_text(str(text).translate(BIDI_CONTROLS)), quote=True)
 
 
 _e = escape

@@ -27,6 +27,7 @@ from sinkscope.reports.document import (
     Table,
     format_cell,
 )
+from sinkscope.reports.text import terminal_text
 
 # always special: an escape, code, emphasis, a link's brackets, a table's cell border,
 # strikethrough. ``(``/``)`` are safe once ``[``/``]`` are escaped, and ``_`` inside a word
@@ -48,6 +49,7 @@ def md_escape(text: str) -> str:
     an underscore at a word's edge, and a leading ``#``, ``=``, ``>``, list marker
     ``+ ``/``- `` or ``1.``."""
     text = " ".join(ENTITY.sub("&amp;", text).replace("<", "&lt;").splitlines())
+    text = terminal_text(text)  # a terminal escape in a prompt would act in `cat report.md`: shown as \x1b
     text = "".join("\\" + ch if ch in MARKDOWN_SPECIAL else ch for ch in text)
     text = LONE_UNDERSCORE.sub(r"\\_", text)
     text = LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)

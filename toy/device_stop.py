@@ -128,18 +128,24 @@ def device_step(
         return restore
 
     captured = functional_step(functional_forward, params, optimizer, stop)
-    compiled_step = CompiledOrEager(captured, device, snapshot, eager=step_once)
+    return _warmed(forward, CompiledOrEager(captured, device, snapshot, eager=step_once))
+
+
+def _warmed(
+    forward: Callable[[torch.Tensor], torch.Tensor], step: Callable[[torch.Tensor, torch.Tensor], None]
+) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """``step`` after one no-grad ``forward`` on its first batch. The attention layers fill
+    their mask caches on their first forward; a cache written inside grad_and_value's trace
+    fails AOTAutograd, and the stack would train eager (a resume whose first step is a device
+    step has run no host forward yet)."""
     warmed = False
 
     def warm_then_step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
-        # the attention layers fill their mask caches on their first forward; a cache written
-        # inside grad_and_value's trace fails AOTAutograd, and the stack would train eager
-        # (a resume whose first step is a device step has run no host forward yet)
         nonlocal warmed
         if not warmed:
             with torch.no_grad():
                 forward(tokens)
             warmed = True
-        compiled_step(tokens, targets)
+        step(tokens, targets)
 
     return warm_then_step

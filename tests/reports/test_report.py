@@ -205,6 +205,17 @@ def test_renderers_escape_every_string():
     assert md_escape("line one\nline two [x](y)") == "line one line two \\[x\\](y)"
 
 
+def test_terminal_escapes_in_a_prompt_are_shown_not_sent():
+    """A prompt holding ESC [2J (clear the screen) reached report.md raw: `cat report.md`
+    cleared the terminal. Both media show every control character as a code."""
+    prompt = "cat\x1b[2J sat\x07"
+    table = Table("prompts", (Column("prompt"),), ((prompt,),), prompt)
+    document = ReportDocument(prompt, prompt, (prompt,), (Section(prompt, (table,)),))
+    for text in (render_markdown(document, link=lambda path: path.name), render_html(document, footer=prompt)):
+        assert "\x1b" not in text and "\x07" not in text
+        assert "x1b" in text and "x07" in text
+
+
 # the browser -------------------------------------------------------------------------
 
 needs_chromium = pytest.mark.skipif(
