@@ -34,7 +34,7 @@ from sinkscope.reports.bars import (
     interval_bar_chart,
 )
 from sinkscope.reports.document import Figure, KeyValues, Table, config_block, percent, sig
-from sinkscope.reports.formatting import common_decimals, estimate_text, interval_text, kept_together, plural
+from sinkscope.reports.formatting import common_decimals, estimate_text, interval_text, plural, sig_kept
 
 
 def head_table(heads: Sequence[HeadProbe], caption: str, note: str) -> Table:
@@ -156,7 +156,7 @@ def default_state_finding(row: DefaultStateRow, what: str, subject: str, n: int,
     errors = (row.error_before, row.error_after_remove, row.error_after_control)
     fixed = common_decimals(errors, digits)
     if fixed is None or any(float(text) == 0 != error for text, error in zip(fixed, errors, strict=True)):
-        fixed = kept_together(errors, digits)  # an error that would print as 0.000 keeps its digits
+        fixed = [sig_kept(error, digits) for error in errors]  # an error that would print as 0.000 keeps its digits
     before, after, after_control = fixed
     leaves = abs(control_change) <= 0.1 * abs(remove_change) or abs(control_change) <= 0.5 * abs(row.error_before)
     control = f"leaves it at {after_control}" if leaves else f"moves it to {after_control}"

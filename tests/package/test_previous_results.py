@@ -27,7 +27,7 @@ from sinkscope.cli import main
 from sinkscope.infra.codec import read_result
 from sinkscope.pretrained_analysis.audit import read_audit
 from sinkscope.probes.tables import ANCHOR_MASS, HEAD_TABLE, VALUE_SHARE
-from sinkscope.reports.formatting import format_cell, sig
+from sinkscope.reports.formatting import format_cell, sig, sig_kept
 from sinkscope.toy.tradeoff import point_label
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "b883e06"
@@ -75,7 +75,8 @@ def toy_probe_numbers(directory: Path) -> list[str]:
     default_state = load(directory / "default_state.json")
     if default_state["default_error_before"] is not None:
         expected.append(
-            f"from {sig(default_state['default_error_before'], 3)} to {sig(default_state['default_error_after_remove'], 3)}"
+            f"from {sig_kept(default_state['default_error_before'], 3)} to "
+            f"{sig_kept(default_state['default_error_after_remove'], 3)}"
         )
     return expected
 
