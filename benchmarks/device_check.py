@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,7 +128,7 @@ def bench_stages(args: argparse.Namespace, shares: Shares, figures: dict, save: 
 def training_stages(args: argparse.Namespace, shares: Shares, figures: dict, save: Callable[[], None]) -> None:
     """The 8-seed reproduction, then the phase-sweep slice (models per minute)."""
     small = args.device == "cpu"
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / "sinkscope-device-check"
+    work = args.out / "runs"  # this check's own: a shared folder would count another check's models
     repro_out = work / "reproduce"
     repro = ["sinkscope", "toy", "reproduce", "--seeds", "1" if small else "8", "--device", args.device]
     repro += ["--out", str(repro_out), "--overwrite", "--no-progress", "--workers", "2"] + (
@@ -151,10 +152,19 @@ def training_stages(args: argparse.Namespace, shares: Shares, figures: dict, sav
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "device-check-out")))
-    parser.add_argument("--budget-s", type=float, default=480.0)
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument(
+        "--out", type=Path, default=Path(os.environ.get("OUT", "device-check-out")), help="figures and logs ($OUT)"
+    )
+    parser.add_argument("--budget-s", type=float, default=480.0, help="seconds all stages share (default 480)")
+    parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a small dry run")
     args = parser.parse_args()
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("device_check: no CUDA device here; run it on a GPU machine, or pass --device cpu", file=sys.stderr)
+        raise SystemExit(2)
+    if (args.out / "runs").exists():  # the previous check's models would be counted as this one's
+        shutil.rmtree(args.out / "runs")
     args.out.mkdir(parents=True, exist_ok=True)
     shares, figures = Shares(Budget(args.budget_s), args.budget_s), {"device": args.device, "stages": {}}
     report = args.out / "device_check.json"
@@ -170,6 +180,10 @@ def main() -> None:
     bench_stages(args, shares, figures, save)
     training_stages(args, shares, figures, save)
     print(json.dumps(figures, indent=2))
+    unfinished = [name for name, stage in figures["stages"].items() if stage.get("exit_code") != 0]
+    if unfinished:  # a check whose stages timed out or failed must not read as a pass
+        print(f"device_check: stages not finished: {', '.join(unfinished)}", file=sys.stderr)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,11 @@ set -uo pipefail
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD/.device_deps${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
-"$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -3
+LOGS=${OUT:-device-check-out}
+mkdir -p "$LOGS"
+if ! "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . > "$LOGS/pip-install.log" 2>&1; then
+  tail -5 "$LOGS/pip-install.log"; echo "device_check: installing sinkscope failed ($LOGS/pip-install.log)" >&2; exit 2
+fi
 BIN=$(dirname "$(command -v "$PY")")
 export PATH="$BIN:$PATH"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -79,8 +79,9 @@ def why_not_compilable(device: torch.device) -> str | None:
 
 
 def say_eager(reason: str) -> None:
-    """The one note line of a fallback to eager."""
-    print(f"sinkscope: training eager: {reason}", file=sys.stderr, flush=True)
+    """The one note line of a fallback to eager, above a live progress bar (printed plainly it
+    ran on after the bar's text, on the bar's line)."""
+    tqdm.write(f"sinkscope: training eager: {reason}", file=sys.stderr)
 
 
 class CompiledOrEager:
