@@ -75,7 +75,33 @@ def gguf_architecture(reader: Any, resolved: ResolvedModel) -> str:
             f"({families[0]}.block_count ...), so the field was edited or the file is damaged; pass an intact "
             ".gguf checkpoint (download or convert it again)"
         )
+    check_gguf_shapes(reader, architecture, resolved)
     return architecture
+
+
+BLOCK_TENSOR = re.compile(r"^blk\.(\d+)\.")
+
+
+def check_gguf_shapes(reader: Any, architecture: str, resolved: ResolvedModel) -> None:
+    """The layer and head counts in a GGUF file's metadata, checked against its tensors before
+    anything is built: a count of 0, or more blocks than the file holds tensors for, is a
+    damaged file (it was a traceback, or "this family is not supported" for a supported one)."""
+    blocks = gguf_field(reader, f"{architecture}.block_count")
+    heads = gguf_field(reader, f"{architecture}.attention.head_count")
+    held = 1 + max((int(m.group(1)) for t in reader.tensors if (m := BLOCK_TENSOR.match(t.name))), default=-1)
+    problem = None
+    if not isinstance(blocks, int) or blocks < 1:
+        problem = f"{architecture}.block_count is {blocks!r}, not a positive count"
+    elif blocks > held:
+        problem = f"{architecture}.block_count is {blocks} but it holds tensors for {held} blocks"
+    elif heads is not None and any(
+        not isinstance(h, int) or h < 1 for h in (heads if isinstance(heads, list) else [heads])
+    ):
+        problem = f"{architecture}.attention.head_count is {heads!r}, not a positive count"
+    if problem is not None:
+        raise ModelLoadError(
+            f"{resolved.gguf_file} is damaged: {problem}; pass an intact .gguf checkpoint (download or convert it again)"
+        )
 
 
 def gguf_quantization(resolved: ResolvedModel) -> str:

@@ -240,6 +240,34 @@ def test_a_family_the_gguf_reader_lacks_is_one_line(tmp_path, capsys):
     assert "does not support the mistral family (tiny-mistral-named.F16.gguf)" in err
 
 
+@pytest.mark.parametrize(
+    "key, value, said",
+    [
+        ("llama.attention.head_count", 0, "llama.attention.head_count is 0, not a positive count"),
+        ("llama.block_count", 0, "llama.block_count is 0, not a positive count"),
+        ("llama.block_count", 9, "llama.block_count is 9 but it holds tensors for 2 blocks"),
+    ],
+)
+def test_damaged_gguf_metadata_is_named_as_damaged(tmp_path, capsys, key, value, said):
+    """A head or block count of 0, or more blocks than the file's tensors, was a traceback or
+    "this family is not supported" for a supported family: checked before anything is built."""
+    import gguf
+
+    path = build_tiny_gguf(tmp_path / "llama", "llama", "F32")
+    reader = gguf.GGUFReader(str(path), "r+")  # a memory map: the edit lands in the file
+    field = reader.fields[key]
+    field.parts[field.data[0]][0] = value
+    del reader
+    from sinkscope.cli import main
+
+    capsys.readouterr()
+    assert main(["audit", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"tiny-llama.F32.gguf is damaged: {said}; pass an intact .gguf checkpoint" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_family_the_bridge_lacks_is_one_line(tmp_path, capsys):
     """A checkpoint transformers loads but TransformerBridge has no adapter for: its refusal
     (about 5,000 characters listing every architecture) becomes one line naming the family."""
