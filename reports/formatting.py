@@ -35,13 +35,13 @@ def sig(value: float | None, digits: int = 2) -> str:
     return format(value, f".{digits}g")
 
 
-def sig_kept(value: float, digits: int = 3, signed: bool = False) -> str:
+def sig_kept(value: float, digits: int = 3) -> str:
     """``digits`` significant digits with trailing zeros kept (``7.00e-09``, ``0.140``): the
     rounding of a sentence whose numbers all show ``digits``, where ``sig``'s 7e-09 and 0.14
     beside 7.04e-09 would read as two rules."""
     if math.isnan(value):
         return "n/a"
-    return format(value, f"{'+' if signed else ''}#.{digits}g")
+    return format(value, f"#.{digits}g")
 
 
 def kept_together(values: tuple[float, ...], digits: int = 3) -> list[str]:
@@ -103,12 +103,7 @@ def estimate_text(
     """A mean with its interval, all with the same decimals: "+1.58 [95% CI 1.31 to 1.81,
     n = 16]" (brackets: it sits inside prose's parentheses); ``level``: the interval's."""
     shown = (mean, low, high) if interval_possible(n) and math.isfinite(low) and math.isfinite(high) else (mean,)
-    fixed = common_decimals(shown, digits)
-    if fixed is None:
-        texts = kept_together(shown, digits)
-        value = ("+" if signed and mean >= 0 else "") + texts[0]
-        interval = f"{level} CI {texts[1]} to {texts[2]}, n = {n:,}" if len(texts) == 3 else f"n = {n:,}, no interval"
-        return f"{value} [{interval}]"
+    fixed = common_decimals(shown, digits) or kept_together(shown, digits)
     value = ("+" if signed and mean >= 0 else "") + fixed[0]
     interval = f"{level} CI {fixed[1]} to {fixed[2]}, n = {n:,}" if len(fixed) == 3 else f"n = {n:,}, no interval"
     return f"{value} [{interval}]"
