@@ -5,8 +5,8 @@ device, executor, tracking) and the parser class that makes usage errors one lin
 from __future__ import annotations
 
 import argparse
+import os
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sinkscope.infra.devices import check_device_name
@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # toy loads torch; the command line checks its arguments firs
     from sinkscope.toy.tracking import TrackingConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEBUG_VARIABLE = "SINKSCOPE_DEBUG"
 
 
 def add_common_output(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +33,12 @@ def add_debug(parser: argparse.ArgumentParser, default: object = False) -> None:
         help="on an error, print the full traceback with its chained causes instead of one line "
         "(or set SINKSCOPE_DEBUG=1)",
     )
+
+
+def debugging(args: argparse.Namespace) -> bool:
+    """Whether errors show their full chained traceback: ``--debug`` or ``SINKSCOPE_DEBUG=1``."""
+    from_environment = os.environ.get(DEBUG_VARIABLE, "").strip().lower() in {"1", "true", "yes", "on"}
+    return bool(getattr(args, "debug", False)) or from_environment
 
 
 def list_items(text: str) -> list[str]:
@@ -301,20 +308,6 @@ def add_experiment(parser: argparse.ArgumentParser, sequences_default: int, sequ
     add_compile(parser)
     add_tracking(parser)
     add_common_output(parser)
-
-
-def read_paths(model: str | None, *files: str | None) -> list[Path]:
-    """Every path a model command reads, for ``claim_output_directory`` to keep out of its
-    ``--out``: a local model (file or folder), each file given (a text, a prompt file), and,
-    for a model named by hub id, the Hugging Face cache it is read from."""
-    paths = [Path(file) for file in files if file is not None and Path(file).is_file()]
-    if model is None:
-        return paths
-    if Path(model).exists():
-        return [Path(model), *paths]
-    from huggingface_hub.constants import HF_HUB_CACHE
-
-    return [Path(HF_HUB_CACHE), *paths]
 
 
 def say(*parts: object) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from sinkscope.cli.args import (
     add_common_output,
     check_executor,
-    read_paths,
     say,
     units_bar,
 )
@@ -19,6 +18,7 @@ from sinkscope.cli.audit_config import add_measurement_flags
 from sinkscope.cli.audit_config import audit_config as _audit_config
 from sinkscope.cli.audit_experiment_flags import add_experiment_flags
 from sinkscope.cli.audit_flags import add_ablation_flags, add_input_flags, add_placement_flags, add_prompt_flags
+from sinkscope.cli.inputs import INPUTS_NAME, CommandPaths, datasets_cache, existing_files, hub_cache, model_paths
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 from sinkscope.reports.formatting import estimate_text, plural
@@ -113,6 +113,16 @@ def _prompts(args: argparse.Namespace):
     return spec, None
 
 
+def paths(args: argparse.Namespace) -> CommandPaths:
+    """The models (or the hub's cache) and the prompts (a file, or the datasets cache); the
+    default output, under the current directory, is checked once the model is resolved."""
+    from sinkscope.pretrained_analysis.prompts import source_kind
+
+    source = args.source
+    prompts = [datasets_cache()] if source is not None and source_kind(source) == "hub" else existing_files(source)
+    return CommandPaths(Path(args.out_dir) if args.out_dir else None, (*model_paths(args.models), *prompts))
+
+
 def run(args: argparse.Namespace) -> dict:
     from sinkscope.pretrained_analysis.loading import LoadSpec, context_length, resolve_model
     from sinkscope.pretrained_analysis.prompts import check_context, load_prompt_set
@@ -162,12 +172,12 @@ def run(args: argparse.Namespace) -> dict:
     inputs = [Path(where.location) / (where.gguf_file or "") for where in resolved if where.is_local]
     hub = [where.location for where in resolved if not where.is_local][:1]
     prompt_file = prompt_spec.source if prompt_spec.kind == "file" else None
-    inputs += read_paths(hub[0] if hub else None, prompt_file)
+    inputs += [*([hub_cache()] if hub else []), *existing_files(prompt_file)]
     if len(specs) > 1:
         return _audit_suite(args, out, specs, resolved, slugs, prompt_spec, inputs)
     from sinkscope.infra.atomic_io import claim_output_directory
 
-    with claim_output_directory(out, args.overwrite, inputs, "this audit's own input", _own_places(args, out)):
+    with claim_output_directory(out, args.overwrite, inputs, INPUTS_NAME, _own_places(args, out)):
         return _audit_one(args, out, specs[0], resolved[0], prompt_spec, prompt_set)
 
 
@@ -257,7 +267,7 @@ def _audit_suite(
     from sinkscope.pretrained_analysis.suite import AuditSuite, audit_suite
 
     # overwriting out would delete an input
-    refuse_output_directory(out, True, inputs, "this audit's own input", _own_places(args, out))
+    refuse_output_directory(out, True, inputs, INPUTS_NAME, _own_places(args, out))
     suite = AuditSuite(
         tuple(_absolute(spec, where) for spec, where in zip(specs, resolved)),
         slugs,

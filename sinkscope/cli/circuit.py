@@ -15,9 +15,9 @@ from sinkscope.cli.args import (
     device_name,
     fraction,
     out_path,
-    read_paths,
     say,
 )
+from sinkscope.cli.inputs import INPUTS_NAME, CommandPaths, existing_files, model_paths
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -152,6 +152,14 @@ def _battery(args: argparse.Namespace):
     return circuit(spec, prompts, config, sink_eps=args.sink_eps, progress=not args.no_progress)
 
 
+def paths(args: argparse.Namespace) -> CommandPaths:
+    """A toy run or a model (or the hub's cache), and a prompt file; the default output is
+    checked when the command places it."""
+    return CommandPaths(
+        Path(args.out_dir) if args.out_dir else None, (*model_paths([args.model]), *existing_files(args.source))
+    )
+
+
 def run(args: argparse.Namespace) -> dict:
     from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
     from sinkscope.infra.codec import write_result
@@ -159,8 +167,8 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.reports.write import write_report
 
     out = Path(args.out_dir or Path("sinkscope-out") / "circuit" / Path(args.model).name)
-    inputs = read_paths(args.model, args.source)  # a toy run or a local model, its prompts, or the hub's cache
-    with claim_output_directory(out, args.overwrite, inputs, "this command's own input"):
+    inputs = paths(args).reads
+    with claim_output_directory(out, args.overwrite, inputs, INPUTS_NAME):
         result = _battery(args)
         with atomic_directory(out, replace=args.overwrite) as tmp:
             write_result(tmp / RESULT_FILE, result)

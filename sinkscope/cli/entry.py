@@ -20,33 +20,21 @@ import threading
 import traceback
 from pathlib import Path
 
-from sinkscope.cli.args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from sinkscope.cli.parser import build_parser, handler
+from sinkscope.cli.args import EXIT_FAILED, EXIT_OK, EXIT_USAGE, debugging
+from sinkscope.cli.commands import command_of
+from sinkscope.cli.inputs import refuse_output_over_inputs
+from sinkscope.cli.parser import build_parser
 from sinkscope.execution.units import UnitsFailed
+from sinkscope.infra.atomic_io import inside, short_name
 from sinkscope.infra.devices import is_out_of_memory
 from sinkscope.infra.errors import InputError, RunFailed, SinkscopeError
 
-DEBUG_VARIABLE = "SINKSCOPE_DEBUG"
 # what the machine, not sinkscope or its input, caused: a full disk or quota, a read-only filesystem
 ENVIRONMENT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 OUT_OF_MEMORY_FIX = (
     "lower the sizes and counts (--sequences, --inputs, --heads, --d-model, --batch-size, --n-prompts, "
     "--max-len), or pass --device cpu when a GPU's memory ran out"
 )
-
-
-INTERRUPTED = {
-    "toy": "training checkpointed the step it stopped at: re-run toy train with --resume, or reproduce, "
-    "mitigations and sweep with the same settings, to continue; an --overwrite run (and probe, patch, tradeoff) "
-    "left the old result as it was",
-    "audit": "one model: nothing was written; several: the finished audits are kept, run the same command to "
-    "continue; any old result is as it was",
-    "report": "files already replaced are complete; re-run with --overwrite",
-    "compare": "nothing was written; any old comparison is as it was",
-    "demo": "the step that stopped said what it kept; run sinkscope demo again to continue",
-    "window-test": "files are written only after every setting ran; re-run with --overwrite to replace any partial output",
-    "circuit": "files are written only after every edit ran; nothing was written, any old result is as it was",
-}
 
 
 def _active_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
@@ -85,12 +73,6 @@ def _terminated_after_the_work(signum: int, frame: object) -> None:
         sys.stderr.write("sinkscope: interrupted after the result was complete; it is kept\n")
         sys.stderr.flush()
         os._exit(EXIT_FAILED)
-
-
-def debugging(args: argparse.Namespace) -> bool:
-    """Whether errors show their full chained traceback: ``--debug`` or ``SINKSCOPE_DEBUG=1``."""
-    from_environment = os.environ.get(DEBUG_VARIABLE, "").strip().lower() in {"1", "true", "yes", "on"}
-    return bool(getattr(args, "debug", False)) or from_environment
 
 
 def _fail(error: BaseException, line: str, code: int, args: argparse.Namespace) -> int:
@@ -140,12 +122,34 @@ def disk_full_cause(error: BaseException) -> OSError | None:
     return None
 
 
-def _disk_line(error: OSError, where: object) -> str:
-    """The one line for a full disk (or quota) or a read-only location, naming where and the fix."""
+def _disk_line(error: OSError, where: object, out: object = None) -> str:
+    """The one line for a full disk (or quota) or a read-only location, naming where and the
+    fix: a file in the temporary directory, away from the output ``out`` and the temporaries
+    beside it, is TMPDIR's, not the output's."""
+    import tempfile
+
+    if inside(Path(str(where)), tempfile.gettempdir()) and not _written_for(Path(str(where)), out):
+        return (
+            f"the temporary directory {tempfile.gettempdir()} cannot take {where} ({error.strerror}); "
+            "free space there or point TMPDIR at a directory with space"
+        )
     if error.errno == errno.EROFS:
         return f"{where} is on a read-only filesystem ({error.strerror}); choose a writable output location"
     return (
         f"no space left writing {where} ({error.strerror}); free space on its device or choose another output location"
+    )
+
+
+def _written_for(path: Path, out: object) -> bool:
+    """Whether ``path`` is in the output ``out`` or in a temporary beside it (``.NAME.*.tmp``)."""
+    if out is None:
+        return False
+    out = Path(str(out)).absolute()
+    if inside(path, out):
+        return True
+    path = path.absolute()
+    return path.is_relative_to(out.parent) and path.relative_to(out.parent).parts[0].startswith(
+        f".{short_name(out.name)}."
     )
 
 
@@ -155,8 +159,9 @@ def _disk_full(error: Exception, args: argparse.Namespace) -> int:
     cause = disk_full_cause(error)
     if cause is None:
         raise error
-    where = cause.filename or getattr(args, "out_dir", None) or getattr(args, "run_dir", None) or "the output"
-    return _fail(error, f"error: {_disk_line(cause, where)}", EXIT_USAGE, args)
+    out = getattr(args, "out_dir", None) or getattr(args, "run_dir", None) or getattr(args, "result_dir", None)
+    where = cause.filename or out or "the output"
+    return _fail(error, f"error: {_disk_line(cause, where, out)}", EXIT_USAGE, args)
 
 
 def _print_result(result: object, args: argparse.Namespace) -> int:
@@ -179,10 +184,12 @@ def _print_result(result: object, args: argparse.Namespace) -> int:
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """The command's run function, its result printed; an error sinkscope means is one line."""
+    command = command_of(args)
     try:
         _refuse_unusable_text(args)
         _refuse_unusable_environment()
-        result = handler(args)(args)
+        refuse_output_over_inputs(command.module.paths(args))  # before anything is written, for every command
+        result = command.module.run(args, run_command_line) if command.runs_commands else command.module.run(args)
     except BrokenPipeError:  # a human-readable line printed while the command ran
         _quiet_stdout()
         return EXIT_FAILED
@@ -193,7 +200,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except RunFailed as error:
         return _fail(error, f"run failed: {_with_flag(error, parser, args)}", EXIT_FAILED, args)
     except KeyboardInterrupt:
-        print(f"sinkscope: interrupted; {INTERRUPTED[args.command]}", file=sys.stderr)
+        print(f"sinkscope: interrupted; {command.interrupted}", file=sys.stderr)
         return EXIT_FAILED
     except (RuntimeError, MemoryError) as error:
         if not is_out_of_memory(error):
@@ -221,20 +228,23 @@ def _refuse_unusable_text(args: argparse.Namespace) -> None:
 
 
 def _refuse_unusable_environment() -> None:
-    """A ``TORCHINDUCTOR_CACHE_DIR`` that cannot be made is one line naming it: torch
-    creates it when its compiler loads, which Adam's first step does even without
-    compiling, and fails there with a long traceback."""
+    """A ``TORCHINDUCTOR_CACHE_DIR`` that cannot be made, or a ``TMPDIR`` that is not a
+    writable directory, is one line naming it. torch creates its cache when its compiler
+    loads, which Adam's first step does even without compiling, and fails there with a long
+    traceback; Python ignores an unusable ``TMPDIR`` without a word and writes elsewhere."""
     value = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not value:
-        return
-    existing = Path(value).absolute()
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(
-            f"TORCHINDUCTOR_CACHE_DIR={value} cannot be created ({existing} is not a writable directory); "
-            "unset it or point it at a writable directory"
-        )
+    if value:
+        existing = Path(value).absolute()
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise InputError(
+                f"TORCHINDUCTOR_CACHE_DIR={value} cannot be created ({existing} is not a writable directory); "
+                "unset it or point it at a writable directory"
+            )
+    temporary = os.environ.get("TMPDIR")
+    if temporary and not (Path(temporary).is_dir() and os.access(temporary, os.W_OK | os.X_OK)):
+        raise InputError(f"TMPDIR={temporary} is not a writable directory; unset it or point it at one")
 
 
 def _closed_streams_to_devnull() -> None:

@@ -1,14 +1,14 @@
-"""The ``sinkscope`` parser, assembled from each command module's own subparser, and
-which module's ``run`` handles the parsed arguments."""
+"""The ``sinkscope`` parser, assembled from each registered command module's own subparser
+(``sinkscope.cli.commands``)."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 import sinkscope
-from sinkscope.cli import audit, circuit, compare, demo, report, toy, window_test
+from sinkscope.cli import toy
 from sinkscope.cli.args import Parser, add_debug
+from sinkscope.cli.commands import COMMANDS, TOY_GROUP
 
 MAIN_EXAMPLES = """examples:
   sinkscope toy reproduce --quick --out sinkscope-out/toy-quick && sinkscope report sinkscope-out/toy-quick
@@ -17,17 +17,6 @@ MAIN_EXAMPLES = """examples:
 
 exit codes: 0 ok, 1 run failed, 2 bad usage or input (one line naming the fix)
 """
-
-# (command, toy command) -> the function that runs it and returns its JSON-able result
-HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace], dict]] = {
-    ("audit", None): audit.run,
-    **{("toy", name): module.run for name, module in toy.COMMANDS.items()},
-    ("report", None): report.run,
-    ("compare", None): compare.run,
-    ("demo", None): demo.run,
-    ("window-test", None): window_test.run,
-    ("circuit", None): circuit.run,
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,16 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sinkscope {sinkscope.__version__}")
     add_debug(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
-    toy.add_parser(commands)
-    audit.add_parser(commands)
-    report.add_parser(commands)
-    compare.add_parser(commands)
-    demo.add_parser(commands)
-    window_test.add_parser(commands)
-    circuit.add_parser(commands)
+    toy_commands = None
+    for command in COMMANDS:
+        if command.words[0] != TOY_GROUP:
+            command.module.add_parser(commands)
+            continue
+        if toy_commands is None:  # the group, where its first command is listed
+            toy_commands = toy.add_group(commands)
+        command.module.add_parser(toy_commands)
     return parser
-
-
-def handler(args: argparse.Namespace) -> Callable[[argparse.Namespace], dict]:
-    """The run function of the command ``args`` were parsed for."""
-    return HANDLERS[(args.command, getattr(args, f"{args.command}_command", None))]

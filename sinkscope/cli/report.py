@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from sinkscope.cli.args import add_common_output, out_path, say
+from sinkscope.cli.inputs import CommandPaths
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -55,6 +57,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     report.add_argument("--overwrite", action="store_true", help="replace an existing report in --out")
     add_common_output(report)
+
+
+def paths(args: argparse.Namespace) -> CommandPaths:
+    """It adds its pages to the output (by default the result directory itself, its own
+    place), replacing only its figure folder, which ``write_report`` keeps off the result."""
+    source = Path(args.result_dir)
+    return CommandPaths(Path(args.out_dir) if args.out_dir else source, (source,), (source,), replaces_out=False)
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -1,10 +1,10 @@
-"""`sinkscope toy`: the group of toy trigger-task commands, one module each."""
+"""`sinkscope toy`: the group of toy trigger-task commands (one module each, registered in
+``sinkscope.cli.commands``), its help and examples."""
 
 from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli import toy_mitigations, toy_patch, toy_probe, toy_reproduce, toy_sweep, toy_tradeoff, toy_train
 from sinkscope.cli.args import Parser
 
 EXAMPLES = """examples:
@@ -16,25 +16,13 @@ EXAMPLES = """examples:
   sinkscope toy TOY_COMMAND --help                                 # options and more examples
 """
 
-# each toy command: its module (add_parser, run), in the order --help lists them
-COMMANDS = {
-    "train": toy_train,
-    "reproduce": toy_reproduce,
-    "mitigations": toy_mitigations,
-    "probe": toy_probe,
-    "patch": toy_patch,
-    "sweep": toy_sweep,
-    "tradeoff": toy_tradeoff,
-}
 
-
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_group(commands: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """The ``toy`` subparser; its commands are added to what this returns."""
     toy = commands.add_parser(
         "toy",
         help="toy trigger-conditional models (the paper's experiments)",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    toy_commands = toy.add_subparsers(dest="toy_command", required=True, metavar="TOY_COMMAND", parser_class=Parser)
-    for module in COMMANDS.values():
-        module.add_parser(toy_commands)
+    return toy.add_subparsers(dest="toy_command", required=True, metavar="TOY_COMMAND", parser_class=Parser)

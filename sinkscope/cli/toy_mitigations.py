@@ -16,6 +16,7 @@ from sinkscope.cli.args import (
     say,
     str_list,
 )
+from sinkscope.cli.inputs import CommandPaths, training_paths
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -50,6 +51,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--quick", action="store_true", help="reduced preset: the 1x1 models, at most 8,000 steps")
     parser.add_argument("--max-steps", type=POSITIVE, default=None, help="step cap per model (default 50,000)")
     add_experiment(parser, 1000, "test sequences for the tables and default-state tests")
+
+
+def paths(args: argparse.Namespace) -> CommandPaths:
+    return training_paths(args.out_dir, args.tensorboard_dir)
 
 
 def run(args: argparse.Namespace) -> dict:

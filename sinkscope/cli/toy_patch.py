@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from sinkscope.cli.args import POSITIVE, add_common_output, out_path, say
+from sinkscope.cli.inputs import CommandPaths
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -40,6 +41,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="patch an interrupted or diverged run's latest weights anyway (the result says so)",
     )
     add_common_output(patch)
+
+
+def paths(args: argparse.Namespace) -> CommandPaths:
+    """It reads the run; its default output, ``RUN_DIR/patch``, is its own place inside it."""
+    own = Path(args.run_dir) / "patch"
+    return CommandPaths(
+        Path(args.out_dir) if args.out_dir else own, (Path(args.run_dir),), (own,), reads_name="the run"
+    )
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from sinkscope.cli.args import POSITIVE, add_common_output, add_layers, out_path, say
+from sinkscope.cli.inputs import CommandPaths
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -46,6 +48,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_layers(probe, "the default-state test removes the sinks of sink heads in these layers")
     add_common_output(probe)
+
+
+def paths(args: argparse.Namespace) -> CommandPaths:
+    """It reads the run; its default output, ``RUN_DIR/probe``, is its own place inside it."""
+    own = Path(args.run_dir) / "probe"
+    return CommandPaths(
+        Path(args.out_dir) if args.out_dir else own, (Path(args.run_dir),), (own,), reads_name="the run"
+    )
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -14,6 +14,7 @@ from sinkscope.cli.args import (
     out_path,
     say,
 )
+from sinkscope.cli.inputs import CommandPaths, training_paths
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -43,6 +44,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     reproduce.add_argument("--quick", action="store_true", help="reduced preset: one seed, at most 8,000 steps")
     reproduce.add_argument("--max-steps", type=POSITIVE, default=None, help="step cap per model (default 50,000)")
     add_experiment(reproduce, 1000, "test sequences for heatmaps and tables")
+
+
+def paths(args: argparse.Namespace) -> CommandPaths:
+    return training_paths(args.out_dir, args.tensorboard_dir)
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -17,6 +17,7 @@ from sinkscope.cli.args import (
     str_list,
     switch_list,
 )
+from sinkscope.cli.inputs import CommandPaths, training_paths
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -101,6 +102,10 @@ def _add_grid(sweep: argparse.ArgumentParser) -> None:
         default=None,
         help="MLP blocks: off, on or off,on (default off)",
     )
+
+
+def paths(args: argparse.Namespace) -> CommandPaths:
+    return training_paths(args.out_dir, args.tensorboard_dir)
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from sinkscope.cli.args import add_common_output, out_path, say
+from sinkscope.cli.inputs import CommandPaths
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -39,6 +40,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="measure an interrupted or diverged run's latest weights anyway (the result says so)",
     )
     add_common_output(tradeoff)
+
+
+def paths(args: argparse.Namespace) -> CommandPaths:
+    return CommandPaths(Path(args.out_dir), tuple(Path(run) for run in args.run), reads_name="the run")
 
 
 def run(args: argparse.Namespace) -> dict:

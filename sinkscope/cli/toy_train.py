@@ -18,6 +18,7 @@ from sinkscope.cli.args import (
     say,
     tracking_config,
 )
+from sinkscope.cli.inputs import CommandPaths, training_paths
 from sinkscope.cli.toy_run_flags import refuse_other_settings
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
@@ -105,6 +106,10 @@ def _resumed_config(args: argparse.Namespace) -> RunConfig | None:
     if args.resume and (Path(args.run_dir) / CONFIG_FILE).is_file():
         return read_config(args.run_dir)
     return None
+
+
+def paths(args: argparse.Namespace) -> CommandPaths:
+    return training_paths(args.run_dir, args.tensorboard_dir)
 
 
 def run(args: argparse.Namespace) -> dict:

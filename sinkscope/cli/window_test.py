@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output, at_least, device_name, int_list, out_path, read_paths, say
+from sinkscope.cli.args import POSITIVE, add_common_output, at_least, device_name, int_list, out_path, say
+from sinkscope.cli.inputs import INPUTS_NAME, CommandPaths, existing_files, model_paths
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 
@@ -73,6 +74,14 @@ def _text(path: str | None) -> str | None:
     return text
 
 
+def paths(args: argparse.Namespace) -> CommandPaths:
+    """The model (or the hub's cache) and the text; the default output is checked when the
+    command places it."""
+    return CommandPaths(
+        Path(args.out_dir) if args.out_dir else None, (*model_paths([args.model]), *existing_files(args.text))
+    )
+
+
 def run(args: argparse.Namespace) -> dict:
     from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
     from sinkscope.infra.codec import write_result
@@ -84,7 +93,7 @@ def run(args: argparse.Namespace) -> dict:
     text = _text(args.text)
     spec = LoadSpec(args.model, device=args.device, dtype=args.dtype)
     out = Path(args.out_dir or Path("sinkscope-out") / "window-test" / Path(args.model).name)
-    with claim_output_directory(out, args.overwrite, read_paths(args.model, args.text), "this command's own input"):
+    with claim_output_directory(out, args.overwrite, paths(args).reads, INPUTS_NAME):
         result = window_test(
             spec,
             text,

@@ -25,7 +25,7 @@ def _recorder(monkeypatch, fail: tuple[str, int] | None = None) -> list[tuple[st
     ``report`` commands, and exits with ``fail[1]`` for the command ``fail[0]``."""
     ran: list[tuple[str, ...]] = []
 
-    def run_command(argv: tuple[str, ...], options: tuple[str, ...]) -> int:
+    def run_command(argv: tuple[str, ...], options: tuple[str, ...], run_command_line: object) -> int:
         ran.append(argv)
         if fail is not None and argv[0] == fail[0]:
             return fail[1]

@@ -73,8 +73,8 @@ def test_overwrite_refuses_an_out_that_holds_the_inputs(model_dir, tmp_path, cap
     prompts = copy / "prompts.txt"
     prompts.write_text("\n".join(TINY_GPT2_PROMPTS) + "\n", encoding="utf-8")
     before = snapshot(copy)
-    one_line_exit_2(capsys, audit_argv(copy, prompts, copy, "--overwrite"), "holds this audit's own input")
-    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path, "--overwrite"), "holds this audit's own input")
+    one_line_exit_2(capsys, audit_argv(copy, prompts, copy, "--overwrite"), "holds this command's own input")
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path, "--overwrite"), "holds this command's own input")
     assert snapshot(copy) == before
 
 

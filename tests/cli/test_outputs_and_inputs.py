@@ -84,7 +84,7 @@ def test_an_audit_out_inside_the_model_directory_is_refused(tmp_path, capsys):
     prompts.write_text("\n".join(TINY_GPT2_PROMPTS) + "\n", encoding="utf-8")
     before = snapshot(model)
     capsys.readouterr()  # the model builder's progress bar
-    one_line_exit_2(capsys, audit_argv(model, prompts, model / "audit"), "lies inside this audit's own input")
+    one_line_exit_2(capsys, audit_argv(model, prompts, model / "audit"), "lies inside this command's own input")
     assert snapshot(model) == before
 
 
@@ -110,7 +110,7 @@ def test_a_model_commands_out_that_holds_its_text_prompts_or_model_is_refused(tm
 def test_a_compare_out_inside_an_audit_is_refused(audits, capsys):
     before = snapshot(audits["a"])
     argv = ["compare", str(audits["a"]), str(audits["b"]), "--out", str(audits["a"] / "cmp")]
-    one_line_exit_2(capsys, argv, "lies inside an audit to compare")
+    one_line_exit_2(capsys, argv, "lies inside an input to compare")
     assert snapshot(audits["a"]) == before
 
 
@@ -339,3 +339,35 @@ def test_a_closed_pipe_ends_quietly(toy_run, tmp_path):
     code, stderr = _probe_process(toy_run, tmp_path / "p", subprocess.PIPE)
     assert code == 1 and stderr == "", stderr
     assert (tmp_path / "p" / "probe.json").is_file()  # the result itself is complete
+
+
+def test_a_full_temporary_directory_is_named_as_tmpdir_not_the_output(probe_dir, tmp_path, capsys, monkeypatch):
+    """A report's figures are drawn in the temporary directory first: ENOSPC there names
+    TMPDIR and its fix, never the output's disk; the output's own ENOSPC still names the output."""
+    import tempfile
+
+    temporary = tmp_path / "tmpdir"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # Python caches the first answer
+
+    def full_at(where: Path):
+        def write(*args, **kwargs):
+            raise OSError(28, "No space left on device", str(where))
+
+        return write
+
+    monkeypatch.setattr("sinkscope.reporting.write_report", full_at(temporary / "sinkscope-report-1" / "fig.png"))
+    one_line_exit_2(capsys, ["report", str(probe_dir), "--out", str(tmp_path / "pages")], "point TMPDIR at a directory")
+    monkeypatch.setattr("sinkscope.reporting.write_report", full_at(tmp_path / "pages" / "report.html"))
+    one_line_exit_2(
+        capsys, ["report", str(probe_dir), "--out", str(tmp_path / "pages")], "choose another output location"
+    )
+
+
+@pytest.mark.parametrize("setting", ["a-file", "missing"])
+def test_an_unusable_tmpdir_is_one_line_naming_it(setting, tmp_path, capsys, monkeypatch):
+    (tmp_path / "a-file").write_text("not a directory")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / setting))
+    one_line_exit_2(capsys, ["toy", "train", "--out", str(tmp_path / "run")], f"TMPDIR={tmp_path / setting} is not")
+    assert not (tmp_path / "run").exists()

@@ -62,7 +62,7 @@ def test_the_demo_replaces_a_directory_an_audit_wrote_and_refuses_one_with_a_use
     shutil.copytree(audited, out / "audit-minilm")
     monkeypatch.setattr(demo, "packaged_models", lambda: (Path("/models/minilm"), Path("/models/smollm2")))
     ran: list[tuple[str, ...]] = []
-    monkeypatch.setattr(demo, "run_command", lambda argv, options: ran.append(argv) or 0)
+    monkeypatch.setattr(demo, "run_command", lambda argv, options, runner: ran.append(argv) or 0)
     assert main(["demo", "--out", str(out), "--steps", "2,3"]) == 0
     assert [argv[0] for argv in ran] == ["audit", "audit"]
 
