@@ -37,8 +37,10 @@ from sinkscope.probes.mechanism_report import MECHANISM_FIGURE, MECHANISM_MD, me
 from sinkscope.probes.probe import ProbeResult
 from sinkscope.toy.experiment import SUMMARY_FILE
 from sinkscope.toy.probe_run import DEFAULT_STATE_FILE, PROBE_FILE, probe_of_run
+from sinkscope.toy.report_blocks import source_name
 from sinkscope.toy.reproduce import REPRODUCE_FILE, ReproduceSummary
 from sinkscope.toy.run_dir import CONFIG_FILE, FINAL_WEIGHTS, RESULT_FILE, RunConfig, read_config, unfinished_reason
+from sinkscope.toy.source_run import read_source_run
 from sinkscope.toy.sweep import SWEEP_FILE, SweepResult
 
 READ_PROBE = "probe.json read (sinkscope toy probe)"
@@ -94,11 +96,12 @@ def _toy_run_source(run_dir: Path, probing: ToyProbing, label: str | None = None
 
 
 def _toy_probe_source(probe_dir: Path) -> MechanismSource:
+    """A probe directory as it describes itself: its run's name and model from the copy the
+    probe kept (``source_run.json``), never from whatever run lies beside it now."""
     probe = read_result(probe_dir / PROBE_FILE, ProbeResult, "regenerate it with sinkscope toy probe")
-    run_dir = probe_dir.parent
-    is_run = (run_dir / CONFIG_FILE).is_file()
-    model = _toy_model(read_config(run_dir)) if is_run else f"toy {probe.model.attention}"
-    label = run_dir.name if is_run else probe_dir.name
+    run = read_source_run(probe_dir, "toy probe")
+    model = _toy_model(run.config) if run is not None else f"toy {probe.model.attention}"
+    label = source_name(probe_dir, run)
     kind = "toy" if probe.model.family == "toy" else "pretrained"
     return MechanismSource(label, kind, model, probe, READ_PROBE, str(probe_dir))
 

@@ -21,6 +21,7 @@ from sinkscope.toy.experiment import ModelSummary
 from sinkscope.toy.patching import TriggerPatching
 from sinkscope.toy.reproduce import ReproduceConfig, ReproduceSummary
 from sinkscope.toy.run_dir import RunConfig, TrainResult
+from sinkscope.toy.source_run import SourceRun
 from sinkscope.toy.sweep import SweepConfig, SweepResult
 from sinkscope.toy.tradeoff import TradeoffResult
 
@@ -37,6 +38,7 @@ PERSISTED = {
         ReproduceConfig,
         ReproduceSummary,
         RunConfig,
+        SourceRun,
         SweepConfig,
         SweepResult,
         ToyDefaultState,
@@ -71,6 +73,7 @@ PERSISTED_MODULES = (
     "sinkscope.probes.patching",
     "sinkscope.probes.mechanism",
     "sinkscope.toy.run_dir",
+    "sinkscope.toy.source_run",
     "sinkscope.toy.evaluate",
     "sinkscope.toy.experiment",
     "sinkscope.toy.patching",

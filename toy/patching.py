@@ -38,6 +38,7 @@ from sinkscope.reports.colour_scales import DIVERGING, signed_limits
 from sinkscope.reports.plots import heatmap
 from sinkscope.toy.model import ToyTransformer
 from sinkscope.toy.run_dir import load_model, read_config, require_finished
+from sinkscope.toy.source_run import SOURCE_RUN_FILE, copy_source_run
 from sinkscope.toy.task import TRIGGER_FLAG, TaskBatch, TaskConfig, eval_batch
 
 PATCHING_FILE = "patching.json"
@@ -167,8 +168,10 @@ def patch_run(
     config = read_config(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "patch"
     unfinished = require_finished(run_dir, allow_unfinished, "patch")  # before --out is touched
+    model = load_model(run_dir)
+    source = copy_source_run(run_dir, config, with_metrics=False)  # what the report says of the run
     with claim_output_directory(out_dir, overwrite, [run_dir], "the run", own_places=[run_dir / "patch"]):
-        result = trigger_patching(load_model(run_dir), config.task, n_inputs)
+        result = trigger_patching(model, config.task, n_inputs)
         if unfinished is not None:
             result = replace(
                 result,
@@ -180,7 +183,16 @@ def patch_run(
             write_result(tmp / PATCHING_FILE, result)
             write_result(tmp / HEADS_FILE, result.per_head)
             write_result(tmp / POSITIONS_FILE, result.per_position)
+            write_result(tmp / SOURCE_RUN_FILE, source)
             write_provenance(tmp, "toy patch", source=str(run_dir.resolve()))
             patching_figures(result, run_dir.name, tmp)
-    files = [PATCHING_FILE, HEADS_FILE, POSITIONS_FILE, HEADS_FIGURE, POSITIONS_FIGURE, PROVENANCE_FILE]
+    files = [
+        PATCHING_FILE,
+        HEADS_FILE,
+        POSITIONS_FILE,
+        HEADS_FIGURE,
+        POSITIONS_FIGURE,
+        SOURCE_RUN_FILE,
+        PROVENANCE_FILE,
+    ]
     return result, files

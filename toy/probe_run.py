@@ -29,9 +29,10 @@ from sinkscope.reports.document import HeadMaps
 from sinkscope.reports.embedded import read_embedded_png
 from sinkscope.reports.plots import draw_head_maps
 from sinkscope.toy.evaluate import FIGURE_SEED, MEAN_FIGURE, STD_FIGURE, ToyDefaultState, default_position_mse
-from sinkscope.toy.run_dir import RunConfig, load_model, read_config, read_metrics, require_finished
+from sinkscope.toy.run_dir import RunConfig, load_model, read_config, require_finished
+from sinkscope.toy.source_run import SOURCE_RUN_FILE, SourceRun, copy_source_run
 from sinkscope.toy.task import eval_batch
-from sinkscope.toy.training_curves import SINK_FORMATION_FIGURE, formation_records, sink_formation_figure
+from sinkscope.toy.training_curves import SINK_FORMATION_FIGURE, sink_formation_figure
 
 PROBE_FILE = "probe.json"
 DEFAULT_STATE_FILE = "default_state.json"
@@ -83,13 +84,40 @@ def _copy_run_figures(run_dir: Path, out_dir: Path) -> list[str]:
     return copied
 
 
-def _draw_sink_formation(run_dir: Path, out_dir: Path) -> list[str]:
-    """When the sink formed, from the steps training logged (two at least): the figure's name."""
-    logged = formation_records(read_metrics(run_dir))
-    if len(logged) < 2:
+def _draw_sink_formation(run_dir: Path, source: SourceRun, out_dir: Path) -> list[str]:
+    """When the sink formed, from the steps training logged (two at least), as the result
+    keeps them: the figure's name."""
+    if len(source.logged) < 2:
         return []
-    sink_formation_figure(logged, f"{run_dir.name}: sinks during training", out_dir / SINK_FORMATION_FIGURE)
+    sink_formation_figure(source.records(), f"{run_dir.name}: sinks during training", out_dir / SINK_FORMATION_FIGURE)
     return [SINK_FORMATION_FIGURE]
+
+
+def _write_probe(tmp: Path, run_dir: Path, probe: ProbeResult, state: ToyDefaultState, source: SourceRun) -> list[str]:
+    """The probe's files, into the directory ``tmp`` that is swapped in whole; returns the
+    names of the figures copied or drawn from the run."""
+    write_result(tmp / PROBE_FILE, probe)
+    probe.write_heads_csv(str(tmp / HEADS_CSV), run_dir.resolve().name)
+    write_result(tmp / DEFAULT_STATE_FILE, state)
+    draw_head_maps(
+        anchor_mass_map(
+            probe, f"{run_dir.name}: BOS mass at non-trigger queries", "mean attention on BOS (anchor mass)"
+        ),
+        tmp / ANCHOR_MASS_FIGURE,
+    )
+    share = _probed_share(probe)
+    draw_head_maps(
+        HeadMaps(
+            f"{run_dir.name}: value-weighted anchor share",
+            "share of the head's output norm from BOS",
+            (("", tuple(tuple(row) for row in share.tolist())),),
+        ),
+        tmp / SHARE_FIGURE,
+    )
+    copied = _copy_run_figures(run_dir, tmp) + _draw_sink_formation(run_dir, source, tmp)
+    write_result(tmp / SOURCE_RUN_FILE, source)
+    write_provenance(tmp, "toy probe", source=str(run_dir.resolve()))
+    return copied
 
 
 def probe_of_run(
@@ -139,6 +167,7 @@ def probe_run(
     chosen = _checked_layers(layers, config, run_dir)
     unfinished = require_finished(run_dir, allow_unfinished, "probe")
     model = load_model(run_dir)
+    source = copy_source_run(run_dir, config, with_metrics=True)  # what the report says of the run
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "probe"
     if n_sequences < 1:
         raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
@@ -156,25 +185,15 @@ def probe_run(
         )
         # built aside and swapped in whole: an old result stays complete until the new one is
         with atomic_directory(out_dir, replace=overwrite) as tmp:
-            write_result(tmp / PROBE_FILE, probe)
-            probe.write_heads_csv(str(tmp / HEADS_CSV), run_dir.resolve().name)
-            write_result(tmp / DEFAULT_STATE_FILE, state)
-            draw_head_maps(
-                anchor_mass_map(
-                    probe, f"{run_dir.name}: BOS mass at non-trigger queries", "mean attention on BOS (anchor mass)"
-                ),
-                tmp / ANCHOR_MASS_FIGURE,
-            )
-            share = _probed_share(probe)
-            draw_head_maps(
-                HeadMaps(
-                    f"{run_dir.name}: value-weighted anchor share",
-                    "share of the head's output norm from BOS",
-                    (("", tuple(tuple(row) for row in share.tolist())),),
-                ),
-                tmp / SHARE_FIGURE,
-            )
-            copied = _copy_run_figures(run_dir, tmp) + _draw_sink_formation(run_dir, tmp)
-            write_provenance(tmp, "toy probe", source=str(run_dir.resolve()))
-    files = [PROBE_FILE, HEADS_CSV, DEFAULT_STATE_FILE, ANCHOR_MASS_FIGURE, SHARE_FIGURE, *copied, PROVENANCE_FILE]
+            copied = _write_probe(tmp, run_dir, probe, state, source)
+    files = [
+        PROBE_FILE,
+        HEADS_CSV,
+        DEFAULT_STATE_FILE,
+        ANCHOR_MASS_FIGURE,
+        SHARE_FIGURE,
+        *copied,
+        SOURCE_RUN_FILE,
+        PROVENANCE_FILE,
+    ]
     return ToyProbeReport(str(run_dir), str(out_dir), probe, state, files)

@@ -59,16 +59,17 @@ from sinkscope.toy.report_blocks import (
     WHAT,
     citation_section,
     existing_figures,
+    predates_copy_note,
     run_configuration,
     sinks_subject,
-    source_run_dir,
+    source_name,
     task_block,
     tradeoff_blocks,
     tradeoff_findings,
 )
 from sinkscope.toy.reproduce import REPRODUCE_FILE
 from sinkscope.toy.reproduction_report import reproduction_report
-from sinkscope.toy.run_dir import RunConfig, read_config, read_metrics
+from sinkscope.toy.source_run import SourceRun, read_source_run
 from sinkscope.toy.sweep import SWEEP_FILE, SweepResult
 from sinkscope.toy.sweep_findings import UNNORMALISED_MEANING, sweep_findings
 from sinkscope.toy.sweep_plots import figure_captions
@@ -144,20 +145,20 @@ def _probe_default_state(state: ToyDefaultState, name: str, figure_dir: Path, n_
     )
 
 
-def _probe_configuration(source: Path, probe: ProbeResult, run_config: RunConfig | None) -> Section:
-    """The probed model, the probe's settings, the training run's (when found) and provenance."""
+def _probe_configuration(source: Path, probe: ProbeResult, run: SourceRun | None) -> Section:
+    """The probed model, the probe's settings, the training run's (as copied) and provenance."""
     return run_configuration(
-        source, [config_block("Model (as probed)", probe.model), probe_config_block("Probe", probe.config)], run_config
+        source, [config_block("Model (as probed)", probe.model), probe_config_block("Probe", probe.config)], run
     )
 
 
 def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
     probe = read_result(source / PROBE_FILE, ProbeResult, "regenerate it with sinkscope toy probe")
     state = read_result(source / DEFAULT_STATE_FILE, ToyDefaultState, "regenerate it with sinkscope toy probe")
-    run_dir = source_run_dir(source)
-    run_config: RunConfig | None = read_config(run_dir) if run_dir is not None else None
-    name = run_dir.name if run_dir is not None else source.name
+    run = read_source_run(source, "toy probe")  # the run as it was probed: never the run's path again
+    name = source_name(source, run)
     findings = _probe_findings(probe, state, name)
+    findings += [] if run is not None else [predates_copy_note(source, "toy probe")]
     sink_figures = existing_figures(
         source,
         [
@@ -186,13 +187,13 @@ def probe_report(source: Path, figure_dir: Path) -> ReportDocument:
     formation = existing_figures(source, [(SINK_FORMATION_FIGURE, FORMATION_CAPTION)])
     if formation:
         sections.append(Section("Sinks during training", tuple(formation)))
-        finding = formation_finding(read_metrics(run_dir), name) if run_dir is not None else None
+        finding = formation_finding(run.records(), name) if run is not None else None
         findings += [finding] if finding else []
     # the training run's heatmaps as the probe copied them: a report reads only its own directory
     copied = [(figure, f"{name}: {caption}") for figure, caption in RUN_FIGURES if (source / figure).is_file()]
     if copied:  # a run that was never evaluated has no heatmaps to copy
         sections.append(Section("Attention heatmaps", tuple(existing_figures(source, copied))))
-    sections += [_probe_configuration(source, probe, run_config), citation_section()]
+    sections += [_probe_configuration(source, probe, run), citation_section()]
     return ReportDocument(
         title=f"Sink probes: {name}",
         subtitle=f"sinkscope toy probe · {source}",
@@ -227,17 +228,17 @@ def _patch_findings(name: str, result: TriggerPatching) -> list[str]:
     return findings + list(dict.fromkeys([*result.per_head.notes, *result.per_position.notes]))
 
 
-def _patch_configuration(source: Path, result: TriggerPatching, run_dir: Path | None) -> Section:
-    """The patched model, the training run's model and task (when found) and provenance."""
-    run_config = read_config(run_dir) if run_dir is not None else None
-    return run_configuration(source, [config_block("Model", result.per_head.model)], run_config, with_training=False)
+def _patch_configuration(source: Path, result: TriggerPatching, run: SourceRun | None) -> Section:
+    """The patched model, the training run's model and task (as copied) and provenance."""
+    return run_configuration(source, [config_block("Model", result.per_head.model)], run, with_training=False)
 
 
 def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
     result = read_result(source / PATCHING_FILE, TriggerPatching, "regenerate it with sinkscope toy patch")
-    run_dir = source_run_dir(source)
-    name = run_dir.name if run_dir is not None else source.name
+    run = read_source_run(source, "toy patch")  # the run as it was patched: never the run's path again
+    name = source_name(source, run)
     findings = _patch_findings(name, result)
+    findings += [] if run is not None else [predates_copy_note(source, "toy patch")]
     sections = [
         Section(
             "Heads (z)",
@@ -263,7 +264,7 @@ def patch_report(source: Path, figure_dir: Path) -> ReportDocument:
                 patching_table(result.per_position, "resid_pre patched per position"),
             ),
         ),
-        _patch_configuration(source, result, run_dir),
+        _patch_configuration(source, result, run),
         citation_section(),
     ]
     return ReportDocument(

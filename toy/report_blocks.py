@@ -3,7 +3,7 @@ figures, the trade-off's findings and blocks."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from sinkscope.infra.provenance import read_provenance
 from sinkscope.probes.report_sections import (
@@ -23,7 +23,8 @@ from sinkscope.reports.document import (
 from sinkscope.toy.evaluate import MEAN_FIGURE, STD_FIGURE, ToyDefaultState
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.paper_reference import PAPER_CITATION
-from sinkscope.toy.run_dir import CONFIG_FILE, RunConfig, TrainConfig
+from sinkscope.toy.run_dir import TrainConfig
+from sinkscope.toy.source_run import SOURCE_RUN_FILE, SourceRun
 from sinkscope.toy.tables import TRADEOFF_TABLE
 from sinkscope.toy.task import TaskConfig
 from sinkscope.toy.tradeoff import (
@@ -146,26 +147,40 @@ def tradeoff_blocks(result: TradeoffResult, figure_dir: Path) -> list[Block]:
     ]
 
 
-def source_run_dir(source: Path) -> Path | None:
-    """The run a probe or patch directory came from: its provenance's source, else the
-    parent (the default layouts ``RUN_DIR/probe`` and ``RUN_DIR/patch``)."""
+def source_name(source: Path, run: SourceRun | None) -> str:
+    """The name of the run a probe or patch directory came from, as the result recorded it:
+    its copy's, else (a result written before the copy) the last part of the path its
+    provenance records, never looked up; else the directory's own name."""
+    if run is not None:
+        return run.name
     provenance = read_provenance(source)
-    candidates = [Path(provenance.source)] if provenance is not None and provenance.source else []
-    candidates.append(source.resolve().parent)
-    return next((path for path in candidates if (path / CONFIG_FILE).is_file()), None)
+    return PurePath(provenance.source).name if provenance is not None and provenance.source else source.name
 
 
-def run_configuration(
-    source: Path, blocks: list[Block], run_config: RunConfig | None, with_training: bool = True
-) -> Section:
+def predates_copy_note(source: Path, command: str) -> str:
+    """The one line a report of a result without ``source_run.json`` says about it."""
+    provenance = read_provenance(source)
+    run = provenance.source if provenance is not None and provenance.source else "RUN_DIR"
+    return (
+        f"Note: this result predates the copy of its training run into the result directory (no {SOURCE_RUN_FILE}), "
+        "so the run's settings and logged steps are not shown (the run's path may hold another run by now); "
+        f"regenerate it with `sinkscope {command} {run} --out {source} --overwrite` to show them."
+    )
+
+
+def source_files_block(run: SourceRun) -> KeyValues:
+    """The run's files the result was computed from, each with its sha256 at the time."""
+    return KeyValues("Training run's files, as read (sha256)", tuple((f.name, f.sha256) for f in run.files))
+
+
+def run_configuration(source: Path, blocks: list[Block], run: SourceRun | None, with_training: bool = True) -> Section:
     """``blocks`` (what the result measured), then the training run's model, task and (if
-    ``with_training``) optimisation settings when the run is found, then provenance."""
-    if run_config is not None:
-        blocks = [
-            *blocks,
-            model_block("Toy model (training run)", run_config.model),
-            task_block(run_config.task),
-        ]
+    ``with_training``) optimisation settings as the result copied them, with the sha256 of
+    the run's files, then provenance."""
+    if run is not None:
+        config = run.config
+        blocks = [*blocks, model_block("Toy model (training run)", config.model), task_block(config.task)]
         if with_training:
-            blocks.append(training_block("Training", run_config.train, run_config.model))
+            blocks.append(training_block("Training", config.train, config.model))
+        blocks.append(source_files_block(run))
     return Section("Configuration", (*blocks, provenance_block(read_provenance(source))))

@@ -291,18 +291,24 @@ def require_finished(run_dir: str | os.PathLike, allow_unfinished: bool, command
     return None if reason is None else f"analysed although {reason} (allow_unfinished)"
 
 
-def load_model(run_dir: str | os.PathLike) -> ToyTransformer:
-    """The trained model of a run: final weights, else the latest checkpoint."""
-    run_dir = Path(run_dir)
-    check_run_files(run_dir)
-    config = read_config(run_dir)
-    model = ToyTransformer(config.model)
+def weights_file(run_dir: Path) -> Path:
+    """The weights a run's model is loaded from: the final ones, else the latest checkpoint's."""
     weights = run_dir / FINAL_WEIGHTS
     if not is_regular_file(weights):
         checkpoints = checkpoint_dirs(run_dir)
         if not checkpoints:
             raise InputError(f"{run_dir} holds no weights yet (no {FINAL_WEIGHTS}, no checkpoint)")
         weights = checkpoints[-1] / "model.safetensors"
+    return weights
+
+
+def load_model(run_dir: str | os.PathLike) -> ToyTransformer:
+    """The trained model of a run: final weights, else the latest checkpoint."""
+    run_dir = Path(run_dir)
+    check_run_files(run_dir)
+    config = read_config(run_dir)
+    model = ToyTransformer(config.model)
+    weights = weights_file(run_dir)
     try:
         model.load_state_dict(load_tensors(weights))
     except RuntimeError as error:  # tensors of another shape or name: the file, not the code, is wrong

@@ -53,7 +53,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         dest="out_dir",
         metavar="OUT",
         default=None,
-        help="where to write the report (default DIR itself)",
+        help="where to write the report (default DIR itself); a directory that holds another result is refused",
     )
     report.add_argument("--overwrite", action="store_true", help="replace an existing report in --out")
     add_common_output(report)

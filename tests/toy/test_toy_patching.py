@@ -52,6 +52,11 @@ def test_cli_patch_on_a_trained_run(tmp_path, capsys):
     assert positions[7] > 0.95 and all(abs(v) < 0.05 for p, v in positions.items() if p != 7)
     for name in ("patching.json", "patching_heads.png", "patching_positions.png"):
         assert (run / "patch" / name).stat().st_size > 0
-    assert assert_json_files_round_trip(run / "patch") == {"trigger_patching", "patching", "provenance"}
+    assert assert_json_files_round_trip(run / "patch") == {
+        "trigger_patching",
+        "patching",
+        "toy_source_run",
+        "provenance",
+    }
     assert main(["toy", "patch", str(run), "--inputs", "64"]) == 2  # no silent overwrite
     assert "--overwrite" in capsys.readouterr().err

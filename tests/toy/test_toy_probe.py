@@ -56,7 +56,7 @@ def test_cli_probe_json_and_no_overwrite(trained_runs, tmp_path, capsys):
     assert main(["toy", "probe", str(trained_runs["softmax"]), "--out", str(out), "--sequences", "100", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["default_state"]["sink_heads"] == [[0, 0]]
-    assert assert_json_files_round_trip(out) == {"probe", "toy_default_state", "provenance"}
+    assert assert_json_files_round_trip(out) == {"probe", "toy_default_state", "toy_source_run", "provenance"}
     assert main(["toy", "probe", str(trained_runs["softmax"]), "--out", str(out), "--sequences", "100"]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert main(["toy", "probe", str(tmp_path / "missing"), "--sequences", "100"]) == 2
