@@ -37,8 +37,8 @@ OUT_OF_MEMORY_FIX = (
 
 INTERRUPTED = {
     "toy": "training checkpointed the step it stopped at: re-run toy train with --resume, or reproduce, "
-    "mitigations and sweep with the same settings, to continue; an --overwrite run (and probe, patch, tradeoff) "
-    "left the old result as it was",
+    "mitigations and sweep with the same settings, to continue; an --overwrite run (toy train's too, its new "
+    "attempt discarded; and probe, patch, tradeoff) left the old result as it was",
     "audit": "one model: nothing was written; several: the finished audits are kept, run the same command to "
     "continue; any old result is as it was",
     "report": "files already replaced are complete; re-run with --overwrite",
