@@ -18,11 +18,12 @@ import torch
 from safetensors import SafetensorError
 
 from sinkscope.infra.atomic_io import read_json
-from sinkscope.infra.codec import encode
+from sinkscope.infra.codec import decode, encode
 from sinkscope.infra.errors import InputError
 from sinkscope.toy.checkpoint import load_tensors
 from sinkscope.toy.model import ToyModelConfig
 from sinkscope.toy.run_dir import CHECKPOINTS, RunConfig, TrainConfig, checkpoint_dirs
+from sinkscope.toy.run_integrity import CHECKPOINT_HASHES, mismatched_checkpoint_file
 
 # settings that decide when checkpoints are written or how many are kept, never the numbers
 NUMBER_NEUTRAL = {("train", "max_steps"), ("train", "checkpoint_every"), ("train", "keep_checkpoints")}
@@ -108,6 +109,8 @@ def _checked_state(state: object, step_name: str) -> dict:
         raise UnusableCheckpoint(f"state.json's learning rate is {lr!r}, not a number")
     if not isinstance(state.get("device", "cpu"), str) or not isinstance(state.get(RUN_RECORD, {}), dict):
         raise UnusableCheckpoint("state.json's device or run record has the wrong type")
+    if not all(isinstance(state.get(key, ""), str) for _, key in CHECKPOINT_HASHES):
+        raise UnusableCheckpoint("state.json's hashes of its tensor files are not strings")
     return state
 
 
@@ -135,7 +138,8 @@ def newest_usable_checkpoint(run_dir: Path, fits: Callable[[CheckpointRead], Non
     for candidate in reversed(checkpoint_dirs(run_dir)):
         try:
             checkpoint = read_checkpoint(candidate)
-            fits(checkpoint)
+            fits(checkpoint)  # tensors of another model are named as such, before their hash
+            _refuse_swapped_files(checkpoint)
         except UnusableCheckpoint as error:
             passed_over.append((candidate, str(error)))
             continue
@@ -143,9 +147,38 @@ def newest_usable_checkpoint(run_dir: Path, fits: Callable[[CheckpointRead], Non
     reasons = "; ".join(f"{path.name}: {why}" for path, why in passed_over)
     raise RunDirectoryError(
         f"no checkpoint in {run_dir / CHECKPOINTS} can be used ({reasons}); nothing was changed; restore the "
-        "checkpoints, or move that folder away to restart the run from step 0",
-        field="run_dir",
+        "checkpoints, or overwrite the run to retrain it from step 0",
+        field="overwrite",
     )
+
+
+def _refuse_swapped_files(checkpoint: CheckpointRead) -> None:
+    """A tensor file that reads back but is not the one its ``state.json`` hashed was put
+    there after the checkpoint was written (a crash cannot do that: every file is written
+    whole), so its numbers are not this run's: refused, never passed over in silence."""
+    wrong = mismatched_checkpoint_file(checkpoint.directory, checkpoint.state)
+    if wrong is not None:
+        raise RunDirectoryError(
+            f"{wrong} is not the file its state.json was written with (its hash differs), so the run cannot "
+            "continue from it; nothing was changed; restore it, move that checkpoint folder away to resume from "
+            "an older one, or overwrite the run to retrain it from step 0",
+            field="overwrite",
+        )
+
+
+def recorded_config(run_dir: Path) -> RunConfig | None:
+    """The run's settings as its newest checkpoint that recorded them says (what a resume
+    needs when ``config.json`` is missing); None when no checkpoint's ``state.json`` holds
+    a readable record (checkpoints written before the record existed)."""
+    for candidate in reversed(checkpoint_dirs(run_dir)):
+        try:
+            state = read_json(candidate / "state.json")
+            record = state.get(RUN_RECORD) if isinstance(state, dict) else None
+            if isinstance(record, dict):
+                return decode(RunConfig, record, f"{candidate / 'state.json'} run")
+        except (OSError, ValueError):  # unreadable, or a record edited into nonsense: an older one may hold it
+            continue
+    return None
 
 
 def check_trained_as_asked(run_dir: Path, state: dict, config: RunConfig, device_kind: str | None) -> None:

@@ -7,7 +7,9 @@ A run directory holds:
   state and the data generator's RNG state) and ``state.json``: the state at the start of
   step XXXXXXXX (before its batch is drawn and its update applied), written only once that
   step's loss is known to be finite; each written under a temporary name and renamed when
-  complete
+  complete. ``state.json`` holds the SHA-256 of both tensor files (``weights_sha256``,
+  ``optimizer_sha256``), as ``result.json`` holds the final weights'; checkpoints written
+  before these hashes were recorded are read without the check
 - ``model.safetensors``: the final weights, and ``result.json``: the ``TrainResult``.
 """
 
@@ -22,7 +24,7 @@ from typing import ClassVar
 import torch
 
 from sinkscope.infra.arguments import check_seed
-from sinkscope.infra.atomic_io import atomic_directory, atomic_write_json
+from sinkscope.infra.atomic_io import atomic_directory, atomic_write_json, read_json
 from sinkscope.infra.bounds import COUNT, FRACTION, NONNEGATIVE, POSITIVE, UNBOUNDED, Bound
 from sinkscope.infra.codec import encode, read_result, write_result
 from sinkscope.infra.errors import InputError
@@ -33,7 +35,9 @@ from sinkscope.toy.run_integrity import (
     check_config_against_record,
     check_final_weights,
     check_result_fits_config,
+    checkpoint_hashes,
     is_regular_file,
+    mismatched_checkpoint_file,
 )
 from sinkscope.toy.task import TaskConfig
 
@@ -197,7 +201,8 @@ def write_checkpoint(
     with atomic_directory(target) as tmp:
         save_tensors(tmp / "model.safetensors", model.state_dict())
         save_tensors(tmp / "optimizer.safetensors", optimizer_tensors)
-        atomic_write_json(tmp / "state.json", {"step": step, **state})
+        # the tensors tied to this state by hash: a file swapped in later is not this checkpoint
+        atomic_write_json(tmp / "state.json", {"step": step, **state, **checkpoint_hashes(tmp)})
     for old in checkpoint_dirs(run_dir)[:-keep]:
         for child in old.iterdir():
             child.unlink()
@@ -299,6 +304,7 @@ def weights_file(run_dir: Path) -> Path:
         if not checkpoints:
             raise InputError(f"{run_dir} holds no weights yet (no {FINAL_WEIGHTS}, no checkpoint)")
         weights = checkpoints[-1] / "model.safetensors"
+        _check_checkpoint_files(checkpoints[-1])
     return weights
 
 
@@ -320,6 +326,22 @@ def load_model(run_dir: str | os.PathLike) -> ToyTransformer:
         ) from error
     model.eval()
     return model
+
+
+def _check_checkpoint_files(checkpoint: Path) -> None:
+    """The checkpoint's tensors are the ones its ``state.json`` hashed (an unreadable
+    ``state.json`` leaves nothing to compare; reading the weights names a damaged file)."""
+    try:
+        state = read_json(checkpoint / "state.json")
+    except (OSError, ValueError):
+        return
+    wrong = mismatched_checkpoint_file(checkpoint, state) if isinstance(state, dict) else None
+    if wrong is not None:
+        raise InputError(
+            f"{wrong} is not the file its checkpoint's state.json was written with (its hash differs); "
+            "restore it or retrain",
+            field="run_dir",
+        )
 
 
 def refuse_a_run_as_experiment_out(out_dir: Path) -> None:

@@ -77,6 +77,27 @@ def check_final_weights(weights: Path, expected_sha256: str | None) -> None:
         )
 
 
+# the files of a checkpoint and the keys of its state.json that hold their hashes
+CHECKPOINT_HASHES = (("model.safetensors", "weights_sha256"), ("optimizer.safetensors", "optimizer_sha256"))
+
+
+def checkpoint_hashes(directory: Path) -> dict[str, str]:
+    """What a checkpoint's ``state.json`` records of its tensor files: their hashes."""
+    return {key: file_sha256(directory / name) for name, key in CHECKPOINT_HASHES}
+
+
+def mismatched_checkpoint_file(directory: Path, state: dict) -> Path | None:
+    """The first tensor file of the checkpoint ``directory`` that is not the one its
+    ``state.json`` (``state``) hashed, as the final weights are tied to ``result.json``;
+    None when all match (checkpoints written before the hashes existed are not checked)."""
+    for name, key in CHECKPOINT_HASHES:
+        expected = state.get(key)
+        # a missing file is left to its reader, which names it
+        if expected is not None and (directory / name).is_file() and file_sha256(directory / name) != expected:
+            return directory / name
+    return None
+
+
 def check_config_against_record(config_path: Path, config: RunConfig, state_path: Path | None) -> None:
     """``config.json`` still says what the run was trained with, as recorded in its newest
     checkpoint's ``state.json`` (checkpoints written before the record existed, or none,

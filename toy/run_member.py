@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from sinkscope.infra.atomic_io import atomic_write_text, holds_files
+from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import pattern_hook
 from sinkscope.probes.sink_metrics import SINK_EPS, SINK_RATE_EPSILONS, alpha_k, anchor_mass
 from sinkscope.toy.checkpoint import optimizer_from_tensors, optimizer_to_tensors
@@ -32,9 +33,11 @@ from sinkscope.toy.resume import (
     newest_usable_checkpoint,
     read_checkpoint,
     record_differences,
+    recorded_config,
     run_record,
 )
 from sinkscope.toy.run_dir import (
+    CHECKPOINTS,
     CONFIG_FILE,
     FINAL_WEIGHTS,
     METRICS_FILE,
@@ -141,11 +144,15 @@ def config_differences(existing: RunConfig, wanted: RunConfig) -> list[str]:
 
 class RunMember:
     """One model of a stack: its config, run directory, own ``ToyTransformer`` (used for
-    checkpoints and metrics), Adam, data generator, and where it (re)starts."""
+    checkpoints and metrics), Adam, data generator, and where it (re)starts. ``run_dir``
+    is where its files are written; ``location`` is the run's own path, which its result
+    and log records name (the same, except for a restart built aside until it replaces
+    the old run: ``sinkscope.toy.train``)."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, device: torch.device) -> None:
+    def __init__(self, config: RunConfig, run_dir: Path, device: torch.device, location: Path | None = None) -> None:
         self.config = config
         self.run_dir = run_dir
+        self.location = run_dir if location is None else location
         self.model, self.optimizer, self.generator = build_member_state(config, device)
         self.device = device
         self.step = 0
@@ -153,29 +160,77 @@ class RunMember:
         self.resumed_from: int | None = None
 
 
+def _own_config(run_dir: Path) -> RunConfig | None:
+    """The config of the run in ``run_dir``: its ``config.json``, else (an interrupted run
+    whose config.json was lost) the record its checkpoints keep; None for a new or empty
+    directory. A directory that holds neither is refused."""
+    if (run_dir / CONFIG_FILE).exists():
+        return read_config(run_dir)
+    if not holds_files(run_dir):
+        return None
+    if not checkpoint_dirs(run_dir):
+        raise RunDirectoryError(
+            f"{run_dir} exists and is not a toy run directory; choose an empty or new directory", field="run_dir"
+        )
+    recorded = recorded_config(run_dir)
+    if recorded is None:
+        raise RunDirectoryError(
+            f"{run_dir} has no {CONFIG_FILE} and none of its checkpoints records the settings that trained it "
+            "(they were written before sinkscope recorded them); restore its config.json, or overwrite the run "
+            "to retrain it from step 0",
+            field="overwrite",
+        )
+    return recorded
+
+
 def _check_existing(config: RunConfig, run_dir: Path, resume: bool) -> RunConfig | None:
     """The run's own config when ``run_dir`` holds a run ``config`` may continue (None for
     a new or empty directory); refusals otherwise."""
-    if not (run_dir / CONFIG_FILE).exists():
-        if holds_files(run_dir):
-            raise RunDirectoryError(
-                f"{run_dir} exists and is not a toy run directory; choose an empty or new directory", field="run_dir"
-            )
+    existing = _own_config(run_dir)
+    if existing is None:
         return None
-    existing = read_config(run_dir)
     differing = config_differences(existing, config)
     if differing:
         raise RunDirectoryError(
             f"{run_dir} already holds a run with a different config ({', '.join(differing)}; only "
             "train.max_steps may change on resume, besides the checkpoint settings); resume it with its own "
-            "settings, or train the new ones into another run directory",
+            "settings, train the new ones into another run directory, or overwrite the run with them",
             field="run_dir",
         )
     if not resume:
         raise RunDirectoryError(
-            f"{run_dir} already holds a run; pass resume=True or choose another directory", field="resume"
+            f"{run_dir} already holds a run; pass resume=True to continue it, overwrite=True to retrain it from "
+            "step 0, or choose another directory",
+            field="resume",
         )
     return existing
+
+
+def _refuse_a_restart_over_an_attempt(run_dir: Path) -> None:
+    """A run with nothing to continue from (no checkpoint) restarts from step 0 only when
+    nothing was trained there yet: a result, final weights or logged steps of an earlier
+    attempt would otherwise sit beside the new attempt's files, read as one run. A run that
+    diverged at step 0 trained nothing (no checkpoint, no weights): it is retrained as before."""
+    traces = [name for name in (RESULT_FILE, FINAL_WEIGHTS) if (run_dir / name).exists()]
+    if traces == [RESULT_FILE] and _diverged_at_step_0(run_dir):
+        traces = []
+    if (run_dir / METRICS_FILE).is_file() and (run_dir / METRICS_FILE).stat().st_size:
+        traces.append(f"the steps logged in {METRICS_FILE}")
+    if traces:
+        raise RunDirectoryError(
+            f"{run_dir} has no checkpoint to continue from ({CHECKPOINTS}/ is missing or empty) but holds "
+            f"{', '.join(traces)} of an earlier attempt; nothing was changed; restore its checkpoints, or "
+            "overwrite the run to retrain it from step 0",
+            field="overwrite",
+        )
+
+
+def _diverged_at_step_0(run_dir: Path) -> bool:
+    try:
+        result = read_train_result(run_dir)
+    except InputError:  # a tampered result says nothing: it is kept, and the resume refused
+        return False
+    return result.status == "diverged" and result.steps == 0
 
 
 def _stored_result(run_dir: Path, config: RunConfig) -> TrainResult | None:
@@ -199,28 +254,38 @@ def _check_finished_record(run_dir: Path, config: RunConfig) -> None:
         return
 
 
-def open_run(config: RunConfig, run_dir: Path, resume: bool, device: torch.device) -> TrainResult | RunMember:
+def open_run(
+    config: RunConfig, run_dir: Path, resume: bool, device: torch.device, location: Path | None = None
+) -> TrainResult | RunMember:
     """The run directory's one owner: validate it against ``config`` and return either
     the stored result of a finished run or a member ready to train (fresh, or restored
-    from its newest usable checkpoint).
+    from its newest usable checkpoint). ``location``: the run's own path when ``run_dir``
+    is a restart's build directory (``RunMember``).
 
     Everything is decided before anything is changed: a refusal leaves the directory as
     it was. A finished run whose ``max_steps`` was raised keeps its result and final
-    weights until the continued run writes its own (``sinkscope.toy.seed_stack``)."""
+    weights until the continued run writes its own (``sinkscope.toy.seed_stack``). A
+    ``config.json`` that was lost is written back from the checkpoints' record."""
     existing = _check_existing(config, run_dir, resume)
+    config_lost = existing is not None and not (run_dir / CONFIG_FILE).exists()
     stored = _stored_result(run_dir, config)
     if stored is not None:
         _check_finished_record(run_dir, config)
+        if config_lost and existing is not None:
+            check_writable(run_dir)
+            write_config(run_dir, existing)  # the settings that finished it, as its checkpoints recorded them
         return stored  # nothing to write: a read-only finished run still answers
     if existing is not None:
         check_writable(run_dir)
-    member = RunMember(config, run_dir, device)
+    member = RunMember(config, run_dir, device, location)
     if existing is not None and checkpoint_dirs(run_dir):
         point = newest_usable_checkpoint(run_dir, lambda checkpoint: load_checkpoint_into(member, checkpoint))
         restore_checkpoint(member, point)  # every check passed: only now is anything changed
-        if existing != config:
+        if existing != config or config_lost:
             write_config(run_dir, config)  # record the new max_steps or checkpoint settings
         return member
+    if existing is not None:
+        _refuse_a_restart_over_an_attempt(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_config(run_dir, config)
     (run_dir / METRICS_FILE).unlink(missing_ok=True)

@@ -137,7 +137,7 @@ class StackTraining:
         self.index_of = {id(m): k for k, m in enumerate(members)}
         self.started = time.perf_counter()
         self.last_checkpoint = self.step if self.step > 0 else -1
-        label = members[0].run_dir.name if len(members) == 1 else f"{len(members)} seeds"
+        label = members[0].location.name if len(members) == 1 else f"{len(members)} seeds"
         self.bar = progress_bar(self.train_cfg.max_steps, label, progress, initial=self.step)
 
     def elapsed(self, member: RunMember) -> float:
@@ -291,7 +291,7 @@ class StackTraining:
         record = log_step(member, step, loss, linf, batch)
         if self.on_log is not None:
             threads = torch.get_num_threads()
-            self.on_log(step, {**record, "run": str(member.run_dir)})
+            self.on_log(step, {**record, "run": str(member.location)})
             # a callback may change torch's thread count; on some CPUs 2 threads sum in
             # another order than 1, so the trainer's own count holds for its steps
             if torch.get_num_threads() != threads:
@@ -320,7 +320,7 @@ class StackTraining:
         else:
             (member.run_dir / FINAL_WEIGHTS).unlink(missing_ok=True)  # the last good checkpoint speaks for it
         result = TrainResult(
-            str(member.run_dir),
+            str(member.location),
             status,
             status == "converged",
             step,

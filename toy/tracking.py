@@ -235,11 +235,19 @@ class RunTrackers:
     """The tracked runs of one training call (a run, or a stack of seeds), as a context:
     ``on_log`` sends each metrics line to its run's tracker (by the record's ``run``);
     ``summary`` adds final values to a run; leaving logs each run's ``result.json`` and
-    closes them all. With ``tracking=None`` it tracks nothing."""
+    closes them all. With ``tracking=None`` it tracks nothing. ``files``: where each run's
+    files are while it trains, when not in its run directory (a restart is built aside
+    until it replaces the old run); the tracker is named and found by the run directory."""
 
-    def __init__(self, tracking: TrackingConfig | None, runs: Sequence[tuple[Path, RunConfig]]) -> None:
+    def __init__(
+        self,
+        tracking: TrackingConfig | None,
+        runs: Sequence[tuple[Path, RunConfig]],
+        files: Sequence[Path] | None = None,
+    ) -> None:
         self.tracking = tracking
         self.runs = runs
+        self.files = [run_dir for run_dir, _ in runs] if files is None else list(files)
         self.trackers: dict[str, tuple[Path, RunTracker]] = {}
 
     def __enter__(self) -> RunTrackers:
@@ -247,8 +255,8 @@ class RunTrackers:
             return self
         self.tracking.check()  # in a unit's worker too: a node without the package is one line, not a traceback
         try:
-            for run_dir, config in self.runs:
-                self.trackers[str(run_dir)] = (run_dir, RunTracker(self.tracking, run_dir.name, config))
+            for (run_dir, config), files in zip(self.runs, self.files):
+                self.trackers[str(run_dir)] = (files, RunTracker(self.tracking, run_dir.name, config))
         except BaseException:
             self._close(failed=True)
             raise

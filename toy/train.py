@@ -23,12 +23,14 @@ from pathlib import Path
 import torch
 
 from sinkscope.infra.arguments import PATH_TYPES, check_argument, check_items, check_path
-from sinkscope.infra.atomic_io import locked_directory
+from sinkscope.infra.atomic_io import atomic_directory, followed, holds_files, locked_directory
 from sinkscope.infra.devices import resolve_device
 from sinkscope.infra.errors import InputError, RunFailed
+from sinkscope.infra.swap import recover_swaps
 from sinkscope.toy.compiled_step import compile_wanted
 from sinkscope.toy.interrupt import StepBoundaryInterrupt, interrupts_at_step_boundaries
 from sinkscope.toy.memory import check_fits
+from sinkscope.toy.resume import RunDirectoryError
 from sinkscope.toy.run_dir import (
     CONFIG_FILE,
     METRICS_FILE,
@@ -36,6 +38,7 @@ from sinkscope.toy.run_dir import (
     RunConfig,
     TrainResult,
     checkpoint_dirs,
+    read_config,
 )
 from sinkscope.toy.run_member import RunMember, open_run
 from sinkscope.toy.seed_stack import OnLog, train_stack
@@ -87,10 +90,17 @@ def unit_device(device: str, executor: str) -> str:
 
 
 def _checked_arguments(
-    configs: Sequence[RunConfig], run_dirs: Sequence[str | os.PathLike], tracking: TrackingConfig | None
+    configs: Sequence[RunConfig],
+    run_dirs: Sequence[str | os.PathLike],
+    tracking: TrackingConfig | None,
+    on_log: OnLog | None = None,
 ) -> tuple[list[RunConfig], list[Path]]:
     """``train_seeds``'s arguments checked (types, one directory per config, configs that
     can train together, the tracking packages installed) before anything is touched."""
+    if on_log is not None and not callable(on_log):
+        raise InputError(
+            f"on_log must be a function (step, record) or None, got {type(on_log).__name__}", field="on_log"
+        )
     configs = check_items(configs, object, "configs", "RunConfigs")  # each item's type: _check_stackable
     paths = [Path(p) for p in check_items(run_dirs, PATH_TYPES, "run_dirs", "run directory paths")]
     if tracking is not None:
@@ -133,12 +143,13 @@ def train(
     device: str | torch.device = "cpu",
     tracking: TrackingConfig | None = None,
     compile: str = "auto",
+    overwrite: bool = False,
 ) -> TrainResult:
     """Train one toy model into ``run_dir`` and return how it ended (``train_seeds`` with
     K = 1; the arguments are the same)."""
     check_argument(config, RunConfig, "config", "a RunConfig")
     check_path(run_dir, "run_dir", "a run directory path (str or pathlib.Path)")
-    return train_seeds([config], [run_dir], resume, progress, on_log, threads, device, tracking, compile)[0]
+    return train_seeds([config], [run_dir], resume, progress, on_log, threads, device, tracking, compile, overwrite)[0]
 
 
 def train_seeds(
@@ -151,6 +162,7 @@ def train_seeds(
     device: str | torch.device = "cpu",
     tracking: TrackingConfig | None = None,
     compile: str = "auto",
+    overwrite: bool = False,
 ) -> list[TrainResult]:
     """Train ``configs`` (identical but for ``train.seed``) together, one run dir each.
 
@@ -170,30 +182,28 @@ def train_seeds(
     ``tracking`` (W&B/TensorBoard: ``sinkscope.toy.tracking``) and ``compile`` (on, off, auto:
     ``sinkscope.toy.compiled_step``) are not part of the run's config: a run resumes with either.
     Ctrl-C or SIGTERM stops at the next step boundary with a checkpoint of that step.
+    A run that cannot continue (no checkpoint beside an earlier attempt's files, a
+    checkpoint file that is not the one its ``state.json`` hashed) is refused naming
+    ``overwrite``. ``overwrite=True`` retrains each existing run from step 0 (``resume`` is
+    then ignored), built beside it and swapped in whole once training ends: interrupted
+    or killed, the old run stays as it was, and no file of it survives beside the new.
     """
-    if on_log is not None and not callable(on_log):
-        raise InputError(
-            f"on_log must be a function (step, record) or None, got {type(on_log).__name__}", field="on_log"
-        )
-    configs, paths = _checked_arguments(configs, run_dirs, tracking)
+    configs, paths = _checked_arguments(configs, run_dirs, tracking, on_log)
     target_device, compiled = resolve_device(device), compile_wanted(compile, resolve_device(device))
     # refused before any directory is made or any tensor allocated
     check_fits(configs[0].model, configs[0].train.batch_size, len(configs), target_device)
     results: dict[int, TrainResult] = {}
     with ExitStack() as held:
-        for path in paths:  # a second trainer on any of these directories is refused, not interleaved
-            held.enter_context(locked_directory(path))
+        _lock_runs(held, paths)
         held.enter_context(torch_threads(threads))
         interrupt = held.enter_context(interrupts_at_step_boundaries())
-        opened = {
-            index: open_run(config, path, resume, target_device)
-            for index, (config, path) in enumerate(zip(configs, paths))
-        }
+        opened = _open_runs(held, configs, paths, resume, overwrite, target_device)
         results.update({index: run for index, run in opened.items() if isinstance(run, TrainResult)})
         members = {index: run for index, run in opened.items() if isinstance(run, RunMember)}
         # runs that train now are tracked (one finished earlier has nothing new to log);
         # opened once every directory is accepted, so a refused call leaves no tracked run
-        trackers = held.enter_context(RunTrackers(tracking, [(m.run_dir, m.config) for m in members.values()]))
+        runs = [(m.location, m.config) for m in members.values()]
+        trackers = held.enter_context(RunTrackers(tracking, runs, [m.run_dir for m in members.values()]))
         log = _both(on_log, trackers.on_log if tracking is not None else None)
         results.update(_train_by_start(members, progress, log, interrupt, compiled))
     ordered = [results[index] for index in range(len(configs))]
@@ -201,6 +211,56 @@ def train_seeds(
     if diverged:
         raise TrainingDiverged(_diverged_message(diverged), field="lr")
     return ordered
+
+
+def _lock_runs(held: ExitStack, paths: list[Path]) -> None:
+    """Lock every run directory on ``held``: a second trainer on any of them is refused, not
+    interleaved. First, a restart that was killed mid-swap gets its old run back (before the
+    lock would make an empty directory in its place)."""
+    for path in paths:
+        recover_swaps(followed(path))
+    for path in paths:
+        held.enter_context(locked_directory(path))
+
+
+def _open_runs(
+    held: ExitStack, configs: list[RunConfig], paths: list[Path], resume: bool, overwrite: bool, device: torch.device
+) -> dict[int, TrainResult | RunMember]:
+    """Each run opened where it trains (``_training_place``), by index: its stored result or its member."""
+    places = [_training_place(held, path, overwrite) for path in paths]
+    return {
+        index: open_run(config, place, resume, device, path)
+        for index, (config, place, path) in enumerate(zip(configs, places, paths))
+    }
+
+
+def _training_place(held: ExitStack, run_dir: Path, overwrite: bool) -> Path:
+    """Where the run ``run_dir`` trains: in place, or, restarted over an existing run
+    (``overwrite``), in a build directory beside it (``atomic_directory``, entered on
+    ``held``) that replaces it whole when ``held`` closes without an error; an error,
+    an interrupt or a kill leaves the old run as it was (a kill's leftovers are removed
+    by the next command on it: ``train_seeds`` recovers each run's swaps first). Only a toy
+    run is replaced this way."""
+    if not (overwrite and holds_files(run_dir)):
+        return run_dir
+    if not _is_a_run(run_dir):
+        raise RunDirectoryError(
+            f"{run_dir} holds files that are not a toy run (no readable {CONFIG_FILE}, no checkpoint), which "
+            "overwriting would delete; choose an empty or new directory",
+            field="run_dir",
+        )
+    return held.enter_context(atomic_directory(run_dir, replace=True))
+
+
+def _is_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a toy run: a config.json that reads as one, or checkpoints."""
+    if checkpoint_dirs(run_dir):
+        return True
+    try:
+        read_config(run_dir)
+    except InputError:
+        return False
+    return True
 
 
 def _train_by_start(

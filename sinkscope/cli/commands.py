@@ -64,7 +64,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         (TOY_GROUP, "train"),
         toy_train,
-        "training checkpointed the step it stopped at: re-run the same command with --resume to continue",
+        "training checkpointed the step it stopped at: re-run the same command with --resume to continue; "
+        "an --overwrite restart discarded its new attempt and left the old run as it was",
     ),
     Command((TOY_GROUP, "reproduce"), toy_reproduce, f"{RUNS_AGAIN}; with --overwrite the old result is as it was"),
     Command((TOY_GROUP, "mitigations"), toy_mitigations, f"{RUNS_AGAIN}; with --overwrite the old result is as it was"),

@@ -68,5 +68,5 @@ def refuse_other_settings(run_dir: Path, existing: RunConfig, wanted: RunConfig)
     raise InputError(
         f"{run_dir} was trained with {' '.join(theirs)} but this command says {' '.join(asked)}; "
         f"repeat the run's own flags ({' '.join(theirs)}) with --resume to continue it, "
-        "or train the new settings into another --out"
+        "train the new settings into another --out, or retrain the run with them (--overwrite)"
     )

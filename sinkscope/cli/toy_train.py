@@ -33,6 +33,7 @@ EXAMPLES = """examples:
   sinkscope toy train --out runs/softmax-1x1 --resume      # continue an interrupted run
   sinkscope toy train --attention relu --layers 2 --heads 2 --seed 1 --out runs/relu-2x2 --resume
                                                            # resume repeats the run's own flags
+  sinkscope toy train --out runs/softmax-1x1 --overwrite   # retrain from step 0; the old run stays until it ends
   sinkscope toy train --out runs/softmax-1x1 --tensorboard tb   # log to TensorBoard: tensorboard --logdir tb
 """
 
@@ -85,7 +86,22 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--mlp", action="store_true", help="add an MLP per layer (beyond the paper)")
     train.add_argument("--pos-embed", action="store_true", help="learned positional embeddings (beyond the paper)")
     train.add_argument("--scale-scores", action="store_true", help="divide scores by sqrt(d_head) (beyond the paper)")
+    _add_attempt_flags(train)
+    add_device(train)
+    add_compile(train)
+    add_tracking(train)
+    add_common_output(train)
+
+
+def _add_attempt_flags(train: argparse.ArgumentParser) -> None:
+    """Whether this command continues the run in --out, restarts it, and how often it checkpoints."""
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="retrain the run in --out from step 0 with these flags; the new run is built beside it and replaces "
+        "it whole when training ends (interrupted or killed, the old run stays as it was)",
+    )
     train.add_argument(
         "--checkpoint-every",
         type=POSITIVE,
@@ -93,19 +109,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="steps between checkpoints; an interrupted run resumes from the last one (default 2000; "
         "with --resume: the run's own, and it may differ)",
     )
-    add_device(train)
-    add_compile(train)
-    add_tracking(train)
-    add_common_output(train)
 
 
 def _resumed_config(args: argparse.Namespace) -> RunConfig | None:
-    """The config of the run ``--resume`` continues (None without --resume or a run)."""
+    """The config of the run ``--resume`` continues (None without --resume or a run): its
+    config.json, or when that was lost, what its checkpoints recorded."""
+    from sinkscope.toy.resume import recorded_config
     from sinkscope.toy.run_dir import CONFIG_FILE, read_config
 
-    if args.resume and (Path(args.run_dir) / CONFIG_FILE).is_file():
+    if not args.resume:
+        return None
+    if (Path(args.run_dir) / CONFIG_FILE).is_file():
         return read_config(args.run_dir)
-    return None
+    return recorded_config(Path(args.run_dir))
 
 
 def paths(args: argparse.Namespace) -> CommandPaths:
@@ -113,11 +129,16 @@ def paths(args: argparse.Namespace) -> CommandPaths:
 
 
 def run(args: argparse.Namespace) -> dict:
+    from sinkscope.infra.atomic_io import followed
+    from sinkscope.infra.swap import recover_swaps
     from sinkscope.toy.model import ToyModelConfig
     from sinkscope.toy.run_dir import RunConfig, TrainConfig
     from sinkscope.toy.task import TaskConfig
     from sinkscope.toy.train import train
 
+    if args.resume and args.overwrite:
+        raise InputError("--resume continues the run and --overwrite retrains it from step 0; pass one of them")
+    recover_swaps(followed(Path(args.run_dir)))  # a restart killed mid-swap: its old run back before it is read
     tracking = tracking_config(args)
     residual = {"auto": None, "yes": True, "no": False}[args.residual]
     existing = _resumed_config(args)
@@ -144,8 +165,11 @@ def run(args: argparse.Namespace) -> dict:
     from sinkscope.infra.atomic_io import holds_files
 
     out = Path(args.run_dir)
-    if holds_files(out) and not args.resume:
-        raise InputError(f"{out} already exists; pass --resume to continue it or choose another --out")
+    if holds_files(out) and not (args.resume or args.overwrite):
+        raise InputError(
+            f"{out} already exists; pass --resume to continue it, --overwrite to retrain it from step 0, "
+            "or choose another --out"
+        )
     result = train(
         config,
         out,
@@ -154,6 +178,7 @@ def run(args: argparse.Namespace) -> dict:
         device=args.device,
         tracking=tracking,
         compile=args.compile,
+        overwrite=args.overwrite,
     )
     if not args.json:
         say(

@@ -109,6 +109,17 @@ def test_missing_final_weights_are_refused_not_replaced_by_a_checkpoint(run, tmp
     assert any("step 2" in note and FINAL_WEIGHTS in note for note in notes), notes
 
 
+def test_an_unfinished_run_whose_checkpoint_weights_were_swapped_is_refused(run, tmp_path, capsys):
+    """Checkpoint weights are tied to their state.json by hash, as the final weights to
+    result.json (issue 34, item 3): the checkpoint an unfinished run is analysed from too."""
+    (run / RESULT_FILE).unlink()
+    (run / FINAL_WEIGHTS).unlink()
+    newest = run / CHECKPOINTS / "step-00000004" / "model.safetensors"
+    shutil.copyfile(run / CHECKPOINTS / "step-00000002" / "model.safetensors", newest)
+    argv = ["toy", "probe", str(run), "--sequences", "8", "--allow-unfinished"]
+    _refused(capsys, tmp_path, argv, "its hash differs", str(newest), "restore it or retrain")
+
+
 @pytest.mark.parametrize(
     "name, make, what",
     [
