@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output, out_path, say
+from sinkscope.cli.args import add_common_output, fraction, out_path, say, within
+from sinkscope.infra.bounds import COUNT, SAMPLES
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 
@@ -50,13 +51,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument(
         "--sequences",
         dest="n_sequences",
-        type=POSITIVE,
+        type=within(SAMPLES),
         default=1000,
         help="figure-set sequences for a toy run probed here (no probe/probe.json; default 1000)",
     )
     compare.add_argument(
         "--sink-eps",
-        type=float,
+        type=fraction,
         default=None,
         help="sink heads have anchor mass >= 1 - EPS in every model (implies --mechanism; default: each "
         "probe's own, 0.1 unless audited otherwise; real LMs' heads rarely reach 0.9)",
@@ -86,6 +87,9 @@ def steps_flag(text: str) -> dict[str, int]:
         return parse_steps(text)
     except InputError as error:
         raise argparse.ArgumentTypeError(str(error)) from error
+
+
+steps_flag.bound, steps_flag.value_format = COUNT, "main={}"  # type: ignore[attr-defined]  # read by tests
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.args import POSITIVE, add_common_output, add_layers, out_path, say
+from sinkscope.cli.args import add_common_output, add_layers, out_path, say, within
+from sinkscope.infra.bounds import SAMPLES
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -34,7 +35,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--sequences",
         dest="n_sequences",
         metavar="SEQUENCES",
-        type=POSITIVE,
+        type=within(SAMPLES),
         default=1000,
         help="test sequences (default 1000)",
     )
