@@ -66,16 +66,6 @@ def int_list(text: str, bound: Bound = POSITIVE_RANGE, example: str = "8,16,32")
 int_list.bound = POSITIVE_RANGE  # type: ignore[attr-defined]
 
 
-def int_list_within(bound: Bound, example: str):
-    """An argparse type: comma-separated integers, each within ``bound``."""
-
-    def parse(text: str) -> tuple[int, ...]:
-        return int_list(text, bound, example)
-
-    parse.__name__, parse.bound = f"integers in {bound}", bound  # type: ignore[attr-defined]
-    return parse
-
-
 LAYERS_EXAMPLE = "0,3,5 or 0-3 or 0-3,7"
 MAX_LAYER = 9999  # beyond any model's depth; a range this long would only fill memory
 
@@ -163,7 +153,7 @@ def real_within(bound: Bound):
         except ValueError as error:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from error
         if math.isnan(value) or not bound.admits(value):
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+            raise argparse.ArgumentTypeError(f"must be {bound.as_setting(False)}, got {text}")
         return value
 
     parse.__name__, parse.bound = f"number in {bound}", bound  # type: ignore[attr-defined]

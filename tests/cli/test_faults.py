@@ -667,7 +667,7 @@ def test_metrics_with_a_nan_are_standard_json(tmp_path):
     "argv, fix",
     [
         (["toy", "train", "--out", "x", "--layers", "0"], "--layers: must be an integer in [1, 2**63 - 1], got 0"),
-        (["toy", "train", "--out", "x", "--lr", "-1"], "--lr: must be a number > 0"),
+        (["toy", "train", "--out", "x", "--lr", "-1"], "--lr: must be a finite number > 0"),
         (["toy", "reproduce", "--out", "x", "--seeds", "0"], "--seeds: must be an integer in [1, 1000]"),
         (["toy", "probe", "run", "--sequences", "0"], "--sequences: must be an integer in [1, 1000000]"),
         (["toy", "patch", "run", "--inputs", "-3"], "--inputs: must be an integer in [1, 1000000]"),
