@@ -56,10 +56,8 @@ class Bound:
 
     def __str__(self) -> str:
         low, high = self.low, None if self.high == MAX_INT else self.high  # the 64-bit cap goes without saying
-        if low is None and high is None:
-            return "a finite number"
         if high is None:
-            return f"a number {'>' if self.low_open else '>='} {_number(low)}"
+            return "a finite number" if low is None else f"a number {'>' if self.low_open else '>='} {_number(low)}"
         if low is None:
             return f"a number {'<' if self.high_open else '<='} {_number(high)}"
         opening, closing = "(" if self.low_open else "[", ")" if self.high_open else "]"
@@ -94,7 +92,10 @@ SEEDS = Bound(1, 1_000)  # seeds per configuration: the run list (a directory ea
 SAMPLES = Bound(1, 1_000_000)  # test sequences, prompts, input pairs: each set is held as tensors at once
 POSITIVE_NUMBER = Bound(0.0, low_open=True)  # a rate, a width, a threshold that zero would break
 EPS = Bound(0.0, 1.0, high_open=True)  # a sink head's anchor mass >= 1 - eps; eps 1 would take every head
-TOKENS = Bound(2, 1 << 20)  # a prompt's length T: the anchor and a query at least, beyond any model's context at most
+MAX_TOKENS = 1 << 20
+TOKENS = Bound(
+    2, MAX_TOKENS
+)  # a prompt's length T: the anchor and a query at least, beyond any model's context at most
 K_DIMS = Bound(1, 4096)  # key input dimensions the circuit's key edit zeroes per sink layer
 
 
