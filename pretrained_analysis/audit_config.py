@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from sinkscope.infra.arguments import check_argument
-from sinkscope.infra.bounds import COUNT, FRACTION, POSITIVE, Bound
+from sinkscope.infra.bounds import COUNT, EPS, POSITIVE, SEED, TOKENS, Bound, check_bounds
 from sinkscope.infra.errors import InputError
 from sinkscope.pretrained_analysis.ablation import ABLATE_SINKS
 from sinkscope.pretrained_analysis.audit_experiments import check_experiments
@@ -34,15 +34,15 @@ class AuditConfig:
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "batch_size": POSITIVE,
-        "sink_eps": FRACTION,
+        "sink_eps": EPS,
         "ablate_heads": COUNT,
         "ablate_prompts": POSITIVE,
         "n_examples": COUNT,
         "n_bootstrap": POSITIVE,
-        "seed": COUNT,
+        "seed": SEED,
         "layers": COUNT,
-        "eps_curve": FRACTION,
-        "lengths": POSITIVE,
+        "eps_curve": EPS,
+        "lengths": TOKENS,
     }
 
     batch_size: int = 16
@@ -104,6 +104,7 @@ class AuditConfig:
             )
         if self.seed < 0:  # the experiments' bootstrap and the random inputs draw from it
             raise InputError(f"seed must be >= 0, got {self.seed}", field="seed")
+        check_bounds(self)  # the rest of BOUNDS: what audit.json's reader accepts, e.g. counts within 64 bits
 
     def restricted_layers(self, n_layers: int) -> tuple[int, ...] | None:
         """The layers probed, where ``layers`` leaves some of the model's ``n_layers`` out."""

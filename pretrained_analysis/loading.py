@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sinkscope.infra.arguments import check_argument, check_path
+from sinkscope.infra.arguments import check_argument, check_number, check_path
 from sinkscope.infra.bounds import POSITIVE, Bound
 from sinkscope.infra.devices import check_device_name
 from sinkscope.infra.errors import InputError
@@ -119,8 +119,7 @@ class LoadSpec:
             check_device_name(str(self.device))  # the spelling now; whether this machine has it, at load
         if self.device is not None and (self.device_map is not None or self.n_devices is not None):
             raise InputError("device is exclusive with device_map and n_devices; pass one placement", field="device")
-        if self.n_devices is not None and self.n_devices < 1:
-            raise InputError(f"n_devices must be >= 1, got {self.n_devices}", field="n_devices")
+        check_number(self.n_devices, self.BOUNDS["n_devices"], "n_devices", none=True)
         if self.device_map is not None and not re.fullmatch(DEVICE_MAP_PATTERN, self.device_map):
             raise InputError(
                 f"device_map {self.device_map!r} is not a placement; pass auto, balanced, balanced_low_0, "

@@ -35,8 +35,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sinkscope.infra.arguments import check_argument, check_items, check_seed
-from sinkscope.infra.bounds import COUNT, POSITIVE, UNBOUNDED, Bound, Problem, at_most
+from sinkscope.infra.arguments import check_argument, check_items
+from sinkscope.infra.bounds import COUNT, SAMPLES, SEED, TOKENS, Bound, Problem, at_most, check_bounds
 from sinkscope.interp.anchors import ANCHOR_PREFIXED, anchor_how
 from sinkscope.pretrained_analysis.anchors import anchor_token_id
 from sinkscope.pretrained_analysis.prompt_files import (
@@ -82,7 +82,8 @@ class PromptSpec:
     special token, not as text (the default: prompts are text).
     """
 
-    BOUNDS: ClassVar[dict[str, Bound]] = {"max_len": POSITIVE, "n_prompts": POSITIVE, "seed": UNBOUNDED}
+    # the command line's --max-len, --n-prompts and --seed read these too
+    BOUNDS: ClassVar[dict[str, Bound]] = {"max_len": TOKENS, "n_prompts": SAMPLES, "seed": SEED}
 
     source: str = BUILTIN_SOURCE
     max_len: int = DEFAULT_MAX_LEN
@@ -101,11 +102,7 @@ class PromptSpec:
             check_argument(getattr(self, name), int, name, "an integer")
         for name in ("prepend_bos", "parse_special_tokens"):
             check_argument(getattr(self, name), bool, name, "True or False")
-        check_seed(self.seed)
-        if self.max_len < 2:
-            raise PromptError(f"max_len must be >= 2 tokens, got {self.max_len}", field="max_len")
-        if self.n_prompts < 1:
-            raise PromptError(f"n_prompts must be >= 1, got {self.n_prompts}", field="n_prompts")
+        check_bounds(self, PromptError)  # max_len: the anchor and one query at least
         if not self.source.strip():
             raise PromptError(
                 "the prompt source is empty; pass default, random, a file or a dataset id", field="source"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from sinkscope.infra.bounds import MAX_INT
 from sinkscope.infra.errors import InputError
 
 # "step" or "checkpoint" then digits, not inside a longer word ("nonstep12", "step10k" say nothing exact)
@@ -27,7 +28,7 @@ def step_from_revision(revision: str | None) -> int | None:
     return int(found.group(1)) if found else None
 
 
-MAX_STEP = 2**63 - 1  # the largest integer a result file holds
+MAX_STEP = MAX_INT  # the largest integer a result file holds: COUNT's cap
 
 
 def parse_steps(text: str) -> dict[str, int]:

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from sinkscope.infra.arguments import check_argument
+from sinkscope.infra.arguments import check_argument, check_number, check_seed
+from sinkscope.infra.bounds import POSITIVE, TOKENS
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.heartbeat import progress_bar
 from sinkscope.interp.hooked_model import HookedModel, PreparedBatch
@@ -102,6 +103,9 @@ def window_test(
     check_argument(max_chunks, (int, type(None)), "max_chunks", "a whole number or None (every chunk)")
     if max_chunks is not None and max_chunks < 1:
         raise InputError(f"max_chunks must be >= 1 (or None: every chunk), got {max_chunks}", field="max_chunks")
+    check_number(max_chunks, POSITIVE, "max_chunks", none=True)  # what the result file holds
+    check_number(chunk_tokens, TOKENS, "chunk_tokens")
+    check_seed(seed)  # torch's generator takes 64 bits: 2**64 is one line here, not an overflow inside torch
     if text is not None and not (isinstance(text, str) and text.strip()):
         raise InputError("text must be a non-empty string (or None for the packaged text)", field="text")
     settings = window_settings(windows, sinks)

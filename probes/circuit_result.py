@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.infra.arguments import check_seed
-from sinkscope.infra.bounds import COUNT, NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Problem
+from sinkscope.infra.bounds import COUNT, K_DIMS, NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Problem
 from sinkscope.infra.errors import InputError
 from sinkscope.probes.circuit_edits import control_label
 from sinkscope.probes.circuit_transplant import TransplantResult
@@ -23,7 +23,7 @@ from sinkscope.reports.document import Column, Table, TableDefinition
 if TYPE_CHECKING:
     import pandas
 
-MAX_K_DIMS = 4096
+MAX_K_DIMS = K_DIMS.high
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class CircuitConfig:
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
         "write_layer": COUNT,
-        "k_dims": Bound(1, MAX_K_DIMS),
+        "k_dims": K_DIMS,
         "n_bootstrap": POSITIVE,
         "batch_size": POSITIVE,
     }

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from sinkscope.infra.arguments import check_argument
-from sinkscope.infra.bounds import COUNT, FRACTION, POSITIVE, UNBOUNDED, Bound, Problem, at_most
+from sinkscope.infra.bounds import COUNT, FRACTION, MAX_TOKENS, POSITIVE, UNBOUNDED, Bound, Problem, at_most
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.intervals import CONFIDENCE, interval_possible
 from sinkscope.interp.hooked_model import HookedModel
@@ -216,7 +216,7 @@ def summarise(
     return SinkCurves(TABLE_EPS, k, rows, eps_points, lengths, n_forwards, notes, input_protocol)
 
 
-MAX_LENGTH = 1 << 20  # tokens: beyond any context a model has, and within every index type
+MAX_LENGTH = MAX_TOKENS  # tokens: beyond any context a model has, and within every index type
 
 
 def check_curve_settings(eps_curve: Sequence[float], lengths: Sequence[int]) -> None:

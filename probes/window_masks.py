@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Literal, get_args
 import torch
 from jaxtyping import Bool, Float
 
-from sinkscope.infra.arguments import check_argument
+from sinkscope.infra.arguments import check_argument, check_number
 from sinkscope.infra.bounds import COUNT, Bound
 from sinkscope.infra.errors import InputError
 from sinkscope.interp.hook_names import attn_hook
@@ -80,6 +80,7 @@ def window_settings(windows: Sequence[int], sinks: Sequence[int]) -> tuple[Windo
         check_argument(values, (tuple, list), name, "a tuple of whole numbers, e.g. (64, 256)")
         for value in values:
             check_argument(value, int, name, "a tuple of whole numbers, e.g. (64, 256)")
+            check_number(value, WindowSetting.BOUNDS["window" if name == "windows" else "sinks"], name)
     if not windows:
         raise InputError("give at least one window W, e.g. --windows 64,256", field="windows")
     settings = [WindowSetting("full")]

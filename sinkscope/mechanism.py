@@ -26,7 +26,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sinkscope.infra.arguments import check_number
 from sinkscope.infra.atomic_io import atomic_directory, atomic_write_text
+from sinkscope.infra.bounds import SAMPLES
 from sinkscope.infra.codec import read_result, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
@@ -191,8 +193,7 @@ def compare_mechanism(
     instead of refusing it."""
     if isinstance(inputs, (str, os.PathLike, AuditResult, MechanismSource)):
         inputs = [inputs]
-    if n_sequences < 1:
-        raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
+    check_number(n_sequences, SAMPLES, "n_sequences")  # the sequences are one tensor
     if sink_eps is not None and not 0.0 <= sink_eps < 1.0:  # before any toy run is probed
         raise InputError(f"sink_eps must lie in [0, 1), got {sink_eps}", field="sink_eps")
     probing = ToyProbing(n_sequences, allow_unfinished)

@@ -25,7 +25,18 @@ from typing import TYPE_CHECKING, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
 from sinkscope.infra.arguments import check_argument, check_path, refuse_duplicates
-from sinkscope.infra.bounds import COUNT, NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Problem, relative_path_problems
+from sinkscope.infra.bounds import (
+    COUNT,
+    NONNEGATIVE,
+    POSITIVE,
+    SAMPLES,
+    SEED,
+    SEEDS,
+    Bound,
+    Problem,
+    check_bounds,
+    relative_path_problems,
+)
 from sinkscope.infra.codec import write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
@@ -44,7 +55,6 @@ if TYPE_CHECKING:
 
 MITIGATIONS_FILE = "mitigations.json"  # the config: the marker that lets a re-run resume
 QUICK_MAX_STEPS = 8_000
-MAX_SEEDS = 1_000  # per kind and architecture: 30,000 runs at the most, each a directory
 
 
 @dataclass(frozen=True)
@@ -82,11 +92,11 @@ class MitigationsConfig:
     the 1x1 models, three seeds, capped steps. Persisted as ``mitigations.json``."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
-        "seeds": POSITIVE,
-        "first_seed": UNBOUNDED,
+        "seeds": SEEDS,
+        "first_seed": SEED,
         "architectures": POSITIVE,
         "max_steps": POSITIVE,
-        "n_sequences": POSITIVE,
+        "n_sequences": SAMPLES,
         "workers": POSITIVE,
     }
 
@@ -114,8 +124,7 @@ class MitigationsConfig:
                     field="kinds",
                 )
         refuse_duplicates(self.kinds, "kinds")
-        if self.seeds > MAX_SEEDS:  # the job list is built whole before anything trains
-            raise InputError(f"seeds must be at most {MAX_SEEDS:,}, got {self.seeds:,}", field="seeds")
+        check_bounds(self)
         self._as_reproduction()  # its checks: seeds, steps, sequences, workers, architectures
 
     @classmethod

@@ -21,7 +21,7 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, Bound
+from sinkscope.infra.bounds import POSITIVE, POSITIVE_NUMBER, Bound, check_bounds
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.field_types import check_field_types
 from sinkscope.interp.attention_kinds import validate_attention_kind
@@ -44,7 +44,7 @@ class ToyModelConfig:
         "seq_len": POSITIVE,
         "d_head": POSITIVE,
         "d_mlp": POSITIVE,
-        "init_std": NONNEGATIVE,
+        "init_std": POSITIVE_NUMBER,
     }
 
     n_layers: int = 1
@@ -64,15 +64,7 @@ class ToyModelConfig:
     def __post_init__(self) -> None:
         check_field_types(self)  # a wrong type is named here, not a TypeError further on
         validate_attention_kind(self.attention)
-        for name in ("n_layers", "n_heads", "d_model", "seq_len"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
-        if self.d_head is not None and self.d_head < 1:
-            raise InputError(f"d_head must be >= 1 (or None for d_model), got {self.d_head}", field="d_head")
-        if self.d_mlp is not None and self.d_mlp < 1:
-            raise InputError(f"d_mlp must be >= 1 (or None for 4 * d_model), got {self.d_mlp}", field="d_mlp")
-        if not self.init_std > 0 or self.init_std == float("inf"):  # NaN and inf fail here, not inside torch
-            raise InputError(f"init_std must be a positive finite number, got {self.init_std}", field="init_std")
+        check_bounds(self)  # NaN, inf and 0 for init_std fail here, not inside torch; sizes >= 1
 
     @property
     def head_width(self) -> int:

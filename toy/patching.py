@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from sinkscope.infra.arguments import check_argument, check_path
+from sinkscope.infra.arguments import check_argument, check_number, check_path
 from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
-from sinkscope.infra.bounds import COUNT, Bound, Problem, index_problems
+from sinkscope.infra.bounds import COUNT, SAMPLES, Bound, Problem, index_problems
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import PROVENANCE_FILE, write_provenance
@@ -111,8 +111,7 @@ def trigger_patching(model: ToyTransformer, task: TaskConfig, n_inputs: int = 25
         raise InputError(
             f"model d_model={model.cfg.d_model} differs from task d_model={task.d_model}; use the run's own task config"
         )
-    if n_inputs < 1:
-        raise InputError(f"n_inputs must be >= 1, got {n_inputs}", field="n_inputs")
+    check_number(n_inputs, SAMPLES, "n_inputs")  # the pairs are one tensor
     batch = eval_batch(task, n_inputs, seed=seed, target=model.cfg.target)
     source, target, metric = batch.tokens, remove_trigger(batch, task), trigger_projection(batch)
     return TriggerPatching(

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sinkscope.infra.arguments import check_argument, check_path
+from sinkscope.infra.arguments import check_argument, check_number, check_path
 from sinkscope.infra.atomic_io import atomic_directory, claim_output_directory
+from sinkscope.infra.bounds import SAMPLES
 from sinkscope.infra.codec import write_result
-from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import PROVENANCE_FILE, write_provenance
 from sinkscope.probes.default_state import default_state_test
 from sinkscope.probes.probe import HEADS_CSV, ProbeConfig, ProbeResult, check_layers, layer_selection
@@ -132,8 +132,7 @@ def probe_of_run(
     config = read_config(run_dir)
     chosen = _checked_layers(layers, config, run_dir)
     unfinished = require_finished(run_dir, allow_unfinished, "probe")
-    if n_sequences < 1:
-        raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
+    check_number(n_sequences, SAMPLES, "n_sequences")  # the sequences are one tensor
     batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
     return _figure_set_probe(load_model(run_dir), batch.tokens, batch.default_query_mask(), unfinished, chosen)
 
@@ -169,8 +168,7 @@ def probe_run(
     model = load_model(run_dir)
     source = copy_source_run(run_dir, config, with_metrics=True)  # what the report says of the run
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "probe"
-    if n_sequences < 1:
-        raise InputError(f"n_sequences must be >= 1, got {n_sequences}", field="n_sequences")
+    check_number(n_sequences, SAMPLES, "n_sequences")  # the sequences are one tensor
     with claim_output_directory(out_dir, overwrite, [run_dir], "the run", own_places=[run_dir / "probe"]):
         batch = eval_batch(config.task, n_sequences, FIGURE_SEED, config.model.target)
         default_mask = batch.default_query_mask()

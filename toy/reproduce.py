@@ -21,7 +21,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
 from sinkscope.infra.arguments import check_argument, check_path, check_seed, refuse_duplicates
-from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, UNBOUNDED, Bound, Problem, relative_path_problems
+from sinkscope.infra.bounds import (
+    NONNEGATIVE,
+    POSITIVE,
+    SAMPLES,
+    SEED,
+    SEEDS,
+    Bound,
+    Problem,
+    check_bounds,
+    relative_path_problems,
+)
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
@@ -56,11 +66,11 @@ class ReproduceConfig:
     Persisted as ``reproduce.json``, the marker that lets a re-run resume."""
 
     BOUNDS: ClassVar[dict[str, Bound]] = {
-        "seeds": POSITIVE,
-        "first_seed": UNBOUNDED,
+        "seeds": SEEDS,
+        "first_seed": SEED,
         "architectures": POSITIVE,
         "max_steps": POSITIVE,
-        "n_sequences": POSITIVE,
+        "n_sequences": SAMPLES,
         "workers": POSITIVE,
     }
 
@@ -78,16 +88,10 @@ class ReproduceConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
 
     def __post_init__(self) -> None:
-        if self.seeds < 1:
-            raise InputError(f"seeds must be >= 1, got {self.seeds}", field="seeds")
-        check_seed(self.first_seed, "first_seed")
+        for name in ("seeds", "first_seed", "workers", "max_steps", "n_sequences"):
+            check_argument(getattr(self, name), int, name, "an integer")
+        check_bounds(self)  # seeds: the run list, a directory each, is built whole before anything trains
         check_seed(self.first_seed + self.seeds - 1, "first_seed")  # the last seed trained
-        if self.workers < 1:
-            raise InputError(f"workers must be >= 1, got {self.workers}", field="workers")
-        if self.max_steps < 1:
-            raise InputError(f"max_steps must be >= 1, got {self.max_steps}", field="max_steps")
-        if self.n_sequences < 1:
-            raise InputError(f"n_sequences must be >= 1, got {self.n_sequences}", field="n_sequences")
         refuse_duplicates(self.architectures, "architectures")
         refuse_duplicates(self.attentions, "attentions")
         for layers, heads in self.architectures:

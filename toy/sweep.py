@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sinkscope.execution.outputs import experiment_directory
 from sinkscope.infra.arguments import check_argument, check_path, refuse_duplicates
-from sinkscope.infra.bounds import NONNEGATIVE, POSITIVE, Bound, Problem, relative_path_problems
+from sinkscope.infra.bounds import (
+    NONNEGATIVE,
+    POSITIVE,
+    SAMPLES,
+    SEEDS,
+    Bound,
+    Problem,
+    check_bounds,
+    relative_path_problems,
+)
 from sinkscope.infra.codec import Upgrade, write_result
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.provenance import write_provenance
@@ -60,9 +69,9 @@ class SweepConfig:
         "d_models": POSITIVE,
         "heads": POSITIVE,
         "layers": POSITIVE,
-        "seeds": POSITIVE,
+        "seeds": SEEDS,
         "max_steps": POSITIVE,
-        "n_sequences": POSITIVE,
+        "n_sequences": SAMPLES,
         "workers": POSITIVE,
     }
 
@@ -89,9 +98,7 @@ class SweepConfig:
             refuse_duplicates(getattr(self, name), name)
         for attention in self.attentions:
             validate_attention_kind(attention, field="attentions")
-        for name in ("seeds", "max_steps", "n_sequences", "workers"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
+        check_bounds(self)  # seeds and the axes' values build the run list, a directory each
         # fail on an impossible grid point now, not after hours of training
         for seq_len, d_model in itertools.product(self.seq_lens, self.d_models):
             _task(seq_len, d_model)

@@ -21,7 +21,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from sinkscope.infra.bounds import COUNT, POSITIVE, Bound
+from sinkscope.infra.bounds import COUNT, POSITIVE, Bound, check_bounds
 from sinkscope.infra.errors import InputError
 from sinkscope.infra.field_types import check_field_types
 
@@ -56,6 +56,7 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)  # a wrong type is named here, not a TypeError further on
+        check_bounds(self)  # a width or length a file of this config could not hold
         if self.d_model < 4:
             raise InputError(
                 f"d_model={self.d_model} cannot hold the task layout (BOS flag, trigger flag, "

@@ -5,10 +5,13 @@ device, executor, tracking) and the parser class that makes usage errors one lin
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from sinkscope.infra.bounds import COUNT, EPS, POSITIVE_NUMBER, SAMPLES, Bound
+from sinkscope.infra.bounds import POSITIVE as POSITIVE_RANGE
 from sinkscope.infra.devices import check_device_name
 from sinkscope.infra.errors import InputError
 
@@ -50,15 +53,24 @@ def list_items(text: str) -> list[str]:
     return parts
 
 
-def int_list(text: str) -> tuple[int, ...]:
+def int_list(text: str, bound: Bound = POSITIVE_RANGE, example: str = "8,16,32") -> tuple[int, ...]:
+    """Comma-separated integers, each within ``bound`` (a setting's declared range)."""
     parts = list_items(text)
     try:
         values = tuple(int(part) for part in parts)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 8,16,32, got {text!r}") from error
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1 such as 8,16,32, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers such as {example}, got {text!r}"
+        ) from error
+    outside = [value for value in values if not bound.admits(value)]
+    if outside:
+        raise argparse.ArgumentTypeError(
+            f"{outside[0]} is out of range: each item must be {bound.as_setting(True)}, e.g. {example}"
+        )
     return values
+
+
+int_list.bound = POSITIVE_RANGE  # type: ignore[attr-defined]
 
 
 LAYERS_EXAMPLE = "0,3,5 or 0-3 or 0-3,7"
@@ -83,6 +95,9 @@ def layer_list(text: str) -> tuple[int, ...]:
             )
         chosen.update(range(first, last + 1))
     return tuple(sorted(chosen))
+
+
+layer_list.bound = Bound(0, MAX_LAYER)  # type: ignore[attr-defined]  # read by tests
 
 
 def prompt_text(text: str) -> str:
@@ -113,45 +128,46 @@ def add_layers(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def at_least(minimum: int):
-    """An argparse type: an integer >= ``minimum``, checked while parsing, before torch
-    loads, so a bad count is one line in a fraction of a second."""
+def within(bound: Bound):
+    """An argparse type: an integer within ``bound``, the declared range of the setting the
+    flag sets (``sinkscope.infra.bounds``: what its config, and the reader of the file it is
+    written to, accept), checked while parsing, before torch loads, so a bad count is one
+    line in a fraction of a second. ``bound`` is kept on the type for tests to read."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError as error:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from error
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if not bound.admits(value):
+            shown = text if len(text) <= 24 else f"an integer of {len(text)} digits"
+            raise argparse.ArgumentTypeError(f"must be {bound.as_setting(True)}, got {shown}")
         return value
 
-    parse.__name__ = f"integer >= {minimum}"
+    parse.__name__, parse.bound = f"integer in {bound}", bound  # type: ignore[attr-defined]
     return parse
 
 
-POSITIVE, NON_NEGATIVE = at_least(1), at_least(0)
+POSITIVE, NON_NEGATIVE = within(POSITIVE_RANGE), within(COUNT)
 
 
-def number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from error
+def real_within(bound: Bound):
+    """An argparse type: a finite number within ``bound`` (NaN and infinities refused)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from error
+        if math.isnan(value) or not bound.admits(value):
+            raise argparse.ArgumentTypeError(f"must be {bound.as_setting(False)}, got {text}")
+        return value
+
+    parse.__name__, parse.bound = f"number in {bound}", bound  # type: ignore[attr-defined]
+    return parse
 
 
-def positive_float(text: str) -> float:
-    value = number(text)
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
-def fraction(text: str) -> float:
-    value = number(text)
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must lie in [0, 1), got {text}")
-    return value
+positive_float, fraction = real_within(POSITIVE_NUMBER), real_within(EPS)
 
 
 def device_name(text: str) -> str:
@@ -297,7 +313,7 @@ def add_experiment(parser: argparse.ArgumentParser, sequences_default: int, sequ
         "--sequences",
         dest="n_sequences",
         metavar="SEQUENCES",
-        type=POSITIVE,
+        type=within(SAMPLES),
         default=sequences_default,
         help=sequences_help,
     )

@@ -6,11 +6,15 @@ from __future__ import annotations
 import argparse
 
 from sinkscope.cli.args import fraction, int_list, list_items, str_list
+from sinkscope.infra.bounds import TOKENS
 
 
 def fraction_list(text: str) -> tuple[float, ...]:
     """Comma-separated numbers in [0, 1), e.g. 0.1,0.3,0.5."""
     return tuple(fraction(part) for part in list_items(text))
+
+
+fraction_list.bound = fraction.bound  # type: ignore[attr-defined]  # read by tests
 
 
 def input_type_list(text: str) -> tuple[str, ...]:
@@ -61,12 +65,10 @@ def add_experiment_flags(audit: argparse.ArgumentParser) -> None:
 
 def length_list(text: str) -> tuple[int, ...]:
     """``--lengths``: token counts T >= 2 (the anchor and one query), refused while parsing."""
-    values = int_list(text)
-    if min(values) < 2:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated lengths >= 2 (the anchor and a query) such as 16,32,64, got {text!r}"
-        )
-    return values
+    return int_list(text, TOKENS, "16,32,64")
+
+
+length_list.bound = TOKENS  # type: ignore[attr-defined]  # read by tests
 
 
 def experiment_settings(args: argparse.Namespace) -> dict:

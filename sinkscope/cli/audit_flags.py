@@ -10,11 +10,11 @@ from sinkscope.cli.args import (
     POSITIVE,
     add_executor,
     add_layers,
-    at_least,
     device_name,
     fraction,
     out_path,
     prompt_text,
+    within,
 )
 
 
@@ -44,7 +44,7 @@ def add_prompt_flags(audit: argparse.ArgumentParser) -> None:
 
 def add_input_flags(audit: argparse.ArgumentParser) -> None:
     """The prompts, where results go, and how the prompts are cut and batched."""
-    from sinkscope.pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
+    from sinkscope.pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS, PromptSpec
 
     audit.add_argument(
         "--out",
@@ -62,18 +62,21 @@ def add_input_flags(audit: argparse.ArgumentParser) -> None:
     )
     audit.add_argument(
         "--max-len",
-        type=at_least(2),
+        type=within(PromptSpec.BOUNDS["max_len"]),
         default=DEFAULT_MAX_LEN,
         help=f"T: most tokens per prompt, BOS included; longer prompts are truncated (default {DEFAULT_MAX_LEN})",
     )
     audit.add_argument(
         "--n-prompts",
-        type=POSITIVE,
+        type=within(PromptSpec.BOUNDS["n_prompts"]),
         default=DEFAULT_N_PROMPTS,
         help=f"number of prompts; a seeded subset when the source holds more (default {DEFAULT_N_PROMPTS})",
     )
     audit.add_argument(
-        "--seed", type=NON_NEGATIVE, default=0, help="seed for random prompts, subsets and ablation controls"
+        "--seed",
+        type=within(PromptSpec.BOUNDS["seed"]),
+        default=0,
+        help="seed for random prompts, subsets and ablation controls",
     )
     audit.add_argument("--batch-size", type=POSITIVE, default=16, help="prompts per forward pass (default 16)")
     audit.add_argument(
@@ -138,7 +141,7 @@ def add_ablation_flags(audit: argparse.ArgumentParser) -> None:
 
 def add_placement_flags(audit: argparse.ArgumentParser) -> None:
     """Where and how the models load and run: device, workers, executor, dtype, splitting."""
-    from sinkscope.pretrained_analysis.loading import DTYPES
+    from sinkscope.pretrained_analysis.loading import DTYPES, LoadSpec
 
     audit.add_argument(
         "--device",
@@ -161,5 +164,10 @@ def add_placement_flags(audit: argparse.ArgumentParser) -> None:
         help="weights dtype; for GGUF files, the dtype they are dequantised to (default float32)",
     )
     audit.add_argument("--device-map", default=None, help="split a large model across devices, e.g. auto")
-    audit.add_argument("--n-devices", type=POSITIVE, default=None, help="split a large model across this many GPUs")
+    audit.add_argument(
+        "--n-devices",
+        type=within(LoadSpec.BOUNDS["n_devices"]),
+        default=None,
+        help="split a large model across this many GPUs",
+    )
     audit.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")

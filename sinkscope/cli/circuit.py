@@ -11,13 +11,14 @@ from sinkscope.cli.args import (
     NON_NEGATIVE,
     POSITIVE,
     add_common_output,
-    at_least,
     device_name,
     fraction,
     out_path,
     say,
+    within,
 )
 from sinkscope.cli.inputs import INPUTS_NAME, CommandPaths, existing_files, model_paths
+from sinkscope.infra.bounds import K_DIMS, SAMPLES, SEED, TOKENS, Bound
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -34,7 +35,7 @@ as not applicable. Writes circuit.json, report.html, report.md and report_figure
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    from sinkscope.pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS
+    from sinkscope.pretrained_analysis.prompts import DEFAULT_MAX_LEN, DEFAULT_N_PROMPTS, PromptSpec
 
     command = commands.add_parser(
         "circuit",
@@ -49,16 +50,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--prompts", dest="source", metavar="SOURCE", default="default", help="prompt source, as the audit's"
     )
     command.add_argument(
-        "--n-prompts", type=POSITIVE, default=DEFAULT_N_PROMPTS, help=f"prompts (default {DEFAULT_N_PROMPTS})"
+        "--n-prompts",
+        type=within(PromptSpec.BOUNDS["n_prompts"]),
+        default=DEFAULT_N_PROMPTS,
+        help=f"prompts (default {DEFAULT_N_PROMPTS})",
     )
     command.add_argument(
         "--max-len",
-        type=at_least(3),
+        type=within(Bound(3, TOKENS.high)),
         default=DEFAULT_MAX_LEN,
         help=f"most tokens per prompt (default {DEFAULT_MAX_LEN})",
     )
     command.add_argument(
-        "--sequences", type=POSITIVE, default=1000, help="a toy run's figure-set sequences (default 1000)"
+        "--sequences", type=within(SAMPLES), default=1000, help="a toy run's figure-set sequences (default 1000)"
     )
     command.add_argument(
         "--sink-eps", type=fraction, default=0.1, help="sink head: anchor mass >= 1 - eps (default 0.1)"
@@ -67,7 +71,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--write-layer", type=NON_NEGATIVE, default=0, help="layer whose writes into the anchor are zeroed (default 0)"
     )
     command.add_argument(
-        "--k-dims", type=POSITIVE, default=3, help="key input dimensions zeroed per sink layer (default 3)"
+        "--k-dims", type=within(K_DIMS), default=3, help="key input dimensions zeroed per sink layer (default 3)"
     )
     command.add_argument(
         "--position",
@@ -82,7 +86,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="the first layers in which the transplant makes --position attend only to itself (default 2)",
     )
     command.add_argument(
-        "--seed", type=NON_NEGATIVE, default=0, help="seed of the prompts' subset, the controls and the bootstrap"
+        "--seed", type=within(SEED), default=0, help="seed of the prompts' subset, the controls and the bootstrap"
     )
     command.add_argument("--batch-size", type=POSITIVE, default=8, help="prompts per forward pass (default 8)")
     command.add_argument("--device", type=device_name, default=None, help="cpu, cuda, cuda:N, mps or auto")

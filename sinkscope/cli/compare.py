@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output, out_path, say
+from sinkscope.cli.args import add_common_output, fraction, out_path, say, within
 from sinkscope.cli.inputs import CommandPaths
+from sinkscope.infra.bounds import COUNT, SAMPLES
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 
@@ -51,13 +52,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument(
         "--sequences",
         dest="n_sequences",
-        type=POSITIVE,
+        type=within(SAMPLES),
         default=1000,
         help="figure-set sequences for a toy run probed here (no probe/probe.json; default 1000)",
     )
     compare.add_argument(
         "--sink-eps",
-        type=float,
+        type=fraction,
         default=None,
         help="sink heads have anchor mass >= 1 - EPS in every model (implies --mechanism; default: each "
         "probe's own, 0.1 unless audited otherwise; real LMs' heads rarely reach 0.9)",
@@ -93,6 +94,9 @@ def paths(args: argparse.Namespace) -> CommandPaths:
     return CommandPaths(
         Path(args.out_dir), tuple(Path(directory) for directory in args.directories), reads_name="an input to compare"
     )
+
+
+steps_flag.bound, steps_flag.value_format = COUNT, "main={}"  # type: ignore[attr-defined]  # read by tests
 
 
 def run(args: argparse.Namespace) -> dict:

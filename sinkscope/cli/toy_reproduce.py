@@ -13,8 +13,10 @@ from sinkscope.cli.args import (
     experiment_options,
     out_path,
     say,
+    within,
 )
 from sinkscope.cli.inputs import CommandPaths, training_paths
+from sinkscope.infra.bounds import SEEDS
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -40,7 +42,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         required=True,
         help="output directory (re-running resumes it)",
     )
-    reproduce.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per model (default 3; --quick: 1)")
+    reproduce.add_argument("--seeds", type=within(SEEDS), default=None, help="seeds per model (default 3; --quick: 1)")
     reproduce.add_argument("--quick", action="store_true", help="reduced preset: one seed, at most 8,000 steps")
     reproduce.add_argument("--max-steps", type=POSITIVE, default=None, help="step cap per model (default 50,000)")
     add_experiment(reproduce, 1000, "test sequences for heatmaps and tables")

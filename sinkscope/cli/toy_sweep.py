@@ -16,8 +16,10 @@ from sinkscope.cli.args import (
     say,
     str_list,
     switch_list,
+    within,
 )
 from sinkscope.cli.inputs import CommandPaths, training_paths
+from sinkscope.infra.bounds import SEEDS
 from sinkscope.infra.codec import encode
 
 EXAMPLES = """examples:
@@ -50,7 +52,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "(1,024 models with --device cuda, 64 on a CPU); flags below narrow or widen it",
     )
     _add_grid(sweep)
-    sweep.add_argument("--seeds", type=POSITIVE, default=None, help="seeds per configuration (default 3)")
+    sweep.add_argument("--seeds", type=within(SEEDS), default=None, help="seeds per configuration (default 3)")
     sweep.add_argument("--max-steps", type=POSITIVE, default=20_000, help="step cap per model (default 20,000)")
     add_experiment(sweep, 500, "test sequences per model (default 500)")
 

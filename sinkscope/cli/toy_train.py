@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sinkscope.cli.args import (
-    NON_NEGATIVE,
     POSITIVE,
     add_common_output,
     add_compile,
@@ -17,9 +16,11 @@ from sinkscope.cli.args import (
     positive_float,
     say,
     tracking_config,
+    within,
 )
 from sinkscope.cli.inputs import CommandPaths, training_paths
 from sinkscope.cli.toy_run_flags import refuse_other_settings
+from sinkscope.infra.bounds import SEED
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 
@@ -65,7 +66,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--heads", dest="n_heads", metavar="HEADS", type=POSITIVE, default=1, help="heads per layer (default 1)"
     )
-    train.add_argument("--seed", type=NON_NEGATIVE, default=0, help="seed of the weights and training data (default 0)")
+    train.add_argument("--seed", type=within(SEED), default=0, help="seed of the weights and training data (default 0)")
     train.add_argument("--d-model", type=POSITIVE, default=16, help="token width n (default 16)")
     train.add_argument("--seq-len", type=POSITIVE, default=16, help="sequence length L (default 16)")
     train.add_argument(

@@ -9,8 +9,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinkscope.cli.args import POSITIVE, add_common_output, at_least, device_name, int_list, out_path, say
+from sinkscope.cli.args import (
+    POSITIVE,
+    add_common_output,
+    device_name,
+    int_list,
+    out_path,
+    say,
+    within,
+)
 from sinkscope.cli.inputs import INPUTS_NAME, CommandPaths, existing_files, model_paths
+from sinkscope.infra.bounds import SEED, TOKENS, Bound
 from sinkscope.infra.codec import encode
 from sinkscope.infra.errors import InputError
 
@@ -40,10 +49,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     command.add_argument("--windows", type=int_list, default=(32, 256), help="W values, e.g. 32,256 (default 32,256)")
     command.add_argument("--sinks", type=int_list, default=(1, 4), help="S values, e.g. 1,4 (default 1,4)")
     command.add_argument(
-        "--chunk-tokens", type=at_least(64), default=1024, help="tokens per chunk, BOS included (default 1024)"
+        "--chunk-tokens",
+        type=within(Bound(64, TOKENS.high)),
+        default=1024,
+        help="tokens per chunk, BOS included (default 1024)",
     )
     command.add_argument("--max-chunks", type=POSITIVE, default=None, help="use at most this many chunks")
-    command.add_argument("--seed", type=at_least(0), default=0, help="the random control's and bootstrap's seed")
+    command.add_argument("--seed", type=within(SEED), default=0, help="the random control's and bootstrap's seed")
     command.add_argument("--device", type=device_name, default=None, help="cpu, cuda, cuda:N, mps or auto")
     command.add_argument(
         "--dtype",

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from sinkscope.infra.bounds import SEED, Bound
 from sinkscope.infra.errors import InputError
 
 PATH_TYPES: tuple[type, ...] = (str, os.PathLike)
@@ -31,17 +32,28 @@ def check_path(value: Any, name: str, what: str = "a path (str or pathlib.Path)"
         raise InputError(f"{name} is empty; pass {what}", field=name)
 
 
-MAX_SEED = 2**63 - 1  # torch's generators take 64 bits; a signed 64-bit range leaves room for offsets
+MAX_SEED = SEED.high  # torch's generators take 64 bits; a signed 64-bit range leaves room for offsets
 
 
 def check_seed(value: int, name: str = "seed") -> None:
     """A random seed torch and ``random`` accept: an integer in [0, 2**63 - 1]; else an
     ``InputError(field=name)``, not torch's "Overflow when unpacking long long"."""
     check_argument(value, int, name, "an integer")
-    if not 0 <= value <= MAX_SEED:
+    if not SEED.admits(value):
         raise InputError(
-            f"{name} must be an integer in [0, 2**63 - 1], got {_shown(value)}; pick a seed in that range", field=name
+            f"{name} must be {SEED.as_setting(True)}, got {_shown(value)}; pick a seed in that range", field=name
         )
+
+
+def check_number(value: Any, bound: Bound, name: str, none: bool = False) -> None:
+    """A function's integer argument ``name`` within ``bound`` (the declared range of the
+    setting it is, ``sinkscope.infra.bounds``), or None where ``none``; else an
+    ``InputError(field=name)`` before anything is built from it."""
+    if none and value is None:
+        return
+    check_argument(value, int, name, "an integer" + (" or None" if none else ""))
+    if not bound.admits(value):
+        raise InputError(f"{name} must be {bound.as_setting(True)}, got {_shown(value)}", field=name)
 
 
 def refuse_duplicates(values: Iterable[Any], name: str) -> None:

@@ -666,15 +666,15 @@ def test_metrics_with_a_nan_are_standard_json(tmp_path):
 @pytest.mark.parametrize(
     "argv, fix",
     [
-        (["toy", "train", "--out", "x", "--layers", "0"], "--layers: must be >= 1, got 0"),
-        (["toy", "train", "--out", "x", "--lr", "-1"], "--lr: must be a positive number"),
-        (["toy", "reproduce", "--out", "x", "--seeds", "0"], "--seeds: must be >= 1"),
-        (["toy", "probe", "run", "--sequences", "0"], "--sequences: must be >= 1"),
-        (["toy", "patch", "run", "--inputs", "-3"], "--inputs: must be >= 1"),
-        (["toy", "sweep", "--out", "x", "--d-model", "8,0"], "integers >= 1"),
-        (["audit", "gpt2", "--batch-size", "0"], "--batch-size: must be >= 1"),
-        (["audit", "gpt2", "--sink-eps", "1.5"], "--sink-eps: must lie in [0, 1)"),
-        (["audit", "gpt2", "--max-len", "1"], "--max-len: must be >= 2"),
+        (["toy", "train", "--out", "x", "--layers", "0"], "--layers: must be an integer in [1, 2**63 - 1], got 0"),
+        (["toy", "train", "--out", "x", "--lr", "-1"], "--lr: must be a finite number > 0"),
+        (["toy", "reproduce", "--out", "x", "--seeds", "0"], "--seeds: must be an integer in [1, 1000]"),
+        (["toy", "probe", "run", "--sequences", "0"], "--sequences: must be an integer in [1, 1000000]"),
+        (["toy", "patch", "run", "--inputs", "-3"], "--inputs: must be an integer in [1, 1000000]"),
+        (["toy", "sweep", "--out", "x", "--d-model", "8,0"], "each item must be an integer in [1, 2**63 - 1]"),
+        (["audit", "gpt2", "--batch-size", "0"], "--batch-size: must be an integer in [1, 2**63 - 1]"),
+        (["audit", "gpt2", "--sink-eps", "1.5"], "--sink-eps: must be a number in [0, 1)"),
+        (["audit", "gpt2", "--max-len", "1"], "--max-len: must be an integer in [2, 1048576]"),
     ],
 )
 def test_bad_counts_are_one_line_before_torch_loads(tmp_path, argv, fix):

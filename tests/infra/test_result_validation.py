@@ -143,7 +143,7 @@ SUMMARY_TAMPERING = [
     ),
     ("reproduction", "models.2.heads_table", [], "models[2].heads is 0 rows"),
     ("reproduction", "models.0.linf_error", -2.0, "models[0].linf_error is -2.0; allowed: a number >= 0"),
-    ("reproduction", "config.max_steps", 0, "max_steps must be >= 1"),
+    ("reproduction", "config.max_steps", 0, "max_steps must be an integer in [1, 2**63 - 1], got 0"),
     ("reproduction", "wall_seconds", 1e400, "is not valid JSON"),
 ]
 

@@ -103,7 +103,7 @@ def test_bad_prompt_files(tmp_path, files, spec_kwargs, content, fragment):
 def test_missing_file_bad_sizes_and_long_t(tmp_path, tiny):
     with pytest.raises(PromptError, match="does not exist"):
         load_prompt_set(PromptSpec(source=str(tmp_path / "nope.txt")))
-    with pytest.raises(PromptError, match="max_len must be >= 2"):
+    with pytest.raises(PromptError, match="max_len must be an integer in \\[2, 1048576\\], got 1"):
         PromptSpec(max_len=1)
     with pytest.raises(PromptError, match="max_len 65 exceeds the context of tiny-gpt2 \\(64 tokens\\)"):
         tokenize_prompts(load_prompt_set(PromptSpec(max_len=65)), tiny)

@@ -88,7 +88,7 @@ def test_the_sweep_config_refuses_duplicates_from_python_too():
 
 def test_a_seed_beyond_torchs_range_is_one_line(tmp_path, capsys):
     argv = [*TRAIN, "--seed", str(2**70), "--max-steps", "5", "--out", str(tmp_path / "x")]
-    one_line_exit_2(capsys, argv, "seed must be an integer in [0, 2**63 - 1], got 1180591620717411303424")
+    one_line_exit_2(capsys, argv, "--seed: must be an integer in [0, 2**63 - 1], got 1180591620717411303424")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -179,9 +179,11 @@ def test_an_error_of_exactly_zero_before_has_no_growth_factor() -> None:
 
 def test_more_seeds_than_can_be_listed_are_refused_before_anything_is_written(tmp_path, capsys) -> None:
     out = tmp_path / "huge"
-    assert main(["toy", "mitigations", "--seeds", "100000000", "--no-progress", "--out", str(out)]) == 2
+    with pytest.raises(SystemExit) as refused:  # while parsing: the run list is never built
+        main(["toy", "mitigations", "--seeds", "100000000", "--no-progress", "--out", str(out)])
+    assert refused.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and "at most 1,000" in error[0] and "--seeds" in error[0]
+    assert len(error) == 1 and "an integer in [1, 1000]" in error[0] and "--seeds" in error[0]
     assert not out.exists()
 
 
