@@ -46,7 +46,7 @@ def test_the_demo_never_replaces_a_users_files_in_its_output(tmp_path, capsys):
 def test_a_demo_out_that_is_a_file_is_named_as_such(tmp_path, capsys):
     (tmp_path / "out").write_text("a file")
     before = snapshot(tmp_path)
-    one_line_exit_2(capsys, ["demo", "--out", str(tmp_path / "out")], "is a file, not a directory")
+    one_line_exit_2(capsys, ["demo", "--out", str(tmp_path / "out")], "is not a directory")
     assert snapshot(tmp_path) == before
 
 
