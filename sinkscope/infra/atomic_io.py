@@ -74,6 +74,11 @@ def _writable_location(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk is not an unwritable place: say which
+            raise OutputError(
+                f"no space left writing {path.parent} ({error.strerror}); free space on its device or choose "
+                "another output location"
+            ) from error
         raise OutputError(
             f"cannot write in {path.parent} ({error.strerror}); choose a writable output location"
         ) from error

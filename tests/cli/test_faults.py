@@ -149,6 +149,20 @@ def test_an_unwritable_parent_is_one_line(model_dir, prompts, tmp_path, capsys, 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_full_disk_where_the_temporary_is_made_is_named_as_full(model_dir, prompts, tmp_path, capsys, monkeypatch):
+    """ENOSPC making the temporary beside the output (what a real full disk gave toy train's
+    checkpoints/ in the fault-injection suite) was "choose a writable output location"."""
+    import errno
+    import tempfile
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out"), "free space on its device")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory) -> Path:
     from sinkscope.toy.model import ToyModelConfig
