@@ -953,3 +953,18 @@ def test_run_failed_is_exit_1_and_input_errors_name_the_flag_of_their_field(tmp_
         assert main(["audit", "gpt2", "--out", str(tmp_path / "out"), "--no-progress"]) == 2
         assert capsys.readouterr().err == f"sinkscope: error: {field} is out of range{flag}\n"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["audit", "report", "toy probe"])
+def test_a_symbolic_link_loop_as_input_is_one_line(command, model_dir, prompts, tmp_path, capsys):
+    """A loop given as the model, result or run was a RuntimeError traceback from the input
+    rule's path resolution (found by tests/faults)."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    argv = {
+        "audit": audit_argv(loop, prompts, tmp_path / "out"),
+        "report": ["report", str(loop), "--out", str(tmp_path / "out")],
+        "toy probe": ["toy", "probe", str(loop), "--out", str(tmp_path / "out")],
+    }[command]
+    one_line_exit_2(capsys, argv, "is a symbolic link loop")
+    assert not (tmp_path / "out").exists()
