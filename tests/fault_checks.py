@@ -1,10 +1,13 @@
 """Checks shared by the fault-injection tests: a directory snapshot to compare before and
-after a refusal, and "exit 2 with one stderr line naming the fix, no traceback"."""
+after a refusal, "exit 2 with one stderr line naming the fix, no traceback", the real
+command line as a subprocess, a small tmpfs and the hidden leftovers of a write."""
 
 from __future__ import annotations
 
 import hashlib
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sinkscope.cli import main
@@ -46,3 +49,58 @@ def audit_argv(model_dir: Path | str, prompts: Path | str, out: Path, *extra: st
         "--no-progress",
         *extra,
     ]
+
+
+def cli_env() -> dict[str, str]:
+    """The environment for a ``sinkscope`` subprocess that imports the very code this test
+    process imported (the test's own ``sys.path``, which a symlink farm or an installed
+    checkout may have set up), offline."""
+    import os
+    import sys
+
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(entry for entry in sys.path if entry),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+
+
+def cli_command(argv: list[str]) -> list[str]:
+    """The real command line: ``python -P -m sinkscope ARGV`` (``-P``: never the current directory's code)."""
+    import sys
+
+    return [sys.executable, "-P", "-m", "sinkscope", *argv]
+
+
+def run_cli(argv: list[str], timeout: float = 300):
+    """Run ``sinkscope ARGV`` in a subprocess to its end; the completed process (text output)."""
+    import subprocess
+
+    return subprocess.run(cli_command(argv), env=cli_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@contextmanager
+def mounted_tmpfs(mount_point: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -t tmpfs -o size=``) at ``mount_point`` (a real full
+    disk); skipped, saying why, where this user cannot mount one."""
+    import subprocess
+
+    import pytest
+
+    mount_point.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the injected ENOSPC tests still run")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def leftovers(directory: Path) -> list[str]:
+    """Hidden entries (staging directories, swap journals, temporaries, locks) anywhere
+    under ``directory``: none may outlive the command that made them."""
+    return sorted(str(path) for path in directory.rglob(".*"))

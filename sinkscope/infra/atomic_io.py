@@ -74,6 +74,11 @@ def _writable_location(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk is not an unwritable place: say which
+            raise OutputError(
+                f"no space left writing {path.parent} ({error.strerror}); free space on its device or choose "
+                "another output location"
+            ) from error
         raise OutputError(
             f"cannot write in {path.parent} ({error.strerror}); choose a writable output location"
         ) from error
@@ -97,8 +102,19 @@ def followed(path: str | os.PathLike) -> Path:
 
 def inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
     """Whether ``path`` is ``directory`` or lies below it (symlinks resolved)."""
-    path, directory = Path(path).resolve(), Path(directory).resolve()
+    path, directory = _resolved(path), _resolved(directory)
     return path == directory or directory in path.parents
+
+
+def _resolved(path: str | os.PathLike) -> Path:
+    """``path`` with its symlinks resolved; a symbolic-link loop is one ``InputError`` (pathlib
+    raises RuntimeError or, from Python 3.13, OSError ELOOP: a traceback for a user's typo)."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as error:
+        if isinstance(error, OSError) and error.errno != errno.ELOOP:
+            raise
+        raise InputError(f"{path} is a symbolic link loop; point it at an existing file or directory") from error
 
 
 def holds_files(path: str | os.PathLike) -> bool:

@@ -149,6 +149,20 @@ def test_an_unwritable_parent_is_one_line(model_dir, prompts, tmp_path, capsys, 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_full_disk_where_the_temporary_is_made_is_named_as_full(model_dir, prompts, tmp_path, capsys, monkeypatch):
+    """ENOSPC making the temporary beside the output (what a real full disk gave toy train's
+    checkpoints/ in the fault-injection suite) was "choose a writable output location"."""
+    import errno
+    import tempfile
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    one_line_exit_2(capsys, audit_argv(model_dir, prompts, tmp_path / "out"), "free space on its device")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory) -> Path:
     from sinkscope.toy.model import ToyModelConfig
@@ -938,4 +952,19 @@ def test_run_failed_is_exit_1_and_input_errors_name_the_flag_of_their_field(tmp_
         monkeypatch.setattr(sinkscope.pretrained_analysis.loading, "resolve_model", refuse)
         assert main(["audit", "gpt2", "--out", str(tmp_path / "out"), "--no-progress"]) == 2
         assert capsys.readouterr().err == f"sinkscope: error: {field} is out of range{flag}\n"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["audit", "report", "toy probe"])
+def test_a_symbolic_link_loop_as_input_is_one_line(command, model_dir, prompts, tmp_path, capsys):
+    """A loop given as the model, result or run was a RuntimeError traceback from the input
+    rule's path resolution (found by tests/faults)."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    argv = {
+        "audit": audit_argv(loop, prompts, tmp_path / "out"),
+        "report": ["report", str(loop), "--out", str(tmp_path / "out")],
+        "toy probe": ["toy", "probe", str(loop), "--out", str(tmp_path / "out")],
+    }[command]
+    one_line_exit_2(capsys, argv, "is a symbolic link loop")
     assert not (tmp_path / "out").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_checks import audit_argv, one_line_exit_2, snapshot
+from fault_checks import audit_argv, mounted_tmpfs, one_line_exit_2, snapshot
 from sinkscope.cli import main
 from tiny_models import TINY_GPT2_PROMPTS, build_tiny_gpt2
 
@@ -240,15 +240,8 @@ def test_report_overwrite_onto_a_page_that_is_a_directory_changes_nothing(probe_
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A 32 KiB tmpfs (a really full disk); skipped where this user cannot mount one."""
-    import subprocess
-
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(mount_point)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the injected ENOSPC tests still run")
-    yield mount_point
-    subprocess.run(["umount", str(mount_point)], check=True)
+    with mounted_tmpfs(tmp_path / "small", "32k") as mount_point:
+        yield mount_point
 
 
 def test_a_really_full_disk_is_one_line_and_leaves_nothing(probe_dir, toy_run, small_tmpfs, capsys):
