@@ -100,8 +100,11 @@ def test_chosen_steps_run_alone_and_a_step_number_past_the_last_is_one_line(tmp_
     assert main(["demo", "--out", str(tmp_path), "--steps", "2"]) == 0
     assert [argv[0] for argv in ran] == ["audit"]
     assert "no reports written" in capsys.readouterr().out
-    assert main(["demo", "--out", str(tmp_path), "--steps", "5"]) == 2
-    assert "there are 4 steps" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # refused while parsing
+        main(["demo", "--out", str(tmp_path), "--steps", "5"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "step numbers from 1 to 4" in err and len(err.splitlines()) == 1, err
 
 
 def test_missing_model_packages_are_one_line_naming_the_install_exit_2(monkeypatch, capsys):

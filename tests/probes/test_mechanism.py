@@ -151,7 +151,10 @@ def _cell(share: float) -> str:
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str, str]:
-    code = main(argv)
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # a flag refused while parsing, as the console script would see it
+        code = exit_.code
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

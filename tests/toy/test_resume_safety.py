@@ -251,7 +251,7 @@ def test_an_interrupted_overwrite_leaves_the_old_run_as_it_was(finished_run, cap
     before = snapshot(finished_run)
     _interrupt_after(monkeypatch, 15)
     assert _train(finished_run, "--seed", "2", "--max-steps", "40", "--checkpoint-every", "10", "--overwrite") == 1
-    assert "its new attempt discarded" in capsys.readouterr().err
+    assert "discarded its new attempt" in capsys.readouterr().err
     assert snapshot(finished_run) == before
     assert sorted(p.name for p in finished_run.parent.iterdir()) == ["run"]
 
