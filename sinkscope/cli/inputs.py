@@ -100,3 +100,10 @@ def training_paths(out: str | None, tensorboard_dir: str | None) -> CommandPaths
     TensorBoard events beside it, which a replacement of ``out`` must not delete."""
     reads = [compiler_cache(), *([Path(tensorboard_dir)] if tensorboard_dir else [])]
     return CommandPaths(Path(out) if out else None, tuple(reads))
+
+
+def run_analysis_paths(run_dir: str, out_dir: str | None, own_folder: str) -> CommandPaths:
+    """A command that analyses one toy run: it reads the run, and its default output,
+    ``RUN_DIR/<own_folder>``, is its own place inside it."""
+    own = Path(run_dir) / own_folder
+    return CommandPaths(Path(out_dir) if out_dir else own, (Path(run_dir),), (own,), reads_name="the run")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from sinkscope.cli.args import add_common_output, add_layers, out_path, say, within
-from sinkscope.cli.inputs import CommandPaths
+from sinkscope.cli.inputs import CommandPaths, run_analysis_paths
 from sinkscope.infra.bounds import SAMPLES
 from sinkscope.infra.codec import encode
 
@@ -52,11 +51,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def paths(args: argparse.Namespace) -> CommandPaths:
-    """It reads the run; its default output, ``RUN_DIR/probe``, is its own place inside it."""
-    own = Path(args.run_dir) / "probe"
-    return CommandPaths(
-        Path(args.out_dir) if args.out_dir else own, (Path(args.run_dir),), (own,), reads_name="the run"
-    )
+    return run_analysis_paths(args.run_dir, args.out_dir, "probe")
 
 
 def run(args: argparse.Namespace) -> dict:
